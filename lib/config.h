@@ -1,0 +1,81 @@
+/*
+ * config.h - outbox-relay configuration: one table drives parsing of flags
+ * and OUTBOX_RELAY_* environment variables, range checks, defaults and --help.
+ *
+ * Precedence: built-in default < environment variable < command-line flag.
+ */
+#ifndef RELAY_CONFIG_H
+#define RELAY_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "log.h"
+#include "lsn.h"
+#include "redis_url.h"
+
+struct relay_config {
+	/* PostgreSQL */
+	char *pg_dsn;             /* --pg-dsn / OUTBOX_RELAY_PG_DSN: conninfo or URI (required) */
+	char *slot;               /* --slot, default "outbox_relay" */
+	bool create_slot;         /* --create-slot / --no-create-slot, default true */
+	char *table;              /* --table, default "public.outbox" (schema-qualified) */
+	char *message_prefix;     /* --message-prefix, default "outbox" */
+	char *id_column;          /* --id-column, default "id" */
+	int status_interval_ms;   /* --status-interval, default 10s */
+	lsn_t endpos;             /* --endpos LSN, LSN_INVALID when unset */
+
+	/* Redis */
+	char *redis_url;          /* --redis-url, default "redis://127.0.0.1:6379" */
+	struct redis_target redis; /* parsed from redis_url */
+	char *stream;             /* --stream template, default "outbox:{aggregate_type}" */
+	char *dead_letter_stream; /* --dead-letter-stream, default "outbox:dead-letter" */
+	int64_t dedup_window_s;   /* --dedup-window, default 3600 s, 0 disables */
+	int64_t maxlen;           /* --maxlen, default 0 = no trimming */
+	char **groups;            /* --group NAME (repeatable; env: comma list) */
+	size_t ngroups;
+	char *key_prefix;         /* --key-prefix for auxiliary keys, default "outbox-relay" */
+	bool redis_functions;     /* --redis-functions / --no-redis-functions (EVAL fallback), default true */
+	int redis_timeout_ms;     /* --redis-timeout, default 5s: connect and reply timeout */
+
+	/* Flow control and lifecycle */
+	int64_t max_inflight_events; /* --max-inflight-events, default 10000 */
+	int64_t max_inflight_bytes;  /* --max-inflight-bytes, default 64 MiB */
+	int shutdown_timeout_ms;     /* --shutdown-timeout, default 10s */
+	int retry_max_ms;            /* --retry-max, default 30s: backoff cap */
+
+	/* Logging */
+	enum log_level log_level;   /* --log-level, default info */
+	enum log_format log_format; /* --log-format text|json, default text */
+};
+
+enum config_result {
+	CONFIG_OK = 0,   /* cf filled, run */
+	CONFIG_HELP,     /* --help printed to stdout, exit 0 */
+	CONFIG_VERSION,  /* --version printed to stdout, exit 0 */
+	CONFIG_ERROR     /* err holds one line naming the option and the fix; exit 2 */
+};
+
+/*
+ * Fill *cf from defaults, then envp (OUTBOX_RELAY_* entries, NULL-terminated
+ * "NAME=value" array), then argv. Never prints except for --help/--version
+ * (to stdout). On CONFIG_ERROR, err holds one line such as
+ * `invalid value "abc" for --dedup-window: expected a duration like 3600, 90s or 1h`.
+ * Secrets never appear in err.
+ */
+enum config_result config_load(struct relay_config *cf, int argc, char **argv, char **envp,
+			       char *err, size_t errlen);
+/* Print the usage text (every option, its env var and default) to out. */
+void config_usage(FILE *out);
+/* Free everything config_load allocated; NULL-safe; zeroes *cf. */
+void config_finish(struct relay_config *cf);
+
+/*
+ * Parse a duration: "250ms", "10s", "5m", "1h", or a bare integer meaning
+ * seconds. Returns false on junk, negative or overflowing values.
+ */
+bool config_parse_duration_ms(const char *s, int64_t *ret_ms);
+
+#endif

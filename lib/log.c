@@ -1,0 +1,103 @@
+/*
+ * log.c - leveled logging to stderr as text or JSON lines.
+ *
+ * Text:  2026-11-22T00:10:38.123Z info: connected to PostgreSQL
+ * JSON:  {"ts":"2026-11-22T00:10:38.123Z","level":"info","msg":"connected to PostgreSQL"}
+ * Each record is written with a single write(2) so lines never interleave.
+ */
+#include "log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+enum log_level log_current_level = LOG_LEVEL_INFO;
+static enum log_format log_current_format = LOG_FORMAT_TEXT;
+
+static const char *const level_names[] = {"error", "warn", "info", "debug"};
+
+void log_setup(enum log_level level, enum log_format format)
+{
+	log_current_level = level;
+	log_current_format = format;
+}
+
+bool log_level_parse(const char *s, enum log_level *ret)
+{
+	for (size_t i = 0; i < sizeof(level_names) / sizeof(level_names[0]); i++) {
+		if (strcmp(s, level_names[i]) == 0) {
+			*ret = (enum log_level)i;
+			return true;
+		}
+	}
+	if (strcmp(s, "warning") == 0) {
+		*ret = LOG_LEVEL_WARN;
+		return true;
+	}
+	return false;
+}
+
+bool log_format_parse(const char *s, enum log_format *ret)
+{
+	if (strcmp(s, "text") == 0)
+		*ret = LOG_FORMAT_TEXT;
+	else if (strcmp(s, "json") == 0)
+		*ret = LOG_FORMAT_JSON;
+	else
+		return false;
+	return true;
+}
+
+/* Append s to buf as JSON string content (no quotes), bounded. */
+static size_t json_escape(char *buf, size_t pos, size_t cap, const char *s)
+{
+	for (; *s && pos + 7 < cap; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (c == '"' || c == '\\') {
+			buf[pos++] = '\\';
+			buf[pos++] = (char)c;
+		} else if (c < 0x20) {
+			pos += (size_t)snprintf(buf + pos, cap - pos, "\\u%04x", c);
+		} else {
+			buf[pos++] = (char)c;
+		}
+	}
+	return pos;
+}
+
+void log_write(enum log_level level, const char *fmt, ...)
+{
+	char msg[4096], line[8400], ts[40];
+	struct timeval tv;
+	struct tm tm;
+	va_list ap;
+	size_t n;
+
+	if (level > log_current_level)
+		return;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+
+	gettimeofday(&tv, NULL);
+	gmtime_r(&tv.tv_sec, &tm);
+	n = strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(ts + n, sizeof(ts) - n, ".%03dZ", (int)(tv.tv_usec / 1000));
+
+	if (log_current_format == LOG_FORMAT_JSON) {
+		n = (size_t)snprintf(line, sizeof(line), "{\"ts\":\"%s\",\"level\":\"%s\",\"msg\":\"", ts,
+				     level_names[level]);
+		n = json_escape(line, n, sizeof(line) - 4, msg);
+		n += (size_t)snprintf(line + n, sizeof(line) - n, "\"}\n");
+	} else {
+		n = (size_t)snprintf(line, sizeof(line), "%s %s: %s\n", ts, level_names[level], msg);
+	}
+	if (n >= sizeof(line))
+		n = sizeof(line) - 1;
+	(void)!write(STDERR_FILENO, line, n);
+}

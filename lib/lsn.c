@@ -1,0 +1,101 @@
+/*
+ * lsn.c - WAL position parsing/formatting and protocol time helpers.
+ */
+#include "lsn.h"
+
+#include <stdio.h>
+#include <time.h>
+
+/* Seconds between 1970-01-01 and 2000-01-01, the PostgreSQL epoch. */
+#define PG_EPOCH_OFFSET_US INT64_C(946684800000000)
+
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/* Parse 1..8 hex digits from s[*pos..end) into *out, stopping at stop. */
+static bool parse_half(const char *s, size_t *pos, size_t end, char stop, uint32_t *out)
+{
+	uint32_t v = 0;
+	size_t start = *pos;
+
+	while (*pos < end && s[*pos] != stop) {
+		int h = hexval(s[*pos]);
+
+		if (h < 0 || *pos - start >= 8)
+			return false;
+		v = (v << 4) | (uint32_t)h;
+		(*pos)++;
+	}
+	if (*pos == start)
+		return false;
+	*out = v;
+	return true;
+}
+
+bool lsn_parse(const char *s, size_t len, lsn_t *ret)
+{
+	size_t pos = 0;
+	uint32_t hi, lo;
+
+	if (!s)
+		return false;
+	if (!parse_half(s, &pos, len, '/', &hi) || pos >= len || s[pos] != '/')
+		return false;
+	pos++;
+	if (!parse_half(s, &pos, len, '\0', &lo) || pos != len)
+		return false;
+	*ret = ((lsn_t)hi << 32) | lo;
+	return true;
+}
+
+char *lsn_format(lsn_t lsn, char buf[LSN_STRLEN])
+{
+	snprintf(buf, LSN_STRLEN, "%X/%X", (unsigned)(lsn >> 32), (unsigned)(lsn & 0xffffffffu));
+	return buf;
+}
+
+int64_t time_now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int64_t time_mono_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int64_t time_unix_to_pg(int64_t unix_us)
+{
+	return unix_us - PG_EPOCH_OFFSET_US;
+}
+
+void put_be64(unsigned char *p, uint64_t v)
+{
+	for (int i = 7; i >= 0; i--) {
+		p[i] = (unsigned char)(v & 0xff);
+		v >>= 8;
+	}
+}
+
+uint64_t get_be64(const unsigned char *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 0; i < 8; i++)
+		v = (v << 8) | p[i];
+	return v;
+}

@@ -1,0 +1,38 @@
+/*
+ * redis_url.h - parse --redis-url.
+ *
+ * Accepted forms:
+ *   redis://[[user]:password@]host[:port][/db]      (port default 6379, db default 0)
+ *   redis://[[user]:password@][ipv6]:port[/db]
+ *   unix://[[user]:password@]/path/to/redis.sock[?db=N]
+ *   /path/to/redis.sock                             (shorthand for unix://)
+ * User and password are percent-decoded. "rediss://" is recognised and sets
+ * tls=true (the sink refuses it when the build has no TLS support).
+ */
+#ifndef RELAY_REDIS_URL_H
+#define RELAY_REDIS_URL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct redis_target {
+	char *host;      /* NULL for unix sockets */
+	int port;
+	char *unix_path; /* NULL for TCP */
+	char *user;      /* NULL when absent */
+	char *password;  /* NULL when absent */
+	int db;
+	bool tls;
+};
+
+/*
+ * Parse url into *ret (fields malloc'd; free with redis_target_finish).
+ * On failure returns false, leaves *ret zeroed, and writes a one-line reason
+ * to err that never contains the password.
+ */
+bool redis_url_parse(const char *url, struct redis_target *ret, char *err, size_t errlen);
+void redis_target_finish(struct redis_target *t);
+/* "host:port/db" or "unix:/path" with no credentials, for logs. Returns buf. */
+char *redis_target_describe(const struct redis_target *t, char *buf, size_t len);
+
+#endif
