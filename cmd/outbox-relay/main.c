@@ -1,0 +1,39 @@
+/*
+ * outbox-relay - publish transactional outbox rows from a PostgreSQL logical
+ * replication slot (wal2json) to Redis Streams, exactly once per event id.
+ *
+ * This file only parses the configuration and hands over to relay_run().
+ */
+#include <stdio.h>
+
+#include "config.h"
+#include "exitcode.h"
+#include "log.h"
+#include "relay.h"
+
+extern char **environ;
+
+int main(int argc, char **argv)
+{
+	struct relay_config cf;
+	char err[1024];
+	int rc;
+
+	switch (config_load(&cf, argc, argv, environ, err, sizeof(err))) {
+	case CONFIG_OK:
+		break;
+	case CONFIG_HELP:
+	case CONFIG_VERSION:
+		config_finish(&cf);
+		return EXIT_OK;
+	case CONFIG_ERROR:
+	default:
+		fprintf(stderr, "outbox-relay: %s\n", err);
+		config_finish(&cf);
+		return EXIT_USAGE;
+	}
+	log_setup(cf.log_level, cf.log_format);
+	rc = relay_run(&cf);
+	config_finish(&cf);
+	return rc;
+}

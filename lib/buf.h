@@ -1,0 +1,94 @@
+/*
+ * buf.h - growable byte buffer with a sticky failure flag (pgbouncer's pktbuf
+ * habit): appends after an allocation failure are no-ops, and the caller
+ * checks buf.failed once at the end.
+ */
+#ifndef RELAY_BUF_H
+#define RELAY_BUF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct buf {
+	char *data;
+	size_t len;
+	size_t cap;
+	bool failed;
+};
+
+static inline bool buf_reserve(struct buf *b, size_t extra)
+{
+	size_t need, cap;
+	char *p;
+
+	if (b->failed)
+		return false;
+	need = b->len + extra + 1; /* always room for a terminating NUL */
+	if (need <= b->cap)
+		return true;
+	cap = b->cap ? b->cap : 256;
+	while (cap < need)
+		cap *= 2;
+	p = realloc(b->data, cap);
+	if (!p) {
+		b->failed = true;
+		return false;
+	}
+	b->data = p;
+	b->cap = cap;
+	return true;
+}
+
+static inline void buf_append(struct buf *b, const void *p, size_t n)
+{
+	if (!buf_reserve(b, n))
+		return;
+	if (n)
+		memcpy(b->data + b->len, p, n);
+	b->len += n;
+	b->data[b->len] = '\0';
+}
+
+static inline void buf_puts(struct buf *b, const char *s)
+{
+	buf_append(b, s, strlen(s));
+}
+
+static inline void buf_putc(struct buf *b, char c)
+{
+	buf_append(b, &c, 1);
+}
+
+/* Append the decimal rendering of v. */
+static inline void buf_put_u64(struct buf *b, uint64_t v)
+{
+	char tmp[24];
+	int i = (int)sizeof(tmp);
+
+	do {
+		tmp[--i] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	buf_append(b, tmp + i, sizeof(tmp) - (size_t)i);
+}
+
+static inline void buf_reset(struct buf *b)
+{
+	b->len = 0;
+	b->failed = false;
+	if (b->data)
+		b->data[0] = '\0';
+}
+
+static inline void buf_finish(struct buf *b)
+{
+	free(b->data);
+	b->data = NULL;
+	b->len = b->cap = 0;
+	b->failed = false;
+}
+
+#endif

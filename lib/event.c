@@ -1,0 +1,392 @@
+/*
+ * event.c - outbox rows and logical messages to stream events.
+ *
+ * The mapper routes each row through the stream template, checks the event
+ * id, and lays out the entry's fields. Rows it cannot map become dead-letter
+ * events carrying the reason and the raw wal2json object, so nothing is
+ * skipped silently.
+ */
+#include "event.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "buf.h"
+
+enum part_kind { PART_LITERAL, PART_COLUMN };
+
+struct tmpl_part {
+	enum part_kind kind;
+	char *text; /* literal text or column name */
+	size_t len;
+};
+
+struct stream_tmpl {
+	struct tmpl_part *parts;
+	size_t nparts;
+	bool fixed;
+};
+
+struct mapper {
+	const struct relay_config *cf;
+	struct stream_tmpl *tmpl;
+	const char *id_column;
+	size_t id_column_len;
+	struct buf stream;    /* rendered stream name */
+	struct buf scratch;   /* _lsn, _xid texts */
+	struct event_field *fields;
+	size_t fields_cap;
+	bool failed;
+};
+
+static bool tmpl_push(struct stream_tmpl *t, enum part_kind kind, const char *s, size_t len)
+{
+	struct tmpl_part *p = realloc(t->parts, (t->nparts + 1) * sizeof(*p));
+	char *copy;
+
+	if (!p)
+		return false;
+	t->parts = p;
+	copy = malloc(len + 1);
+	if (!copy)
+		return false;
+	memcpy(copy, s, len);
+	copy[len] = '\0';
+	t->parts[t->nparts++] = (struct tmpl_part){kind, copy, len};
+	return true;
+}
+
+struct stream_tmpl *stream_tmpl_compile(const char *spec, char *err, size_t errlen)
+{
+	struct stream_tmpl *t;
+	struct buf lit = {0};
+	size_t i = 0, n = strlen(spec);
+
+	if (n == 0) {
+		snprintf(err, errlen, "stream template is empty");
+		return NULL;
+	}
+	t = calloc(1, sizeof(*t));
+	if (!t) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	t->fixed = true;
+	while (i < n) {
+		char c = spec[i];
+
+		if (c == '{' && i + 1 < n && spec[i + 1] == '{') {
+			buf_putc(&lit, '{');
+			i += 2;
+		} else if (c == '}' && i + 1 < n && spec[i + 1] == '}') {
+			buf_putc(&lit, '}');
+			i += 2;
+		} else if (c == '{') {
+			const char *close = memchr(spec + i + 1, '}', n - i - 1);
+			size_t nlen;
+
+			if (!close) {
+				snprintf(err, errlen,
+					 "unclosed \"{\" at position %zu in stream template \"%s\": "
+					 "write {column} or {{ for a literal brace",
+					 i + 1, spec);
+				goto fail;
+			}
+			nlen = (size_t)(close - (spec + i + 1));
+			if (nlen == 0) {
+				snprintf(err, errlen,
+					 "empty placeholder \"{}\" in stream template \"%s\": "
+					 "name a column, e.g. {aggregate_type}",
+					 spec);
+				goto fail;
+			}
+			if (memchr(spec + i + 1, '{', nlen)) {
+				snprintf(err, errlen, "nested \"{\" in stream template \"%s\"", spec);
+				goto fail;
+			}
+			if (lit.len && !tmpl_push(t, PART_LITERAL, lit.data, lit.len))
+				goto oom;
+			buf_reset(&lit);
+			if (!tmpl_push(t, PART_COLUMN, spec + i + 1, nlen))
+				goto oom;
+			t->fixed = false;
+			i += nlen + 2;
+		} else if (c == '}') {
+			snprintf(err, errlen,
+				 "unmatched \"}\" at position %zu in stream template \"%s\": "
+				 "write }} for a literal brace",
+				 i + 1, spec);
+			goto fail;
+		} else {
+			buf_putc(&lit, c);
+			i++;
+		}
+	}
+	if (lit.len && !tmpl_push(t, PART_LITERAL, lit.data, lit.len))
+		goto oom;
+	if (lit.failed)
+		goto oom;
+	buf_finish(&lit);
+	return t;
+oom:
+	snprintf(err, errlen, "out of memory");
+fail:
+	buf_finish(&lit);
+	stream_tmpl_free(t);
+	return NULL;
+}
+
+void stream_tmpl_free(struct stream_tmpl *t)
+{
+	if (!t)
+		return;
+	for (size_t i = 0; i < t->nparts; i++)
+		free(t->parts[i].text);
+	free(t->parts);
+	free(t);
+}
+
+bool stream_tmpl_is_fixed(const struct stream_tmpl *t)
+{
+	return t->fixed;
+}
+
+static const struct w2j_field *find_field(const struct w2j_field *f, size_t n, const char *name,
+					  size_t len)
+{
+	for (size_t i = 0; i < n; i++)
+		if (f[i].name_len == len && memcmp(f[i].name, name, len) == 0)
+			return &f[i];
+	return NULL;
+}
+
+bool stream_hash_tag(const char *s, size_t len, struct buf *out)
+{
+	const char *open = memchr(s, '{', len);
+
+	buf_reset(out);
+	if (open) {
+		size_t rest = len - (size_t)(open - s) - 1;
+		const char *close = memchr(open + 1, '}', rest);
+
+		if (close && close > open + 1) {
+			buf_append(out, open, (size_t)(close - open) + 1);
+			return true;
+		}
+	}
+	/* No valid tag: Redis hashes the whole name, so the tag must be all of it. */
+	if (memchr(s, '}', len))
+		return false;
+	buf_putc(out, '{');
+	buf_append(out, s, len);
+	buf_putc(out, '}');
+	return true;
+}
+
+bool stream_tmpl_render(const struct stream_tmpl *t, const struct w2j_field *fields, size_t n,
+			struct buf *out, const char **reason)
+{
+	static char why[256];
+	struct buf tag = {0};
+	bool ok;
+
+	buf_reset(out);
+	for (size_t i = 0; i < t->nparts; i++) {
+		const struct tmpl_part *p = &t->parts[i];
+		const struct w2j_field *f;
+
+		if (p->kind == PART_LITERAL) {
+			buf_append(out, p->text, p->len);
+			continue;
+		}
+		f = find_field(fields, n, p->text, p->len);
+		if (!f) {
+			snprintf(why, sizeof(why), "routing column \"%s\" is missing", p->text);
+			*reason = why;
+			return false;
+		}
+		if (f->kind == W2J_KIND_NULL) {
+			snprintf(why, sizeof(why), "routing column \"%s\" is NULL", p->text);
+			*reason = why;
+			return false;
+		}
+		buf_append(out, f->value, f->value_len);
+	}
+	if (out->failed) {
+		*reason = "out of memory rendering the stream name";
+		return false;
+	}
+	if (out->len == 0) {
+		*reason = "stream name is empty";
+		return false;
+	}
+	if (out->len > STREAM_NAME_MAX) {
+		snprintf(why, sizeof(why), "stream name is %zu bytes, longer than %d", out->len,
+			 STREAM_NAME_MAX);
+		*reason = why;
+		return false;
+	}
+	ok = stream_hash_tag(out->data, out->len, &tag);
+	buf_finish(&tag);
+	if (!ok) {
+		*reason = "stream name contains \"}\" outside a {hash tag}";
+		return false;
+	}
+	return true;
+}
+
+struct mapper *mapper_create(const struct relay_config *cf, char *err, size_t errlen)
+{
+	struct mapper *m = calloc(1, sizeof(*m));
+
+	if (!m) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	m->cf = cf;
+	m->tmpl = stream_tmpl_compile(cf->stream, err, errlen);
+	if (!m->tmpl) {
+		free(m);
+		return NULL;
+	}
+	m->id_column = cf->id_column;
+	m->id_column_len = strlen(cf->id_column);
+	return m;
+}
+
+void mapper_destroy(struct mapper *m)
+{
+	if (!m)
+		return;
+	stream_tmpl_free(m->tmpl);
+	buf_finish(&m->stream);
+	buf_finish(&m->scratch);
+	free(m->fields);
+	free(m);
+}
+
+bool mapper_failed(const struct mapper *m)
+{
+	return m->failed;
+}
+
+static bool ensure_fields(struct mapper *m, size_t n)
+{
+	struct event_field *f;
+
+	if (n <= m->fields_cap)
+		return true;
+	f = realloc(m->fields, n * sizeof(*f));
+	if (!f) {
+		m->failed = true;
+		return false;
+	}
+	m->fields = f;
+	m->fields_cap = n;
+	return true;
+}
+
+/*
+ * Append _lsn, _xid and _committed_at after nf fields. The texts live in
+ * m->scratch, which is filled completely before any pointer into it is
+ * taken, so a realloc cannot leave a dangling field.
+ */
+static size_t add_meta(struct mapper *m, const struct txn_info *tx, size_t nf)
+{
+	char lsnbuf[LSN_STRLEN];
+	size_t lsn_len, xid_off, xid_len = 0;
+
+	buf_reset(&m->scratch);
+	buf_puts(&m->scratch, lsn_format(tx->commit_lsn, lsnbuf));
+	lsn_len = m->scratch.len;
+	buf_putc(&m->scratch, '\0');
+	xid_off = m->scratch.len;
+	if (tx->has_xid) {
+		buf_put_u64(&m->scratch, tx->xid);
+		xid_len = m->scratch.len - xid_off;
+	}
+	if (m->scratch.failed) {
+		m->failed = true;
+		return nf;
+	}
+	m->fields[nf++] = (struct event_field){"_lsn", 4, m->scratch.data, lsn_len};
+	if (tx->has_xid)
+		m->fields[nf++] =
+			(struct event_field){"_xid", 4, m->scratch.data + xid_off, xid_len};
+	if (tx->committed_at)
+		m->fields[nf++] = (struct event_field){"_committed_at", 13, tx->committed_at,
+						       tx->committed_at_len};
+	return nf;
+}
+
+void mapper_dead_letter(struct mapper *m, const struct txn_info *tx, uint32_t index,
+			const char *reason, const char *raw, size_t rawlen, struct event *ret)
+{
+	size_t nf = 0;
+
+	*ret = (struct event){0};
+	if (!ensure_fields(m, 8))
+		return;
+	m->fields[nf++] = (struct event_field){"reason", 6, reason, strlen(reason)};
+	m->fields[nf++] = (struct event_field){"raw", 3, raw, rawlen};
+	m->fields[nf++] = (struct event_field){"slot", 4, m->cf->slot, strlen(m->cf->slot)};
+	nf = add_meta(m, tx, nf);
+	ret->stream = m->cf->dead_letter_stream;
+	ret->stream_len = strlen(m->cf->dead_letter_stream);
+	ret->id = NULL;
+	ret->id_len = 0;
+	ret->commit_lsn = tx->commit_lsn;
+	ret->index = index;
+	ret->fields = m->fields;
+	ret->nfields = nf;
+}
+
+enum map_result mapper_map(struct mapper *m, const struct txn_info *tx, uint32_t index,
+			   const struct w2j_field *fields, size_t nfields, const char *raw,
+			   size_t rawlen, struct event *ret, const char **reason)
+{
+	static char why[256];
+	const struct w2j_field *idf;
+	size_t nf = 0;
+
+	idf = find_field(fields, nfields, m->id_column, m->id_column_len);
+	if (!idf || idf->kind == W2J_KIND_NULL || idf->value_len == 0) {
+		snprintf(why, sizeof(why), "event id column \"%s\" is %s", m->id_column,
+			 !idf ? "missing" : idf->kind == W2J_KIND_NULL ? "NULL" : "empty");
+		*reason = why;
+		goto dead;
+	}
+	if (idf->kind == W2J_KIND_JSON) {
+		snprintf(why, sizeof(why), "event id \"%s\" is a JSON object or array, not a scalar",
+			 m->id_column);
+		*reason = why;
+		goto dead;
+	}
+	if (!stream_tmpl_render(m->tmpl, fields, nfields, &m->stream, reason))
+		goto dead;
+	if (!ensure_fields(m, nfields + 3)) {
+		*reason = "out of memory";
+		goto dead;
+	}
+	for (size_t i = 0; i < nfields; i++) {
+		if (fields[i].kind == W2J_KIND_NULL)
+			continue;
+		m->fields[nf++] = (struct event_field){fields[i].name, fields[i].name_len,
+						       fields[i].value, fields[i].value_len};
+	}
+	nf = add_meta(m, tx, nf);
+	*ret = (struct event){
+		.stream = m->stream.data,
+		.stream_len = m->stream.len,
+		.id = idf->value,
+		.id_len = idf->value_len,
+		.commit_lsn = tx->commit_lsn,
+		.index = index,
+		.fields = m->fields,
+		.nfields = nf,
+	};
+	return MAP_EVENT;
+dead:
+	mapper_dead_letter(m, tx, index, *reason, raw, rawlen, ret);
+	return MAP_DEAD_LETTER;
+}

@@ -1,0 +1,112 @@
+/*
+ * event.h - mapping decoded outbox rows and logical messages to stream
+ * events, and rendering stream names from templates.
+ *
+ * An event is what one call of the Redis function publishes: a stream name,
+ * the event id (for the dedup window), the position (commit LSN, index in
+ * transaction) for the replay watermark, and the entry's field/value pairs
+ * in a stable order: the row's non-null columns in table order (or the
+ * message object's keys in document order), then _lsn, _xid, _committed_at.
+ *
+ * Ownership: pointers inside a struct event point into the w2j_field array it
+ * was mapped from and into the mapper's scratch space; they stay valid until
+ * the next mapper_* call or until the decoder is reused, whichever is first.
+ */
+#ifndef RELAY_EVENT_H
+#define RELAY_EVENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "lsn.h"
+#include "wal2json.h"
+
+/* Longest stream name accepted; longer ones are dead-lettered. */
+#define STREAM_NAME_MAX 512
+
+struct event_field {
+	const char *name;
+	size_t name_len;
+	const char *value;
+	size_t value_len;
+};
+
+struct event {
+	const char *stream;
+	size_t stream_len;
+	const char *id; /* NULL: no dedup (dead letters) */
+	size_t id_len;
+	lsn_t commit_lsn;
+	uint32_t index; /* position of the event inside its transaction */
+	const struct event_field *fields;
+	size_t nfields;
+};
+
+/* What the relay knows about the transaction an event belongs to. */
+struct txn_info {
+	lsn_t commit_lsn;       /* commit record end (B's "nextlsn") */
+	bool has_xid;
+	uint32_t xid;
+	const char *committed_at; /* wal2json commit timestamp text, may be NULL */
+	size_t committed_at_len;
+};
+
+/* Compiled stream template: "outbox:{aggregate_type}"; "{{" and "}}" are literal braces. */
+struct stream_tmpl;
+
+/*
+ * Compile spec. Returns NULL and writes a one-line reason to err on an
+ * unbalanced brace, an empty placeholder, or an empty template.
+ */
+struct stream_tmpl *stream_tmpl_compile(const char *spec, char *err, size_t errlen);
+void stream_tmpl_free(struct stream_tmpl *t); /* NULL is a no-op */
+/* True when the template has no placeholders (a fixed stream name). */
+bool stream_tmpl_is_fixed(const struct stream_tmpl *t);
+
+/*
+ * Render t over fields into out (replacing its content). Returns false and
+ * sets *reason (a static or out-owned string) when a placeholder's column is
+ * absent or NULL, or the result is empty, longer than STREAM_NAME_MAX, or
+ * cannot carry a cluster hash tag (see stream_hash_tag).
+ */
+struct buf;
+bool stream_tmpl_render(const struct stream_tmpl *t, const struct w2j_field *fields, size_t n,
+			struct buf *out, const char **reason);
+
+/*
+ * The hash tag that auxiliary keys of stream s[0..len) must carry so they
+ * hash to the same Redis Cluster slot as s: s's own {tag} if it has a valid
+ * one, otherwise s itself. Writes "{...}" into out. Returns false when s has
+ * no valid tag but contains '}' (no auxiliary key could match its slot).
+ */
+bool stream_hash_tag(const char *s, size_t len, struct buf *out);
+
+struct mapper;
+
+struct mapper *mapper_create(const struct relay_config *cf, char *err, size_t errlen);
+void mapper_destroy(struct mapper *m); /* NULL is a no-op */
+
+enum map_result {
+	MAP_EVENT = 0,   /* *ret is an event for its routed stream */
+	MAP_DEAD_LETTER  /* *ret is a dead-letter event; *reason says why */
+};
+
+/*
+ * Map one outbox row (columns of an INSERT) or one message object (its keys)
+ * to an event. raw/rawlen is the original wal2json object, carried into a
+ * dead-letter entry when the row cannot be mapped.
+ */
+enum map_result mapper_map(struct mapper *m, const struct txn_info *tx, uint32_t index,
+			   const struct w2j_field *fields, size_t nfields, const char *raw,
+			   size_t rawlen, struct event *ret, const char **reason);
+
+/* Build a dead-letter event for raw with the given reason. */
+void mapper_dead_letter(struct mapper *m, const struct txn_info *tx, uint32_t index,
+			const char *reason, const char *raw, size_t rawlen, struct event *ret);
+
+/* True once the mapper ran out of memory; it then cannot produce events. */
+bool mapper_failed(const struct mapper *m);
+
+#endif

@@ -1,0 +1,493 @@
+/*
+ * pgrepl.c - logical replication over libpq (replication=database).
+ *
+ * Connection and setup commands are synchronous; streaming uses
+ * PQgetCopyData in async mode so the relay's poll loop can serve Redis at
+ * the same time. Byte layouts follow the PostgreSQL streaming replication
+ * protocol (all integers big-endian).
+ */
+#include "pgrepl.h"
+
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "buf.h"
+
+struct pgrepl {
+	const struct relay_config *cf;
+	PGconn *conn;
+	bool streaming;
+	bool created_slot;
+	char *copybuf; /* last PQgetCopyData buffer, freed on the next call */
+	char errmsg[1024];
+};
+
+struct pgrepl *pgrepl_create(const struct relay_config *cf)
+{
+	struct pgrepl *p = calloc(1, sizeof(*p));
+
+	if (p)
+		p->cf = cf;
+	return p;
+}
+
+void pgrepl_close(struct pgrepl *p)
+{
+	if (p->copybuf) {
+		PQfreemem(p->copybuf);
+		p->copybuf = NULL;
+	}
+	if (p->conn) {
+		PQfinish(p->conn);
+		p->conn = NULL;
+	}
+	p->streaming = false;
+}
+
+void pgrepl_destroy(struct pgrepl *p)
+{
+	if (!p)
+		return;
+	pgrepl_close(p);
+	free(p);
+}
+
+const char *pgrepl_errmsg(const struct pgrepl *p)
+{
+	return p->errmsg;
+}
+
+bool pgrepl_streaming(const struct pgrepl *p)
+{
+	return p->streaming;
+}
+
+bool pgrepl_created_slot(const struct pgrepl *p)
+{
+	return p->created_slot;
+}
+
+int pgrepl_fd(const struct pgrepl *p)
+{
+	return p->conn ? PQsocket(p->conn) : -1;
+}
+
+/* Copy libpq's (possibly multi-line) message as one line. */
+static void set_err(struct pgrepl *p, const char *prefix, const char *msg)
+{
+	size_t n;
+
+	snprintf(p->errmsg, sizeof(p->errmsg), "%s%s", prefix, msg ? msg : "");
+	n = strlen(p->errmsg);
+	while (n > 0 && (p->errmsg[n - 1] == '\n' || p->errmsg[n - 1] == ' '))
+		p->errmsg[--n] = '\0';
+	for (size_t i = 0; i < n; i++)
+		if (p->errmsg[i] == '\n' || p->errmsg[i] == '\t')
+			p->errmsg[i] = ' ';
+}
+
+static void append_hint(struct pgrepl *p, const char *hint)
+{
+	size_t n = strlen(p->errmsg);
+
+	snprintf(p->errmsg + n, sizeof(p->errmsg) - n, "; %s", hint);
+}
+
+/* Classify a failed connection attempt from libpq's message text (no SQLSTATE is exposed). */
+static enum pg_status classify_connect_error(struct pgrepl *p, const char *msg)
+{
+	if (strstr(msg, "password authentication failed") || strstr(msg, "no pg_hba.conf entry") ||
+	    strstr(msg, "authentication failed") || strstr(msg, "no password supplied")) {
+		append_hint(p, "check the user and password in --pg-dsn and pg_hba.conf");
+		return PG_FATAL_SETUP;
+	}
+	if (strstr(msg, "must be superuser or replication role") ||
+	    strstr(msg, "permission denied to start WAL sender")) {
+		append_hint(p, "grant it with: ALTER ROLE <user> REPLICATION");
+		return PG_FATAL_SETUP;
+	}
+	if ((strstr(msg, "role \"") || strstr(msg, "database \"")) && strstr(msg, "does not exist")) {
+		append_hint(p, "fix the user or dbname in --pg-dsn");
+		return PG_FATAL_SETUP;
+	}
+	return PG_RETRY;
+}
+
+static const char *sqlstate(const PGresult *res)
+{
+	const char *s = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+
+	return s ? s : "";
+}
+
+/* Classify a failed replication/SQL command by SQLSTATE and message. */
+static enum pg_status classify_command_error(struct pgrepl *p, const PGresult *res)
+{
+	const char *state = sqlstate(res);
+
+	if (strstr(p->errmsg, "may not be used as an output plugin")) {
+		append_hint(p, "add wal2json to output_plugin_libraries in postgresql.conf, e.g. "
+			       "output_plugin_libraries = 'pgoutput, test_decoding, wal2json', then "
+			       "reload PostgreSQL");
+		return PG_FATAL_SETUP;
+	}
+	if (strcmp(state, "55006") == 0) /* object_in_use: slot active elsewhere */
+		return PG_STANDBY;
+	if (strcmp(state, "58P01") == 0 || strstr(p->errmsg, "could not access file")) {
+		append_hint(p, "install the wal2json output plugin (Debian: postgresql-15-wal2json)");
+		return PG_FATAL_SETUP;
+	}
+	if (strstr(p->errmsg, "wal_level")) {
+		append_hint(p, "set wal_level = logical in postgresql.conf and restart PostgreSQL");
+		return PG_FATAL_SETUP;
+	}
+	if (strcmp(state, "53400") == 0) { /* configuration_limit_exceeded */
+		append_hint(p, "drop an unused slot or raise max_replication_slots");
+		return PG_FATAL_SLOT;
+	}
+	if (strcmp(state, "42501") == 0) { /* insufficient_privilege */
+		append_hint(p, "the role needs the REPLICATION attribute");
+		return PG_FATAL_SETUP;
+	}
+	if (strcmp(state, "57P01") == 0 || strcmp(state, "57P02") == 0 ||
+	    strcmp(state, "57P03") == 0 || state[0] == '0' || state[0] == '\0')
+		return PG_RETRY; /* shutdown, crash, not yet accepting, connection trouble */
+	return PG_RETRY;
+}
+
+static PGresult *run(struct pgrepl *p, const char *sql, ExecStatusType want, enum pg_status *st)
+{
+	PGresult *res = PQexec(p->conn, sql);
+
+	if (PQresultStatus(res) == want)
+		return res;
+	set_err(p, "", PQerrorMessage(p->conn));
+	*st = classify_command_error(p, res);
+	PQclear(res);
+	return NULL;
+}
+
+static bool connect_db(struct pgrepl *p, enum pg_status *st)
+{
+	/* Defaults first; the expanded DSN overrides them; replication=database is forced last. */
+	const char *keys[] = {"connect_timeout", "keepalives",     "keepalives_idle",
+			      "keepalives_interval", "keepalives_count", "fallback_application_name",
+			      "dbname",          "replication",    NULL};
+	const char *vals[] = {"10", "1", "30", "10", "3", "outbox-relay", p->cf->pg_dsn, "database", NULL};
+
+	p->conn = PQconnectdbParams(keys, vals, 1);
+	if (!p->conn) {
+		set_err(p, "", "out of memory allocating a PostgreSQL connection");
+		*st = PG_RETRY;
+		return false;
+	}
+	if (PQstatus(p->conn) != CONNECTION_OK) {
+		set_err(p, "could not connect to PostgreSQL: ", PQerrorMessage(p->conn));
+		*st = classify_connect_error(p, PQerrorMessage(p->conn));
+		return false;
+	}
+	return true;
+}
+
+/* Single-quote s as an SQL string literal into b. */
+static void put_literal(struct buf *b, const char *s)
+{
+	buf_putc(b, '\'');
+	for (; *s; s++) {
+		if (*s == '\'')
+			buf_putc(b, '\'');
+		buf_putc(b, *s);
+	}
+	buf_putc(b, '\'');
+}
+
+/* wal2json's add-tables syntax: schema.table, with space ' , . * escaped by a backslash. */
+static void put_table_filter(struct buf *b, const char *qualified)
+{
+	const char *dot = strchr(qualified, '.');
+
+	for (const char *s = qualified; *s; s++) {
+		if (s != dot && strchr(" ',.*", *s))
+			buf_putc(b, '\\');
+		buf_putc(b, *s);
+	}
+}
+
+static enum pg_status ensure_slot(struct pgrepl *p)
+{
+	enum pg_status st = PG_RETRY;
+	struct buf q = {0};
+	PGresult *res;
+
+	buf_puts(&q, "SELECT plugin, slot_type, database, temporary FROM pg_catalog.pg_replication_slots "
+		     "WHERE slot_name = ");
+	put_literal(&q, p->cf->slot);
+	res = run(p, q.data, PGRES_TUPLES_OK, &st);
+	buf_finish(&q);
+	if (!res)
+		return st;
+	if (PQntuples(res) == 1) {
+		const char *plugin = PQgetvalue(res, 0, 0);
+		const char *type = PQgetvalue(res, 0, 1);
+		const char *db = PQgetvalue(res, 0, 2);
+
+		if (strcmp(type, "logical") != 0 || strcmp(plugin, "wal2json") != 0) {
+			snprintf(p->errmsg, sizeof(p->errmsg),
+				 "replication slot \"%s\" exists but is a %s slot with plugin \"%s\"; "
+				 "outbox-relay needs a logical wal2json slot: use another --slot or drop "
+				 "it with SELECT pg_drop_replication_slot('%s')",
+				 p->cf->slot, type, plugin[0] ? plugin : "(none)", p->cf->slot);
+			PQclear(res);
+			return PG_FATAL_SLOT;
+		}
+		if (strcmp(db, PQdb(p->conn)) != 0) {
+			snprintf(p->errmsg, sizeof(p->errmsg),
+				 "replication slot \"%s\" belongs to database \"%s\", not \"%s\": "
+				 "fix dbname in --pg-dsn or use another --slot",
+				 p->cf->slot, db, PQdb(p->conn));
+			PQclear(res);
+			return PG_FATAL_SLOT;
+		}
+		PQclear(res);
+		return PG_OK;
+	}
+	PQclear(res);
+	if (!p->cf->create_slot) {
+		snprintf(p->errmsg, sizeof(p->errmsg),
+			 "replication slot \"%s\" does not exist and --no-create-slot is set: create it "
+			 "with SELECT pg_create_logical_replication_slot('%s', 'wal2json') or drop "
+			 "--no-create-slot",
+			 p->cf->slot, p->cf->slot);
+		return PG_FATAL_SLOT;
+	}
+	buf_puts(&q, "CREATE_REPLICATION_SLOT \"");
+	buf_puts(&q, p->cf->slot);
+	buf_puts(&q, "\" LOGICAL wal2json (SNAPSHOT 'nothing')");
+	res = run(p, q.data, PGRES_TUPLES_OK, &st);
+	buf_finish(&q);
+	if (!res) {
+		/* Another relay may have created it a moment ago: that one is fine too. */
+		if (strstr(p->errmsg, "already exists"))
+			return PG_RETRY;
+		return st;
+	}
+	PQclear(res);
+	p->created_slot = true;
+	return PG_OK;
+}
+
+static enum pg_status check_table(struct pgrepl *p)
+{
+	enum pg_status st = PG_RETRY;
+	struct buf q = {0};
+	PGresult *res;
+	bool missing;
+
+	buf_puts(&q, "SELECT pg_catalog.to_regclass(");
+	put_literal(&q, p->cf->table);
+	buf_puts(&q, ") IS NULL");
+	res = run(p, q.data, PGRES_TUPLES_OK, &st);
+	buf_finish(&q);
+	if (!res)
+		return st == PG_STANDBY ? PG_RETRY : st;
+	missing = PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+	PQclear(res);
+	if (missing) {
+		snprintf(p->errmsg, sizeof(p->errmsg),
+			 "outbox table \"%s\" does not exist: create it (see sql/outbox.sql) or point "
+			 "--table at your outbox table",
+			 p->cf->table);
+		return PG_FATAL_SCHEMA;
+	}
+	return PG_OK;
+}
+
+enum pg_status pgrepl_start(struct pgrepl *p)
+{
+	enum pg_status st = PG_RETRY;
+	struct buf q = {0};
+	PGresult *res;
+
+	pgrepl_close(p);
+	if (!connect_db(p, &st))
+		goto fail;
+
+	res = run(p, "IDENTIFY_SYSTEM", PGRES_TUPLES_OK, &st);
+	if (!res)
+		goto fail;
+	if (PQntuples(res) != 1 || PQnfields(res) < 4 || PQgetisnull(res, 0, 3)) {
+		PQclear(res);
+		set_err(p, "", "IDENTIFY_SYSTEM returned no database: the connection must use "
+			       "replication=database and a dbname");
+		st = PG_FATAL_SETUP;
+		goto fail;
+	}
+	PQclear(res);
+
+	/* Commit timestamps in UTC, and bytea in hex (wal2json corrupts escape output). */
+	res = run(p, "SET TimeZone = 'UTC'", PGRES_COMMAND_OK, &st);
+	if (!res)
+		goto fail;
+	PQclear(res);
+	res = run(p, "SET bytea_output = 'hex'", PGRES_COMMAND_OK, &st);
+	if (!res)
+		goto fail;
+	PQclear(res);
+
+	st = check_table(p);
+	if (st != PG_OK)
+		goto fail;
+	st = ensure_slot(p);
+	if (st != PG_OK)
+		goto fail;
+
+	/* Always 0/0: the server starts at the slot's confirmed position; a higher
+	 * start would silently skip transactions. */
+	buf_puts(&q, "START_REPLICATION SLOT \"");
+	buf_puts(&q, p->cf->slot);
+	buf_puts(&q, "\" LOGICAL 0/0 (\"format-version\" '2', \"include-transaction\" '1', "
+		     "\"include-xids\" '1', \"include-lsn\" '1', \"include-timestamp\" '1', "
+		     "\"include-types\" '1', \"include-typmod\" '0', \"add-tables\" ");
+	{
+		struct buf filt = {0};
+
+		put_table_filter(&filt, p->cf->table);
+		put_literal(&q, filt.data ? filt.data : "");
+		buf_finish(&filt);
+	}
+	buf_puts(&q, ", \"add-msg-prefixes\" ");
+	put_literal(&q, p->cf->message_prefix);
+	buf_puts(&q, ")");
+	if (q.failed) {
+		set_err(p, "", "out of memory");
+		goto fail_q;
+	}
+	res = run(p, q.data, PGRES_COPY_BOTH, &st);
+	if (!res)
+		goto fail_q;
+	PQclear(res);
+	buf_finish(&q);
+	if (PQsetnonblocking(p->conn, 1) != 0) {
+		set_err(p, "could not set the connection non-blocking: ", PQerrorMessage(p->conn));
+		st = PG_RETRY;
+		goto fail;
+	}
+	p->streaming = true;
+	return PG_OK;
+fail_q:
+	buf_finish(&q);
+fail:
+	pgrepl_close(p);
+	return st;
+}
+
+bool pgrepl_consume(struct pgrepl *p)
+{
+	if (!p->conn || PQconsumeInput(p->conn) == 0) {
+		set_err(p, "lost the PostgreSQL connection: ", p->conn ? PQerrorMessage(p->conn) : "");
+		return false;
+	}
+	return true;
+}
+
+int pgrepl_next(struct pgrepl *p, struct pg_msg *ret)
+{
+	const unsigned char *b;
+	int n;
+
+	if (p->copybuf) {
+		PQfreemem(p->copybuf);
+		p->copybuf = NULL;
+	}
+	if (!p->conn)
+		return -1;
+	n = PQgetCopyData(p->conn, &p->copybuf, 1);
+	if (n == 0)
+		return 0;
+	if (n == -1) {
+		PGresult *res = PQgetResult(p->conn);
+
+		if (PQresultStatus(res) == PGRES_COMMAND_OK)
+			set_err(p, "", "the server ended replication");
+		else
+			set_err(p, "replication stream ended: ", PQerrorMessage(p->conn));
+		PQclear(res);
+		return -1;
+	}
+	if (n < 0) {
+		set_err(p, "could not read from the replication stream: ", PQerrorMessage(p->conn));
+		return -1;
+	}
+	b = (const unsigned char *)p->copybuf;
+	switch (b[0]) {
+	case 'w':
+		if (n < 25) {
+			set_err(p, "", "malformed XLogData message (shorter than its header)");
+			return -1;
+		}
+		ret->type = 'w';
+		ret->data_start = get_be64(b + 1); /* dataStart */
+		ret->wal_end = get_be64(b + 9);    /* walEnd */
+		/* b + 17: sendTime, unused */
+		ret->reply_requested = false;
+		ret->data = p->copybuf + 25;
+		ret->len = (size_t)n - 25;
+		return 1;
+	case 'k':
+		if (n < 18) {
+			set_err(p, "", "malformed keepalive message");
+			return -1;
+		}
+		ret->type = 'k';
+		ret->data_start = LSN_INVALID;
+		ret->wal_end = get_be64(b + 1); /* walEnd: the server's sentPtr */
+		/* b + 9: sendTime, unused */
+		ret->reply_requested = b[17] != 0;
+		ret->data = NULL;
+		ret->len = 0;
+		return 1;
+	default:
+		snprintf(p->errmsg, sizeof(p->errmsg),
+			 "unexpected replication message type 0x%02x", b[0]);
+		return -1;
+	}
+}
+
+bool pgrepl_send_status(struct pgrepl *p, lsn_t received, lsn_t confirmed, bool reply_requested)
+{
+	unsigned char msg[34];
+
+	if (!p->conn || !p->streaming)
+		return false;
+	msg[0] = 'r';
+	put_be64(msg + 1, received);                         /* write */
+	put_be64(msg + 9, confirmed);                        /* flush: what Redis acknowledged */
+	put_be64(msg + 17, confirmed);                       /* apply */
+	put_be64(msg + 25, (uint64_t)time_unix_to_pg(time_now_us())); /* sendTime */
+	msg[33] = reply_requested ? 1 : 0;
+	if (PQputCopyData(p->conn, (const char *)msg, sizeof(msg)) <= 0 || PQflush(p->conn) < 0) {
+		set_err(p, "could not send a status update: ", PQerrorMessage(p->conn));
+		return false;
+	}
+	return true;
+}
+
+void pgrepl_stop(struct pgrepl *p, lsn_t received, lsn_t confirmed)
+{
+	if (p->conn && p->streaming) {
+		(void)pgrepl_send_status(p, received, confirmed, false);
+		(void)PQsetnonblocking(p->conn, 0);
+		if (PQputCopyEnd(p->conn, NULL) == 1 && PQflush(p->conn) == 0) {
+			PGresult *res;
+			char *buf;
+
+			/* Drain what the server still sends until it ends the COPY. */
+			while (PQgetCopyData(p->conn, &buf, 0) > 0)
+				PQfreemem(buf);
+			while ((res = PQgetResult(p->conn)) != NULL)
+				PQclear(res);
+		}
+	}
+	pgrepl_close(p);
+}

@@ -1,0 +1,69 @@
+/*
+ * pgrepl.h - the logical replication connection: IDENTIFY_SYSTEM, slot
+ * check/creation, START_REPLICATION with wal2json v2 options, CopyBoth
+ * message decoding and standby status updates.
+ */
+#ifndef RELAY_PGREPL_H
+#define RELAY_PGREPL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "config.h"
+#include "lsn.h"
+
+enum pg_status {
+	PG_OK = 0,
+	PG_RETRY,       /* transient (connection refused, server restarting): back off and retry */
+	PG_STANDBY,     /* the slot is active in another process: wait as standby */
+	PG_FATAL_SETUP, /* exit EXIT_PG_SETUP: auth, privileges, wal_level, plugin */
+	PG_FATAL_SLOT,  /* exit EXIT_SLOT: other plugin, missing with --no-create-slot, no free slot */
+	PG_FATAL_SCHEMA /* exit EXIT_OUTBOX_SCHEMA */
+};
+
+struct pg_msg {
+	char type;            /* 'w' XLogData or 'k' keepalive */
+	lsn_t data_start;     /* 'w' only */
+	lsn_t wal_end;
+	bool reply_requested; /* 'k' only */
+	const char *data;     /* 'w' payload (one wal2json object), valid until the next pgrepl_next() */
+	size_t len;
+};
+
+struct pgrepl;
+
+struct pgrepl *pgrepl_create(const struct relay_config *cf);
+void pgrepl_destroy(struct pgrepl *p); /* NULL is a no-op */
+
+/*
+ * Connect, identify, make sure the slot exists with wal2json, and start
+ * streaming from the slot's confirmed position. Blocks (bounded by the DSN's
+ * connect_timeout, default 10 s). On failure pgrepl_errmsg() has one line,
+ * with a hint naming the fix for permanent failures.
+ */
+enum pg_status pgrepl_start(struct pgrepl *p);
+bool pgrepl_streaming(const struct pgrepl *p);
+int pgrepl_fd(const struct pgrepl *p);
+/* True when the slot was created by this process (first pgrepl_start). */
+bool pgrepl_created_slot(const struct pgrepl *p);
+
+/* Read what the socket has (after poll said readable). False on a broken connection. */
+bool pgrepl_consume(struct pgrepl *p);
+
+/*
+ * Next buffered message: 1 and *ret filled, 0 when none is buffered, -1 when
+ * the stream ended or failed (pgrepl_errmsg() says why; reconnect).
+ */
+int pgrepl_next(struct pgrepl *p, struct pg_msg *ret);
+
+/* Send a standby status update: write = received, flush = apply = confirmed. */
+bool pgrepl_send_status(struct pgrepl *p, lsn_t received, lsn_t confirmed, bool reply_requested);
+
+/* Final status update, CopyDone, drain, close. Best effort. */
+void pgrepl_stop(struct pgrepl *p, lsn_t received, lsn_t confirmed);
+/* Drop the connection without ceremony. */
+void pgrepl_close(struct pgrepl *p);
+
+const char *pgrepl_errmsg(const struct pgrepl *p);
+
+#endif

@@ -1,0 +1,717 @@
+/*
+ * relay.c - the relay loop.
+ *
+ * One poll loop serves both sockets. WAL messages are decoded and mapped as
+ * they arrive and queued to Redis right away, so memory stays bounded for
+ * any transaction size; reading stops while the in-flight window is full.
+ *
+ * Confirmation. Every point at which the relay could tell PostgreSQL "done
+ * up to here" becomes a mark (sequence number of the last command queued to
+ * Redis at that moment, LSN):
+ *   - a commit (C): the commit record's end, its XLogData dataStart;
+ *   - a keepalive received outside a transaction: its walEnd (the server has
+ *     sent everything before it, so once all earlier commands are acked there
+ *     is nothing below walEnd left to deliver);
+ *   - a skipped non-transactional message outside a transaction.
+ * A mark becomes confirmable when Redis has replied to every command up to
+ * its sequence number. advance_confirm() is the only place that moves the
+ * flush position, and it only ever moves it forward.
+ */
+#include "relay.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "buf.h"
+#include "event.h"
+#include "exitcode.h"
+#include "log.h"
+#include "pgrepl.h"
+#include "sink_redis.h"
+#include "wal2json.h"
+
+#define MSGS_PER_ROUND 1024
+#define STATUS_MIN_GAP_US 100000      /* rate limit for "confirmed moved" updates */
+#define STANDBY_RETRY_MS 2000
+#define RETRY_BASE_MS 200
+#define STATS_INTERVAL_US 30000000
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_stop_signal(int sig)
+{
+	static const char msg[] = "outbox-relay: second signal, exiting now without draining\n";
+
+	(void)sig;
+	if (stop_requested) {
+		(void)!write(STDERR_FILENO, msg, sizeof(msg) - 1);
+		_exit(EXIT_FAILURE_RUNTIME);
+	}
+	stop_requested = 1;
+}
+
+struct mark {
+	uint64_t seq;
+	lsn_t lsn;
+};
+
+struct backoff {
+	int attempt;
+	int64_t next_us; /* monotonic time of the next attempt */
+};
+
+struct counters {
+	uint64_t transactions;
+	uint64_t events_queued;
+	uint64_t dead_letters_queued;
+	uint64_t ignored_update, ignored_delete, ignored_truncate, ignored_message;
+	uint64_t pg_reconnects;
+};
+
+struct relay {
+	const struct relay_config *cf;
+	struct pgrepl *pg;
+	struct sink_redis *sink;
+	struct w2j_decoder *dec;
+	struct mapper *map;
+
+	char *schema;           /* --table split */
+	char *table;
+
+	/* Current transaction (between B and C). */
+	bool in_txn;
+	struct txn_info tx;
+	char committed_at[64];
+	uint32_t next_index;
+	struct buf content; /* copy of a logical message's content */
+
+	/* Marks, oldest first. */
+	struct mark *marks;
+	size_t m_cap, m_head, m_len;
+
+	lsn_t received;   /* highest LSN seen on the stream */
+	lsn_t acked;      /* highest LSN that Redis has fully acknowledged */
+	lsn_t confirmed;  /* highest flush LSN sent to PostgreSQL */
+	int64_t last_status_us;
+	bool pg_ever_started;
+
+	struct backoff pg_bo, redis_bo;
+	bool pg_down, redis_down, standby;
+
+	struct counters n;
+	int64_t last_stats_us;
+	uint64_t last_stats_published;
+};
+
+/* ---- helpers ---- */
+
+static int64_t backoff_next(struct backoff *b, int cap_ms)
+{
+	int64_t delay = RETRY_BASE_MS;
+
+	for (int i = 0; i < b->attempt && delay < cap_ms; i++)
+		delay *= 2;
+	if (delay > cap_ms)
+		delay = cap_ms;
+	b->attempt++;
+	/* Full jitter over the upper half: spread out relays restarting together. */
+	delay = delay / 2 + (int64_t)(random() % (delay / 2 + 1));
+	b->next_us = time_mono_us() + delay * 1000;
+	return delay;
+}
+
+static bool push_mark(struct relay *r, uint64_t seq, lsn_t lsn)
+{
+	if (r->m_len > 0) {
+		struct mark *tail = &r->marks[(r->m_head + r->m_len - 1) % r->m_cap];
+
+		if (tail->seq == seq) { /* nothing queued since: just move it forward */
+			if (lsn > tail->lsn)
+				tail->lsn = lsn;
+			return true;
+		}
+	}
+	if (r->m_len == r->m_cap) {
+		size_t cap = r->m_cap ? r->m_cap * 2 : 256;
+		struct mark *m = malloc(cap * sizeof(*m));
+
+		if (!m)
+			return false;
+		for (size_t i = 0; i < r->m_len; i++)
+			m[i] = r->marks[(r->m_head + i) % r->m_cap];
+		free(r->marks);
+		r->marks = m;
+		r->m_cap = cap;
+		r->m_head = 0;
+	}
+	r->marks[(r->m_head + r->m_len) % r->m_cap] = (struct mark){seq, lsn};
+	r->m_len++;
+	return true;
+}
+
+/* Move r->acked over every mark whose commands Redis has acknowledged. */
+static void advance_confirm(struct relay *r)
+{
+	uint64_t acked_seq = sink_redis_acked_seq(r->sink);
+
+	while (r->m_len > 0 && r->marks[r->m_head].seq <= acked_seq) {
+		if (r->marks[r->m_head].lsn > r->acked)
+			r->acked = r->marks[r->m_head].lsn;
+		r->m_head = (r->m_head + 1) % r->m_cap;
+		r->m_len--;
+	}
+}
+
+static bool send_status(struct relay *r, bool reply_requested)
+{
+	lsn_t flush = r->acked > r->confirmed ? r->acked : r->confirmed; /* never backwards */
+
+	if (!pgrepl_send_status(r->pg, r->received, flush, reply_requested))
+		return false;
+	r->confirmed = flush;
+	r->last_status_us = time_mono_us();
+	return true;
+}
+
+/* ---- WAL message handling ---- */
+
+static bool queue_event(struct relay *r, const struct event *ev, bool dead)
+{
+	if (!sink_redis_publish(r->sink, ev, dead)) {
+		log_error("out of memory queueing an event for Redis");
+		return false;
+	}
+	if (dead)
+		r->n.dead_letters_queued++;
+	else
+		r->n.events_queued++;
+	return true;
+}
+
+static bool dead_letter(struct relay *r, const char *reason, const char *raw, size_t len)
+{
+	char lsnbuf[LSN_STRLEN];
+	struct event ev;
+
+	mapper_dead_letter(r->map, &r->tx, r->next_index++, reason, raw, len, &ev);
+	if (mapper_failed(r->map)) {
+		log_error("out of memory building a dead-letter entry");
+		return false;
+	}
+	log_warn("dead-lettering an event of the transaction committing at %s to \"%s\": %s",
+		 lsn_format(r->tx.commit_lsn, lsnbuf), r->cf->dead_letter_stream, reason);
+	return queue_event(r, &ev, true);
+}
+
+static bool map_and_queue(struct relay *r, const struct w2j_field *fields, size_t n,
+			  const char *raw, size_t len)
+{
+	const char *reason = NULL;
+	struct event ev;
+	enum map_result mr;
+
+	mr = mapper_map(r->map, &r->tx, r->next_index++, fields, n, raw, len, &ev, &reason);
+	if (mapper_failed(r->map)) {
+		log_error("out of memory mapping an event");
+		return false;
+	}
+	if (mr == MAP_DEAD_LETTER) {
+		char lsnbuf[LSN_STRLEN];
+
+		log_warn("dead-lettering an event of the transaction committing at %s to \"%s\": %s",
+			 lsn_format(r->tx.commit_lsn, lsnbuf), r->cf->dead_letter_stream, reason);
+	}
+	return queue_event(r, &ev, mr == MAP_DEAD_LETTER);
+}
+
+static bool is_outbox_table(const struct relay *r, const struct w2j_change *ch)
+{
+	return ch->schema && ch->table && strcmp(ch->schema, r->schema) == 0 &&
+	       strcmp(ch->table, r->table) == 0;
+}
+
+static void begin_txn(struct relay *r, const struct w2j_change *ch, lsn_t data_start)
+{
+	char lsnbuf[LSN_STRLEN];
+
+	if (r->in_txn)
+		log_warn("BEGIN at %s while a transaction was open; the earlier one will be "
+			 "delivered again on reconnect",
+			 lsn_format(data_start, lsnbuf));
+	r->in_txn = true;
+	r->next_index = 0;
+	r->tx.commit_lsn = ch->nextlsn;
+	r->tx.has_xid = ch->has_xid;
+	r->tx.xid = ch->xid;
+	r->tx.committed_at = NULL;
+	r->tx.committed_at_len = 0;
+	if (ch->timestamp && ch->timestamp_len < sizeof(r->committed_at)) {
+		memcpy(r->committed_at, ch->timestamp, ch->timestamp_len);
+		r->committed_at[ch->timestamp_len] = '\0';
+		r->tx.committed_at = r->committed_at;
+		r->tx.committed_at_len = ch->timestamp_len;
+	}
+}
+
+/* Returns false only on a fatal (out-of-memory) failure. */
+static bool handle_xlogdata(struct relay *r, const struct pg_msg *m)
+{
+	struct w2j_change ch;
+	char lsnbuf[LSN_STRLEN];
+
+	if (m->data_start > r->received)
+		r->received = m->data_start;
+	if (!w2j_decode(r->dec, m->data, m->len, &ch)) {
+		char reason[600];
+
+		snprintf(reason, sizeof(reason), "undecodable wal2json output: %s", w2j_errmsg(r->dec));
+		if (!r->in_txn) {
+			/* Outside B..C there is no transaction to attach it to; keep it
+			 * anyway, positioned at its own LSN. */
+			r->tx = (struct txn_info){.commit_lsn = m->data_start};
+			r->next_index = 0;
+		}
+		return dead_letter(r, reason, m->data, m->len);
+	}
+	switch (ch.action) {
+	case W2J_BEGIN:
+		if (ch.nextlsn == LSN_INVALID) {
+			log_error("wal2json BEGIN at %s has no \"nextlsn\"; is include-lsn ignored?",
+				  lsn_format(m->data_start, lsnbuf));
+			return false;
+		}
+		begin_txn(r, &ch, m->data_start);
+		return true;
+	case W2J_COMMIT:
+		r->in_txn = false;
+		r->n.transactions++;
+		/* dataStart of C is the commit record's end: the LSN to confirm. */
+		return push_mark(r, sink_redis_last_seq(r->sink), m->data_start);
+	case W2J_INSERT:
+		if (!is_outbox_table(r, &ch))
+			return true;
+		if (!r->in_txn) {
+			log_error("INSERT at %s outside a transaction; wal2json must run with "
+				  "include-transaction",
+				  lsn_format(m->data_start, lsnbuf));
+			return false;
+		}
+		return map_and_queue(r, ch.columns, ch.ncolumns, m->data, m->len);
+	case W2J_UPDATE:
+		r->n.ignored_update++;
+		return true;
+	case W2J_DELETE:
+		r->n.ignored_delete++;
+		return true;
+	case W2J_TRUNCATE:
+		r->n.ignored_truncate++;
+		return true;
+	case W2J_MESSAGE:
+		if (!ch.transactional || !r->in_txn) {
+			r->n.ignored_message++;
+			log_warn("skipping a non-transactional logical message with prefix \"%s\" at "
+				 "%s: only pg_logical_emit_message(true, ...) is delivered",
+				 ch.prefix ? ch.prefix : "", lsn_format(m->data_start, lsnbuf));
+			if (!r->in_txn)
+				return push_mark(r, sink_redis_last_seq(r->sink), m->data_start);
+			return true;
+		} else {
+			struct w2j_field *fields;
+			size_t n;
+
+			/* content lives in the decoder, which the next decode reuses. */
+			buf_reset(&r->content);
+			buf_append(&r->content, ch.content, ch.content_len);
+			if (r->content.failed)
+				return false;
+			if (!w2j_decode_object(r->dec, r->content.data, r->content.len, &fields, &n)) {
+				char reason[600];
+
+				snprintf(reason, sizeof(reason), "%s", w2j_errmsg(r->dec));
+				return dead_letter(r, reason, m->data, m->len);
+			}
+			return map_and_queue(r, fields, n, m->data, m->len);
+		}
+	}
+	return true;
+}
+
+/* ---- connection management ---- */
+
+static void pg_lost(struct relay *r, const char *why)
+{
+	int64_t delay = backoff_next(&r->pg_bo, r->cf->retry_max_ms);
+
+	if (!r->pg_down)
+		log_warn("PostgreSQL: %s; reconnecting with backoff (next try in %lld ms)", why,
+			 (long long)delay);
+	else
+		log_debug("PostgreSQL: %s; next try in %lld ms", why, (long long)delay);
+	r->pg_down = true;
+	r->in_txn = false; /* a partial transaction is sent again in full */
+	pgrepl_close(r->pg);
+}
+
+static void redis_lost(struct relay *r, const char *why)
+{
+	int64_t delay = backoff_next(&r->redis_bo, r->cf->retry_max_ms);
+
+	if (!r->redis_down)
+		log_warn("Redis: %s; %llu unacknowledged event(s) will be sent again; no LSN is "
+			 "confirmed past them (next try in %lld ms)",
+			 why, (unsigned long long)sink_redis_inflight_events(r->sink), (long long)delay);
+	else
+		log_debug("Redis: %s; next try in %lld ms", why, (long long)delay);
+	r->redis_down = true;
+	sink_redis_disconnect(r->sink);
+}
+
+/* Returns an exit code for a permanent failure, or -1 to go on. */
+static int try_pg(struct relay *r)
+{
+	enum pg_status st = pgrepl_start(r->pg);
+	char lsnbuf[LSN_STRLEN];
+
+	switch (st) {
+	case PG_OK:
+		if (r->standby)
+			log_info("slot \"%s\" is free now: active, streaming", r->cf->slot);
+		else if (r->pg_down)
+			log_info("PostgreSQL: reconnected, streaming slot \"%s\"", r->cf->slot);
+		else
+			log_info("streaming slot \"%s\"%s (confirmed up to %s before start)",
+				 r->cf->slot, pgrepl_created_slot(r->pg) ? ", created it" : "",
+				 lsn_format(r->confirmed, lsnbuf));
+		if (r->pg_ever_started)
+			r->n.pg_reconnects++;
+		r->pg_ever_started = true;
+		r->pg_down = r->standby = false;
+		r->pg_bo.attempt = 0;
+		r->in_txn = false;
+		r->last_status_us = 0; /* report our position right away */
+		return -1;
+	case PG_STANDBY:
+		if (!r->standby)
+			log_info("standby: slot \"%s\" is active in another process (%s); retrying "
+				 "every %d ms and taking over when it is released",
+				 r->cf->slot, pgrepl_errmsg(r->pg), STANDBY_RETRY_MS);
+		r->standby = true;
+		r->pg_bo.next_us = time_mono_us() + (STANDBY_RETRY_MS / 2 + random() % STANDBY_RETRY_MS) * 1000;
+		return -1;
+	case PG_RETRY:
+		pg_lost(r, pgrepl_errmsg(r->pg));
+		return -1;
+	case PG_FATAL_SETUP:
+		log_error("%s", pgrepl_errmsg(r->pg));
+		return EXIT_PG_SETUP;
+	case PG_FATAL_SLOT:
+		log_error("%s", pgrepl_errmsg(r->pg));
+		return EXIT_SLOT;
+	case PG_FATAL_SCHEMA:
+		log_error("%s", pgrepl_errmsg(r->pg));
+		return EXIT_OUTBOX_SCHEMA;
+	}
+	return -1;
+}
+
+static int try_redis(struct relay *r)
+{
+	char where[300];
+	enum sink_status st = sink_redis_connect(r->sink);
+
+	redis_target_describe(&r->cf->redis, where, sizeof(where));
+	switch (st) {
+	case SINK_OK:
+		if (r->redis_down)
+			log_info("Redis: reconnected to %s; resending %llu event(s)", where,
+				 (unsigned long long)sink_redis_inflight_events(r->sink));
+		else
+			log_info("connected to Redis at %s", where);
+		r->redis_down = false;
+		r->redis_bo.attempt = 0;
+		return -1;
+	case SINK_RETRY: {
+		char why[700];
+
+		snprintf(why, sizeof(why), "%s: %s", where, sink_redis_errmsg(r->sink));
+		redis_lost(r, why);
+		return -1;
+	}
+	case SINK_FATAL:
+		log_error("Redis at %s: %s", where, sink_redis_errmsg(r->sink));
+		return EXIT_REDIS_SETUP;
+	}
+	return -1;
+}
+
+static void log_stats(struct relay *r, int64_t now)
+{
+	const struct sink_stats *s = sink_redis_stats(r->sink);
+	double secs = (double)(now - r->last_stats_us) / 1e6;
+	char c[LSN_STRLEN], rcv[LSN_STRLEN];
+
+	log_info("stats: published=%llu (%.0f/s) replays=%llu duplicates=%llu dead_lettered=%llu "
+		 "ignored=%llu inflight=%llu confirmed=%s received=%s lag_bytes=%llu",
+		 (unsigned long long)s->published,
+		 secs > 0 ? (double)(s->published - r->last_stats_published) / secs : 0.0,
+		 (unsigned long long)s->replays, (unsigned long long)s->duplicates,
+		 (unsigned long long)s->dead_lettered,
+		 (unsigned long long)(r->n.ignored_update + r->n.ignored_delete +
+				      r->n.ignored_truncate + r->n.ignored_message),
+		 (unsigned long long)sink_redis_inflight_events(r->sink), lsn_format(r->confirmed, c),
+		 lsn_format(r->received, rcv),
+		 (unsigned long long)(r->received > r->confirmed ? r->received - r->confirmed : 0));
+	r->last_stats_us = now;
+	r->last_stats_published = s->published;
+}
+
+static void log_final(struct relay *r, const char *why)
+{
+	const struct sink_stats *s = sink_redis_stats(r->sink);
+	struct rusage ru;
+	char c[LSN_STRLEN];
+
+	getrusage(RUSAGE_SELF, &ru);
+	log_info("stopped (%s): confirmed=%s published=%llu replays=%llu duplicates=%llu "
+		 "dead_lettered=%llu transactions=%llu peak_rss_kb=%ld",
+		 why, lsn_format(r->confirmed, c), (unsigned long long)s->published,
+		 (unsigned long long)s->replays, (unsigned long long)s->duplicates,
+		 (unsigned long long)s->dead_lettered, (unsigned long long)r->n.transactions,
+		 ru.ru_maxrss);
+}
+
+static bool split_table(struct relay *r)
+{
+	const char *dot = strchr(r->cf->table, '.');
+
+	if (!dot)
+		return false;
+	r->schema = strndup(r->cf->table, (size_t)(dot - r->cf->table));
+	r->table = strdup(dot + 1);
+	return r->schema && r->table;
+}
+
+static void install_signals(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_stop_signal;
+	sigemptyset(&sa.sa_mask);
+	sa.sa_flags = 0; /* no SA_RESTART: poll() returns EINTR */
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sa.sa_handler = SIG_IGN;
+	sigaction(SIGPIPE, &sa, NULL);
+}
+
+static void relay_free(struct relay *r)
+{
+	pgrepl_destroy(r->pg);
+	sink_redis_destroy(r->sink);
+	w2j_destroy(r->dec);
+	mapper_destroy(r->map);
+	free(r->marks);
+	buf_finish(&r->content);
+	free(r->schema);
+	free(r->table);
+}
+
+/* ---- the loop ---- */
+
+int relay_run(const struct relay_config *cf)
+{
+	struct relay r = {.cf = cf};
+	char err[512], lsnbuf[LSN_STRLEN];
+	int64_t stop_deadline = 0;
+	bool stopping = false;
+	const char *final_reason = "signal";
+	int rc = EXIT_OK;
+
+	srandom((unsigned)(time_now_us() ^ getpid()));
+	install_signals();
+	r.map = mapper_create(cf, err, sizeof(err));
+	if (!r.map) {
+		log_error("invalid --stream: %s", err);
+		return EXIT_USAGE;
+	}
+	r.pg = pgrepl_create(cf);
+	r.sink = sink_redis_create(cf);
+	r.dec = w2j_create();
+	if (!r.pg || !r.sink || !r.dec || !split_table(&r)) {
+		log_error("out of memory at startup");
+		relay_free(&r);
+		return EXIT_FAILURE_RUNTIME;
+	}
+	r.last_stats_us = time_mono_us();
+
+	for (;;) {
+		int64_t now = time_mono_us();
+		struct pollfd pfd[2];
+		int npfd = 0, pg_i = -1, rd_i = -1, timeout_ms = 1000;
+		bool more = false;
+		int code;
+
+		if (stop_requested && !stopping) {
+			stopping = true;
+			stop_deadline = now + (int64_t)cf->shutdown_timeout_ms * 1000;
+			log_info("stopping: waiting up to %d ms for %llu in-flight event(s)",
+				 cf->shutdown_timeout_ms,
+				 (unsigned long long)sink_redis_inflight_events(r.sink));
+		}
+
+		/* (Re)connect what is down, when its backoff allows. */
+		if (!stopping && !pgrepl_streaming(r.pg) && now >= r.pg_bo.next_us) {
+			code = try_pg(&r);
+			if (code >= 0) {
+				rc = code;
+				final_reason = "PostgreSQL setup failed";
+				break;
+			}
+		}
+		if (!sink_redis_connected(r.sink) && now >= r.redis_bo.next_us) {
+			code = try_redis(&r);
+			if (code >= 0) {
+				rc = code;
+				final_reason = "Redis setup failed";
+				break;
+			}
+		}
+
+		/* Take WAL messages while the window has room. */
+		if (pgrepl_streaming(r.pg) && !stopping) {
+			int i;
+
+			for (i = 0; i < MSGS_PER_ROUND && !sink_redis_full(r.sink); i++) {
+				struct pg_msg m;
+				int got = pgrepl_next(r.pg, &m);
+
+				if (got == 0)
+					break;
+				if (got < 0) {
+					pg_lost(&r, pgrepl_errmsg(r.pg));
+					break;
+				}
+				if (m.type == 'k') {
+					if (m.wal_end > r.received)
+						r.received = m.wal_end;
+					if (!r.in_txn && !push_mark(&r, sink_redis_last_seq(r.sink), m.wal_end))
+						goto oom;
+					if (m.reply_requested) {
+						advance_confirm(&r);
+						if (!send_status(&r, false))
+							pg_lost(&r, pgrepl_errmsg(r.pg));
+					}
+				} else if (!handle_xlogdata(&r, &m)) {
+					goto oom;
+				}
+			}
+			more = i == MSGS_PER_ROUND;
+		}
+
+		/* Push queued commands out; read replies. */
+		if (sink_redis_connected(r.sink) && sink_redis_want_write(r.sink) &&
+		    !sink_redis_io(r.sink, false, true))
+			redis_lost(&r, sink_redis_errmsg(r.sink));
+
+		/* Confirm what Redis acknowledged. */
+		advance_confirm(&r);
+		if (pgrepl_streaming(r.pg)) {
+			bool moved = r.acked > r.confirmed;
+			int64_t since = now - r.last_status_us;
+
+			if ((moved && since >= STATUS_MIN_GAP_US) ||
+			    since >= (int64_t)cf->status_interval_ms * 1000) {
+				if (!send_status(&r, false))
+					pg_lost(&r, pgrepl_errmsg(r.pg));
+			}
+		}
+		if (cf->endpos != LSN_INVALID && r.confirmed >= cf->endpos) {
+			log_info("reached --endpos %s", lsn_format(cf->endpos, lsnbuf));
+			final_reason = "endpos reached";
+			break;
+		}
+		if (stopping && (sink_redis_inflight_events(r.sink) == 0 || now >= stop_deadline)) {
+			if (sink_redis_inflight_events(r.sink) > 0)
+				log_warn("shutdown timeout: %llu event(s) unacknowledged; they are not "
+					 "confirmed and will be delivered after restart",
+					 (unsigned long long)sink_redis_inflight_events(r.sink));
+			break;
+		}
+		if (now - r.last_stats_us >= STATS_INTERVAL_US)
+			log_stats(&r, now);
+
+		/* Wait for sockets or the next deadline. */
+		if (pgrepl_streaming(r.pg) && !stopping && !sink_redis_full(r.sink)) {
+			pg_i = npfd;
+			pfd[npfd++] = (struct pollfd){.fd = pgrepl_fd(r.pg), .events = POLLIN};
+		}
+		if (sink_redis_connected(r.sink)) {
+			rd_i = npfd;
+			pfd[npfd++] = (struct pollfd){
+				.fd = sink_redis_fd(r.sink),
+				.events = (short)(POLLIN | (sink_redis_want_write(r.sink) ? POLLOUT : 0))};
+		}
+		if (more) {
+			timeout_ms = 0;
+		} else {
+			int64_t next = now + 1000000;
+
+			if (pgrepl_streaming(r.pg)) {
+				int64_t due = r.last_status_us + (int64_t)cf->status_interval_ms * 1000;
+
+				if (r.acked > r.confirmed)
+					due = r.last_status_us + STATUS_MIN_GAP_US;
+				if (due < next)
+					next = due;
+			} else if (!stopping && r.pg_bo.next_us < next) {
+				next = r.pg_bo.next_us;
+			}
+			if (!sink_redis_connected(r.sink) && r.redis_bo.next_us < next)
+				next = r.redis_bo.next_us;
+			if (stopping && stop_deadline < next)
+				next = stop_deadline;
+			timeout_ms = next <= now ? 0 : (int)((next - now + 999) / 1000);
+		}
+		if (poll(pfd, (nfds_t)npfd, timeout_ms) < 0) {
+			if (errno == EINTR)
+				continue;
+			log_error("poll failed: %s", strerror(errno));
+			rc = EXIT_FAILURE_RUNTIME;
+			final_reason = "poll failed";
+			break;
+		}
+		if (pg_i >= 0 && (pfd[pg_i].revents & (POLLIN | POLLERR | POLLHUP)) &&
+		    !pgrepl_consume(r.pg))
+			pg_lost(&r, pgrepl_errmsg(r.pg));
+		if (rd_i >= 0 && pfd[rd_i].revents) {
+			bool readable = pfd[rd_i].revents & (POLLIN | POLLERR | POLLHUP);
+			bool writable = pfd[rd_i].revents & POLLOUT;
+
+			if (!sink_redis_io(r.sink, readable, writable))
+				redis_lost(&r, sink_redis_errmsg(r.sink));
+		}
+		if (sink_redis_connected(r.sink) && !sink_redis_check_stall(r.sink, time_mono_us()))
+			redis_lost(&r, sink_redis_errmsg(r.sink));
+	}
+
+	advance_confirm(&r);
+	if (pgrepl_streaming(r.pg))
+		pgrepl_stop(r.pg, r.received, r.acked > r.confirmed ? r.acked : r.confirmed);
+	if (r.acked > r.confirmed)
+		r.confirmed = r.acked;
+	log_final(&r, final_reason);
+	relay_free(&r);
+	return rc;
+oom:
+	log_error("out of memory; exiting without confirming anything further");
+	log_final(&r, "out of memory");
+	relay_free(&r);
+	return EXIT_FAILURE_RUNTIME;
+}

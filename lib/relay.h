@@ -1,0 +1,18 @@
+/*
+ * relay.h - the relay loop: WAL in, Redis out, LSN confirmed only behind
+ * Redis acknowledgements.
+ */
+#ifndef RELAY_RELAY_H
+#define RELAY_RELAY_H
+
+#include "config.h"
+
+/*
+ * Run until --endpos is confirmed, a stop signal has been handled, or a
+ * permanent failure. Returns the process exit code (enum relay_exit).
+ * Installs SIGINT/SIGTERM handlers (a second signal exits at once) and
+ * ignores SIGPIPE.
+ */
+int relay_run(const struct relay_config *cf);
+
+#endif

@@ -1,0 +1,87 @@
+/*
+ * sink_redis.h - the Redis Streams sink: one pipelined connection that sends
+ * every event through the atomic outbox_relay_publish function.
+ *
+ * Commands are kept, already encoded, until Redis replies, so after a lost
+ * connection or an error reply everything unacknowledged is sent again in
+ * order; the function's watermark and dedup window make that safe. Each
+ * queued command gets a sequence number; sink_redis_acked_seq() is the
+ * highest one whose reply (and every earlier one's) has arrived.
+ */
+#ifndef RELAY_SINK_REDIS_H
+#define RELAY_SINK_REDIS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "event.h"
+
+enum sink_status {
+	SINK_OK = 0,
+	SINK_RETRY, /* transient: try again after a backoff */
+	SINK_FATAL  /* permanent: bad credentials, missing permissions, server too old */
+};
+
+struct sink_stats {
+	uint64_t published;      /* new stream entries */
+	uint64_t replays;        /* skipped by the LSN watermark */
+	uint64_t duplicates;     /* skipped by the event-id window */
+	uint64_t dead_lettered;  /* entries written to the dead-letter stream */
+	uint64_t error_replies;  /* error replies that forced a resend */
+	uint64_t reconnects;     /* successful connects after the first */
+};
+
+struct sink_redis;
+
+struct sink_redis *sink_redis_create(const struct relay_config *cf);
+void sink_redis_destroy(struct sink_redis *s); /* NULL is a no-op */
+
+/*
+ * Connect and prepare the connection: AUTH, SELECT, load the function library
+ * (or the EVAL script), then switch to non-blocking pipelined mode and queue
+ * every unacknowledged command for resending. Blocks for at most about
+ * --redis-timeout per step.
+ */
+enum sink_status sink_redis_connect(struct sink_redis *s);
+/* Drop the connection (if any); unacknowledged commands stay queued. */
+void sink_redis_disconnect(struct sink_redis *s);
+bool sink_redis_connected(const struct sink_redis *s);
+
+/* Socket to poll, or -1 when disconnected; whether POLLOUT is needed. */
+int sink_redis_fd(const struct sink_redis *s);
+bool sink_redis_want_write(const struct sink_redis *s);
+
+/* True when the in-flight window (events or bytes) is full: stop reading WAL. */
+bool sink_redis_full(const struct sink_redis *s);
+
+/*
+ * Queue ev (and, for a stream seen for the first time on this connection,
+ * XGROUP CREATE ... 0 MKSTREAM for every --group). dead_letter marks an
+ * entry for the dead-letter stream (no dedup, counted separately).
+ * Returns false only when out of memory.
+ */
+bool sink_redis_publish(struct sink_redis *s, const struct event *ev, bool dead_letter);
+
+/*
+ * Write pending commands and read available replies. Returns false when the
+ * connection failed or Redis answered with an error; sink_redis_errmsg() says
+ * what happened and the caller should disconnect, back off and reconnect.
+ */
+bool sink_redis_io(struct sink_redis *s, bool readable, bool writable);
+
+/* Fail (return false) when replies are overdue by more than --redis-timeout. */
+bool sink_redis_check_stall(struct sink_redis *s, int64_t now_us);
+
+uint64_t sink_redis_acked_seq(const struct sink_redis *s);
+uint64_t sink_redis_last_seq(const struct sink_redis *s);
+uint64_t sink_redis_inflight_events(const struct sink_redis *s);
+uint64_t sink_redis_inflight_bytes(const struct sink_redis *s);
+const struct sink_stats *sink_redis_stats(const struct sink_redis *s);
+
+const char *sink_redis_errmsg(const struct sink_redis *s);
+
+/* Lua source of the publish function (FUNCTION LOAD body), for docs and tests. */
+extern const char sink_redis_function_library[];
+
+#endif
