@@ -1,0 +1,1141 @@
+/*
+ * wal2json.c - decoder for wal2json format-version 2 objects.
+ *
+ * Turns one XLogData payload (one JSON object) into a struct w2j_change with
+ * yajl's callback parser: no document tree, numbers passed on as their exact
+ * text. Pure: no I/O, no logging; failures leave a one-line message behind
+ * for w2j_errmsg().
+ *
+ * Memory: every string handed out is copied into one growing arena owned by
+ * the decoder. While parsing, strings are recorded as arena offsets (the
+ * arena may move when it grows) and turned into pointers once the whole
+ * object has been parsed. Columns go through a growing array the same way.
+ * yajl 2.1 cannot reset a parser, so a handle is allocated per call; its
+ * memory comes from a small block cache kept in the decoder, so that in
+ * steady state a call does no malloc at all.
+ */
+#include "wal2json.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <yajl/yajl_gen.h>
+#include <yajl/yajl_parse.h>
+
+/* Marks an absent string in the offset records. */
+#define NO_OFF ((size_t)-1)
+
+/* Longest excerpt of offending input quoted in an error message. */
+#define ERR_EXCERPT 48
+
+/* Block cache for yajl's allocations (see pool_malloc()). */
+#define POOL_SLOTS 16
+#define POOL_KEEP_MAX ((size_t)64 * 1024)
+
+/* Header in front of every block handed to yajl, keeping malloc alignment. */
+union pool_hdr {
+	size_t size; /* usable bytes after the header */
+	max_align_t align;
+};
+
+struct pool {
+	union pool_hdr *free[POOL_SLOTS];
+	size_t nfree;
+};
+
+/* A string (or value) recorded during parsing as an arena range. */
+struct span {
+	size_t off; /* NO_OFF when absent */
+	size_t len;
+};
+
+/* One column / object field while parsing. */
+struct slot {
+	struct span name;
+	struct span type;
+	struct span value;
+	enum w2j_kind kind;
+	bool has_name;
+	bool has_value;
+};
+
+/* Top-level keys of a wal2json v2 object. */
+enum topkey {
+	K_OTHER = 0, /* unknown: value skipped */
+	K_ACTION,
+	K_XID,
+	K_LSN,
+	K_NEXTLSN,
+	K_TIMESTAMP,
+	K_SCHEMA,
+	K_TABLE,
+	K_COLUMNS,
+	K_IDENTITY,
+	K_TRANSACTIONAL,
+	K_PREFIX,
+	K_CONTENT,
+	K_PK
+};
+
+/* A top-level key's name, for error messages. */
+static const char *topkey_name(enum topkey k)
+{
+	switch (k) {
+	case K_ACTION:
+		return "action";
+	case K_XID:
+		return "xid";
+	case K_LSN:
+		return "lsn";
+	case K_NEXTLSN:
+		return "nextlsn";
+	case K_TIMESTAMP:
+		return "timestamp";
+	case K_SCHEMA:
+		return "schema";
+	case K_TABLE:
+		return "table";
+	case K_COLUMNS:
+		return "columns";
+	case K_IDENTITY:
+		return "identity";
+	case K_TRANSACTIONAL:
+		return "transactional";
+	case K_PREFIX:
+		return "prefix";
+	case K_CONTENT:
+		return "content";
+	case K_PK:
+		return "pk";
+	case K_OTHER:
+		break;
+	}
+	return "?";
+}
+
+/* Keys of one element of "columns". */
+enum colkey {
+	C_OTHER = 0, /* typeoid, position, optional, default, ...: ignored */
+	C_NAME,
+	C_TYPE,
+	C_VALUE
+};
+
+struct w2j_decoder {
+	/* Output storage, reused across calls. */
+	char *arena;
+	size_t arena_len;
+	size_t arena_cap;
+	struct slot *slots;
+	size_t nslots;
+	size_t slots_cap;
+	struct w2j_field *fields;
+	size_t fields_cap;
+	char *scratch; /* private copy of input that lies inside the arena */
+	size_t scratch_cap;
+
+	/* yajl */
+	yajl_alloc_funcs afs;
+	struct pool pool;
+	yajl_gen gen; /* w2j_decode_object() only, created on first use */
+
+	/*
+	 * Parse state. depth counts open containers: 1 inside the top-level
+	 * object, 2 inside "columns", 3 inside one column object. While
+	 * skipping a container value, events are ignored until depth drops
+	 * back to skip_base.
+	 */
+	int depth;
+	bool skipping;
+	int skip_base;
+	enum topkey key;
+	enum colkey ckey;
+	bool failed;  /* a callback cancelled the parse; errmsg is set */
+	bool gen_oom; /* the yajl_gen print callback ran out of memory */
+	size_t gen_start;
+
+	/* The change being decoded; strings as arena spans. */
+	bool has_action;
+	char action;
+	bool has_xid;
+	uint32_t xid;
+	lsn_t lsn;
+	lsn_t nextlsn;
+	bool transactional;
+	struct span timestamp;
+	struct span schema;
+	struct span table;
+	struct span prefix;
+	struct span content;
+
+	char errmsg[256];
+};
+
+/*
+ * Block cache for yajl. Each call allocates a parser (handle, lexer, buffers,
+ * state stack) and frees it again; the freed blocks are kept here and handed
+ * out again best-fit, so the same sequence of requests on the next call is
+ * served without malloc. Blocks larger than POOL_KEEP_MAX are not kept, so
+ * one huge escaped string does not pin its buffer forever.
+ */
+static void *pool_malloc(void *ctx, size_t sz)
+{
+	struct pool *p = ctx;
+	size_t best = POOL_SLOTS;
+	union pool_hdr *h;
+
+	for (size_t i = 0; i < p->nfree; i++) {
+		if (p->free[i]->size >= sz &&
+		    (best == POOL_SLOTS || p->free[i]->size < p->free[best]->size))
+			best = i;
+	}
+	if (best != POOL_SLOTS) {
+		h = p->free[best];
+		p->free[best] = p->free[--p->nfree];
+		return h + 1;
+	}
+	if (sz > SIZE_MAX - sizeof(*h))
+		return NULL;
+	h = malloc(sizeof(*h) + sz);
+	if (!h)
+		return NULL;
+	h->size = sz;
+	return h + 1;
+}
+
+static void pool_free(void *ctx, void *ptr)
+{
+	struct pool *p = ctx;
+	union pool_hdr *h;
+
+	if (!ptr)
+		return;
+	h = (union pool_hdr *)ptr - 1;
+	if (p->nfree < POOL_SLOTS && h->size <= POOL_KEEP_MAX)
+		p->free[p->nfree++] = h;
+	else
+		free(h);
+}
+
+static void *pool_realloc(void *ctx, void *ptr, size_t sz)
+{
+	union pool_hdr *h, *nh;
+
+	if (!ptr)
+		return pool_malloc(ctx, sz);
+	h = (union pool_hdr *)ptr - 1;
+	if (h->size >= sz)
+		return ptr;
+	if (sz > SIZE_MAX - sizeof(*h))
+		return NULL;
+	nh = realloc(h, sizeof(*nh) + sz);
+	if (!nh)
+		return NULL;
+	nh->size = sz;
+	return nh + 1;
+}
+
+static void pool_clear(struct pool *p)
+{
+	while (p->nfree > 0)
+		free(p->free[--p->nfree]);
+}
+
+static bool set_error(struct w2j_decoder *d, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Record a printf-style error for w2j_errmsg(); always returns false. */
+static bool set_error(struct w2j_decoder *d, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	(void)vsnprintf(d->errmsg, sizeof(d->errmsg), fmt, ap);
+	va_end(ap);
+	d->failed = true;
+	return false;
+}
+
+/*
+ * Render s[0..len) for quoting inside an error message: at most ERR_EXCERPT
+ * bytes, control characters, '"' and '\\' replaced by '?', "..." appended
+ * when cut. out must hold ERR_EXCERPT + 4 bytes.
+ */
+static const char *excerpt(char *out, const unsigned char *s, size_t len)
+{
+	size_t n = len > ERR_EXCERPT ? ERR_EXCERPT : len;
+
+	/* do not cut a UTF-8 sequence in half */
+	while (n < len && n > 0 && (s[n] & 0xc0) == 0x80)
+		n--;
+	for (size_t i = 0; i < n; i++)
+		out[i] = (s[i] < 0x20 || s[i] == 0x7f || s[i] == '"' || s[i] == '\\') ? '?' : (char)s[i];
+	if (n < len) {
+		memcpy(out + n, "...", 4);
+	} else {
+		out[n] = '\0';
+	}
+	return out;
+}
+
+/* Make room for need more arena bytes; false (with error set) on OOM. */
+static bool arena_reserve(struct w2j_decoder *d, size_t need)
+{
+	size_t cap;
+	char *n;
+
+	if (need <= d->arena_cap - d->arena_len)
+		return true;
+	if (need > SIZE_MAX / 2 - d->arena_len)
+		return set_error(d, "out of memory");
+	cap = d->arena_cap ? d->arena_cap : 1024;
+	while (cap - d->arena_len < need)
+		cap *= 2;
+	n = realloc(d->arena, cap);
+	if (!n)
+		return set_error(d, "out of memory");
+	d->arena = n;
+	d->arena_cap = cap;
+	return true;
+}
+
+/* Copy s[0..len) plus a NUL into the arena and record its span in *sp. */
+static bool arena_put(struct w2j_decoder *d, const void *s, size_t len, struct span *sp)
+{
+	if (!arena_reserve(d, len + 1))
+		return false;
+	sp->off = d->arena_len;
+	sp->len = len;
+	if (len)
+		memcpy(d->arena + d->arena_len, s, len);
+	d->arena[d->arena_len + len] = '\0';
+	d->arena_len += len + 1;
+	return true;
+}
+
+/* Pointer for a recorded span, NULL when absent. Only after parsing. */
+static const char *span_ptr(const struct w2j_decoder *d, struct span sp)
+{
+	return sp.off == NO_OFF ? NULL : d->arena + sp.off;
+}
+
+/* Start a new slot (column or field); NULL (with error set) on OOM. */
+static struct slot *slot_new(struct w2j_decoder *d)
+{
+	struct slot *s;
+
+	if (d->nslots == d->slots_cap) {
+		size_t cap = d->slots_cap ? d->slots_cap * 2 : 16;
+		struct slot *n;
+
+		if (cap > SIZE_MAX / sizeof(*n)) {
+			set_error(d, "out of memory");
+			return NULL;
+		}
+		n = realloc(d->slots, cap * sizeof(*n));
+		if (!n) {
+			set_error(d, "out of memory");
+			return NULL;
+		}
+		d->slots = n;
+		d->slots_cap = cap;
+	}
+	s = &d->slots[d->nslots++];
+	s->name.off = NO_OFF;
+	s->name.len = 0;
+	s->type = s->name;
+	s->value = s->name;
+	s->kind = W2J_KIND_NULL;
+	s->has_name = false;
+	s->has_value = false;
+	return s;
+}
+
+/* Record a scalar value into slot s. For NULL, s and len are ignored. */
+static bool slot_set_value(struct w2j_decoder *d, struct slot *s, enum w2j_kind kind, const void *v,
+                           size_t len)
+{
+	s->kind = kind;
+	s->has_value = true;
+	if (kind == W2J_KIND_NULL) {
+		s->value.off = NO_OFF;
+		s->value.len = 0;
+		return true;
+	}
+	return arena_put(d, v, len, &s->value);
+}
+
+/*
+ * Turn the recorded slots into d->fields with real pointers into the arena.
+ * Called once parsing is over, so the arena no longer moves.
+ */
+static bool build_fields(struct w2j_decoder *d)
+{
+	if (d->nslots > d->fields_cap) {
+		struct w2j_field *n;
+
+		if (d->nslots > SIZE_MAX / sizeof(*n))
+			return set_error(d, "out of memory");
+		n = realloc(d->fields, d->nslots * sizeof(*n));
+		if (!n)
+			return set_error(d, "out of memory");
+		d->fields = n;
+		d->fields_cap = d->nslots;
+	}
+	for (size_t i = 0; i < d->nslots; i++) {
+		const struct slot *s = &d->slots[i];
+		struct w2j_field *f = &d->fields[i];
+
+		f->name = span_ptr(d, s->name);
+		f->name_len = s->name.len;
+		f->type = span_ptr(d, s->type);
+		f->type_len = s->type.len;
+		f->kind = s->kind;
+		f->value = span_ptr(d, s->value);
+		f->value_len = s->value.len;
+	}
+	return true;
+}
+
+/*
+ * Input that lies inside the decoder's own arena (a message's "content" or a
+ * jsonb column value passed straight back in) would be overwritten while the
+ * arena is reused for this call's output: parse a private copy instead.
+ */
+static bool detach_input(struct w2j_decoder *d, const char **buf, size_t len)
+{
+	uintptr_t b = (uintptr_t)*buf, a = (uintptr_t)d->arena;
+
+	if (!d->arena || !*buf || b < a || b >= a + d->arena_cap)
+		return true;
+	if (len > d->scratch_cap) {
+		char *n = realloc(d->scratch, len);
+
+		if (!n)
+			return set_error(d, "out of memory");
+		d->scratch = n;
+		d->scratch_cap = len;
+	}
+	memcpy(d->scratch, *buf, len);
+	*buf = d->scratch;
+	return true;
+}
+
+/* Reset per-call state; reserve arena room for a len-byte input. */
+static bool begin_call(struct w2j_decoder *d, size_t len)
+{
+	static const struct span none = {NO_OFF, 0};
+
+	d->arena_len = 0;
+	d->nslots = 0;
+	d->depth = 0;
+	d->skipping = false;
+	d->skip_base = 0;
+	d->key = K_OTHER;
+	d->ckey = C_OTHER;
+	d->failed = false;
+	d->gen_oom = false;
+	d->gen_start = 0;
+	d->has_action = false;
+	d->action = 0;
+	d->has_xid = false;
+	d->xid = 0;
+	d->lsn = LSN_INVALID;
+	d->nextlsn = LSN_INVALID;
+	d->transactional = false;
+	d->timestamp = none;
+	d->schema = none;
+	d->table = none;
+	d->prefix = none;
+	d->content = none;
+	d->errmsg[0] = '\0';
+
+	/*
+	 * Unescaped strings plus their NULs never need more than the input
+	 * (each string loses at least its two quotes), so one reservation
+	 * usually covers the whole call; growing later is still safe.
+	 */
+	if (len == SIZE_MAX)
+		return set_error(d, "out of memory");
+	return arena_reserve(d, len + 1);
+}
+
+/*
+ * Run yajl over buf[0..len) with the given callbacks. Returns false with
+ * errmsg set when a callback cancelled or the JSON is malformed.
+ */
+static bool run_parser(struct w2j_decoder *d, const yajl_callbacks *cb, const char *buf, size_t len)
+{
+	yajl_handle h;
+	yajl_status st;
+	size_t at;
+	unsigned char *msg;
+
+	h = yajl_alloc(cb, &d->afs, d);
+	if (!h)
+		return set_error(d, "out of memory");
+	/* defaults: one value, no trailing garbage, no comments, UTF-8 checked */
+	st = yajl_parse(h, (const unsigned char *)buf, len);
+	at = yajl_get_bytes_consumed(h);
+	if (st == yajl_status_ok) {
+		st = yajl_complete_parse(h);
+		at = len; /* complete_parse only sees the end of input */
+	}
+	if (st == yajl_status_ok) {
+		yajl_free(h);
+		return true;
+	}
+	if (!d->failed) {
+		msg = yajl_get_error(h, 0, (const unsigned char *)buf, len);
+		if (msg) {
+			size_t n = strlen((const char *)msg);
+
+			/* one line, no final period: yajl adds "\n" and lexical errors a "." */
+			while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == '\r' || msg[n - 1] == '.'))
+				msg[--n] = '\0';
+			set_error(d, "invalid JSON at byte %zu: %s", at, (const char *)msg);
+			yajl_free_error(h, msg);
+		} else {
+			set_error(d, "invalid JSON at byte %zu", at);
+		}
+	}
+	yajl_free(h);
+	return false;
+}
+
+/* --- w2j_decode() callbacks ------------------------------------------- */
+
+static enum topkey classify_topkey(const unsigned char *k, size_t len)
+{
+	switch (len) {
+	case 2:
+		if (memcmp(k, "pk", 2) == 0)
+			return K_PK;
+		break;
+	case 3:
+		if (memcmp(k, "xid", 3) == 0)
+			return K_XID;
+		if (memcmp(k, "lsn", 3) == 0)
+			return K_LSN;
+		break;
+	case 5:
+		if (memcmp(k, "table", 5) == 0)
+			return K_TABLE;
+		break;
+	case 6:
+		if (memcmp(k, "action", 6) == 0)
+			return K_ACTION;
+		if (memcmp(k, "schema", 6) == 0)
+			return K_SCHEMA;
+		if (memcmp(k, "prefix", 6) == 0)
+			return K_PREFIX;
+		break;
+	case 7:
+		if (memcmp(k, "columns", 7) == 0)
+			return K_COLUMNS;
+		if (memcmp(k, "nextlsn", 7) == 0)
+			return K_NEXTLSN;
+		if (memcmp(k, "content", 7) == 0)
+			return K_CONTENT;
+		break;
+	case 8:
+		if (memcmp(k, "identity", 8) == 0)
+			return K_IDENTITY;
+		break;
+	case 9:
+		if (memcmp(k, "timestamp", 9) == 0)
+			return K_TIMESTAMP;
+		break;
+	case 13:
+		if (memcmp(k, "transactional", 13) == 0)
+			return K_TRANSACTIONAL;
+		break;
+	}
+	return K_OTHER;
+}
+
+static enum colkey classify_colkey(const unsigned char *k, size_t len)
+{
+	switch (len) {
+	case 4:
+		if (memcmp(k, "name", 4) == 0)
+			return C_NAME;
+		if (memcmp(k, "type", 4) == 0)
+			return C_TYPE;
+		break;
+	case 5:
+		if (memcmp(k, "value", 5) == 0)
+			return C_VALUE;
+		break;
+	}
+	return C_OTHER;
+}
+
+/* The JSON type of a scalar, for "... is not a ..." messages. */
+static const char *kind_article(enum w2j_kind kind)
+{
+	switch (kind) {
+	case W2J_KIND_NULL:
+		return "null";
+	case W2J_KIND_STRING:
+		return "a string";
+	case W2J_KIND_NUMBER:
+		return "a number";
+	case W2J_KIND_BOOL:
+		return "a boolean";
+	case W2J_KIND_JSON:
+		break;
+	}
+	return "an object or array";
+}
+
+/* Start skipping the container value that is being opened. */
+static int skip_container(struct w2j_decoder *d)
+{
+	d->skipping = true;
+	d->skip_base = d->depth;
+	d->depth++;
+	return 1;
+}
+
+/* Parse a JSON number's text as a transaction id. */
+static bool parse_xid(const unsigned char *s, size_t len, uint32_t *ret)
+{
+	uint64_t v = 0;
+
+	if (len == 0 || len > 10)
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return false;
+		v = v * 10 + (uint64_t)(s[i] - '0');
+	}
+	if (v > UINT32_MAX)
+		return false;
+	*ret = (uint32_t)v;
+	return true;
+}
+
+/* A scalar value of top-level key d->key. */
+static int top_scalar(struct w2j_decoder *d, enum w2j_kind kind, const unsigned char *s, size_t len)
+{
+	char ex[ERR_EXCERPT + 4];
+	const char *kname = topkey_name(d->key);
+	lsn_t lsn;
+
+	switch (d->key) {
+	case K_OTHER:
+	case K_IDENTITY:
+	case K_PK:
+		return 1;
+	case K_ACTION:
+		if (kind != W2J_KIND_STRING)
+			return set_error(d, "\"action\" is %s, not a string", kind_article(kind));
+		if (len != 1 || !memchr("BCIUDTM", s[0], 7))
+			return set_error(d, "unknown action \"%s\"", excerpt(ex, s, len));
+		d->has_action = true;
+		d->action = (char)s[0];
+		return 1;
+	case K_XID:
+		if (kind == W2J_KIND_NULL) {
+			d->has_xid = false;
+			return 1;
+		}
+		if (kind != W2J_KIND_NUMBER || !parse_xid(s, len, &d->xid))
+			return set_error(d, "invalid \"xid\" value \"%s\"", excerpt(ex, s, len));
+		d->has_xid = true;
+		return 1;
+	case K_LSN:
+	case K_NEXTLSN:
+		if (kind != W2J_KIND_STRING)
+			return set_error(d, "\"%s\" is %s, not a string", kname, kind_article(kind));
+		if (!lsn_parse((const char *)s, len, &lsn))
+			return set_error(d, "invalid \"%s\" value \"%s\"", kname, excerpt(ex, s, len));
+		if (d->key == K_LSN)
+			d->lsn = lsn;
+		else
+			d->nextlsn = lsn;
+		return 1;
+	case K_TIMESTAMP:
+		if (kind == W2J_KIND_NULL) {
+			d->timestamp.off = NO_OFF;
+			d->timestamp.len = 0;
+			return 1;
+		}
+		if (kind != W2J_KIND_STRING)
+			return set_error(d, "\"%s\" is %s, not a string", kname, kind_article(kind));
+		return arena_put(d, s, len, &d->timestamp);
+	case K_SCHEMA:
+	case K_TABLE:
+	case K_PREFIX:
+	case K_CONTENT:
+		if (kind != W2J_KIND_STRING)
+			return set_error(d, "\"%s\" is %s, not a string", kname, kind_article(kind));
+		return arena_put(d, s, len,
+		                 d->key == K_SCHEMA   ? &d->schema
+		                 : d->key == K_TABLE  ? &d->table
+		                 : d->key == K_PREFIX ? &d->prefix
+		                                      : &d->content);
+	case K_COLUMNS:
+		return set_error(d, "\"columns\" is not an array");
+	case K_TRANSACTIONAL:
+		if (kind != W2J_KIND_BOOL)
+			return set_error(d, "\"transactional\" is %s, not a boolean", kind_article(kind));
+		d->transactional = s[0] == 't';
+		return 1;
+	}
+	return 1;
+}
+
+/* A scalar value of key d->ckey inside the current column object. */
+static int col_scalar(struct w2j_decoder *d, enum w2j_kind kind, const unsigned char *s, size_t len)
+{
+	struct slot *c = &d->slots[d->nslots - 1];
+
+	switch (d->ckey) {
+	case C_OTHER:
+		return 1;
+	case C_NAME:
+		if (kind != W2J_KIND_STRING)
+			return set_error(d, "column \"name\" is %s, not a string", kind_article(kind));
+		c->has_name = true;
+		return arena_put(d, s, len, &c->name);
+	case C_TYPE:
+		if (kind == W2J_KIND_NULL) {
+			c->type.off = NO_OFF;
+			c->type.len = 0;
+			return 1;
+		}
+		if (kind != W2J_KIND_STRING)
+			return set_error(d, "column \"type\" is %s, not a string", kind_article(kind));
+		return arena_put(d, s, len, &c->type);
+	case C_VALUE:
+		return slot_set_value(d, c, kind, s, len);
+	}
+	return 1;
+}
+
+/* Dispatch a scalar according to where the parser is. */
+static int dec_scalar(struct w2j_decoder *d, enum w2j_kind kind, const unsigned char *s, size_t len)
+{
+	if (d->skipping)
+		return 1;
+	switch (d->depth) {
+	case 0:
+		return set_error(d, "JSON text is not an object");
+	case 1:
+		return top_scalar(d, kind, s, len);
+	case 2:
+		return set_error(d, "\"columns\" element is not an object");
+	default:
+		return col_scalar(d, kind, s, len);
+	}
+}
+
+static int dec_null(void *ctx)
+{
+	return dec_scalar(ctx, W2J_KIND_NULL, NULL, 0);
+}
+
+static int dec_boolean(void *ctx, int b)
+{
+	return b ? dec_scalar(ctx, W2J_KIND_BOOL, (const unsigned char *)"true", 4)
+	         : dec_scalar(ctx, W2J_KIND_BOOL, (const unsigned char *)"false", 5);
+}
+
+static int dec_number(void *ctx, const char *s, size_t len)
+{
+	return dec_scalar(ctx, W2J_KIND_NUMBER, (const unsigned char *)s, len);
+}
+
+static int dec_string(void *ctx, const unsigned char *s, size_t len)
+{
+	return dec_scalar(ctx, W2J_KIND_STRING, s, len);
+}
+
+/* An object or array opens; is_array tells which. */
+static int dec_open(struct w2j_decoder *d, bool is_array)
+{
+	if (d->skipping) {
+		d->depth++;
+		return 1;
+	}
+	switch (d->depth) {
+	case 0:
+		if (is_array)
+			return set_error(d, "JSON text is not an object");
+		d->depth = 1;
+		return 1;
+	case 1:
+		switch (d->key) {
+		case K_OTHER:
+		case K_IDENTITY:
+		case K_PK:
+			return skip_container(d);
+		case K_COLUMNS:
+			if (!is_array)
+				return set_error(d, "\"columns\" is not an array");
+			d->nslots = 0; /* a repeated key replaces the earlier one */
+			d->depth = 2;
+			return 1;
+		default:
+			return set_error(d, "\"%s\" is an object or array", topkey_name(d->key));
+		}
+	case 2:
+		if (is_array)
+			return set_error(d, "\"columns\" element is not an object");
+		if (!slot_new(d))
+			return 0;
+		d->ckey = C_OTHER;
+		d->depth = 3;
+		return 1;
+	default:
+		switch (d->ckey) {
+		case C_OTHER:
+			return skip_container(d);
+		case C_VALUE:
+			return set_error(d, "column value is an object or array");
+		default:
+			return set_error(d, "column \"%s\" is an object or array",
+			                 d->ckey == C_NAME ? "name" : "type");
+		}
+	}
+}
+
+static int dec_start_map(void *ctx)
+{
+	return dec_open(ctx, false);
+}
+
+static int dec_start_array(void *ctx)
+{
+	return dec_open(ctx, true);
+}
+
+/* An object or array closes (yajl has already matched the brackets). */
+static int dec_close(void *ctx)
+{
+	struct w2j_decoder *d = ctx;
+	char ex[ERR_EXCERPT + 4];
+
+	d->depth--;
+	if (d->skipping) {
+		if (d->depth == d->skip_base)
+			d->skipping = false;
+		return 1;
+	}
+	if (d->depth == 2) {
+		const struct slot *c = &d->slots[d->nslots - 1];
+
+		if (!c->has_name)
+			return set_error(d, "column without \"name\"");
+		if (!c->has_value)
+			return set_error(
+			    d, "column \"%s\" without \"value\"",
+			    excerpt(ex, (const unsigned char *)d->arena + c->name.off, c->name.len));
+	}
+	return 1;
+}
+
+static int dec_map_key(void *ctx, const unsigned char *k, size_t len)
+{
+	struct w2j_decoder *d = ctx;
+
+	if (d->skipping)
+		return 1;
+	if (d->depth == 1)
+		d->key = classify_topkey(k, len);
+	else
+		d->ckey = classify_colkey(k, len);
+	return 1;
+}
+
+static const yajl_callbacks decode_callbacks = {
+    .yajl_null = dec_null,
+    .yajl_boolean = dec_boolean,
+    .yajl_number = dec_number,
+    .yajl_string = dec_string,
+    .yajl_start_map = dec_start_map,
+    .yajl_map_key = dec_map_key,
+    .yajl_end_map = dec_close,
+    .yajl_start_array = dec_start_array,
+    .yajl_end_array = dec_close,
+};
+
+/* --- w2j_decode_object() callbacks ------------------------------------ */
+
+/* yajl_gen print callback: append generated text to the arena. */
+static void gen_print(void *ctx, const char *s, size_t len)
+{
+	struct w2j_decoder *d = ctx;
+
+	if (d->gen_oom || len == 0)
+		return;
+	if (!arena_reserve(d, len)) {
+		d->gen_oom = true;
+		return;
+	}
+	memcpy(d->arena + d->arena_len, s, len);
+	d->arena_len += len;
+}
+
+/* Check a yajl_gen result; on failure set the error and return 0. */
+static int gen_check(struct w2j_decoder *d, yajl_gen_status st)
+{
+	if (d->gen_oom)
+		return set_error(d, "out of memory");
+	switch (st) {
+	case yajl_gen_status_ok:
+		return 1;
+	case yajl_max_depth_exceeded:
+		return set_error(d, "message content is nested too deeply");
+	default:
+		return set_error(d, "could not re-serialize nested JSON (yajl_gen status %d)", (int)st);
+	}
+}
+
+static struct slot *cur_field(struct w2j_decoder *d)
+{
+	return &d->slots[d->nslots - 1];
+}
+
+static int obj_scalar(struct w2j_decoder *d, enum w2j_kind kind, const void *s, size_t len)
+{
+	if (d->depth == 0)
+		return set_error(d, "message content is not a JSON object");
+	return slot_set_value(d, cur_field(d), kind, s, len);
+}
+
+static int obj_null(void *ctx)
+{
+	struct w2j_decoder *d = ctx;
+
+	if (d->depth >= 2)
+		return gen_check(d, yajl_gen_null(d->gen));
+	return obj_scalar(d, W2J_KIND_NULL, NULL, 0);
+}
+
+static int obj_boolean(void *ctx, int b)
+{
+	struct w2j_decoder *d = ctx;
+
+	if (d->depth >= 2)
+		return gen_check(d, yajl_gen_bool(d->gen, b));
+	return b ? obj_scalar(d, W2J_KIND_BOOL, "true", 4) : obj_scalar(d, W2J_KIND_BOOL, "false", 5);
+}
+
+static int obj_number(void *ctx, const char *s, size_t len)
+{
+	struct w2j_decoder *d = ctx;
+
+	if (d->depth >= 2)
+		return gen_check(d, yajl_gen_number(d->gen, s, len));
+	return obj_scalar(d, W2J_KIND_NUMBER, s, len);
+}
+
+static int obj_string(void *ctx, const unsigned char *s, size_t len)
+{
+	struct w2j_decoder *d = ctx;
+
+	if (d->depth >= 2)
+		return gen_check(d, yajl_gen_string(d->gen, s, len));
+	return obj_scalar(d, W2J_KIND_STRING, s, len);
+}
+
+static int obj_open(struct w2j_decoder *d, bool is_array)
+{
+	yajl_gen_status st;
+
+	if (d->depth == 0) {
+		if (is_array)
+			return set_error(d, "message content is not a JSON object");
+		d->depth = 1;
+		return 1;
+	}
+	if (d->depth == 1) {
+		/* a nested value of a top-level key: regenerate it compactly */
+		yajl_gen_reset(d->gen, NULL);
+		d->gen_start = d->arena_len;
+	}
+	st = is_array ? yajl_gen_array_open(d->gen) : yajl_gen_map_open(d->gen);
+	d->depth++;
+	return gen_check(d, st);
+}
+
+static int obj_start_map(void *ctx)
+{
+	return obj_open(ctx, false);
+}
+
+static int obj_start_array(void *ctx)
+{
+	return obj_open(ctx, true);
+}
+
+static int obj_close(struct w2j_decoder *d, bool is_array)
+{
+	struct slot *f;
+
+	d->depth--;
+	if (d->depth == 0)
+		return 1;
+	if (!gen_check(d, is_array ? yajl_gen_array_close(d->gen) : yajl_gen_map_close(d->gen)))
+		return 0;
+	if (d->depth > 1)
+		return 1;
+	/* the nested value is complete: it spans gen_start..arena_len */
+	if (!arena_reserve(d, 1))
+		return 0;
+	f = cur_field(d);
+	f->kind = W2J_KIND_JSON;
+	f->has_value = true;
+	f->value.off = d->gen_start;
+	f->value.len = d->arena_len - d->gen_start;
+	d->arena[d->arena_len++] = '\0';
+	return 1;
+}
+
+static int obj_end_map(void *ctx)
+{
+	return obj_close(ctx, false);
+}
+
+static int obj_end_array(void *ctx)
+{
+	return obj_close(ctx, true);
+}
+
+static int obj_map_key(void *ctx, const unsigned char *k, size_t len)
+{
+	struct w2j_decoder *d = ctx;
+	struct slot *f;
+
+	if (d->depth >= 2)
+		return gen_check(d, yajl_gen_string(d->gen, k, len));
+	f = slot_new(d);
+	if (!f)
+		return 0;
+	f->has_name = true;
+	return arena_put(d, k, len, &f->name);
+}
+
+static const yajl_callbacks object_callbacks = {
+    .yajl_null = obj_null,
+    .yajl_boolean = obj_boolean,
+    .yajl_number = obj_number,
+    .yajl_string = obj_string,
+    .yajl_start_map = obj_start_map,
+    .yajl_map_key = obj_map_key,
+    .yajl_end_map = obj_end_map,
+    .yajl_start_array = obj_start_array,
+    .yajl_end_array = obj_end_array,
+};
+
+/* --- public API ------------------------------------------------------- */
+
+/*
+ * Create a decoder. Returns NULL when out of memory. Free with
+ * w2j_destroy().
+ */
+struct w2j_decoder *w2j_create(void)
+{
+	struct w2j_decoder *d = calloc(1, sizeof(*d));
+
+	if (!d)
+		return NULL;
+	d->afs.malloc = pool_malloc;
+	d->afs.realloc = pool_realloc;
+	d->afs.free = pool_free;
+	d->afs.ctx = &d->pool;
+	return d;
+}
+
+/* Free a decoder and everything it handed out. NULL is a no-op. */
+void w2j_destroy(struct w2j_decoder *d)
+{
+	if (!d)
+		return;
+	if (d->gen)
+		yajl_gen_free(d->gen);
+	pool_clear(&d->pool);
+	free(d->scratch);
+	free(d->fields);
+	free(d->slots);
+	free(d->arena);
+	free(d);
+}
+
+/*
+ * Decode one wal2json v2 object (see wal2json.h). On success fills *ret,
+ * whose pointers stay valid until the next call on d. On failure *ret is
+ * left untouched and w2j_errmsg() describes the problem. buf may point into
+ * d's own output from the previous call.
+ */
+bool w2j_decode(struct w2j_decoder *d, const char *buf, size_t len, struct w2j_change *ret)
+{
+	if (!detach_input(d, &buf, len) || !begin_call(d, len))
+		return false;
+	if (!run_parser(d, &decode_callbacks, buf, len))
+		return false;
+	if (!d->has_action)
+		return set_error(d, "missing \"action\"");
+	if (!build_fields(d))
+		return false;
+
+	ret->action = (enum w2j_action)d->action;
+	ret->has_xid = d->has_xid;
+	ret->xid = d->has_xid ? d->xid : 0;
+	ret->lsn = d->lsn;
+	ret->nextlsn = d->nextlsn;
+	ret->timestamp = span_ptr(d, d->timestamp);
+	ret->timestamp_len = d->timestamp.len;
+	ret->schema = span_ptr(d, d->schema);
+	ret->schema_len = d->schema.len;
+	ret->table = span_ptr(d, d->table);
+	ret->table_len = d->table.len;
+	ret->columns = d->nslots ? d->fields : NULL;
+	ret->ncolumns = d->nslots;
+	ret->transactional = d->transactional;
+	ret->prefix = span_ptr(d, d->prefix);
+	ret->prefix_len = d->prefix.len;
+	ret->content = span_ptr(d, d->content);
+	ret->content_len = d->content.len;
+	return true;
+}
+
+/*
+ * Decode a flat JSON object into fields in document order (see wal2json.h).
+ * On success writes *ret_fields and *ret_nfields, valid until the next call on
+ * d; on failure writes neither and w2j_errmsg() says why. buf may point into
+ * d's own output (e.g. the "content" of the change just decoded).
+ */
+bool w2j_decode_object(struct w2j_decoder *d, const char *buf, size_t len,
+                       struct w2j_field **ret_fields, size_t *ret_nfields)
+{
+	if (!detach_input(d, &buf, len) || !begin_call(d, len))
+		return false;
+	if (!d->gen) {
+		d->gen = yajl_gen_alloc(NULL);
+		if (!d->gen)
+			return set_error(d, "out of memory");
+		/* compact output straight into the arena */
+		if (!yajl_gen_config(d->gen, yajl_gen_print_callback, gen_print, (void *)d))
+			return set_error(d, "could not configure JSON generator");
+	}
+	if (!run_parser(d, &object_callbacks, buf, len))
+		return false;
+	if (!build_fields(d))
+		return false;
+	*ret_fields = d->nslots ? d->fields : NULL;
+	*ret_nfields = d->nslots;
+	return true;
+}
+
+/* Why the last call failed ("" after a success); valid until the next call. */
+const char *w2j_errmsg(const struct w2j_decoder *d)
+{
+	return d->errmsg;
+}
