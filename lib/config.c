@@ -1,0 +1,1405 @@
+/*
+ * config.c - outbox-relay configuration from flags and OUTBOX_RELAY_*
+ * environment variables.
+ *
+ * Every option is one row of option_table below: long name, environment
+ * variable, kind, field, string default, range and help text. That one table
+ * drives argv parsing, the environment, defaults, range checks, --help and
+ * config_finish(), so adding an option means adding a row (and the field in
+ * config.h).
+ *
+ * Loading happens in two passes. The first collects raw strings: the last
+ * value given on the command line and the environment value, per option.
+ * The second converts, for each option, only the value that wins
+ * (flag > environment > default), so a broken environment variable that a
+ * flag overrides is never an error.
+ *
+ * Library code: nothing is logged. Errors are one line in the caller's
+ * buffer, naming the flag or variable and the fix. The values of --pg-dsn and
+ * --redis-url may hold passwords and are never quoted back.
+ */
+#include "config.h"
+
+#include <ctype.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <libpq-fe.h>
+
+#if defined(__has_include)
+#if __has_include("relay_build.h")
+#include "relay_build.h"
+#endif
+#endif
+#ifndef OUTBOX_RELAY_VERSION
+#error "OUTBOX_RELAY_VERSION is not defined: build with meson or pass -DOUTBOX_RELAY_VERSION"
+#endif
+
+#define PROGNAME "outbox-relay"
+#define ENV_PREFIX "OUTBOX_RELAY_"
+
+/* Milliseconds per duration unit, bytes per size unit. */
+#define MS_SECOND INT64_C(1000)
+#define MS_MINUTE (60 * MS_SECOND)
+#define MS_HOUR (60 * MS_MINUTE)
+#define MS_DAY (24 * MS_HOUR)
+#define KIB INT64_C(1024)
+#define MIB (1024 * KIB)
+#define GIB (1024 * MIB)
+
+/* Longest user value quoted back in an error message, in bytes. */
+#define QUOTE_MAX 64
+/* Column where the environment variable starts in --help. */
+#define USAGE_ENV_COL 32
+#define USAGE_WIDTH 80
+#define USAGE_INDENT 6
+#define NBSP '\x01'
+
+enum opt_kind {
+	OPT_STRING,     /* char *, strdup'd */
+	OPT_BOOL,       /* bool; --name, --no-name, --name=false */
+	OPT_DURATION,   /* int or int64_t milliseconds (seconds with OPT_F_SECONDS) */
+	OPT_INT,        /* int64_t */
+	OPT_SIZE,       /* int64_t bytes */
+	OPT_LSN,        /* lsn_t */
+	OPT_LIST,       /* char ** plus a size_t count at aux_offset */
+	OPT_LOG_LEVEL,  /* enum log_level */
+	OPT_LOG_FORMAT, /* enum log_format */
+	OPT_REDIS_URL   /* char * plus struct redis_target at aux_offset */
+};
+
+enum opt_group { GROUP_PG, GROUP_REDIS, GROUP_FLOW, GROUP_LOG };
+
+static const char *const group_titles[] = {
+    [GROUP_PG] = "PostgreSQL",
+    [GROUP_REDIS] = "Redis",
+    [GROUP_FLOW] = "Flow control",
+    [GROUP_LOG] = "Logging",
+};
+
+/* Option flags. */
+#define OPT_F_REQUIRED 0x01 /* no default; an empty value counts as missing */
+#define OPT_F_SECRET 0x02   /* value may hold a password: never quoted in errors */
+#define OPT_F_NONEMPTY 0x04 /* "" is rejected */
+#define OPT_F_SECONDS 0x08  /* OPT_DURATION stored in whole seconds */
+#define OPT_F_QUALIFY 0x10  /* OPT_STRING table name: "name" becomes "public.name" */
+
+/*
+ * Extra validation for OPT_STRING values. Returns false and writes a reason
+ * (the part after "invalid value ... for --x: ") to why.
+ */
+typedef bool (*check_fn)(const char *value, char *why, size_t whylen);
+
+struct option_def {
+	const char *name; /* long flag without "--" */
+	const char *env;  /* ENV_PREFIX + name upper-cased, '-' as '_' */
+	enum opt_kind kind;
+	enum opt_group group;
+	unsigned flags;      /* OPT_F_* */
+	size_t offset;       /* field in struct relay_config */
+	size_t size;         /* sizeof that field */
+	size_t aux_offset;   /* OPT_LIST: count field; OPT_REDIS_URL: parsed target */
+	const char *defval;  /* default as it would be typed; NULL: none */
+	int64_t min, max;    /* OPT_DURATION (ms), OPT_INT, OPT_SIZE */
+	check_fn check;      /* OPT_STRING only; NULL: none */
+	const char *metavar; /* placeholder in --help; NULL for OPT_BOOL */
+	const char *help;
+	const char *missing; /* OPT_F_REQUIRED: how to fix a missing value */
+};
+
+static bool check_conninfo(const char *value, char *why, size_t whylen);
+static bool check_slot(const char *value, char *why, size_t whylen);
+static bool check_table(const char *value, char *why, size_t whylen);
+static bool check_key_prefix(const char *value, char *why, size_t whylen);
+
+#define FIELD(f)                                                                                   \
+	.offset = offsetof(struct relay_config, f), .size = sizeof(((struct relay_config *)0)->f)
+
+static const struct option_def option_table[] = {
+    /* PostgreSQL */
+    {
+        .name = "pg-dsn",
+        .env = "OUTBOX_RELAY_PG_DSN",
+        .kind = OPT_STRING,
+        .group = GROUP_PG,
+        .flags = OPT_F_REQUIRED | OPT_F_SECRET,
+        FIELD(pg_dsn),
+        .check = check_conninfo,
+        .metavar = "CONNINFO",
+        .help = "libpq connection string or URI of the database holding the outbox, "
+                "e.g. \"host=db dbname=app user=relay\" or postgresql://relay@db/app; "
+                "keep the password in ~/.pgpass or PGPASSWORD",
+        .missing = "set it to a libpq connection string, e.g. \"host=db dbname=app user=relay\"",
+    },
+    {
+        .name = "slot",
+        .env = "OUTBOX_RELAY_SLOT",
+        .kind = OPT_STRING,
+        .group = GROUP_PG,
+        FIELD(slot),
+        .defval = "outbox_relay",
+        .check = check_slot,
+        .metavar = "NAME",
+        .help = "logical replication slot (plugin wal2json) to stream from; "
+                "1-63 lower-case letters, digits or underscores",
+    },
+    {
+        .name = "create-slot",
+        .env = "OUTBOX_RELAY_CREATE_SLOT",
+        .kind = OPT_BOOL,
+        .group = GROUP_PG,
+        FIELD(create_slot),
+        .defval = "true",
+        .help = "create the slot when it does not exist; with --no-create-slot a "
+                "missing slot is an error (exit code 4)",
+    },
+    {
+        .name = "table",
+        .env = "OUTBOX_RELAY_TABLE",
+        .kind = OPT_STRING,
+        .group = GROUP_PG,
+        .flags = OPT_F_QUALIFY,
+        FIELD(table),
+        .defval = "public.outbox",
+        .check = check_table,
+        .metavar = "TABLE",
+        .help = "outbox table whose INSERTs are published, as schema.table; "
+                "a bare name means public.NAME",
+    },
+    {
+        .name = "message-prefix",
+        .env = "OUTBOX_RELAY_MESSAGE_PREFIX",
+        .kind = OPT_STRING,
+        .group = GROUP_PG,
+        .flags = OPT_F_NONEMPTY,
+        FIELD(message_prefix),
+        .defval = "outbox",
+        .metavar = "PREFIX",
+        .help = "prefix of the pg_logical_emit_message() messages that carry events "
+                "(see outbox_emit_message() in sql/outbox.sql)",
+    },
+    {
+        .name = "id-column",
+        .env = "OUTBOX_RELAY_ID_COLUMN",
+        .kind = OPT_STRING,
+        .group = GROUP_PG,
+        .flags = OPT_F_NONEMPTY,
+        FIELD(id_column),
+        .defval = "id",
+        .metavar = "COLUMN",
+        .help = "column of the outbox table holding the event id",
+    },
+    {
+        .name = "status-interval",
+        .env = "OUTBOX_RELAY_STATUS_INTERVAL",
+        .kind = OPT_DURATION,
+        .group = GROUP_PG,
+        FIELD(status_interval_ms),
+        .defval = "10s",
+        .min = 100,
+        .max = MS_HOUR,
+        .metavar = "DURATION",
+        .help = "how often to report the confirmed position to PostgreSQL",
+    },
+    {
+        .name = "endpos",
+        .env = "OUTBOX_RELAY_ENDPOS",
+        .kind = OPT_LSN,
+        .group = GROUP_PG,
+        FIELD(endpos),
+        .metavar = "LSN",
+        .help = "exit 0 once the relay has confirmed this WAL position (e.g. 0/16B3748) "
+                "to PostgreSQL; by default the relay runs until stopped",
+    },
+
+    /* Redis */
+    {
+        .name = "redis-url",
+        .env = "OUTBOX_RELAY_REDIS_URL",
+        .kind = OPT_REDIS_URL,
+        .group = GROUP_REDIS,
+        .flags = OPT_F_SECRET,
+        FIELD(redis_url),
+        .aux_offset = offsetof(struct relay_config, redis),
+        .defval = "redis://127.0.0.1:6379",
+        .metavar = "URL",
+        .help = "Redis server: redis://[[user]:password@]host[:port][/db], rediss://... "
+                "for TLS, unix:///path/to/redis.sock[?db=N] or /path/to/redis.sock; "
+                "percent-encode @ and : in credentials (%40, %3A)",
+    },
+    {
+        .name = "stream",
+        .env = "OUTBOX_RELAY_STREAM",
+        .kind = OPT_STRING,
+        .group = GROUP_REDIS,
+        .flags = OPT_F_NONEMPTY,
+        FIELD(stream),
+        .defval = "outbox:{aggregate_type}",
+        .metavar = "TEMPLATE",
+        .help = "stream key for each event; {field} is replaced by that event field",
+    },
+    {
+        .name = "dead-letter-stream",
+        .env = "OUTBOX_RELAY_DEAD_LETTER_STREAM",
+        .kind = OPT_STRING,
+        .group = GROUP_REDIS,
+        .flags = OPT_F_NONEMPTY,
+        FIELD(dead_letter_stream),
+        .defval = "outbox:dead-letter",
+        .metavar = "KEY",
+        .help = "stream that receives events which cannot be published as they are",
+    },
+    {
+        .name = "dedup-window",
+        .env = "OUTBOX_RELAY_DEDUP_WINDOW",
+        .kind = OPT_DURATION,
+        .group = GROUP_REDIS,
+        .flags = OPT_F_SECONDS,
+        FIELD(dedup_window_s),
+        .defval = "1h",
+        .min = 0,
+        .max = 30 * MS_DAY,
+        .metavar = "DURATION",
+        .help = "how long published event ids are remembered so that a second event "
+                "with the same id is dropped; whole seconds, 0 disables (replays of "
+                "already published WAL are dropped by the LSN watermark regardless)",
+    },
+    {
+        .name = "maxlen",
+        .env = "OUTBOX_RELAY_MAXLEN",
+        .kind = OPT_INT,
+        .group = GROUP_REDIS,
+        FIELD(maxlen),
+        .defval = "0",
+        .min = 0,
+        .max = INT64_C(1000000000000),
+        .metavar = "N",
+        .help = "trim each stream to about N entries (XADD MAXLEN ~ N); 0 never trims",
+    },
+    {
+        .name = "group",
+        .env = "OUTBOX_RELAY_GROUP",
+        .kind = OPT_LIST,
+        .group = GROUP_REDIS,
+        FIELD(groups),
+        .aux_offset = offsetof(struct relay_config, ngroups),
+        .metavar = "NAME",
+        .help = "consumer group to create on each stream; repeat the flag for more "
+                "(the variable takes a comma-separated list; flags replace it)",
+    },
+    {
+        .name = "key-prefix",
+        .env = "OUTBOX_RELAY_KEY_PREFIX",
+        .kind = OPT_STRING,
+        .group = GROUP_REDIS,
+        FIELD(key_prefix),
+        .defval = "outbox-relay",
+        .check = check_key_prefix,
+        .metavar = "PREFIX",
+        .help = "prefix of the relay's own bookkeeping keys; must not contain { or }",
+    },
+    {
+        .name = "redis-functions",
+        .env = "OUTBOX_RELAY_REDIS_FUNCTIONS",
+        .kind = OPT_BOOL,
+        .group = GROUP_REDIS,
+        FIELD(redis_functions),
+        .defval = "true",
+        .help = "load the relay's script as a Redis function (Redis 7+); "
+                "--no-redis-functions uses EVAL instead",
+    },
+    {
+        .name = "redis-timeout",
+        .env = "OUTBOX_RELAY_REDIS_TIMEOUT",
+        .kind = OPT_DURATION,
+        .group = GROUP_REDIS,
+        FIELD(redis_timeout_ms),
+        .defval = "5s",
+        .min = 100,
+        .max = 10 * MS_MINUTE,
+        .metavar = "DURATION",
+        .help = "timeout for connecting to Redis and for each reply",
+    },
+
+    /* Flow control and lifecycle */
+    {
+        .name = "max-inflight-events",
+        .env = "OUTBOX_RELAY_MAX_INFLIGHT_EVENTS",
+        .kind = OPT_INT,
+        .group = GROUP_FLOW,
+        FIELD(max_inflight_events),
+        .defval = "10000",
+        .min = 1,
+        .max = 10000000,
+        .metavar = "N",
+        .help = "stop reading WAL while this many events wait for Redis",
+    },
+    {
+        .name = "max-inflight-bytes",
+        .env = "OUTBOX_RELAY_MAX_INFLIGHT_BYTES",
+        .kind = OPT_SIZE,
+        .group = GROUP_FLOW,
+        FIELD(max_inflight_bytes),
+        .defval = "64MiB",
+        .min = 64 * KIB,
+        .max = 16 * GIB,
+        .metavar = "SIZE",
+        .help = "stop reading WAL while this many bytes of events wait for Redis",
+    },
+    {
+        .name = "shutdown-timeout",
+        .env = "OUTBOX_RELAY_SHUTDOWN_TIMEOUT",
+        .kind = OPT_DURATION,
+        .group = GROUP_FLOW,
+        FIELD(shutdown_timeout_ms),
+        .defval = "10s",
+        .min = 0,
+        .max = 10 * MS_MINUTE,
+        .metavar = "DURATION",
+        .help = "on SIGTERM or SIGINT, how long to wait for in-flight events to reach "
+                "Redis before exiting",
+    },
+    {
+        .name = "retry-max",
+        .env = "OUTBOX_RELAY_RETRY_MAX",
+        .kind = OPT_DURATION,
+        .group = GROUP_FLOW,
+        FIELD(retry_max_ms),
+        .defval = "30s",
+        .min = 100,
+        .max = 10 * MS_MINUTE,
+        .metavar = "DURATION",
+        .help = "longest wait between reconnect attempts (cap of the exponential backoff)",
+    },
+
+    /* Logging */
+    {
+        .name = "log-level",
+        .env = "OUTBOX_RELAY_LOG_LEVEL",
+        .kind = OPT_LOG_LEVEL,
+        .group = GROUP_LOG,
+        FIELD(log_level),
+        .defval = "info",
+        .metavar = "LEVEL",
+        .help = "error, warn, info or debug",
+    },
+    {
+        .name = "log-format",
+        .env = "OUTBOX_RELAY_LOG_FORMAT",
+        .kind = OPT_LOG_FORMAT,
+        .group = GROUP_LOG,
+        FIELD(log_format),
+        .defval = "text",
+        .metavar = "FORMAT",
+        .help = "text, or json for one JSON object per line",
+    },
+};
+
+#undef FIELD
+
+#define NOPTS (sizeof(option_table) / sizeof(option_table[0]))
+
+/* Raw strings collected in the first pass; all borrowed from argv/envp. */
+struct raw_value {
+	const char *arg;   /* last command-line value, NULL when not given */
+	const char *env;   /* environment value, NULL when not set */
+	const char **list; /* OPT_LIST: every command-line value, in order */
+	size_t nlist;
+};
+
+/* Where a value came from, for error messages. */
+struct source {
+	bool env;
+	char label[64]; /* "--slot" or "OUTBOX_RELAY_SLOT" */
+};
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err || errlen == 0)
+		return;
+	va_start(ap, fmt);
+	(void)vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+/*
+ * Copy s into buf for quoting in an error message: control bytes become '?'
+ * so the message stays one line, and long values are cut with "...".
+ * Returns buf.
+ */
+static const char *quotable(const char *s, char *buf, size_t buflen)
+{
+	size_t n = 0;
+
+	for (; *s && n + 4 < buflen; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (n >= QUOTE_MAX) {
+			memcpy(buf + n, "...", 3);
+			n += 3;
+			break;
+		}
+		buf[n++] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
+	}
+	buf[n] = '\0';
+	return buf;
+}
+
+static struct source source_of(const struct option_def *o, bool env)
+{
+	struct source src;
+
+	src.env = env;
+	if (env)
+		(void)snprintf(src.label, sizeof(src.label), "%s", o->env);
+	else
+		(void)snprintf(src.label, sizeof(src.label), "--%s", o->name);
+	return src;
+}
+
+/*
+ * `invalid value "V" for --x: why` (or `in OUTBOX_RELAY_X`); for secret
+ * options `invalid --x: why`, without the value.
+ */
+static void bad_value(char *err, size_t errlen, const struct option_def *o,
+                      const struct source *src, const char *value, const char *why)
+{
+	char q[QUOTE_MAX + 8];
+
+	if (o->flags & OPT_F_SECRET)
+		seterr(err, errlen, "invalid %s: %s", src->label, why);
+	else
+		seterr(err, errlen, "invalid value \"%s\" %s %s: %s", quotable(value, q, sizeof(q)),
+		       src->env ? "in" : "for", src->label, why);
+}
+
+/* Write a duration in ms with the largest unit that divides it ("90s", "1h"). */
+static void format_duration(int64_t ms, char *buf, size_t len)
+{
+	static const struct {
+		const char *unit;
+		int64_t ms;
+	} units[] = {{"d", MS_DAY}, {"h", MS_HOUR}, {"m", MS_MINUTE}, {"s", MS_SECOND}};
+
+	if (ms == 0) {
+		(void)snprintf(buf, len, "0");
+		return;
+	}
+	for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+		if (ms % units[i].ms == 0) {
+			(void)snprintf(buf, len, "%lld%s", (long long)(ms / units[i].ms), units[i].unit);
+			return;
+		}
+	}
+	(void)snprintf(buf, len, "%lldms", (long long)ms);
+}
+
+/* Write a byte count with the largest binary unit that divides it ("64MiB"). */
+static void format_size(int64_t bytes, char *buf, size_t len)
+{
+	if (bytes != 0 && bytes % GIB == 0)
+		(void)snprintf(buf, len, "%lldGiB", (long long)(bytes / GIB));
+	else if (bytes != 0 && bytes % MIB == 0)
+		(void)snprintf(buf, len, "%lldMiB", (long long)(bytes / MIB));
+	else if (bytes != 0 && bytes % KIB == 0)
+		(void)snprintf(buf, len, "%lldKiB", (long long)(bytes / KIB));
+	else
+		(void)snprintf(buf, len, "%lld", (long long)bytes);
+}
+
+static void format_bound(const struct option_def *o, int64_t v, char *buf, size_t len)
+{
+	if (o->kind == OPT_DURATION)
+		format_duration(v, buf, len);
+	else if (o->kind == OPT_SIZE)
+		format_size(v, buf, len);
+	else
+		(void)snprintf(buf, len, "%lld", (long long)v);
+}
+
+static void out_of_range(char *err, size_t errlen, const struct option_def *o,
+                         const struct source *src, const char *value)
+{
+	char lo[32], hi[32], why[96];
+
+	format_bound(o, o->min, lo, sizeof(lo));
+	format_bound(o, o->max, hi, sizeof(hi));
+	(void)snprintf(why, sizeof(why), "must be between %s and %s", lo, hi);
+	bad_value(err, errlen, o, src, value, why);
+}
+
+enum num_result { NUM_OK, NUM_JUNK, NUM_RANGE };
+
+/* A suffix such as "ms" or "MiB" and what it multiplies by. */
+struct unit {
+	const char *suffix;
+	int64_t mult;
+};
+
+/*
+ * Parse s as digits followed by a unit from units[] (matched exactly, or
+ * case-insensitively when nocase). A bare number uses bare_mult. Signs,
+ * spaces and fractions are junk; results above INT64_MAX are NUM_RANGE.
+ * *ret is written only on NUM_OK.
+ */
+static enum num_result parse_scaled(const char *s, const struct unit *units, size_t nunits,
+                                    bool nocase, int64_t bare_mult, int64_t *ret)
+{
+	int64_t v = 0, mult = 0;
+	bool overflow = false;
+	const char *p = s;
+
+	if (!s || !isdigit((unsigned char)*p))
+		return NUM_JUNK;
+	for (; isdigit((unsigned char)*p); p++) {
+		int d = *p - '0';
+
+		if (v > (INT64_MAX - d) / 10)
+			overflow = true;
+		else
+			v = v * 10 + d;
+	}
+	if (*p == '\0') {
+		mult = bare_mult;
+	} else {
+		for (size_t i = 0; i < nunits; i++) {
+			if (nocase ? strcasecmp(p, units[i].suffix) == 0 : strcmp(p, units[i].suffix) == 0) {
+				mult = units[i].mult;
+				break;
+			}
+		}
+		if (mult == 0)
+			return NUM_JUNK;
+	}
+	if (overflow || v > INT64_MAX / mult)
+		return NUM_RANGE;
+	*ret = v * mult;
+	return NUM_OK;
+}
+
+static const struct unit duration_units[] = {
+    {"ms", 1}, {"s", MS_SECOND}, {"m", MS_MINUTE}, {"h", MS_HOUR}, {"d", MS_DAY},
+};
+
+static const struct unit size_units[] = {
+    {"k", KIB},   {"kb", KIB}, {"kib", KIB}, {"m", MIB},   {"mb", MIB},
+    {"mib", MIB}, {"g", GIB},  {"gb", GIB},  {"gib", GIB},
+};
+
+static enum num_result parse_duration(const char *s, int64_t *ret_ms)
+{
+	return parse_scaled(s, duration_units, sizeof(duration_units) / sizeof(duration_units[0]),
+	                    false, MS_SECOND, ret_ms);
+}
+
+static enum num_result parse_size(const char *s, int64_t *ret_bytes)
+{
+	return parse_scaled(s, size_units, sizeof(size_units) / sizeof(size_units[0]), true, 1,
+	                    ret_bytes);
+}
+
+/* See config.h. */
+bool config_parse_duration_ms(const char *s, int64_t *ret_ms)
+{
+	return parse_duration(s, ret_ms) == NUM_OK;
+}
+
+/* Parse an optionally signed decimal integer; the whole string must be used. */
+static enum num_result parse_int(const char *s, int64_t *ret)
+{
+	bool neg = false;
+	int64_t v = 0;
+	const char *p = s;
+
+	if (*p == '-' || *p == '+')
+		neg = *p++ == '-';
+	if (!isdigit((unsigned char)*p))
+		return NUM_JUNK;
+	for (; isdigit((unsigned char)*p); p++) {
+		int d = *p - '0';
+
+		/* Accumulate negatively so INT64_MIN still fits. */
+		if (v < (INT64_MIN + d) / 10)
+			return strspn(p, "0123456789") == strlen(p) ? NUM_RANGE : NUM_JUNK;
+		v = v * 10 - d;
+	}
+	if (*p != '\0')
+		return NUM_JUNK;
+	if (!neg && v == INT64_MIN)
+		return NUM_RANGE;
+	*ret = neg ? v : -v;
+	return NUM_OK;
+}
+
+static bool parse_bool(const char *s, bool *ret)
+{
+	static const char *const yes[] = {"true", "1", "yes", "on"};
+	static const char *const no[] = {"false", "0", "no", "off"};
+
+	for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+		if (strcasecmp(s, yes[i]) == 0) {
+			*ret = true;
+			return true;
+		}
+		if (strcasecmp(s, no[i]) == 0) {
+			*ret = false;
+			return true;
+		}
+	}
+	return false;
+}
+
+static void *field_ptr(struct relay_config *cf, size_t offset)
+{
+	return (char *)cf + offset;
+}
+
+/* Store v into the int or int64_t field of o. */
+static bool store_int(struct relay_config *cf, const struct option_def *o, int64_t v)
+{
+	void *p = field_ptr(cf, o->offset);
+
+	if (o->size == sizeof(int64_t)) {
+		memcpy(p, &v, sizeof(v));
+		return true;
+	}
+	if (o->size == sizeof(int) && v >= INT_MIN && v <= INT_MAX) {
+		int iv = (int)v;
+
+		memcpy(p, &iv, sizeof(iv));
+		return true;
+	}
+	return false;
+}
+
+/* ---- String checks ---- */
+
+static bool allowed_in_libpq_message(const char *s, size_t len, const PQconninfoOption *kw)
+{
+	if (len == 0)
+		return true;
+	if (len == 1 && !isalnum((unsigned char)s[0]))
+		return true;
+	for (; kw && kw->keyword; kw++) {
+		if (strlen(kw->keyword) == len && memcmp(kw->keyword, s, len) == 0)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Copy the first line of a PQconninfoParse() error into out, replacing
+ * quoted text with "..." unless it is a conninfo keyword or a single
+ * punctuation character: libpq quotes pieces of the input, for URIs the
+ * whole URI, password included. From an unrecognised quote to the line's
+ * last quote everything goes, so quotes inside the secret cannot re-open
+ * the output. Translated (non-ASCII) messages are replaced wholesale.
+ */
+static void redact_libpq_message(const char *msg, char *out, size_t outlen)
+{
+	PQconninfoOption *kw = PQconndefaults();
+	const char *end = strchr(msg, '\n');
+	const char *p, *lastq = NULL;
+	size_t n = 0;
+
+	if (!end)
+		end = msg + strlen(msg);
+	for (p = msg; p < end; p++) {
+		if ((unsigned char)*p >= 0x80) {
+			(void)snprintf(out, outlen,
+			               "could not parse it (check the key=value syntax and quoting)");
+			PQconninfoFree(kw);
+			return;
+		}
+		if (*p == '"')
+			lastq = p;
+	}
+	for (p = msg; p < end && n + 6 < outlen; p++) {
+		const char *close;
+
+		if (*p != '"') {
+			out[n++] = (unsigned char)*p < 0x20 ? '?' : *p;
+			continue;
+		}
+		close = memchr(p + 1, '"', (size_t)(end - p - 1));
+		if (close && allowed_in_libpq_message(p + 1, (size_t)(close - p - 1), kw)) {
+			size_t len = (size_t)(close - p + 1);
+
+			if (n + len + 1 > outlen)
+				break;
+			memcpy(out + n, p, len);
+			n += len;
+			p = close;
+			continue;
+		}
+		memcpy(out + n, "\"...\"", 5);
+		n += 5;
+		if (!close)
+			break;
+		p = lastq;
+	}
+	out[n] = '\0';
+	PQconninfoFree(kw);
+}
+
+/* --pg-dsn: must parse as a libpq conninfo string or URI. */
+static bool check_conninfo(const char *value, char *why, size_t whylen)
+{
+	char *pqerr = NULL;
+	PQconninfoOption *opts = PQconninfoParse(value, &pqerr);
+
+	if (opts) {
+		PQconninfoFree(opts);
+		return true;
+	}
+	if (!pqerr) {
+		(void)snprintf(why, whylen, "out of memory");
+		return false;
+	}
+	redact_libpq_message(pqerr, why, whylen);
+	PQfreemem(pqerr);
+	return false;
+}
+
+/* --slot: PostgreSQL's slot name rule, [a-z0-9_]{1,63}. */
+static bool check_slot(const char *value, char *why, size_t whylen)
+{
+	size_t len = strlen(value);
+
+	if (len >= 1 && len <= 63 && strspn(value, "abcdefghijklmnopqrstuvwxyz0123456789_") == len)
+		return true;
+	(void)snprintf(why, whylen, "use 1-63 lower-case letters, digits or underscores");
+	return false;
+}
+
+/* --table: "schema.table" or "table", both parts non-empty. */
+static bool check_table(const char *value, char *why, size_t whylen)
+{
+	const char *dot = strchr(value, '.');
+
+	if (*value && (!dot || (dot != value && dot[1] && !strchr(dot + 1, '.'))))
+		return true;
+	(void)snprintf(why, whylen, "use schema.table or a bare table name, e.g. public.outbox");
+	return false;
+}
+
+/* --key-prefix: non-empty; braces would clash with the relay's hash tags. */
+static bool check_key_prefix(const char *value, char *why, size_t whylen)
+{
+	if (!*value) {
+		(void)snprintf(why, whylen, "must not be empty");
+		return false;
+	}
+	if (strpbrk(value, "{}")) {
+		(void)snprintf(why, whylen, "must not contain { or } (the relay adds its own hash tags)");
+		return false;
+	}
+	return true;
+}
+
+/* ---- Conversion of one winning value ---- */
+
+static bool oom(char *err, size_t errlen)
+{
+	seterr(err, errlen, "out of memory while reading the configuration");
+	return false;
+}
+
+static bool apply_string(struct relay_config *cf, const struct option_def *o, const char *v,
+                         const struct source *src, char *err, size_t errlen)
+{
+	char why[256];
+	char **field = field_ptr(cf, o->offset);
+	char *copy;
+
+	if ((o->flags & OPT_F_NONEMPTY) && !*v) {
+		bad_value(err, errlen, o, src, v, "must not be empty");
+		return false;
+	}
+	if (o->check && !o->check(v, why, sizeof(why))) {
+		bad_value(err, errlen, o, src, v, why);
+		return false;
+	}
+	if ((o->flags & OPT_F_QUALIFY) && !strchr(v, '.')) {
+		size_t len = strlen("public.") + strlen(v) + 1;
+
+		copy = malloc(len);
+		if (copy)
+			(void)snprintf(copy, len, "public.%s", v);
+	} else {
+		copy = strdup(v);
+	}
+	if (!copy)
+		return oom(err, errlen);
+	*field = copy;
+	return true;
+}
+
+static bool apply_redis_url(struct relay_config *cf, const struct option_def *o, const char *v,
+                            const struct source *src, char *err, size_t errlen)
+{
+	char why[256];
+	char **field = field_ptr(cf, o->offset);
+	struct redis_target *target = field_ptr(cf, o->aux_offset);
+
+	if (!redis_url_parse(v, target, why, sizeof(why))) {
+		bad_value(err, errlen, o, src, v, why);
+		return false;
+	}
+	*field = strdup(v);
+	if (!*field)
+		return oom(err, errlen);
+	return true;
+}
+
+static bool apply_number(struct relay_config *cf, const struct option_def *o, const char *v,
+                         const struct source *src, char *err, size_t errlen)
+{
+	enum num_result r;
+	int64_t n = 0, ignored;
+
+	switch (o->kind) {
+	case OPT_DURATION:
+		r = parse_duration(v, &n);
+		/* "-5s" is a well-formed duration out of range, not junk. */
+		if (r == NUM_JUNK && v[0] == '-' && parse_duration(v + 1, &ignored) != NUM_JUNK)
+			r = NUM_RANGE;
+		if (r == NUM_JUNK) {
+			bad_value(err, errlen, o, src, v,
+			          "expected a duration such as 3600, 90s or 1h (a bare number "
+			          "means seconds; units ms, s, m, h, d)");
+			return false;
+		}
+		break;
+	case OPT_SIZE:
+		r = parse_size(v, &n);
+		if (r == NUM_JUNK && v[0] == '-' && parse_size(v + 1, &ignored) != NUM_JUNK)
+			r = NUM_RANGE;
+		if (r == NUM_JUNK) {
+			bad_value(err, errlen, o, src, v,
+			          "expected a size such as 1048576, 512KiB, 64MiB or 1GiB");
+			return false;
+		}
+		break;
+	default:
+		r = parse_int(v, &n);
+		if (r == NUM_JUNK) {
+			bad_value(err, errlen, o, src, v, "expected a whole number");
+			return false;
+		}
+		break;
+	}
+	if (r == NUM_RANGE || n < o->min || n > o->max) {
+		out_of_range(err, errlen, o, src, v);
+		return false;
+	}
+	if (o->flags & OPT_F_SECONDS) {
+		if (n % MS_SECOND != 0) {
+			bad_value(err, errlen, o, src, v,
+			          "must be a whole number of seconds, such as 90s or 3600");
+			return false;
+		}
+		n /= MS_SECOND;
+	}
+	if (!store_int(cf, o, n)) {
+		seterr(err, errlen, "internal error: --%s does not fit its field", o->name);
+		return false;
+	}
+	return true;
+}
+
+/* Append a copy of item[0..len) to the list field of o, rejecting repeats. */
+static bool list_append(struct relay_config *cf, const struct option_def *o, const char *item,
+                        size_t len, const char *whole, const struct source *src, char *err,
+                        size_t errlen)
+{
+	char ***items = field_ptr(cf, o->offset);
+	size_t *count = field_ptr(cf, o->aux_offset);
+	char **grown;
+	char *copy;
+
+	if (len == 0) {
+		bad_value(err, errlen, o, src, whole,
+		          src->env ? "names in the list must not be empty" : "must not be empty");
+		return false;
+	}
+	for (size_t i = 0; i < *count; i++) {
+		if (strlen((*items)[i]) == len && memcmp((*items)[i], item, len) == 0) {
+			char why[QUOTE_MAX + 48], q[QUOTE_MAX + 8];
+
+			(void)snprintf(why, sizeof(why), "\"%s\" is listed twice",
+			               quotable((*items)[i], q, sizeof(q)));
+			bad_value(err, errlen, o, src, whole, why);
+			return false;
+		}
+	}
+	copy = strndup(item, len);
+	if (!copy)
+		return oom(err, errlen);
+	grown = realloc(*items, (*count + 1) * sizeof(**items));
+	if (!grown) {
+		free(copy);
+		return oom(err, errlen);
+	}
+	grown[*count] = copy;
+	*items = grown;
+	(*count)++;
+	return true;
+}
+
+/*
+ * OPT_LIST: every command-line occurrence, else the environment's
+ * comma-separated list (blanks around names are ignored; "" means none),
+ * else the default (same syntax as the environment).
+ */
+static bool apply_list(struct relay_config *cf, const struct option_def *o,
+                       const struct raw_value *raw, char *err, size_t errlen)
+{
+	struct source src;
+	const char *list;
+
+	if (raw->nlist > 0) {
+		src = source_of(o, false);
+		for (size_t i = 0; i < raw->nlist; i++) {
+			if (!list_append(cf, o, raw->list[i], strlen(raw->list[i]), raw->list[i], &src, err,
+			                 errlen))
+				return false;
+		}
+		return true;
+	}
+	src = source_of(o, raw->env != NULL);
+	list = raw->env ? raw->env : o->defval;
+	if (!list || list[strspn(list, " \t")] == '\0')
+		return true;
+	for (const char *p = list;;) {
+		const char *comma = strchr(p, ',');
+		const char *end = comma ? comma : p + strlen(p);
+
+		while (p < end && (*p == ' ' || *p == '\t'))
+			p++;
+		while (end > p && (end[-1] == ' ' || end[-1] == '\t'))
+			end--;
+		if (!list_append(cf, o, p, (size_t)(end - p), list, &src, err, errlen))
+			return false;
+		if (!comma)
+			break;
+		p = comma + 1;
+	}
+	return true;
+}
+
+/* Convert the winning value of o (flag > environment > default) into cf. */
+static bool apply_option(struct relay_config *cf, const struct option_def *o,
+                         const struct raw_value *raw, char *err, size_t errlen)
+{
+	struct source src;
+	const char *v;
+
+	if (o->kind == OPT_LIST)
+		return apply_list(cf, o, raw, err, errlen);
+
+	v = raw->arg ? raw->arg : raw->env ? raw->env : o->defval;
+	src = source_of(o, !raw->arg && raw->env);
+	if (o->flags & OPT_F_REQUIRED) {
+		if (!v || !*v) {
+			seterr(err, errlen, "missing --%s (or %s): %s", o->name, o->env, o->missing);
+			return false;
+		}
+	}
+	if (!v)
+		return true; /* no default: the zeroed field means "unset" */
+
+	switch (o->kind) {
+	case OPT_STRING:
+		return apply_string(cf, o, v, &src, err, errlen);
+	case OPT_REDIS_URL:
+		return apply_redis_url(cf, o, v, &src, err, errlen);
+	case OPT_DURATION:
+	case OPT_INT:
+	case OPT_SIZE:
+		return apply_number(cf, o, v, &src, err, errlen);
+	case OPT_BOOL: {
+		bool b;
+
+		if (!parse_bool(v, &b)) {
+			bad_value(err, errlen, o, &src, v, "expected true or false (or 1/0, yes/no, on/off)");
+			return false;
+		}
+		memcpy(field_ptr(cf, o->offset), &b, sizeof(b));
+		return true;
+	}
+	case OPT_LSN: {
+		lsn_t lsn;
+
+		if (!lsn_parse(v, strlen(v), &lsn)) {
+			bad_value(err, errlen, o, &src, v,
+			          "expected an LSN such as 0/16B3748, as pg_current_wal_lsn() prints it");
+			return false;
+		}
+		memcpy(field_ptr(cf, o->offset), &lsn, sizeof(lsn));
+		return true;
+	}
+	case OPT_LOG_LEVEL: {
+		enum log_level level;
+
+		if (!log_level_parse(v, &level)) {
+			bad_value(err, errlen, o, &src, v, "expected error, warn, info or debug");
+			return false;
+		}
+		memcpy(field_ptr(cf, o->offset), &level, sizeof(level));
+		return true;
+	}
+	case OPT_LOG_FORMAT: {
+		enum log_format format;
+
+		if (!log_format_parse(v, &format)) {
+			bad_value(err, errlen, o, &src, v, "expected text or json");
+			return false;
+		}
+		memcpy(field_ptr(cf, o->offset), &format, sizeof(format));
+		return true;
+	}
+	case OPT_LIST:
+		break;
+	}
+	seterr(err, errlen, "internal error: --%s has an unknown kind", o->name);
+	return false;
+}
+
+/* ---- First pass: collect raw strings ---- */
+
+static const struct option_def *find_option(const char *name, size_t len)
+{
+	for (size_t i = 0; i < NOPTS; i++) {
+		if (strlen(option_table[i].name) == len && memcmp(option_table[i].name, name, len) == 0)
+			return &option_table[i];
+	}
+	return NULL;
+}
+
+static bool is_bool_word(const char *s)
+{
+	bool ignored;
+
+	return parse_bool(s, &ignored);
+}
+
+/*
+ * `unexpected argument "X"`. prev is the option of the argument before
+ * (flag or its value), bare_bool whether that was a bool flag without a
+ * value. X is not quoted when it may be the tail of an unquoted connection
+ * string or URL ("--pg-dsn host=db password=x").
+ */
+static void positional_error(const char *a, int i, const struct option_def *prev, bool bare_bool,
+                             char *err, size_t errlen)
+{
+	char q[QUOTE_MAX + 8];
+
+	if (bare_bool && is_bool_word(a)) {
+		seterr(err, errlen,
+		       "unexpected argument \"%s\" after --%s: write --%s=%s, or --no-%s for false",
+		       quotable(a, q, sizeof(q)), prev->name, prev->name, a, prev->name);
+	} else if ((prev && (prev->flags & OPT_F_SECRET)) || strpbrk(a, "=@:")) {
+		seterr(err, errlen,
+		       "unexpected argument #%d (not shown: it may hold a secret); outbox-relay "
+		       "takes no positional arguments, so quote values that contain spaces",
+		       i);
+	} else {
+		seterr(err, errlen,
+		       "unexpected argument \"%s\"; outbox-relay takes no positional arguments, "
+		       "run outbox-relay --help for the options",
+		       quotable(a, q, sizeof(q)));
+	}
+}
+
+/* Record value for o from the command line. */
+static bool record_arg(struct raw_value *raw, const struct option_def *o, const char *value,
+                       int argc, char *err, size_t errlen)
+{
+	struct raw_value *r = &raw[o - option_table];
+
+	if (o->kind != OPT_LIST) {
+		r->arg = value;
+		return true;
+	}
+	if (!r->list) {
+		/* Never more occurrences than arguments. */
+		r->list = calloc((size_t)argc, sizeof(*r->list));
+		if (!r->list)
+			return oom(err, errlen);
+	}
+	r->list[r->nlist++] = value;
+	return true;
+}
+
+static enum config_result scan_argv(struct raw_value *raw, int argc, char **argv, char *err,
+                                    size_t errlen)
+{
+	char q[QUOTE_MAX + 8];
+	/* The option of the previous argument, for positional_error(). */
+	const struct option_def *prev = NULL;
+	bool prev_bare_bool = false;
+
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *name, *eq, *value;
+		const struct option_def *o;
+		bool negated = false;
+		size_t len;
+
+		if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+			config_usage(stdout);
+			return CONFIG_HELP;
+		}
+		if (strcmp(a, "--version") == 0 || strcmp(a, "-V") == 0) {
+			printf("%s %s\n", PROGNAME, OUTBOX_RELAY_VERSION);
+			return CONFIG_VERSION;
+		}
+		if (strcmp(a, "--") == 0) {
+			if (i + 1 < argc) {
+				positional_error(argv[i + 1], i + 1, NULL, false, err, errlen);
+				return CONFIG_ERROR;
+			}
+			break;
+		}
+		if (a[0] != '-' || a[1] == '\0') {
+			positional_error(a, i, prev, prev_bare_bool, err, errlen);
+			return CONFIG_ERROR;
+		}
+
+		/* The name only: "--pg-dsnn=host=... password=..." must not leak. */
+		name = a[1] == '-' ? a + 2 : a + 1;
+		eq = strchr(name, '=');
+		len = eq ? (size_t)(eq - name) : strlen(name);
+		o = a[1] == '-' ? find_option(name, len) : NULL;
+		if (!o && a[1] == '-' && len > 3 && strncmp(name, "no-", 3) == 0) {
+			o = find_option(name + 3, len - 3);
+			if (o && o->kind == OPT_BOOL)
+				negated = true;
+			else
+				o = NULL;
+		}
+		if (!o) {
+			char shown[QUOTE_MAX + 8];
+
+			(void)snprintf(shown, sizeof(shown), "%.*s", (int)(name - a + len), a);
+			if (eq && (strcmp(shown, "--help") == 0 || strcmp(shown, "--version") == 0))
+				seterr(err, errlen, "option %s does not take a value", shown);
+			else
+				seterr(err, errlen, "unknown option \"%s\"; run outbox-relay --help for the list",
+				       quotable(shown, q, sizeof(q)));
+			return CONFIG_ERROR;
+		}
+
+		if (negated) {
+			if (eq) {
+				seterr(err, errlen, "option --no-%s does not take a value; use --%s=VALUE instead",
+				       o->name, o->name);
+				return CONFIG_ERROR;
+			}
+			value = "false";
+		} else if (eq) {
+			value = eq + 1;
+		} else if (o->kind == OPT_BOOL) {
+			value = "true";
+		} else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) {
+			value = argv[++i];
+		} else {
+			seterr(err, errlen, "option --%s needs a value", o->name);
+			return CONFIG_ERROR;
+		}
+		if (!record_arg(raw, o, value, argc, err, errlen))
+			return CONFIG_ERROR;
+		prev = o;
+		prev_bare_bool = o->kind == OPT_BOOL && !eq && !negated;
+	}
+	return CONFIG_OK;
+}
+
+/*
+ * Collect OUTBOX_RELAY_* entries of envp. Unknown OUTBOX_RELAY_* names are
+ * ignored: Kubernetes injects OUTBOX_RELAY_SERVICE_HOST, OUTBOX_RELAY_PORT
+ * and friends for a Service named outbox-relay, and those must not stop the
+ * relay. When a name repeats, the first entry wins, as with getenv().
+ */
+static bool scan_env(struct raw_value *raw, char **envp, char *err, size_t errlen)
+{
+	for (char **e = envp; e && *e; e++) {
+		const char *eq;
+		size_t len;
+
+		if (strncmp(*e, ENV_PREFIX, strlen(ENV_PREFIX)) != 0)
+			continue;
+		eq = strchr(*e, '=');
+		if (!eq)
+			continue;
+		len = (size_t)(eq - *e);
+		for (size_t i = 0; i < NOPTS; i++) {
+			if (strlen(option_table[i].env) == len && memcmp(option_table[i].env, *e, len) == 0) {
+				if (!raw[i].env)
+					raw[i].env = eq + 1;
+				break;
+			}
+		}
+	}
+	(void)err;
+	(void)errlen;
+	return true;
+}
+
+/* See config.h. On every path but CONFIG_OK, *cf is left zeroed. */
+enum config_result config_load(struct relay_config *cf, int argc, char **argv, char **envp,
+                               char *err, size_t errlen)
+{
+	struct relay_config built;
+	struct raw_value raw[NOPTS];
+	enum config_result r;
+
+	memset(cf, 0, sizeof(*cf));
+	memset(&built, 0, sizeof(built));
+	memset(raw, 0, sizeof(raw));
+	if (err && errlen > 0)
+		err[0] = '\0';
+
+	r = scan_argv(raw, argc, argv, err, errlen);
+	if (r != CONFIG_OK)
+		goto out;
+	r = CONFIG_ERROR;
+	if (!scan_env(raw, envp, err, errlen))
+		goto out;
+	for (size_t i = 0; i < NOPTS; i++) {
+		if (!apply_option(&built, &option_table[i], &raw[i], err, errlen))
+			goto out;
+	}
+	*cf = built;
+	memset(&built, 0, sizeof(built));
+	r = CONFIG_OK;
+
+out:
+	for (size_t i = 0; i < NOPTS; i++)
+		free(raw[i].list);
+	config_finish(&built);
+	return r;
+}
+
+/* ---- Usage ---- */
+
+/*
+ * Print text word-wrapped at USAGE_WIDTH, every line indented by indent.
+ * NBSP joins two words that must stay on one line; it prints as a space.
+ */
+static void print_wrapped(FILE *out, const char *text, int indent)
+{
+	int col = 0;
+	const char *p = text;
+
+	while (*p) {
+		size_t wlen;
+
+		while (*p == ' ')
+			p++;
+		if (!*p)
+			break;
+		wlen = strcspn(p, " ");
+		if (col > indent && col + 1 + (int)wlen > USAGE_WIDTH) {
+			fputc('\n', out);
+			col = 0;
+		}
+		if (col == 0) {
+			fprintf(out, "%*s", indent, "");
+			col = indent;
+		} else {
+			fputc(' ', out);
+			col++;
+		}
+		for (size_t i = 0; i < wlen; i++)
+			fputc(p[i] == NBSP ? ' ' : p[i], out);
+		col += (int)wlen;
+		p += wlen;
+	}
+	fputc('\n', out);
+}
+
+static void usage_option(FILE *out, const struct option_def *o)
+{
+	char flag[64], help[512];
+	int n;
+
+	if (o->kind == OPT_BOOL)
+		n = snprintf(flag, sizeof(flag), "  --[no-]%s", o->name);
+	else
+		n = snprintf(flag, sizeof(flag), "  --%s %s", o->name, o->metavar);
+	fprintf(out, "%s%*s env %s\n", flag, n < USAGE_ENV_COL ? USAGE_ENV_COL - n : 0, "", o->env);
+
+	if (o->flags & OPT_F_REQUIRED)
+		(void)snprintf(help, sizeof(help), "%s (required)", o->help);
+	else if (o->defval)
+		(void)snprintf(help, sizeof(help), "%s (default:%c%s)", o->help, NBSP, o->defval);
+	else
+		(void)snprintf(help, sizeof(help), "%s", o->help);
+	print_wrapped(out, help, USAGE_INDENT);
+}
+
+/* See config.h. */
+void config_usage(FILE *out)
+{
+	fprintf(out,
+	        "Usage: %s [OPTIONS]\n"
+	        "Publish outbox events from a PostgreSQL logical replication slot (wal2json)\n"
+	        "to Redis Streams.\n"
+	        "\n"
+	        "Every option can also be set with its OUTBOX_RELAY_* environment variable; "
+	        "flags win.\n"
+	        "Values go as --name VALUE or --name=VALUE. Durations: 500ms, 90s, 5m, 1h, 2d,\n"
+	        "or a bare number of seconds. Sizes: bytes, or with k/KB/KiB, M/MB/MiB, G/GB/GiB\n"
+	        "(all powers of 1024). Booleans: --name, --no-name, or true/false in variables.\n",
+	        PROGNAME);
+	for (size_t g = 0; g < sizeof(group_titles) / sizeof(group_titles[0]); g++) {
+		fprintf(out, "\n%s:\n", group_titles[g]);
+		for (size_t i = 0; i < NOPTS; i++) {
+			if (option_table[i].group == (enum opt_group)g)
+				usage_option(out, &option_table[i]);
+		}
+	}
+	fprintf(out, "\n"
+	             "Other:\n"
+	             "  -h, --help\n"
+	             "      print this help and exit\n"
+	             "  -V, --version\n"
+	             "      print the version and exit\n");
+}
+
+/* See config.h. Table-driven, so no allocated field can be forgotten. */
+void config_finish(struct relay_config *cf)
+{
+	if (!cf)
+		return;
+	for (size_t i = 0; i < NOPTS; i++) {
+		const struct option_def *o = &option_table[i];
+
+		if (o->kind == OPT_STRING || o->kind == OPT_REDIS_URL) {
+			char **s = field_ptr(cf, o->offset);
+
+			free(*s);
+		} else if (o->kind == OPT_LIST) {
+			char ***items = field_ptr(cf, o->offset);
+			size_t *count = field_ptr(cf, o->aux_offset);
+
+			for (size_t j = 0; j < *count; j++)
+				free((*items)[j]);
+			free(*items);
+		}
+		if (o->kind == OPT_REDIS_URL)
+			redis_target_finish(field_ptr(cf, o->aux_offset));
+	}
+	memset(cf, 0, sizeof(*cf));
+}

@@ -1,0 +1,474 @@
+/*
+ * redis_url.c - parse --redis-url into a struct redis_target.
+ *
+ * Grammar (see redis_url.h):
+ *   redis://[[user]:password@]host[:port][/db]
+ *   rediss://...                                  (same, tls = true)
+ *   redis://[[user]:password@][ipv6]:port[/db]
+ *   unix://[[user]:password@]/path/to/redis.sock[?db=N]
+ *   /path/to/redis.sock[?db=N]                    (shorthand for unix://)
+ *
+ * The credentials are the only secret in a URL, so error messages quote the
+ * scheme, host, port, database and socket path but never the user-info part.
+ * Pure: no I/O, no logging.
+ */
+#include "redis_url.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/un.h>
+
+#define DEFAULT_PORT 6379
+/* Longest host/port/db/path fragment quoted back in an error message. */
+#define QUOTE_MAX 64
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err || errlen == 0)
+		return;
+	va_start(ap, fmt);
+	(void)vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+/*
+ * Copy s[0..len) into buf for quoting in an error message: control bytes
+ * become '?' (the message stays one line) and long input is cut with "...".
+ * Returns buf.
+ */
+static const char *quotable(const char *s, size_t len, char *buf, size_t buflen)
+{
+	size_t i, n = 0;
+
+	for (i = 0; i < len && n + 4 < buflen; i++) {
+		unsigned char c = (unsigned char)s[i];
+
+		if (n >= QUOTE_MAX) {
+			memcpy(buf + n, "...", 3);
+			n += 3;
+			break;
+		}
+		buf[n++] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
+	}
+	buf[n] = '\0';
+	return buf;
+}
+
+static char *dup_range(const char *s, size_t len)
+{
+	char *p = malloc(len + 1);
+
+	if (!p)
+		return NULL;
+	memcpy(p, s, len);
+	p[len] = '\0';
+	return p;
+}
+
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+enum decode_result { DECODE_OK, DECODE_BAD, DECODE_NUL, DECODE_OOM };
+
+/*
+ * Percent-decode s[0..len) into a new malloc'd string (*ret). An empty
+ * result is returned as NULL ("absent"). Never reports the input.
+ */
+static enum decode_result percent_decode(const char *s, size_t len, char **ret)
+{
+	char *out;
+	size_t i, n = 0;
+
+	*ret = NULL;
+	if (len == 0)
+		return DECODE_OK;
+	out = malloc(len + 1);
+	if (!out)
+		return DECODE_OOM;
+	for (i = 0; i < len; i++) {
+		if (s[i] == '%') {
+			int hi, lo;
+
+			if (i + 2 >= len) {
+				free(out);
+				return DECODE_BAD;
+			}
+			hi = hexval(s[i + 1]);
+			lo = hexval(s[i + 2]);
+			if (hi < 0 || lo < 0) {
+				free(out);
+				return DECODE_BAD;
+			}
+			if (hi == 0 && lo == 0) {
+				free(out);
+				return DECODE_NUL;
+			}
+			out[n++] = (char)(hi << 4 | lo);
+			i += 2;
+		} else {
+			out[n++] = s[i];
+		}
+	}
+	out[n] = '\0';
+	*ret = out;
+	return DECODE_OK;
+}
+
+/*
+ * Parse "user:password" (s[0..len), without the '@') into t->user and
+ * t->password. Error messages describe the problem, never the text.
+ */
+static bool parse_userinfo(const char *s, size_t len, struct redis_target *t, char *err,
+                           size_t errlen)
+{
+	const char *colon = memchr(s, ':', len);
+	enum decode_result r;
+
+	if (!colon) {
+		seterr(err, errlen,
+		       "missing \":\" in the credentials: write user:password@ or :password@ "
+		       "(percent-encode \":\" and \"@\" inside them as %%3A and %%40)");
+		return false;
+	}
+	r = percent_decode(s, (size_t)(colon - s), &t->user);
+	if (r == DECODE_OK)
+		r = percent_decode(colon + 1, len - (size_t)(colon - s) - 1, &t->password);
+	switch (r) {
+	case DECODE_OK:
+		return true;
+	case DECODE_BAD:
+		seterr(err, errlen,
+		       "invalid percent-encoding in the credentials: \"%%\" must be followed by "
+		       "two hex digits (write a literal \"%%\" as %%25)");
+		return false;
+	case DECODE_NUL:
+		seterr(err, errlen, "the credentials must not contain %%00");
+		return false;
+	case DECODE_OOM:
+		break;
+	}
+	seterr(err, errlen, "out of memory");
+	return false;
+}
+
+/* Parse a non-empty all-digit s[0..len) no larger than max. */
+static bool parse_uint(const char *s, size_t len, long max, long *ret)
+{
+	long v = 0;
+	size_t i;
+
+	if (len == 0)
+		return false;
+	for (i = 0; i < len; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return false;
+		v = v * 10 + (s[i] - '0');
+		if (v > max)
+			return false;
+	}
+	*ret = v;
+	return true;
+}
+
+static bool parse_db(const char *s, size_t len, struct redis_target *t, char *err, size_t errlen)
+{
+	char q[QUOTE_MAX + 8];
+	long v;
+
+	if (!parse_uint(s, len, INT32_MAX, &v)) {
+		seterr(err, errlen, "invalid database \"%s\": expected a number from 0 to %ld",
+		       quotable(s, len, q, sizeof(q)), (long)INT32_MAX);
+		return false;
+	}
+	t->db = (int)v;
+	return true;
+}
+
+static bool host_char_ok(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+	       c == '.' || c == '_';
+}
+
+static bool ipv6_char_ok(char c)
+{
+	return hexval(c) >= 0 || c == ':' || c == '.';
+}
+
+/*
+ * Parse "host[:port][/db]" or "[ipv6][:port][/db]" (s[0..len), after any
+ * credentials) into t.
+ */
+static bool parse_tcp(const char *s, size_t len, struct redis_target *t, char *err, size_t errlen)
+{
+	char q[QUOTE_MAX + 8];
+	const char *end = s + len, *p, *host, *slash;
+	size_t hostlen;
+
+	slash = memchr(s, '/', len);
+	if (!slash)
+		slash = end;
+
+	if (s < end && *s == '[') {
+		const char *close = memchr(s, ']', (size_t)(slash - s));
+
+		if (!close) {
+			seterr(err, errlen, "missing \"]\" after the IPv6 address: write redis://[::1]:6379");
+			return false;
+		}
+		host = s + 1;
+		hostlen = (size_t)(close - host);
+		if (hostlen == 0) {
+			seterr(err, errlen, "empty IPv6 address in \"[]\"");
+			return false;
+		}
+		if (!memchr(host, ':', hostlen)) {
+			seterr(err, errlen, "invalid IPv6 address \"%s\"",
+			       quotable(host, hostlen, q, sizeof(q)));
+			return false;
+		}
+		for (size_t i = 0; i < hostlen; i++) {
+			if (!ipv6_char_ok(host[i])) {
+				seterr(err, errlen, "invalid IPv6 address \"%s\"",
+				       quotable(host, hostlen, q, sizeof(q)));
+				return false;
+			}
+		}
+		p = close + 1;
+		if (p < slash && *p != ':') {
+			seterr(err, errlen, "unexpected text after \"]\": write redis://[IPV6]:PORT[/DB]");
+			return false;
+		}
+	} else {
+		const char *colon = memchr(s, ':', (size_t)(slash - s));
+
+		host = s;
+		hostlen = (size_t)((colon ? colon : slash) - s);
+		if (colon && memchr(colon + 1, ':', (size_t)(slash - colon - 1))) {
+			seterr(err, errlen,
+			       "IPv6 addresses must be written in brackets, e.g. redis://[::1]:6379");
+			return false;
+		}
+		if (hostlen == 0) {
+			seterr(err, errlen, "empty host: write redis://HOST[:PORT][/DB]");
+			return false;
+		}
+		for (size_t i = 0; i < hostlen; i++) {
+			if (!host_char_ok(host[i])) {
+				seterr(err, errlen, "invalid host \"%s\": use a host name or an IP address",
+				       quotable(host, hostlen, q, sizeof(q)));
+				return false;
+			}
+		}
+		p = host + hostlen;
+	}
+
+	t->port = DEFAULT_PORT;
+	if (p < slash) {
+		long port;
+
+		/* *p == ':' here */
+		p++;
+		if (p == slash) {
+			seterr(err, errlen, "missing port after \":\": expected a number from 1 to 65535");
+			return false;
+		}
+		if (!parse_uint(p, (size_t)(slash - p), 65535, &port) || port == 0) {
+			/*
+			 * Quote only digits: "redis://user:secret" (the "@host" forgotten)
+			 * puts the password where the port goes.
+			 */
+			if (strspn(p, "0123456789") >= (size_t)(slash - p))
+				seterr(err, errlen, "invalid port \"%s\": expected a number from 1 to 65535",
+				       quotable(p, (size_t)(slash - p), q, sizeof(q)));
+			else
+				seterr(err, errlen, "invalid port: expected a number from 1 to 65535 after \":\"");
+			return false;
+		}
+		t->port = (int)port;
+	}
+
+	/* "redis://host/" means database 0, like "redis://host". */
+	if (slash + 1 < end && !parse_db(slash + 1, (size_t)(end - slash - 1), t, err, errlen))
+		return false;
+
+	t->host = dup_range(host, hostlen);
+	if (!t->host) {
+		seterr(err, errlen, "out of memory");
+		return false;
+	}
+	return true;
+}
+
+/* Parse "/path[?db=N]" (s[0..len), after any credentials) into t. */
+static bool parse_unix(const char *s, size_t len, struct redis_target *t, char *err, size_t errlen)
+{
+	char q[QUOTE_MAX + 8];
+	const char *query = memchr(s, '?', len);
+	size_t pathlen = query ? (size_t)(query - s) : len;
+
+	if (pathlen == 0) {
+		seterr(err, errlen, "missing socket path: write unix:///path/to/redis.sock");
+		return false;
+	}
+	if (s[0] != '/') {
+		seterr(err, errlen, "socket path must be absolute, e.g. unix:///run/redis/redis.sock");
+		return false;
+	}
+	if (pathlen >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
+		seterr(err, errlen, "socket path is too long (at most %zu bytes)",
+		       sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
+		return false;
+	}
+	if (query) {
+		const char *v = query + 1;
+		size_t vlen = len - pathlen - 1;
+
+		if (vlen < 3 || memcmp(v, "db=", 3) != 0) {
+			seterr(err, errlen, "unsupported query \"%s\": only ?db=N is accepted",
+			       quotable(v, vlen, q, sizeof(q)));
+			return false;
+		}
+		if (!parse_db(v + 3, vlen - 3, t, err, errlen))
+			return false;
+	}
+	t->unix_path = dup_range(s, pathlen);
+	if (!t->unix_path) {
+		seterr(err, errlen, "out of memory");
+		return false;
+	}
+	return true;
+}
+
+/* The redis_url.h contract: *ret zeroed on failure, password never in err. */
+bool redis_url_parse(const char *url, struct redis_target *ret, char *err, size_t errlen)
+{
+	struct redis_target t = {0};
+	const char *rest, *sep;
+	size_t restlen;
+	bool is_unix = false, ok;
+
+	if (err && errlen > 0)
+		err[0] = '\0';
+	memset(ret, 0, sizeof(*ret));
+	if (!url || !*url) {
+		seterr(err, errlen, "empty URL: use redis://HOST[:PORT][/DB] or unix:///PATH");
+		return false;
+	}
+
+	sep = strstr(url, "://");
+	if (url[0] == '/') {
+		is_unix = true;
+		rest = url;
+	} else if (!sep) {
+		seterr(err, errlen,
+		       "expected a URL such as redis://127.0.0.1:6379, rediss://HOST:PORT, "
+		       "unix:///path/to/redis.sock or /path/to/redis.sock");
+		return false;
+	} else {
+		size_t slen = (size_t)(sep - url);
+
+		rest = sep + 3;
+		if (slen == 5 && strncasecmp(url, "redis", 5) == 0) {
+			/* plain TCP */
+		} else if (slen == 6 && strncasecmp(url, "rediss", 6) == 0) {
+			t.tls = true;
+		} else if (slen == 4 && strncasecmp(url, "unix", 4) == 0) {
+			is_unix = true;
+		} else {
+			char q[QUOTE_MAX + 8];
+			bool plain = slen > 0 && slen <= 16;
+
+			/* Quote the scheme only if it looks like one (no credentials). */
+			for (size_t i = 0; plain && i < slen; i++)
+				plain = host_char_ok(url[i]) || url[i] == '+';
+			if (plain)
+				seterr(err, errlen, "unsupported scheme \"%s\": use redis://, rediss:// or unix://",
+				       quotable(url, slen, q, sizeof(q)));
+			else
+				seterr(err, errlen, "unsupported scheme: use redis://, rediss:// or unix://");
+			return false;
+		}
+	}
+	restlen = strlen(rest);
+
+	/*
+	 * Credentials end at the last '@' for TCP (a host never contains one,
+	 * so an unencoded '@' in the password still works) and at the first
+	 * "@/" for unix sockets (paths such as /run/redis@main/ may hold '@').
+	 */
+	if (rest[0] != '/') {
+		const char *at = NULL;
+
+		if (is_unix)
+			at = strstr(rest, "@/");
+		else
+			at = strrchr(rest, '@');
+		if (at) {
+			if (!parse_userinfo(rest, (size_t)(at - rest), &t, err, errlen))
+				goto error;
+			restlen -= (size_t)(at + 1 - rest);
+			rest = at + 1;
+		}
+	}
+
+	if (is_unix)
+		ok = parse_unix(rest, restlen, &t, err, errlen);
+	else
+		ok = parse_tcp(rest, restlen, &t, err, errlen);
+	if (!ok)
+		goto error;
+	*ret = t;
+	return true;
+
+error:
+	redis_target_finish(&t);
+	return false;
+}
+
+/* Free the strings of *t and zero it; NULL-safe. */
+void redis_target_finish(struct redis_target *t)
+{
+	if (!t)
+		return;
+	free(t->host);
+	free(t->unix_path);
+	free(t->user);
+	free(t->password);
+	memset(t, 0, sizeof(*t));
+}
+
+/* "host:port/db", "[v6]:port/db" or "unix:/path" (plus "?db=N" when not 0). */
+char *redis_target_describe(const struct redis_target *t, char *buf, size_t len)
+{
+	if (!buf || len == 0)
+		return buf;
+	if (!t || (!t->host && !t->unix_path))
+		(void)snprintf(buf, len, "(none)");
+	else if (t->unix_path && t->db != 0)
+		(void)snprintf(buf, len, "unix:%s?db=%d", t->unix_path, t->db);
+	else if (t->unix_path)
+		(void)snprintf(buf, len, "unix:%s", t->unix_path);
+	else if (strchr(t->host, ':'))
+		(void)snprintf(buf, len, "[%s]:%d/%d", t->host, t->port, t->db);
+	else
+		(void)snprintf(buf, len, "%s:%d/%d", t->host, t->port, t->db);
+	return buf;
+}
