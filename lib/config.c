@@ -21,6 +21,7 @@
 #include "config.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -73,12 +74,13 @@ enum opt_kind {
 	OPT_REDIS_URL   /* char * plus struct redis_target at aux_offset */
 };
 
-enum opt_group { GROUP_PG, GROUP_REDIS, GROUP_FLOW, GROUP_LOG };
+enum opt_group { GROUP_PG, GROUP_REDIS, GROUP_FLOW, GROUP_OPS, GROUP_LOG };
 
 static const char *const group_titles[] = {
     [GROUP_PG] = "PostgreSQL",
     [GROUP_REDIS] = "Redis",
     [GROUP_FLOW] = "Flow control",
+    [GROUP_OPS] = "Operations",
     [GROUP_LOG] = "Logging",
 };
 
@@ -387,6 +389,62 @@ static const struct option_def option_table[] = {
         .defval = "info",
         .metavar = "LEVEL",
         .help = "error, warn, info or debug",
+    },
+    {
+        .name = "max-event-bytes",
+        .env = "OUTBOX_RELAY_MAX_EVENT_BYTES",
+        .kind = OPT_SIZE,
+        .group = GROUP_FLOW,
+        FIELD(max_event_bytes),
+        .defval = "64MiB",
+        .min = 1 * KIB,
+        .max = 512 * MIB,
+        .metavar = "SIZE",
+        .help = "largest event (sum of its field names and values) published as it is; "
+                "larger ones go to the dead-letter stream with the reason",
+    },
+
+    /* Operations */
+    {
+        .name = "http-addr",
+        .env = "OUTBOX_RELAY_HTTP_ADDR",
+        .kind = OPT_STRING,
+        .group = GROUP_OPS,
+        FIELD(http_addr),
+        .defval = ":9187",
+        .metavar = "ADDR",
+        .help = "serve /metrics (Prometheus), /healthz and /readyz on host:port, :port or "
+                "[ipv6]:port; an empty value turns the endpoint off",
+    },
+    {
+        .name = "pg-password-file",
+        .env = "OUTBOX_RELAY_PG_PASSWORD_FILE",
+        .kind = OPT_STRING,
+        .group = GROUP_OPS,
+        FIELD(pg_password_file),
+        .metavar = "PATH",
+        .help = "read the PostgreSQL password from the first line of this file (e.g. a "
+                "mounted Secret); it overrides a password in --pg-dsn",
+    },
+    {
+        .name = "redis-password-file",
+        .env = "OUTBOX_RELAY_REDIS_PASSWORD_FILE",
+        .kind = OPT_STRING,
+        .group = GROUP_OPS,
+        FIELD(redis_password_file),
+        .metavar = "PATH",
+        .help = "read the Redis password from the first line of this file; it overrides "
+                "a password in --redis-url",
+    },
+    {
+        .name = "check-config",
+        .env = "OUTBOX_RELAY_CHECK_CONFIG",
+        .kind = OPT_BOOL,
+        .group = GROUP_OPS,
+        FIELD(check_config),
+        .defval = "false",
+        .help = "validate the configuration, print it (without secrets) and exit 0 "
+                "without connecting anywhere",
     },
     {
         .name = "log-format",
@@ -1256,6 +1314,56 @@ static bool scan_env(struct raw_value *raw, char **envp, char *err, size_t errle
 	return true;
 }
 
+/*
+ * Read the first line of path into *ret (malloc'd, trailing CR/LF removed).
+ * The error names the option and the file but never the content.
+ */
+static bool read_secret(const char *opt, const char *path, char **ret, char *err, size_t errlen)
+{
+	char line[4096];
+	FILE *f = fopen(path, "r");
+	size_t n;
+
+	if (!f) {
+		seterr(err, errlen, "could not read --%s \"%s\": %s", opt, path, strerror(errno));
+		return false;
+	}
+	if (!fgets(line, sizeof(line), f))
+		line[0] = '\0';
+	fclose(f);
+	n = strcspn(line, "\r\n");
+	line[n] = '\0';
+	if (n == 0) {
+		seterr(err, errlen, "--%s \"%s\" is empty: put the password on its first line", opt,
+		       path);
+		return false;
+	}
+	*ret = strdup(line);
+	explicit_bzero(line, sizeof(line));
+	if (!*ret) {
+		seterr(err, errlen, "out of memory");
+		return false;
+	}
+	return true;
+}
+
+/* Apply --pg-password-file and --redis-password-file. */
+static bool load_secret_files(struct relay_config *cf, char *err, size_t errlen)
+{
+	if (cf->pg_password_file && cf->pg_password_file[0] &&
+	    !read_secret("pg-password-file", cf->pg_password_file, &cf->pg_password, err, errlen))
+		return false;
+	if (cf->redis_password_file && cf->redis_password_file[0]) {
+		char *pw = NULL;
+
+		if (!read_secret("redis-password-file", cf->redis_password_file, &pw, err, errlen))
+			return false;
+		free(cf->redis.password);
+		cf->redis.password = pw;
+	}
+	return true;
+}
+
 /* See config.h. On every path but CONFIG_OK, *cf is left zeroed. */
 enum config_result config_load(struct relay_config *cf, int argc, char **argv, char **envp,
                                char *err, size_t errlen)
@@ -1280,6 +1388,8 @@ enum config_result config_load(struct relay_config *cf, int argc, char **argv, c
 		if (!apply_option(&built, &option_table[i], &raw[i], err, errlen))
 			goto out;
 	}
+	if (!load_secret_files(&built, err, errlen))
+		goto out;
 	*cf = built;
 	memset(&built, 0, sizeof(built));
 	r = CONFIG_OK;
@@ -1400,6 +1510,10 @@ void config_finish(struct relay_config *cf)
 		}
 		if (o->kind == OPT_REDIS_URL)
 			redis_target_finish(field_ptr(cf, o->aux_offset));
+	}
+	if (cf->pg_password) {
+		explicit_bzero(cf->pg_password, strlen(cf->pg_password));
+		free(cf->pg_password);
 	}
 	memset(cf, 0, sizeof(*cf));
 }

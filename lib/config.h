@@ -46,6 +46,17 @@ struct relay_config {
 	int shutdown_timeout_ms;     /* --shutdown-timeout, default 10s */
 	int retry_max_ms;            /* --retry-max, default 30s: backoff cap */
 
+	int64_t max_event_bytes;     /* --max-event-bytes, default 64 MiB: larger events are dead-lettered */
+
+	/* Secrets from files (read by config_load; the file wins over the DSN/URL). */
+	char *pg_password_file;    /* --pg-password-file */
+	char *pg_password;         /* its content (first line), NULL when unset */
+	char *redis_password_file; /* --redis-password-file: replaces redis.password */
+
+	/* Operations */
+	char *http_addr;           /* --http-addr, default ":9187"; "" disables the HTTP endpoint */
+	bool check_config;         /* --check-config: validate, print a summary, exit 0 */
+
 	/* Logging */
 	enum log_level log_level;   /* --log-level, default info */
 	enum log_format log_format; /* --log-format text|json, default text */

@@ -170,12 +170,16 @@ static PGresult *run(struct pgrepl *p, const char *sql, ExecStatusType want, enu
 
 static bool connect_db(struct pgrepl *p, enum pg_status *st)
 {
-	/* Defaults first; the expanded DSN overrides them; replication=database is forced last. */
-	const char *keys[] = {"connect_timeout", "keepalives",     "keepalives_idle",
-			      "keepalives_interval", "keepalives_count", "fallback_application_name",
-			      "dbname",          "replication",    NULL};
-	const char *vals[] = {"10", "1", "30", "10", "3", "outbox-relay", p->cf->pg_dsn, "database", NULL};
+	/* Defaults first; the expanded DSN overrides them; then what we force. */
+	const char *keys[11] = {"connect_timeout", "keepalives", "keepalives_idle",
+				"keepalives_interval", "keepalives_count", "fallback_application_name",
+				"dbname", "replication"};
+	const char *vals[11] = {"10", "1", "30", "10", "3", "outbox-relay", p->cf->pg_dsn, "database"};
 
+	if (p->cf->pg_password) { /* --pg-password-file wins over the DSN */
+		keys[8] = "password";
+		vals[8] = p->cf->pg_password;
+	}
 	p->conn = PQconnectdbParams(keys, vals, 1);
 	if (!p->conn) {
 		set_err(p, "", "out of memory allocating a PostgreSQL connection");

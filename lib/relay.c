@@ -715,3 +715,29 @@ oom:
 	relay_free(&r);
 	return EXIT_FAILURE_RUNTIME;
 }
+
+int relay_check_config(const struct relay_config *cf, FILE *out)
+{
+	char err[512], where[300], lsnbuf[LSN_STRLEN];
+	struct stream_tmpl *t = stream_tmpl_compile(cf->stream, err, sizeof(err));
+
+	if (!t) {
+		log_error("invalid --stream: %s", err);
+		return EXIT_USAGE;
+	}
+	stream_tmpl_free(t);
+	fprintf(out, "configuration OK\n");
+	fprintf(out, "  slot             %s (%s)\n", cf->slot,
+		cf->create_slot ? "created when missing" : "must exist");
+	fprintf(out, "  table            %s\n", cf->table);
+	fprintf(out, "  message prefix   %s\n", cf->message_prefix);
+	fprintf(out, "  redis            %s\n", redis_target_describe(&cf->redis, where, sizeof(where)));
+	fprintf(out, "  stream           %s\n", cf->stream);
+	fprintf(out, "  dead letters     %s\n", cf->dead_letter_stream);
+	fprintf(out, "  dedup window     %llds\n", (long long)cf->dedup_window_s);
+	fprintf(out, "  groups           %zu\n", cf->ngroups);
+	fprintf(out, "  http             %s\n", cf->http_addr && cf->http_addr[0] ? cf->http_addr : "off");
+	if (cf->endpos != LSN_INVALID)
+		fprintf(out, "  endpos           %s\n", lsn_format(cf->endpos, lsnbuf));
+	return EXIT_OK;
+}

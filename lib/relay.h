@@ -5,6 +5,8 @@
 #ifndef RELAY_RELAY_H
 #define RELAY_RELAY_H
 
+#include <stdio.h>
+
 #include "config.h"
 
 /*
@@ -14,5 +16,12 @@
  * ignores SIGPIPE.
  */
 int relay_run(const struct relay_config *cf);
+
+/*
+ * --check-config: validate what can be validated without connecting (the
+ * stream template too), print the effective configuration without secrets
+ * to out, and return EXIT_OK or EXIT_USAGE.
+ */
+int relay_check_config(const struct relay_config *cf, FILE *out);
 
 #endif

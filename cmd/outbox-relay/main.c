@@ -33,6 +33,11 @@ int main(int argc, char **argv)
 		return EXIT_USAGE;
 	}
 	log_setup(cf.log_level, cf.log_format);
+	if (cf.check_config) {
+		rc = relay_check_config(&cf, stdout);
+		config_finish(&cf);
+		return rc;
+	}
 	rc = relay_run(&cf);
 	config_finish(&cf);
 	return rc;
