@@ -1,0 +1,42 @@
+#!/bin/bash
+# install-deps.sh - install what outbox-relay needs to build, run the demo
+# and run its tests on Debian 12, from Debian's own archive. Installs only
+# the packages that are missing; needs root (or sudo) when something is.
+#
+#   deploy/install-deps.sh          build + runtime + test dependencies
+set -euo pipefail
+
+PACKAGES=(
+	# build
+	meson ninja-build pkg-config gcc
+	libpq-dev libhiredis-dev libyajl-dev libmicrohttpd-dev
+	# servers the demo and the tests start (throwaway, in temp dirs)
+	postgresql-15 postgresql-15-wal2json postgresql-client-15
+	redis-server redis-tools
+	# tests: sanitizers, fuzzing, and the small tools the scripts use
+	clang libclang-rt-14-dev python3 procps util-linux curl
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+		missing+=("$p")
+	fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+	exit 0
+fi
+SUDO=
+if [ "$(id -u)" != 0 ]; then
+	command -v sudo >/dev/null || { echo "install-deps: missing ${missing[*]} and not root" >&2; exit 1; }
+	SUDO=sudo
+fi
+echo "install-deps: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+# The packages start their own servers; the demo and tests use private ones.
+if command -v service >/dev/null 2>&1; then
+	$SUDO service postgresql stop >/dev/null 2>&1 || true
+	$SUDO service redis-server stop >/dev/null 2>&1 || true
+fi
