@@ -118,6 +118,7 @@ static bool check_conninfo(const char *value, char *why, size_t whylen);
 static bool check_slot(const char *value, char *why, size_t whylen);
 static bool check_table(const char *value, char *why, size_t whylen);
 static bool check_key_prefix(const char *value, char *why, size_t whylen);
+static bool check_id_format(const char *value, char *why, size_t whylen);
 
 #define FIELD(f)                                                                                   \
 	.offset = offsetof(struct relay_config, f), .size = sizeof(((struct relay_config *)0)->f)
@@ -195,6 +196,18 @@ static const struct option_def option_table[] = {
         .defval = "id",
         .metavar = "COLUMN",
         .help = "column of the outbox table holding the event id",
+    },
+    {
+        .name = "id-format",
+        .env = "OUTBOX_RELAY_ID_FORMAT",
+        .kind = OPT_STRING,
+        .group = GROUP_PG,
+        FIELD(id_format),
+        .defval = "any",
+        .check = check_id_format,
+        .metavar = "FORMAT",
+        .help = "what an event id must look like: any (any non-empty value) or uuid "
+                "(8-4-4-4-12 hex digits); other ids go to the dead-letter stream",
     },
     {
         .name = "status-interval",
@@ -1312,6 +1325,14 @@ static bool scan_env(struct raw_value *raw, char **envp, char *err, size_t errle
 	(void)err;
 	(void)errlen;
 	return true;
+}
+
+static bool check_id_format(const char *value, char *why, size_t whylen)
+{
+	if (strcmp(value, "any") == 0 || strcmp(value, "uuid") == 0)
+		return true;
+	seterr(why, whylen, "expected any or uuid");
+	return false;
 }
 
 /*

@@ -24,6 +24,7 @@ struct relay_config {
 	char *table;              /* --table, default "public.outbox" (schema-qualified) */
 	char *message_prefix;     /* --message-prefix, default "outbox" */
 	char *id_column;          /* --id-column, default "id" */
+	char *id_format;          /* --id-format any|uuid, default "any" */
 	int status_interval_ms;   /* --status-interval, default 10s */
 	lsn_t endpos;             /* --endpos LSN, LSN_INVALID when unset */
 

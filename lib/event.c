@@ -32,6 +32,7 @@ struct mapper {
 	struct stream_tmpl *tmpl;
 	const char *id_column;
 	size_t id_column_len;
+	bool uuid_ids; /* --id-format uuid */
 	struct buf stream;    /* rendered stream name */
 	struct buf scratch;   /* _lsn, _xid texts */
 	struct event_field *fields;
@@ -146,6 +147,23 @@ void stream_tmpl_free(struct stream_tmpl *t)
 	free(t);
 }
 
+size_t stream_tmpl_ncolumns(const struct stream_tmpl *t)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < t->nparts; i++)
+		n += t->parts[i].kind == PART_COLUMN;
+	return n;
+}
+
+const char *stream_tmpl_column(const struct stream_tmpl *t, size_t i)
+{
+	for (size_t p = 0; p < t->nparts; p++)
+		if (t->parts[p].kind == PART_COLUMN && i-- == 0)
+			return t->parts[p].text;
+	return NULL;
+}
+
 bool stream_tmpl_is_fixed(const struct stream_tmpl *t)
 {
 	return t->fixed;
@@ -251,6 +269,7 @@ struct mapper *mapper_create(const struct relay_config *cf, char *err, size_t er
 	}
 	m->id_column = cf->id_column;
 	m->id_column_len = strlen(cf->id_column);
+	m->uuid_ids = cf->id_format && strcmp(cf->id_format, "uuid") == 0;
 	return m;
 }
 
@@ -341,6 +360,47 @@ void mapper_dead_letter(struct mapper *m, const struct txn_info *tx, uint32_t in
 	ret->nfields = nf;
 }
 
+/* 8-4-4-4-12 hex digits, either case. */
+static bool is_uuid(const char *s, size_t n)
+{
+	if (n != 36)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		if (i == 8 || i == 13 || i == 18 || i == 23) {
+			if (s[i] != '-')
+				return false;
+		} else if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f') ||
+			     (s[i] >= 'A' && s[i] <= 'F'))) {
+			return false;
+		}
+	}
+	return true;
+}
+
+/* A text-typed column (not json/jsonb): its JSON-ness has to be checked. */
+static bool is_text_type(const struct w2j_field *f)
+{
+	static const char *const types[] = {"text", "character varying", "varchar", "character",
+					    "bpchar"};
+
+	if (!f->type)
+		return false;
+	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+		size_t n = strlen(types[i]);
+
+		if (f->type_len >= n && strncmp(f->type, types[i], n) == 0 &&
+		    (f->type_len == n || f->type[n] == '('))
+			return true;
+	}
+	return false;
+}
+
+static bool is_json_column(const struct w2j_field *f)
+{
+	return (f->name_len == 7 && memcmp(f->name, "payload", 7) == 0) ||
+	       (f->name_len == 7 && memcmp(f->name, "headers", 7) == 0);
+}
+
 enum map_result mapper_map(struct mapper *m, const struct txn_info *tx, uint32_t index,
 			   const struct w2j_field *fields, size_t nfields, const char *raw,
 			   size_t rawlen, struct event *ret, const char **reason)
@@ -361,6 +421,24 @@ enum map_result mapper_map(struct mapper *m, const struct txn_info *tx, uint32_t
 			 m->id_column);
 		*reason = why;
 		goto dead;
+	}
+	if (m->uuid_ids && !is_uuid(idf->value, idf->value_len)) {
+		snprintf(why, sizeof(why), "event id \"%.*s\" is not a uuid (--id-format uuid)",
+			 idf->value_len > 64 ? 64 : (int)idf->value_len, idf->value);
+		*reason = why;
+		goto dead;
+	}
+	for (size_t i = 0; i < nfields; i++) {
+		const struct w2j_field *f = &fields[i];
+
+		if (f->kind == W2J_KIND_STRING && is_json_column(f) && is_text_type(f) &&
+		    !w2j_json_valid(f->value, f->value_len)) {
+			snprintf(why, sizeof(why),
+				 "column \"%.*s\" is %.*s and does not hold valid JSON", (int)f->name_len,
+				 f->name, (int)f->type_len, f->type);
+			*reason = why;
+			goto dead;
+		}
 	}
 	if (!stream_tmpl_render(m->tmpl, fields, nfields, &m->stream, reason))
 		goto dead;

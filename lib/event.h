@@ -62,6 +62,10 @@ struct stream_tmpl;
  */
 struct stream_tmpl *stream_tmpl_compile(const char *spec, char *err, size_t errlen);
 void stream_tmpl_free(struct stream_tmpl *t); /* NULL is a no-op */
+/* The columns the template's placeholders name, in order (i < ncolumns). */
+size_t stream_tmpl_ncolumns(const struct stream_tmpl *t);
+const char *stream_tmpl_column(const struct stream_tmpl *t, size_t i);
+
 /* True when the template has no placeholders (a fixed stream name). */
 bool stream_tmpl_is_fixed(const struct stream_tmpl *t);
 

@@ -111,5 +111,7 @@ struct metrics_server;
 struct metrics_server *metrics_server_start(struct metrics *m, const char *addr, const char *slot,
 					    int stuck_after_ms, char *err, size_t errlen);
 void metrics_server_stop(struct metrics_server *s); /* NULL is a no-op */
+/* The TCP port the server listens on (the ephemeral one when addr said port 0). */
+int metrics_server_port(const struct metrics_server *s);
 
 #endif

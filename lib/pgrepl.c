@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "buf.h"
+#include "event.h"
 
 struct pgrepl {
 	const struct relay_config *cf;
@@ -281,30 +282,66 @@ static enum pg_status ensure_slot(struct pgrepl *p)
 	return PG_OK;
 }
 
+/* Is name among the column names of res (column 0)? */
+static bool has_column(const PGresult *res, const char *name)
+{
+	for (int i = 0; i < PQntuples(res); i++)
+		if (strcmp(PQgetvalue(res, i, 0), name) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * The outbox table must exist and have the id column and every column the
+ * stream template routes by; otherwise every row would be dead-lettered.
+ */
 static enum pg_status check_table(struct pgrepl *p)
 {
 	enum pg_status st = PG_RETRY;
 	struct buf q = {0};
+	struct stream_tmpl *t;
 	PGresult *res;
-	bool missing;
+	char err[256];
+	const char *missing = NULL, *from = NULL;
 
-	buf_puts(&q, "SELECT pg_catalog.to_regclass(");
+	buf_puts(&q, "SELECT a.attname FROM pg_catalog.pg_attribute a WHERE a.attrelid = "
+		     "pg_catalog.to_regclass(");
+	put_literal(&q, p->cf->table);
+	buf_puts(&q, ") AND a.attnum > 0 AND NOT a.attisdropped UNION ALL SELECT NULL WHERE "
+		     "pg_catalog.to_regclass(");
 	put_literal(&q, p->cf->table);
 	buf_puts(&q, ") IS NULL");
 	res = run(p, q.data, PGRES_TUPLES_OK, &st);
 	buf_finish(&q);
 	if (!res)
 		return st == PG_STANDBY ? PG_RETRY : st;
-	missing = PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
-	PQclear(res);
-	if (missing) {
+	if (PQntuples(res) == 1 && PQgetisnull(res, 0, 0)) {
+		PQclear(res);
 		snprintf(p->errmsg, sizeof(p->errmsg),
 			 "outbox table \"%s\" does not exist: create it (see sql/outbox.sql) or point "
 			 "--table at your outbox table",
 			 p->cf->table);
 		return PG_FATAL_SCHEMA;
 	}
-	return PG_OK;
+	if (!has_column(res, p->cf->id_column)) {
+		missing = p->cf->id_column;
+		from = "--id-column";
+	}
+	t = stream_tmpl_compile(p->cf->stream, err, sizeof(err));
+	for (size_t i = 0; t && !missing && i < stream_tmpl_ncolumns(t); i++) {
+		if (!has_column(res, stream_tmpl_column(t, i))) {
+			missing = stream_tmpl_column(t, i);
+			from = "--stream";
+		}
+	}
+	if (missing)
+		snprintf(p->errmsg, sizeof(p->errmsg),
+			 "column \"%s\" (named by %s) does not exist in outbox table \"%s\": add the "
+			 "column or fix %s",
+			 missing, from, p->cf->table, from);
+	stream_tmpl_free(t);
+	PQclear(res);
+	return missing ? PG_FATAL_SCHEMA : PG_OK;
 }
 
 enum pg_status pgrepl_start(struct pgrepl *p)

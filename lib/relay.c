@@ -41,6 +41,7 @@
 #define STANDBY_RETRY_MS 2000
 #define RETRY_BASE_MS 200
 #define STATS_INTERVAL_US 30000000
+#define RAW_KEEP_TOO_LARGE 65536 /* bytes of raw wal2json kept in a too-large dead letter */
 
 static volatile sig_atomic_t stop_requested;
 
@@ -98,6 +99,7 @@ struct relay {
 	lsn_t received;   /* highest LSN seen on the stream */
 	lsn_t acked;      /* highest LSN that Redis has fully acknowledged */
 	lsn_t confirmed;  /* highest flush LSN sent to PostgreSQL */
+	uint64_t acked_seq_seen;
 	int64_t last_status_us;
 	bool pg_ever_started;
 
@@ -160,6 +162,10 @@ static void advance_confirm(struct relay *r)
 {
 	uint64_t acked_seq = sink_redis_acked_seq(r->sink);
 
+	if (acked_seq > r->acked_seq_seen) { /* Redis acknowledges: progress */
+		r->acked_seq_seen = acked_seq;
+		r->redis_bo.attempt = 0;
+	}
 	while (r->m_len > 0 && r->marks[r->m_head].seq <= acked_seq) {
 		if (r->marks[r->m_head].lsn > r->acked)
 			r->acked = r->marks[r->m_head].lsn;
@@ -220,6 +226,14 @@ static bool map_and_queue(struct relay *r, const struct w2j_field *fields, size_
 	if (mapper_failed(r->map)) {
 		log_error("out of memory mapping an event");
 		return false;
+	}
+	if (mr == MAP_EVENT && (int64_t)sink_redis_event_size(&ev) > r->cf->max_event_bytes) {
+		char why[200];
+
+		snprintf(why, sizeof(why), "event is %zu bytes, over --max-event-bytes %lld (raw kept: first %d bytes)",
+			 sink_redis_event_size(&ev), (long long)r->cf->max_event_bytes, RAW_KEEP_TOO_LARGE);
+		r->next_index--; /* the dead letter takes the event's own position */
+		return dead_letter(r, why, raw, len > RAW_KEEP_TOO_LARGE ? RAW_KEEP_TOO_LARGE : len);
 	}
 	if (mr == MAP_DEAD_LETTER) {
 		char lsnbuf[LSN_STRLEN];
@@ -392,8 +406,7 @@ static int try_pg(struct relay *r)
 			r->n.pg_reconnects++;
 		r->pg_ever_started = true;
 		r->pg_down = r->standby = false;
-		r->pg_bo.attempt = 0;
-		r->in_txn = false;
+		r->in_txn = false; /* pg_bo resets once a message arrives */
 		r->last_status_us = 0; /* report our position right away */
 		return -1;
 	case PG_STANDBY:
@@ -433,8 +446,10 @@ static int try_redis(struct relay *r)
 				 (unsigned long long)sink_redis_inflight_events(r->sink));
 		else
 			log_info("connected to Redis at %s", where);
+		/* The backoff resets on the first acknowledged command, not here: a
+		 * server that accepts connections but fails every command must not be
+		 * hammered. */
 		r->redis_down = false;
-		r->redis_bo.attempt = 0;
 		return -1;
 	case SINK_RETRY: {
 		char why[700];
@@ -598,6 +613,7 @@ int relay_run(const struct relay_config *cf)
 					pg_lost(&r, pgrepl_errmsg(r.pg));
 					break;
 				}
+				r.pg_bo.attempt = 0; /* the stream delivers: progress */
 				if (m.type == 'k') {
 					if (m.wal_end > r.received)
 						r.received = m.wal_end;

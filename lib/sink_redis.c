@@ -92,6 +92,7 @@ struct sink_redis {
 	struct buf key;        /* scratch for key names */
 	struct buf tag;
 	struct sink_stats stats;
+	enum sink_error_kind errkind;
 	char errmsg[512];
 };
 
@@ -261,6 +262,45 @@ const char *sink_redis_errmsg(const struct sink_redis *s)
 	return s->errmsg;
 }
 
+enum sink_error_kind sink_redis_errkind(const struct sink_redis *s)
+{
+	return s->errkind;
+}
+
+size_t sink_redis_event_size(const struct event *ev)
+{
+	size_t n = ev->stream_len + ev->id_len;
+
+	for (size_t i = 0; i < ev->nfields; i++)
+		n += ev->fields[i].name_len + ev->fields[i].value_len;
+	return n;
+}
+
+/* Classify an error reply by its first word. */
+static enum sink_error_kind classify_reply_error(const char *msg)
+{
+	static const struct {
+		const char *prefix;
+		enum sink_error_kind kind;
+	} map[] = {
+		{"OOM", SINK_ERR_OOM},           {"WRONGTYPE", SINK_ERR_WRONGTYPE},
+		{"NOSCRIPT", SINK_ERR_NOSCRIPT}, {"READONLY", SINK_ERR_READONLY},
+		{"BUSY", SINK_ERR_BUSY},         {"LOADING", SINK_ERR_BUSY},
+		{"MASTERDOWN", SINK_ERR_BUSY},   {"TRYAGAIN", SINK_ERR_BUSY},
+	};
+
+	for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+		if (strncmp(msg, map[i].prefix, strlen(map[i].prefix)) == 0)
+			return map[i].kind;
+	if (strstr(msg, "Function not found") || strstr(msg, "NOSCRIPT"))
+		return SINK_ERR_NOSCRIPT;
+	if (strstr(msg, "WRONGTYPE"))
+		return SINK_ERR_WRONGTYPE; /* raised inside the function: "... script: ..." */
+	if (strstr(msg, "OOM command not allowed"))
+		return SINK_ERR_OOM;
+	return SINK_ERR_OTHER;
+}
+
 bool sink_redis_connected(const struct sink_redis *s)
 {
 	return s->c != NULL;
@@ -392,6 +432,35 @@ static enum sink_status load_function(struct sink_redis *s)
 	return SINK_OK;
 }
 
+/*
+ * Refuse servers without the commands the relay needs, with the version in
+ * the message: COMMAND INFO answers nil for an unknown (or renamed) command.
+ */
+static enum sink_status check_server(struct sink_redis *s)
+{
+	const char *argv[] = {"COMMAND", "INFO", "XADD", "XGROUP", "EVALSHA"};
+	enum sink_status st = SINK_OK;
+	redisReply *r = setup_command(s, &st, "COMMAND INFO", 5, argv);
+
+	if (!r)
+		return st;
+	if (r->type == REDIS_REPLY_ARRAY) {
+		for (size_t i = 0; i < r->elements; i++) {
+			if (r->element[i]->type == REDIS_REPLY_NIL) {
+				snprintf(s->errmsg, sizeof(s->errmsg),
+					 "the server does not provide %s: outbox-relay needs Redis 5 or "
+					 "newer with streams and scripting (7.0+ recommended for functions)",
+					 argv[i + 2]);
+				freeReplyObject(r);
+				return SINK_FATAL;
+			}
+		}
+	}
+	/* An error here (e.g. ACL without COMMAND) is not a verdict: carry on. */
+	freeReplyObject(r);
+	return SINK_OK;
+}
+
 enum sink_status sink_redis_connect(struct sink_redis *s)
 {
 	const struct redis_target *t = &s->cf->redis;
@@ -449,6 +518,9 @@ enum sink_status sink_redis_connect(struct sink_redis *s)
 		if (st != SINK_OK)
 			goto fail;
 	}
+	st = check_server(s);
+	if (st != SINK_OK)
+		goto fail;
 	st = load_function(s);
 	if (st != SINK_OK)
 		goto fail;
@@ -575,8 +647,15 @@ static bool handle_reply(struct sink_redis *s, redisReply *r)
 			return true;
 		}
 		s->stats.error_replies++;
-		snprintf(s->errmsg, sizeof(s->errmsg), "Redis answered %s with an error: %s",
-			 kind_name(e->kind), r->str);
+		s->errkind = classify_reply_error(r->str);
+		if (s->errkind == SINK_ERR_WRONGTYPE)
+			snprintf(s->errmsg, sizeof(s->errmsg),
+				 "Redis answered %s with an error: %s (a key the relay writes holds "
+				 "another type: rename or delete it; the relay retries until then)",
+				 kind_name(e->kind), r->str);
+		else
+			snprintf(s->errmsg, sizeof(s->errmsg), "Redis answered %s with an error: %s",
+				 kind_name(e->kind), r->str);
 		return false;
 	}
 	if (e->kind == Q_GROUP) {
@@ -602,6 +681,7 @@ static bool handle_reply(struct sink_redis *s, redisReply *r)
 bool sink_redis_io(struct sink_redis *s, bool readable, bool writable)
 {
 	(void)writable; /* we always try: the socket is non-blocking */
+	s->errkind = SINK_ERR_IO; /* unless a reply says otherwise */
 	if (!s->c) {
 		snprintf(s->errmsg, sizeof(s->errmsg), "not connected");
 		return false;
@@ -673,6 +753,7 @@ bool sink_redis_check_stall(struct sink_redis *s, int64_t now_us)
 	if (now_us - s->wait_since_us > (int64_t)s->cf->redis_timeout_ms * 1000) {
 		snprintf(s->errmsg, sizeof(s->errmsg), "no reply from Redis within %d ms",
 			 s->cf->redis_timeout_ms);
+		s->errkind = SINK_ERR_TIMEOUT;
 		return false;
 	}
 	return true;

@@ -23,6 +23,19 @@ enum sink_status {
 	SINK_FATAL  /* permanent: bad credentials, missing permissions, server too old */
 };
 
+/* Kind of the last failure, for metrics and the retry rule (see README). */
+enum sink_error_kind {
+	SINK_ERR_NONE = 0,
+	SINK_ERR_OOM,       /* "OOM command not allowed ...": retried with backoff */
+	SINK_ERR_WRONGTYPE, /* a stream key holds another type: retried with backoff until fixed */
+	SINK_ERR_NOSCRIPT,  /* function/script missing (FUNCTION FLUSH, restart): reloaded on reconnect */
+	SINK_ERR_READONLY,  /* connected to a replica: retried (a failover may fix it) */
+	SINK_ERR_BUSY,      /* BUSY, LOADING, MASTERDOWN, TRYAGAIN: retried */
+	SINK_ERR_OTHER,     /* any other error reply: retried */
+	SINK_ERR_IO,        /* connection failed or closed */
+	SINK_ERR_TIMEOUT    /* no reply within --redis-timeout */
+};
+
 struct sink_stats {
 	uint64_t published;      /* new stream entries */
 	uint64_t replays;        /* skipped by the LSN watermark */
@@ -80,6 +93,10 @@ uint64_t sink_redis_inflight_bytes(const struct sink_redis *s);
 const struct sink_stats *sink_redis_stats(const struct sink_redis *s);
 
 const char *sink_redis_errmsg(const struct sink_redis *s);
+enum sink_error_kind sink_redis_errkind(const struct sink_redis *s);
+
+/* Bytes the publish command for ev would take (to enforce --max-event-bytes). */
+size_t sink_redis_event_size(const struct event *ev);
 
 /* Lua source of the publish function (FUNCTION LOAD body), for docs and tests. */
 extern const char sink_redis_function_library[];

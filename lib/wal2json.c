@@ -1139,3 +1139,22 @@ const char *w2j_errmsg(const struct w2j_decoder *d)
 {
 	return d->errmsg;
 }
+
+/*
+ * True when buf[0..len) is exactly one valid JSON value (UTF-8 checked).
+ * Stateless: it touches no decoder, so pointers from earlier calls stay valid.
+ */
+bool w2j_json_valid(const char *buf, size_t len)
+{
+	static const yajl_callbacks none = {0};
+	yajl_handle h = yajl_alloc(&none, NULL, NULL);
+	yajl_status st;
+
+	if (!h)
+		return false;
+	st = yajl_parse(h, (const unsigned char *)buf, len);
+	if (st == yajl_status_ok)
+		st = yajl_complete_parse(h);
+	yajl_free(h);
+	return st == yajl_status_ok;
+}

@@ -94,6 +94,9 @@ bool w2j_decode(struct w2j_decoder *d, const char *buf, size_t len, struct w2j_c
 bool w2j_decode_object(struct w2j_decoder *d, const char *buf, size_t len,
 		       struct w2j_field **ret_fields, size_t *ret_nfields);
 
+/* True when buf[0..len) is exactly one valid JSON value; touches no decoder. */
+bool w2j_json_valid(const char *buf, size_t len);
+
 /* Why the last call failed; valid until the next call. */
 const char *w2j_errmsg(const struct w2j_decoder *d);
 

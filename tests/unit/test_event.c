@@ -165,6 +165,42 @@ TEST(map_dead_letters)
 	mapper_destroy(m);
 }
 
+TEST(map_id_format_and_text_payload)
+{
+	struct relay_config cf = test_config();
+	char err[256];
+	struct mapper *m;
+	struct txn_info tx = {.commit_lsn = 0x10};
+	struct w2j_field notuuid[] = {col("id", W2J_KIND_STRING, "42"), col("aggregate_type", W2J_KIND_STRING, "o")};
+	struct w2j_field isuuid[] = {col("id", W2J_KIND_STRING, "6F0C2A55-8f1e-4c0b-9c7e-6c2f9f3b1a10"),
+				     col("aggregate_type", W2J_KIND_STRING, "o")};
+	struct w2j_field badjson[] = {col("id", W2J_KIND_STRING, "x"), col("aggregate_type", W2J_KIND_STRING, "o"),
+				      col("payload", W2J_KIND_STRING, "not json")};
+	struct w2j_field okjson[] = {col("id", W2J_KIND_STRING, "x"), col("aggregate_type", W2J_KIND_STRING, "o"),
+				     col("payload", W2J_KIND_STRING, "{\"a\": [1, 2]}")};
+	struct event ev;
+	const char *reason = NULL;
+
+	cf.id_format = "uuid";
+	m = mapper_create(&cf, err, sizeof(err));
+	CHECK_INT(mapper_map(m, &tx, 0, notuuid, 2, "R", 1, &ev, &reason), MAP_DEAD_LETTER);
+	CHECK(strstr(reason, "not a uuid") != NULL);
+	CHECK_INT(mapper_map(m, &tx, 1, isuuid, 2, "R", 1, &ev, &reason), MAP_EVENT);
+	mapper_destroy(m);
+
+	cf.id_format = "any";
+	m = mapper_create(&cf, err, sizeof(err));
+	CHECK_INT(mapper_map(m, &tx, 0, notuuid, 2, "R", 1, &ev, &reason), MAP_EVENT);
+	/* col() types every field "text": a text payload must be JSON */
+	CHECK_INT(mapper_map(m, &tx, 1, badjson, 3, "R", 1, &ev, &reason), MAP_DEAD_LETTER);
+	CHECK(strstr(reason, "does not hold valid JSON") != NULL);
+	CHECK_INT(mapper_map(m, &tx, 2, okjson, 3, "R", 1, &ev, &reason), MAP_EVENT);
+	badjson[2].type = "jsonb"; /* never re-validated: PostgreSQL already did */
+	badjson[2].type_len = 5;
+	CHECK_INT(mapper_map(m, &tx, 3, badjson, 3, "R", 1, &ev, &reason), MAP_EVENT);
+	mapper_destroy(m);
+}
+
 TEST(mapper_rejects_bad_template)
 {
 	struct relay_config cf = test_config();
@@ -184,6 +220,7 @@ int main(void)
 	RUN(hash_tags);
 	RUN(map_row);
 	RUN(map_dead_letters);
+	RUN(map_id_format_and_text_payload);
 	RUN(mapper_rejects_bad_template);
 	return test_done();
 }
