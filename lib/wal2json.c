@@ -409,7 +409,7 @@ static bool detach_input(struct w2j_decoder *d, const char **buf, size_t len)
 {
 	uintptr_t b = (uintptr_t)*buf, a = (uintptr_t)d->arena;
 
-	if (!d->arena || !*buf || b < a || b >= a + d->arena_cap)
+	if (!d->arena || !*buf || len == 0 || b < a || b >= a + d->arena_cap)
 		return true;
 	if (len > d->scratch_cap) {
 		char *n = realloc(d->scratch, len);

@@ -981,6 +981,23 @@ TEST(input_from_own_output)
 	w2j_destroy(d);
 }
 
+/* Found by tests/fuzz: an empty message content passed straight back in. */
+TEST(decode_object_empty_content_from_arena)
+{
+	struct w2j_decoder *d = w2j_create();
+	const char *line = "{\"action\":\"M\",\"xid\":null,\"lsn\":\"0/1\",\"transactional\":false,"
+			   "\"prefix\":\"p\",\"content\":\"\"}";
+	struct w2j_change ch;
+	struct w2j_field *f;
+	size_t n;
+
+	CHECK(w2j_decode(d, line, strlen(line), &ch));
+	CHECK_INT(ch.content_len, 0);
+	CHECK(!w2j_decode_object(d, ch.content, ch.content_len, &f, &n));
+	CHECK(w2j_errmsg(d)[0] != '\0');
+	w2j_destroy(d);
+}
+
 int main(void)
 {
 	RUN(create_destroy);
@@ -1008,5 +1025,6 @@ int main(void)
 	RUN(object_rejects_non_objects);
 	RUN(decode_and_object_interleaved);
 	RUN(input_from_own_output);
+	RUN(decode_object_empty_content_from_arena);
 	return test_done();
 }
