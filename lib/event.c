@@ -339,7 +339,8 @@ static size_t add_meta(struct mapper *m, const struct txn_info *tx, size_t nf)
 }
 
 void mapper_dead_letter(struct mapper *m, const struct txn_info *tx, uint32_t index,
-			const char *reason, const char *raw, size_t rawlen, struct event *ret)
+			enum dead_reason kind, const char *reason, const char *raw, size_t rawlen,
+			struct event *ret)
 {
 	size_t nf = 0;
 
@@ -358,6 +359,8 @@ void mapper_dead_letter(struct mapper *m, const struct txn_info *tx, uint32_t in
 	ret->index = index;
 	ret->fields = m->fields;
 	ret->nfields = nf;
+	ret->dead_reason = kind;
+	ret->committed_unix_us = tx->committed_unix_us;
 }
 
 /* 8-4-4-4-12 hex digits, either case. */
@@ -407,6 +410,7 @@ enum map_result mapper_map(struct mapper *m, const struct txn_info *tx, uint32_t
 {
 	static char why[256];
 	const struct w2j_field *idf;
+	enum dead_reason kind = DEAD_ID_MISSING;
 	size_t nf = 0;
 
 	idf = find_field(fields, nfields, m->id_column, m->id_column_len);
@@ -416,6 +420,7 @@ enum map_result mapper_map(struct mapper *m, const struct txn_info *tx, uint32_t
 		*reason = why;
 		goto dead;
 	}
+	kind = DEAD_OTHER;
 	if (idf->kind == W2J_KIND_JSON) {
 		snprintf(why, sizeof(why), "event id \"%s\" is a JSON object or array, not a scalar",
 			 m->id_column);
@@ -433,6 +438,7 @@ enum map_result mapper_map(struct mapper *m, const struct txn_info *tx, uint32_t
 
 		if (f->kind == W2J_KIND_STRING && is_json_column(f) && is_text_type(f) &&
 		    !w2j_json_valid(f->value, f->value_len)) {
+			kind = DEAD_NOT_JSON;
 			snprintf(why, sizeof(why),
 				 "column \"%.*s\" is %.*s and does not hold valid JSON", (int)f->name_len,
 				 f->name, (int)f->type_len, f->type);
@@ -440,8 +446,10 @@ enum map_result mapper_map(struct mapper *m, const struct txn_info *tx, uint32_t
 			goto dead;
 		}
 	}
+	kind = DEAD_ROUTING;
 	if (!stream_tmpl_render(m->tmpl, fields, nfields, &m->stream, reason))
 		goto dead;
+	kind = DEAD_OTHER;
 	if (!ensure_fields(m, nfields + 3)) {
 		*reason = "out of memory";
 		goto dead;
@@ -462,9 +470,10 @@ enum map_result mapper_map(struct mapper *m, const struct txn_info *tx, uint32_t
 		.index = index,
 		.fields = m->fields,
 		.nfields = nf,
+		.committed_unix_us = tx->committed_unix_us,
 	};
 	return MAP_EVENT;
 dead:
-	mapper_dead_letter(m, tx, index, *reason, raw, rawlen, ret);
+	mapper_dead_letter(m, tx, index, kind, *reason, raw, rawlen, ret);
 	return MAP_DEAD_LETTER;
 }

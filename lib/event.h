@@ -21,6 +21,7 @@
 
 #include "config.h"
 #include "lsn.h"
+#include "metrics.h"
 #include "wal2json.h"
 
 /* Longest stream name accepted; longer ones are dead-lettered. */
@@ -42,6 +43,8 @@ struct event {
 	uint32_t index; /* position of the event inside its transaction */
 	const struct event_field *fields;
 	size_t nfields;
+	enum dead_reason dead_reason; /* why, for a dead-letter event */
+	int64_t committed_unix_us;    /* commit time (0: unknown), for latency metrics */
 };
 
 /* What the relay knows about the transaction an event belongs to. */
@@ -51,6 +54,7 @@ struct txn_info {
 	uint32_t xid;
 	const char *committed_at; /* wal2json commit timestamp text, may be NULL */
 	size_t committed_at_len;
+	int64_t committed_unix_us; /* the same, parsed; 0 when unknown */
 };
 
 /* Compiled stream template: "outbox:{aggregate_type}"; "{{" and "}}" are literal braces. */
@@ -108,7 +112,8 @@ enum map_result mapper_map(struct mapper *m, const struct txn_info *tx, uint32_t
 
 /* Build a dead-letter event for raw with the given reason. */
 void mapper_dead_letter(struct mapper *m, const struct txn_info *tx, uint32_t index,
-			const char *reason, const char *raw, size_t rawlen, struct event *ret);
+			enum dead_reason kind, const char *reason, const char *raw, size_t rawlen,
+			struct event *ret);
 
 /* True once the mapper ran out of memory; it then cannot produce events. */
 bool mapper_failed(const struct mapper *m);

@@ -69,35 +69,89 @@ static size_t json_escape(char *buf, size_t pos, size_t cap, const char *s)
 	return pos;
 }
 
-void log_write(enum log_level level, const char *fmt, ...)
+static struct log_kv context;
+
+void log_set_context(const char *key, const char *value)
+{
+	context.key = key;
+	context.value = value;
+}
+
+/* Append " key=value" (text) or ,"key":"value" (JSON) for each pair with a value. */
+static size_t put_pairs(char *line, size_t n, size_t cap, const struct log_kv *kv, size_t nkv)
+{
+	for (size_t i = 0; i < nkv && n + 8 < cap; i++) {
+		if (!kv[i].key || !kv[i].value)
+			continue;
+		if (log_current_format == LOG_FORMAT_JSON) {
+			n += (size_t)snprintf(line + n, cap - n, ",\"%s\":\"", kv[i].key);
+			if (n >= cap)
+				return cap;
+			n = json_escape(line, n, cap - 4, kv[i].value);
+			line[n++] = '"';
+		} else {
+			n += (size_t)snprintf(line + n, cap - n, " %s=%s", kv[i].key, kv[i].value);
+		}
+		if (n >= cap)
+			return cap;
+	}
+	return n;
+}
+
+static void log_vwrite(enum log_level level, const struct log_kv *kv, size_t nkv, const char *fmt,
+		       va_list ap)
 {
 	char msg[4096], line[8400], ts[40];
 	struct timeval tv;
 	struct tm tm;
-	va_list ap;
-	size_t n;
+	size_t n, cap = sizeof(line) - 3;
 
-	if (level > log_current_level)
-		return;
-
-	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-
 	gettimeofday(&tv, NULL);
 	gmtime_r(&tv.tv_sec, &tm);
 	n = strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
 	snprintf(ts + n, sizeof(ts) - n, ".%03dZ", (int)(tv.tv_usec / 1000));
 
 	if (log_current_format == LOG_FORMAT_JSON) {
-		n = (size_t)snprintf(line, sizeof(line), "{\"ts\":\"%s\",\"level\":\"%s\",\"msg\":\"", ts,
+		n = (size_t)snprintf(line, cap, "{\"ts\":\"%s\",\"level\":\"%s\",\"msg\":\"", ts,
 				     level_names[level]);
-		n = json_escape(line, n, sizeof(line) - 4, msg);
-		n += (size_t)snprintf(line + n, sizeof(line) - n, "\"}\n");
+		n = json_escape(line, n, cap - 4, msg);
+		line[n++] = '"';
+		n = put_pairs(line, n, cap, &context, 1);
+		n = put_pairs(line, n, cap, kv, nkv);
+		if (n > cap)
+			n = cap;
+		line[n++] = '}';
 	} else {
-		n = (size_t)snprintf(line, sizeof(line), "%s %s: %s\n", ts, level_names[level], msg);
+		n = (size_t)snprintf(line, cap, "%s %s: %s", ts, level_names[level], msg);
+		if (n > cap)
+			n = cap;
+		n = put_pairs(line, n, cap, kv, nkv);
+		if (n > cap)
+			n = cap;
 	}
-	if (n >= sizeof(line))
-		n = sizeof(line) - 1;
+	line[n++] = '\n';
 	(void)!write(STDERR_FILENO, line, n);
+}
+
+void log_write(enum log_level level, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (level > log_current_level)
+		return;
+	va_start(ap, fmt);
+	log_vwrite(level, NULL, 0, fmt, ap);
+	va_end(ap);
+}
+
+void log_write_kv(enum log_level level, const struct log_kv *kv, size_t nkv, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (level > log_current_level)
+		return;
+	va_start(ap, fmt);
+	log_vwrite(level, kv, nkv, fmt, ap);
+	va_end(ap);
 }

@@ -99,3 +99,69 @@ uint64_t get_be64(const unsigned char *p)
 		v = (v << 8) | p[i];
 	return v;
 }
+
+/* Read exactly n decimal digits at s[*pos]. */
+static bool digits(const char *s, size_t len, size_t *pos, int n, int *out)
+{
+	int v = 0;
+
+	if (*pos + (size_t)n > len)
+		return false;
+	for (int i = 0; i < n; i++) {
+		char c = s[*pos + (size_t)i];
+
+		if (c < '0' || c > '9')
+			return false;
+		v = v * 10 + (c - '0');
+	}
+	*pos += (size_t)n;
+	*out = v;
+	return true;
+}
+
+bool time_parse_pg(const char *s, size_t len, int64_t *ret_unix_us)
+{
+	struct tm tm = {0};
+	size_t pos = 0;
+	int y, mo, d, h, mi, sec, oh = 0, om = 0, sign;
+	int64_t frac = 0, scale = 1000000, t;
+
+	if (!s || !digits(s, len, &pos, 4, &y) || pos >= len || s[pos++] != '-' ||
+	    !digits(s, len, &pos, 2, &mo) || pos >= len || s[pos++] != '-' ||
+	    !digits(s, len, &pos, 2, &d) || pos >= len || (s[pos] != ' ' && s[pos] != 'T') ||
+	    (pos++, !digits(s, len, &pos, 2, &h)) || pos >= len || s[pos++] != ':' ||
+	    !digits(s, len, &pos, 2, &mi) || pos >= len || s[pos++] != ':' ||
+	    !digits(s, len, &pos, 2, &sec))
+		return false;
+	if (pos < len && s[pos] == '.') {
+		pos++;
+		while (pos < len && s[pos] >= '0' && s[pos] <= '9') {
+			if (scale > 1) {
+				scale /= 10;
+				frac += (s[pos] - '0') * scale;
+			}
+			pos++;
+		}
+	}
+	if (pos >= len || (s[pos] != '+' && s[pos] != '-'))
+		return false;
+	sign = s[pos++] == '-' ? -1 : 1;
+	if (!digits(s, len, &pos, 2, &oh))
+		return false;
+	if (pos < len && s[pos] == ':')
+		pos++;
+	if (pos < len && !digits(s, len, &pos, 2, &om))
+		return false;
+	if (pos != len)
+		return false;
+	tm.tm_year = y - 1900;
+	tm.tm_mon = mo - 1;
+	tm.tm_mday = d;
+	tm.tm_hour = h;
+	tm.tm_min = mi;
+	tm.tm_sec = sec;
+	t = (int64_t)timegm(&tm);
+	t -= sign * (oh * 3600 + om * 60);
+	*ret_unix_us = t * 1000000 + frac;
+	return true;
+}

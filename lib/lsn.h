@@ -33,6 +33,12 @@ int64_t time_mono_us(void);
 /* Unix microseconds to PostgreSQL protocol time (microseconds since 2000-01-01 UTC). */
 int64_t time_unix_to_pg(int64_t unix_us);
 
+/*
+ * Parse a PostgreSQL timestamptz text such as "2026-11-21 23:51:54.887293+00"
+ * (or "+05:30", "-08") into Unix microseconds. False on anything else.
+ */
+bool time_parse_pg(const char *s, size_t len, int64_t *ret_unix_us);
+
 /* Big-endian helpers for the replication protocol. */
 void put_be64(unsigned char *p, uint64_t v);
 uint64_t get_be64(const unsigned char *p);

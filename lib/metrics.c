@@ -72,6 +72,12 @@ static const int64_t latency_bounds_us[METRICS_LATENCY_BUCKETS] = {
     5000000, 10000000,
 };
 
+/* metrics_latency_bounds as le="" label text, fixed here rather than printf'd under a locale. */
+static const char *const latency_le[METRICS_LATENCY_BUCKETS] = {
+    "0.0005", "0.001", "0.002", "0.005", "0.01", "0.02", "0.05",
+    "0.1",    "0.25",  "0.5",   "1",     "2.5",  "5",    "10",
+};
+
 static const char *const dead_reason_names[DEAD_NREASONS] = {
     [DEAD_ID_MISSING] = "id_missing",     [DEAD_ROUTING] = "routing",
     [DEAD_NOT_JSON] = "not_json_object",  [DEAD_UNDECODABLE] = "undecodable",
@@ -463,16 +469,13 @@ static void render_latency(struct out *o, struct metrics *m, const char *slot)
 	static const char name[] = "outbox_relay_commit_to_publish_seconds";
 	uint64_t cum = 0;
 	size_t i;
-	char le[32];
 
 	family(o, name, "histogram",
 	       "Time from the PostgreSQL commit to the Redis acknowledgement of the event.");
 	for (i = 0; i < METRICS_LATENCY_BUCKETS; i++) {
 		cum += load(&m->latency_bucket[i]);
-		(void)snprintf(le, sizeof(le), "%g", metrics_latency_bounds[i]);
-		begin(o, "outbox_relay_commit_to_publish_seconds_bucket", slot);
-		label(o, "le", le, strlen(le));
-		end_u64(o, cum);
+		sample1(o, "outbox_relay_commit_to_publish_seconds_bucket", slot, "le", latency_le[i],
+			cum);
 	}
 	cum += load(&m->latency_bucket[METRICS_LATENCY_BUCKETS]);
 	sample1(o, "outbox_relay_commit_to_publish_seconds_bucket", slot, "le", "+Inf", cum);

@@ -32,6 +32,7 @@
 #include "event.h"
 #include "exitcode.h"
 #include "log.h"
+#include "metrics.h"
 #include "pgrepl.h"
 #include "sink_redis.h"
 #include "wal2json.h"
@@ -68,17 +69,16 @@ struct backoff {
 };
 
 struct counters {
-	uint64_t transactions;
 	uint64_t events_queued;
 	uint64_t dead_letters_queued;
-	uint64_t ignored_update, ignored_delete, ignored_truncate, ignored_message;
-	uint64_t pg_reconnects;
 };
 
 struct relay {
 	const struct relay_config *cf;
 	struct pgrepl *pg;
 	struct sink_redis *sink;
+	struct metrics *m;
+	struct metrics_server *http;
 	struct w2j_decoder *dec;
 	struct mapper *map;
 
@@ -97,6 +97,7 @@ struct relay {
 	size_t m_cap, m_head, m_len;
 
 	lsn_t received;   /* highest LSN seen on the stream */
+	lsn_t server_wal_end; /* newest keepalive walEnd: how far the server has read WAL */
 	lsn_t acked;      /* highest LSN that Redis has fully acknowledged */
 	lsn_t confirmed;  /* highest flush LSN sent to PostgreSQL */
 	uint64_t acked_seq_seen;
@@ -112,6 +113,16 @@ struct relay {
 };
 
 /* ---- helpers ---- */
+
+static void count(_Atomic uint64_t *c)
+{
+	atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
+}
+
+static void gauge(_Atomic uint64_t *g, uint64_t v)
+{
+	atomic_store_explicit(g, v, memory_order_relaxed);
+}
 
 static int64_t backoff_next(struct backoff *b, int cap_ms)
 {
@@ -180,6 +191,10 @@ static bool send_status(struct relay *r, bool reply_requested)
 
 	if (!pgrepl_send_status(r->pg, r->received, flush, reply_requested))
 		return false;
+	if (flush > r->confirmed) {
+		atomic_store_explicit(&r->m->last_confirm_unix_us, time_now_us(), memory_order_relaxed);
+		gauge(&r->m->confirmed_lsn, flush);
+	}
 	r->confirmed = flush;
 	r->last_status_us = time_mono_us();
 	return true;
@@ -200,18 +215,35 @@ static bool queue_event(struct relay *r, const struct event *ev, bool dead)
 	return true;
 }
 
-static bool dead_letter(struct relay *r, const char *reason, const char *raw, size_t len)
+/* One warning per dead letter, with the transaction's position as fields. */
+static void warn_dead_letter(const struct relay *r, const char *reason)
 {
-	char lsnbuf[LSN_STRLEN];
+	char lsnbuf[LSN_STRLEN], xid[16];
+	struct log_kv kv[] = {
+		{"lsn", lsn_format(r->tx.commit_lsn, lsnbuf)},
+		{"xid", r->tx.has_xid ? xid : NULL},
+		{"stream", r->cf->dead_letter_stream},
+	};
+
+	if (log_current_level < LOG_LEVEL_WARN)
+		return;
+	snprintf(xid, sizeof(xid), "%u", r->tx.xid);
+	log_write_kv(LOG_LEVEL_WARN, kv, sizeof(kv) / sizeof(kv[0]),
+		     "dead-lettering an event of the transaction committing at %s: %s", lsnbuf,
+		     reason);
+}
+
+static bool dead_letter(struct relay *r, enum dead_reason kind, const char *reason, const char *raw,
+			size_t len)
+{
 	struct event ev;
 
-	mapper_dead_letter(r->map, &r->tx, r->next_index++, reason, raw, len, &ev);
+	mapper_dead_letter(r->map, &r->tx, r->next_index++, kind, reason, raw, len, &ev);
 	if (mapper_failed(r->map)) {
 		log_error("out of memory building a dead-letter entry");
 		return false;
 	}
-	log_warn("dead-lettering an event of the transaction committing at %s to \"%s\": %s",
-		 lsn_format(r->tx.commit_lsn, lsnbuf), r->cf->dead_letter_stream, reason);
+	warn_dead_letter(r, reason);
 	return queue_event(r, &ev, true);
 }
 
@@ -233,14 +265,11 @@ static bool map_and_queue(struct relay *r, const struct w2j_field *fields, size_
 		snprintf(why, sizeof(why), "event is %zu bytes, over --max-event-bytes %lld (raw kept: first %d bytes)",
 			 sink_redis_event_size(&ev), (long long)r->cf->max_event_bytes, RAW_KEEP_TOO_LARGE);
 		r->next_index--; /* the dead letter takes the event's own position */
-		return dead_letter(r, why, raw, len > RAW_KEEP_TOO_LARGE ? RAW_KEEP_TOO_LARGE : len);
+		return dead_letter(r, DEAD_TOO_LARGE, why, raw,
+				   len > RAW_KEEP_TOO_LARGE ? RAW_KEEP_TOO_LARGE : len);
 	}
-	if (mr == MAP_DEAD_LETTER) {
-		char lsnbuf[LSN_STRLEN];
-
-		log_warn("dead-lettering an event of the transaction committing at %s to \"%s\": %s",
-			 lsn_format(r->tx.commit_lsn, lsnbuf), r->cf->dead_letter_stream, reason);
-	}
+	if (mr == MAP_DEAD_LETTER)
+		warn_dead_letter(r, reason);
 	return queue_event(r, &ev, mr == MAP_DEAD_LETTER);
 }
 
@@ -265,11 +294,14 @@ static void begin_txn(struct relay *r, const struct w2j_change *ch, lsn_t data_s
 	r->tx.xid = ch->xid;
 	r->tx.committed_at = NULL;
 	r->tx.committed_at_len = 0;
+	r->tx.committed_unix_us = 0;
 	if (ch->timestamp && ch->timestamp_len < sizeof(r->committed_at)) {
 		memcpy(r->committed_at, ch->timestamp, ch->timestamp_len);
 		r->committed_at[ch->timestamp_len] = '\0';
 		r->tx.committed_at = r->committed_at;
 		r->tx.committed_at_len = ch->timestamp_len;
+		if (!time_parse_pg(ch->timestamp, ch->timestamp_len, &r->tx.committed_unix_us))
+			r->tx.committed_unix_us = 0;
 	}
 }
 
@@ -291,7 +323,7 @@ static bool handle_xlogdata(struct relay *r, const struct pg_msg *m)
 			r->tx = (struct txn_info){.commit_lsn = m->data_start};
 			r->next_index = 0;
 		}
-		return dead_letter(r, reason, m->data, m->len);
+		return dead_letter(r, DEAD_UNDECODABLE, reason, m->data, m->len);
 	}
 	switch (ch.action) {
 	case W2J_BEGIN:
@@ -304,7 +336,7 @@ static bool handle_xlogdata(struct relay *r, const struct pg_msg *m)
 		return true;
 	case W2J_COMMIT:
 		r->in_txn = false;
-		r->n.transactions++;
+		count(&r->m->transactions);
 		/* dataStart of C is the commit record's end: the LSN to confirm. */
 		return push_mark(r, sink_redis_last_seq(r->sink), m->data_start);
 	case W2J_INSERT:
@@ -318,17 +350,17 @@ static bool handle_xlogdata(struct relay *r, const struct pg_msg *m)
 		}
 		return map_and_queue(r, ch.columns, ch.ncolumns, m->data, m->len);
 	case W2J_UPDATE:
-		r->n.ignored_update++;
+		count(&r->m->ignored[IGN_UPDATE]);
 		return true;
 	case W2J_DELETE:
-		r->n.ignored_delete++;
+		count(&r->m->ignored[IGN_DELETE]);
 		return true;
 	case W2J_TRUNCATE:
-		r->n.ignored_truncate++;
+		count(&r->m->ignored[IGN_TRUNCATE]);
 		return true;
 	case W2J_MESSAGE:
 		if (!ch.transactional || !r->in_txn) {
-			r->n.ignored_message++;
+			count(&r->m->ignored[IGN_MESSAGE]);
 			log_warn("skipping a non-transactional logical message with prefix \"%s\" at "
 				 "%s: only pg_logical_emit_message(true, ...) is delivered",
 				 ch.prefix ? ch.prefix : "", lsn_format(m->data_start, lsnbuf));
@@ -348,7 +380,7 @@ static bool handle_xlogdata(struct relay *r, const struct pg_msg *m)
 				char reason[600];
 
 				snprintf(reason, sizeof(reason), "%s", w2j_errmsg(r->dec));
-				return dead_letter(r, reason, m->data, m->len);
+				return dead_letter(r, DEAD_NOT_JSON, reason, m->data, m->len);
 			}
 			return map_and_queue(r, fields, n, m->data, m->len);
 		}
@@ -372,10 +404,36 @@ static void pg_lost(struct relay *r, const char *why)
 	pgrepl_close(r->pg);
 }
 
+/* Metrics label for the sink's last failure. */
+static enum redis_err_kind err_kind(enum sink_error_kind k)
+{
+	switch (k) {
+	case SINK_ERR_OOM:
+		return RERR_OOM;
+	case SINK_ERR_WRONGTYPE:
+		return RERR_WRONGTYPE;
+	case SINK_ERR_NOSCRIPT:
+		return RERR_NOSCRIPT;
+	case SINK_ERR_READONLY:
+		return RERR_READONLY;
+	case SINK_ERR_BUSY:
+		return RERR_BUSY;
+	case SINK_ERR_TIMEOUT:
+		return RERR_TIMEOUT;
+	case SINK_ERR_IO:
+	case SINK_ERR_NONE:
+		return RERR_IO;
+	case SINK_ERR_OTHER:
+		break;
+	}
+	return RERR_OTHER;
+}
+
 static void redis_lost(struct relay *r, const char *why)
 {
 	int64_t delay = backoff_next(&r->redis_bo, r->cf->retry_max_ms);
 
+	count(&r->m->redis_errors[err_kind(sink_redis_errkind(r->sink))]);
 	if (!r->redis_down)
 		log_warn("Redis: %s; %llu unacknowledged event(s) will be sent again; no LSN is "
 			 "confirmed past them (next try in %lld ms)",
@@ -403,7 +461,7 @@ static int try_pg(struct relay *r)
 				 r->cf->slot, pgrepl_created_slot(r->pg) ? ", created it" : "",
 				 lsn_format(r->confirmed, lsnbuf));
 		if (r->pg_ever_started)
-			r->n.pg_reconnects++;
+			count(&r->m->pg_reconnects);
 		r->pg_ever_started = true;
 		r->pg_down = r->standby = false;
 		r->in_txn = false; /* pg_bo resets once a message arrives */
@@ -454,6 +512,7 @@ static int try_redis(struct relay *r)
 	case SINK_RETRY: {
 		char why[700];
 
+		/* A refused or failed connect is an I/O failure for the metrics. */
 		snprintf(why, sizeof(why), "%s: %s", where, sink_redis_errmsg(r->sink));
 		redis_lost(r, why);
 		return -1;
@@ -463,6 +522,34 @@ static int try_redis(struct relay *r)
 		return EXIT_REDIS_SETUP;
 	}
 	return -1;
+}
+
+/* Refresh what /metrics and the probes read; cheap relaxed stores. */
+static void publish_gauges(struct relay *r, int64_t now, bool stopping)
+{
+	struct metrics *m = r->m;
+	enum relay_state st;
+	const struct sink_stats *ss = sink_redis_stats(r->sink);
+
+	if (stopping)
+		st = STATE_STOPPING;
+	else if (r->standby)
+		st = STATE_STANDBY;
+	else if (pgrepl_streaming(r->pg) && sink_redis_connected(r->sink))
+		st = STATE_STREAMING;
+	else if (r->pg_down || r->redis_down)
+		st = STATE_RETRYING;
+	else
+		st = STATE_STARTING;
+	atomic_store_explicit(&m->state, (int)st, memory_order_relaxed);
+	atomic_store_explicit(&m->redis_connected, sink_redis_connected(r->sink),
+			      memory_order_relaxed);
+	atomic_store_explicit(&m->loop_heartbeat_mono_us, now, memory_order_relaxed);
+	gauge(&m->inflight_events, sink_redis_inflight_events(r->sink));
+	gauge(&m->inflight_bytes, sink_redis_inflight_bytes(r->sink));
+	gauge(&m->received_lsn, r->received);
+	gauge(&m->server_wal_end, r->server_wal_end);
+	gauge(&m->redis_reconnects, ss->reconnects);
 }
 
 static void log_stats(struct relay *r, int64_t now)
@@ -477,8 +564,10 @@ static void log_stats(struct relay *r, int64_t now)
 		 secs > 0 ? (double)(s->published - r->last_stats_published) / secs : 0.0,
 		 (unsigned long long)s->replays, (unsigned long long)s->duplicates,
 		 (unsigned long long)s->dead_lettered,
-		 (unsigned long long)(r->n.ignored_update + r->n.ignored_delete +
-				      r->n.ignored_truncate + r->n.ignored_message),
+		 (unsigned long long)(atomic_load(&r->m->ignored[IGN_UPDATE]) +
+				      atomic_load(&r->m->ignored[IGN_DELETE]) +
+				      atomic_load(&r->m->ignored[IGN_TRUNCATE]) +
+				      atomic_load(&r->m->ignored[IGN_MESSAGE])),
 		 (unsigned long long)sink_redis_inflight_events(r->sink), lsn_format(r->confirmed, c),
 		 lsn_format(r->received, rcv),
 		 (unsigned long long)(r->received > r->confirmed ? r->received - r->confirmed : 0));
@@ -497,8 +586,8 @@ static void log_final(struct relay *r, const char *why)
 		 "dead_lettered=%llu transactions=%llu peak_rss_kb=%ld",
 		 why, lsn_format(r->confirmed, c), (unsigned long long)s->published,
 		 (unsigned long long)s->replays, (unsigned long long)s->duplicates,
-		 (unsigned long long)s->dead_lettered, (unsigned long long)r->n.transactions,
-		 ru.ru_maxrss);
+		 (unsigned long long)s->dead_lettered,
+		 (unsigned long long)atomic_load(&r->m->transactions), ru.ru_maxrss);
 }
 
 static bool split_table(struct relay *r)
@@ -528,6 +617,8 @@ static void install_signals(void)
 
 static void relay_free(struct relay *r)
 {
+	metrics_server_stop(r->http);
+	metrics_destroy(r->m);
 	pgrepl_destroy(r->pg);
 	sink_redis_destroy(r->sink);
 	w2j_destroy(r->dec);
@@ -550,19 +641,34 @@ int relay_run(const struct relay_config *cf)
 	int rc = EXIT_OK;
 
 	srandom((unsigned)(time_now_us() ^ getpid()));
+	log_set_context("slot", cf->slot);
 	install_signals();
 	r.map = mapper_create(cf, err, sizeof(err));
 	if (!r.map) {
 		log_error("invalid --stream: %s", err);
 		return EXIT_USAGE;
 	}
+	r.m = metrics_create();
 	r.pg = pgrepl_create(cf);
-	r.sink = sink_redis_create(cf);
+	r.sink = sink_redis_create(cf, r.m);
 	r.dec = w2j_create();
-	if (!r.pg || !r.sink || !r.dec || !split_table(&r)) {
+	if (!r.m || !r.pg || !r.sink || !r.dec || !split_table(&r)) {
 		log_error("out of memory at startup");
 		relay_free(&r);
 		return EXIT_FAILURE_RUNTIME;
+	}
+	if (cf->http_addr && cf->http_addr[0]) {
+		/* "Stuck" must allow a blocking connect attempt (PostgreSQL's
+		 * connect_timeout, Redis's timeout) plus slack. */
+		int stuck_ms = 60000 + 2 * cf->redis_timeout_ms;
+
+		r.http = metrics_server_start(r.m, cf->http_addr, cf->slot, stuck_ms, err, sizeof(err));
+		if (!r.http) {
+			log_error("%s", err);
+			relay_free(&r);
+			return EXIT_USAGE;
+		}
+		log_info("serving /metrics, /healthz and /readyz on %s", cf->http_addr);
 	}
 	r.last_stats_us = time_mono_us();
 
@@ -580,6 +686,8 @@ int relay_run(const struct relay_config *cf)
 				 cf->shutdown_timeout_ms,
 				 (unsigned long long)sink_redis_inflight_events(r.sink));
 		}
+
+		publish_gauges(&r, now, stopping);
 
 		/* (Re)connect what is down, when its backoff allows. */
 		if (!stopping && !pgrepl_streaming(r.pg) && now >= r.pg_bo.next_us) {
@@ -617,6 +725,8 @@ int relay_run(const struct relay_config *cf)
 				if (m.type == 'k') {
 					if (m.wal_end > r.received)
 						r.received = m.wal_end;
+					if (m.wal_end > r.server_wal_end)
+						r.server_wal_end = m.wal_end;
 					if (!r.in_txn && !push_mark(&r, sink_redis_last_seq(r.sink), m.wal_end))
 						goto oom;
 					if (m.reply_requested) {

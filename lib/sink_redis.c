@@ -59,8 +59,11 @@ enum qkind { Q_PUBLISH, Q_DEAD, Q_GROUP };
 
 struct qent {
 	uint64_t seq;
-	size_t len;      /* encoded bytes */
-	enum qkind kind;
+	size_t len;         /* encoded bytes */
+	int64_t commit_us;  /* commit time, for the latency histogram (0: unknown) */
+	uint32_t stream_id; /* metrics label id */
+	uint8_t kind;       /* enum qkind */
+	uint8_t dead_reason;
 };
 
 struct strset {
@@ -71,6 +74,7 @@ struct strset {
 
 struct sink_redis {
 	const struct relay_config *cf;
+	struct metrics *m;
 	redisContext *c;
 	bool use_functions;
 	char sha[41]; /* EVALSHA digest when functions are unavailable */
@@ -188,7 +192,7 @@ static void resp_str(struct buf *b, const char *s)
 
 /* ---- queue ---- */
 
-static bool queue_push(struct sink_redis *s, enum qkind kind, size_t len)
+static bool queue_push(struct sink_redis *s, enum qkind kind, size_t len, const struct event *ev)
 {
 	if (s->q_len == s->q_cap) {
 		size_t cap = s->q_cap ? s->q_cap * 2 : 1024;
@@ -205,7 +209,16 @@ static bool queue_push(struct sink_redis *s, enum qkind kind, size_t len)
 	}
 	if (s->q_len == 0)
 		s->wait_since_us = time_mono_us();
-	s->q[(s->q_head + s->q_len) % s->q_cap] = (struct qent){s->next_seq++, len, kind};
+	s->q[(s->q_head + s->q_len) % s->q_cap] = (struct qent){
+		.seq = s->next_seq++,
+		.len = len,
+		.kind = (uint8_t)kind,
+		.commit_us = ev ? ev->committed_unix_us : 0,
+		.dead_reason = ev ? (uint8_t)ev->dead_reason : 0,
+		.stream_id = ev && kind == Q_PUBLISH && s->m
+				     ? metrics_stream_id(s->m, ev->stream, ev->stream_len)
+				     : 0,
+	};
 	s->q_len++;
 	return true;
 }
@@ -232,13 +245,14 @@ static void queue_pop(struct sink_redis *s)
 
 /* ---- lifecycle ---- */
 
-struct sink_redis *sink_redis_create(const struct relay_config *cf)
+struct sink_redis *sink_redis_create(const struct relay_config *cf, struct metrics *m)
 {
 	struct sink_redis *s = calloc(1, sizeof(*s));
 
 	if (!s)
 		return NULL;
 	s->cf = cf;
+	s->m = m;
 	s->use_functions = cf->redis_functions;
 	s->next_seq = 1;
 	return s;
@@ -615,7 +629,7 @@ bool sink_redis_publish(struct sink_redis *s, const struct event *ev, bool dead_
 			resp_str(&s->out, s->cf->groups[g]);
 			resp_str(&s->out, "0");
 			resp_str(&s->out, "MKSTREAM");
-			if (s->out.failed || !queue_push(s, Q_GROUP, s->out.len - start))
+			if (s->out.failed || !queue_push(s, Q_GROUP, s->out.len - start, NULL))
 				return false;
 		}
 	}
@@ -623,7 +637,7 @@ bool sink_redis_publish(struct sink_redis *s, const struct event *ev, bool dead_
 	encode_publish(s, ev, dead_letter);
 	if (s->out.failed || s->key.failed || s->tag.failed)
 		return false;
-	return queue_push(s, dead_letter ? Q_DEAD : Q_PUBLISH, s->out.len - start);
+	return queue_push(s, dead_letter ? Q_DEAD : Q_PUBLISH, s->out.len - start, ev);
 }
 
 static const char *kind_name(enum qkind k)
@@ -659,16 +673,30 @@ static bool handle_reply(struct sink_redis *s, redisReply *r)
 		return false;
 	}
 	if (e->kind == Q_GROUP) {
-		/* OK */
+		/* OK, or a BUSYGROUP handled above */
 	} else if (r->type == REDIS_REPLY_INTEGER && r->integer == 0) {
 		s->stats.replays++;
+		if (s->m)
+			atomic_fetch_add_explicit(&s->m->replays_skipped, 1, memory_order_relaxed);
 	} else if (r->type == REDIS_REPLY_INTEGER && r->integer == 1) {
 		s->stats.duplicates++;
+		if (s->m)
+			atomic_fetch_add_explicit(&s->m->duplicates_skipped, 1, memory_order_relaxed);
 	} else if (r->type == REDIS_REPLY_STRING) {
-		if (e->kind == Q_DEAD)
+		if (e->kind == Q_DEAD) {
 			s->stats.dead_lettered++;
-		else
+			if (s->m && e->dead_reason < DEAD_NREASONS)
+				atomic_fetch_add_explicit(&s->m->dead_lettered[e->dead_reason], 1,
+							  memory_order_relaxed);
+		} else {
 			s->stats.published++;
+			if (s->m) {
+				atomic_fetch_add_explicit(&s->m->published[e->stream_id], 1,
+							  memory_order_relaxed);
+				if (e->commit_us > 0)
+					metrics_observe_latency(s->m, time_now_us() - e->commit_us);
+			}
+		}
 	} else {
 		snprintf(s->errmsg, sizeof(s->errmsg), "unexpected reply type %d to %s", r->type,
 			 kind_name(e->kind));

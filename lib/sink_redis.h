@@ -16,6 +16,7 @@
 
 #include "config.h"
 #include "event.h"
+#include "metrics.h"
 
 enum sink_status {
 	SINK_OK = 0,
@@ -47,7 +48,8 @@ struct sink_stats {
 
 struct sink_redis;
 
-struct sink_redis *sink_redis_create(const struct relay_config *cf);
+/* m (may be NULL) receives per-stream, replay, duplicate, dead-letter and latency counts. */
+struct sink_redis *sink_redis_create(const struct relay_config *cf, struct metrics *m);
 void sink_redis_destroy(struct sink_redis *s); /* NULL is a no-op */
 
 /*

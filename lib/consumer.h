@@ -1,0 +1,133 @@
+/*
+ * consumer.h - outbox-consume, the reference Redis Streams consumer for the
+ * streams outbox-relay writes.
+ *
+ * It reads one consumer group with XREADGROUP (its own pending entries
+ * first, then new ones), claims entries that other consumers left pending
+ * for too long (XAUTOCLAIM), prints every entry as one JSON line on stdout
+ * and acknowledges it (XACK) only after the line has been flushed: delivery
+ * is at-least-once.
+ *
+ * Three parts, usable on their own:
+ *   - configuration: flags and OUTBOX_CONSUME_* environment variables;
+ *   - rendering: one stream entry as one JSON line (pure, no I/O);
+ *   - consumer_run(): the program's main loop. Like relay_run() it is the
+ *     one part of this module that logs (to stderr, through log.h).
+ */
+#ifndef RELAY_CONSUMER_H
+#define RELAY_CONSUMER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "config.h"
+#include "redis_url.h"
+
+/* Keys of every JSON line ahead of the entry's own fields. "entry_id" and not
+ * "id": the outbox's own id column arrives as a field named "id". */
+#define CONSUMER_KEY_STREAM "stream"
+#define CONSUMER_KEY_ENTRY_ID "entry_id"
+
+struct consumer_config {
+	char *redis_url;            /* --redis-url, default "redis://127.0.0.1:6379" */
+	struct redis_target redis;  /* parsed from redis_url (password file applied) */
+	char *redis_password_file;  /* --redis-password-file */
+	char **streams;             /* --stream KEY (repeatable; env: comma list) */
+	size_t nstreams;
+	char *stream_pattern;       /* --stream-pattern GLOB (SCAN MATCH ... TYPE stream) */
+	char *group;                /* --group NAME (required) */
+	char *consumer;             /* --consumer NAME, default "<hostname>-<pid>" */
+	int64_t count;              /* --count N: exit 0 after N events; 0 = unlimited */
+	int64_t block_ms;           /* --block MS, default 5000 */
+	int64_t batch;              /* --batch N (XREADGROUP COUNT), default 100 */
+	int64_t claim_idle_ms;      /* --claim-idle MS, default 60000; 0 disables */
+	bool create_group;          /* --create-group */
+};
+
+/*
+ * Fill *cf from defaults, then envp (OUTBOX_CONSUME_* entries of a
+ * NULL-terminated "NAME=value" array), then argv (flags win). Prints only
+ * for --help/--version (to stdout). On CONFIG_ERROR err holds one line
+ * naming the option and the fix (never a password) and *cf is zeroed; on
+ * CONFIG_HELP/CONFIG_VERSION *cf is zeroed too. Unknown OUTBOX_CONSUME_*
+ * variables are ignored.
+ */
+enum config_result consumer_config_load(struct consumer_config *cf, int argc, char **argv,
+					char **envp, char *err, size_t errlen);
+/* Print the usage text (every option, its variable and default) to out. */
+void consumer_usage(FILE *out);
+/* Free everything consumer_config_load allocated; NULL-safe; zeroes *cf. */
+void consumer_config_finish(struct consumer_config *cf);
+
+/* ---- Rendering ---- */
+
+/* One field of a stream entry; binary-safe, not NUL-terminated. */
+struct consumer_field {
+	const char *name;
+	size_t name_len;
+	const char *value;
+	size_t value_len;
+};
+
+/*
+ * True for the fields embedded as JSON when their value parses as one JSON
+ * text: "payload" and "headers". Every other field is a JSON string.
+ */
+bool consumer_is_json_field(const char *name, size_t len);
+
+struct consumer_fmt;
+
+/* NULL when out of memory. */
+struct consumer_fmt *consumer_fmt_create(void);
+void consumer_fmt_destroy(struct consumer_fmt *f); /* NULL is a no-op */
+
+/*
+ * Render one entry as one line:
+ *   {"stream":"<stream>","entry_id":"<id>","<name>":<value>,...}\n
+ * with the fields in entry order. Values of consumer_is_json_field() fields
+ * that are one valid JSON text (nesting at most about 100 deep) are embedded
+ * re-encoded compactly, numbers kept digit for digit; any other value,
+ * including invalid JSON, is a string. Strings are escaped as JSON requires
+ * (quotes, backslashes, control characters as \uXXXX); valid UTF-8 passes
+ * through, each byte of an invalid UTF-8 sequence becomes U+FFFD.
+ * On success *ret_line/*ret_len hold the line including the newline, owned
+ * by f and valid until the next call. Returns false only when out of memory.
+ */
+bool consumer_fmt_line(struct consumer_fmt *f, const char *stream, size_t stream_len,
+		       const char *entry_id, size_t entry_id_len, const struct consumer_field *fields,
+		       size_t nfields, const char **ret_line, size_t *ret_len);
+
+/* ---- Redis ---- */
+
+struct redisContext;
+
+/*
+ * Connect to t with hiredis's blocking API: connect within timeout_ms, set
+ * timeout_ms as the socket read/write timeout, TCP keepalive, then AUTH and
+ * SELECT as t asks. Returns the context (free with redisFree) or NULL with a
+ * one-line reason in err (never the password); *ret_permanent says whether
+ * retrying cannot help (rejected credentials or ACL, TLS requested from a
+ * build without TLS). Shared with status.c.
+ */
+struct redisContext *consumer_redis_connect(const struct redis_target *t, int timeout_ms,
+					    bool *ret_permanent, char *err, size_t errlen);
+
+/* True for error replies that no retry fixes: credentials and ACL denials. */
+bool consumer_redis_auth_error(const char *msg);
+
+/* ---- Main loop ---- */
+
+/*
+ * Run the consumer until --count events were printed, SIGTERM/SIGINT (the
+ * entry being printed is finished and acknowledged first) or a permanent
+ * failure. Installs handlers for SIGINT, SIGTERM (a second one exits 1 at
+ * once) and ignores SIGPIPE. Connection losses are retried with a capped
+ * backoff. Returns the process exit code: 0, 1 (stdout failed, or an
+ * internal error), or 5 (Redis setup: credentials, missing group without
+ * --create-group, unsupported server).
+ */
+int consumer_run(const struct consumer_config *cf);
+
+#endif
