@@ -79,6 +79,9 @@ static void set_err(struct pgrepl *p, const char *prefix, const char *msg)
 {
 	size_t n;
 
+	/* libpq prefixes server messages with their severity; ours say it already. */
+	if (msg && (strncmp(msg, "ERROR:  ", 8) == 0 || strncmp(msg, "FATAL:  ", 8) == 0))
+		msg += 8;
 	snprintf(p->errmsg, sizeof(p->errmsg), "%s%s", prefix, msg ? msg : "");
 	n = strlen(p->errmsg);
 	while (n > 0 && (p->errmsg[n - 1] == '\n' || p->errmsg[n - 1] == ' '))

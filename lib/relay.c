@@ -689,20 +689,22 @@ int relay_run(const struct relay_config *cf)
 
 		publish_gauges(&r, now, stopping);
 
-		/* (Re)connect what is down, when its backoff allows. */
-		if (!stopping && !pgrepl_streaming(r.pg) && now >= r.pg_bo.next_us) {
-			code = try_pg(&r);
-			if (code >= 0) {
-				rc = code;
-				final_reason = "PostgreSQL setup failed";
-				break;
-			}
-		}
+		/* (Re)connect what is down, when its backoff allows. Redis first: a
+		 * Redis that refuses us for good (credentials, ACL) must stop the relay
+		 * before it creates a slot that would then hold WAL for nobody. */
 		if (!sink_redis_connected(r.sink) && now >= r.redis_bo.next_us) {
 			code = try_redis(&r);
 			if (code >= 0) {
 				rc = code;
 				final_reason = "Redis setup failed";
+				break;
+			}
+		}
+		if (!stopping && !pgrepl_streaming(r.pg) && now >= r.pg_bo.next_us) {
+			code = try_pg(&r);
+			if (code >= 0) {
+				rc = code;
+				final_reason = "PostgreSQL setup failed";
 				break;
 			}
 		}

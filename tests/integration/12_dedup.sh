@@ -1,0 +1,43 @@
+#!/bin/bash
+# 12_dedup: two rows with the same id in different transactions produce one
+# entry (dedup key with a TTL); a replay of the same WAL through a new slot
+# into the same Redis adds nothing; with --dedup-window 0 (fresh slot, fresh
+# Redis) both rows are published and no dedup keys are written.
+. "$(dirname "$0")/lib.sh"
+setup_tmp
+pg_start
+load_schema
+psql_q "CREATE TABLE public.outbox_loose (id text, aggregate_type text, aggregate_id text, event_type text,
+                                          payload jsonb, headers jsonb, created_at timestamptz DEFAULT now())"
+redis_start
+# All three slots exist before the rows are written, so each sees all of them.
+slot_create s_a
+slot_create s_replay
+slot_create s_nodedup
+
+ins() { psql_q "INSERT INTO outbox_loose (id, aggregate_type, aggregate_id, event_type, payload) VALUES ('$1', 'order', '$2', 'created', '{}')"; }
+ins dup-1 first
+ins dup-1 second
+ins uniq-1 third
+
+relay_drain --slot s_a --table public.outbox_loose
+assert_eq "dup-1 uniq-1" "$(rx fields outbox:order id | tr '\n' ' ' | sed 's/ $//')" "same id twice: published once"
+assert_eq first "$(rx fields outbox:order aggregate_id | head_n 1)" "the first row wins"
+key="outbox-relay:dedup:{outbox:order}:dup-1"
+assert_eq 1 "$(redis_cli EXISTS "$key")" "dedup key $key exists"
+ttl=$(redis_cli TTL "$key")
+assert_ge "$ttl" 1 "dedup key has a TTL"
+assert_ge 3600 "$ttl" "dedup key TTL <= default window 3600 s"
+
+# Replay everything through another slot into the same Redis: nothing new.
+relay_drain --slot s_replay --table public.outbox_loose
+assert_eq 2 "$(xlen outbox:order)" "replay through a new slot adds no entries"
+
+# Fresh Redis, dedup disabled: both dup-1 rows.
+redis_stop
+rm -rf "$T/redis"
+redis_start
+relay_drain --slot s_nodedup --table public.outbox_loose --dedup-window 0
+assert_eq "dup-1 dup-1 uniq-1" "$(rx fields outbox:order id | tr '\n' ' ' | sed 's/ $//')" "--dedup-window 0: every row published"
+assert_eq "" "$(redis_cli --scan --pattern 'outbox-relay:dedup:*')" "--dedup-window 0 writes no dedup keys"
+pass

@@ -1,0 +1,665 @@
+# lib.sh - harness for the outbox-relay integration tests. Source it, then call
+# setup_tmp first:
+#
+#   . "$(dirname "$0")/lib.sh"
+#   setup_tmp
+#   pg_start; load_schema; redis_start
+#   ...
+#   pass
+#
+# Every test gets a private temp dir $T holding its own PostgreSQL 15 cluster
+# (unix socket $T/.s.PGSQL.$PGPORT, no TCP) and redis-server (unix socket
+# $T/redis.sock, no TCP), so tests run in parallel without sharing anything.
+# An EXIT trap, plus a detached watchdog in case the test shell itself is
+# SIGKILLed, stops every relay, PostgreSQL and Redis it started and removes $T.
+#
+# Works as root (CI: PostgreSQL runs as "postgres" through runuser) and as a
+# normal user. Environment:
+#   RELAY_BIN        the outbox-relay binary (set by meson)
+#   TESTS_DIR        the tests/ source dir (set by meson); sql/outbox.sql is found from it
+#   RELAY_TIMEOUT    seconds relay_run/relay_run_until may take (default 90)
+#   RELAY_LOG_LEVEL  --log-level passed by relay_start/relay_run* (default debug)
+#   KEEP_TMP=1       keep $T after the test for debugging (servers are still stopped)
+
+set -Eeuo pipefail
+
+TEST_NAME=$(basename "${BASH_SOURCE[1]:-$0}" .sh)
+_LIB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+TESTS_DIR=${TESTS_DIR:-$(cd "$_LIB_DIR/.." && pwd)}
+SQL_FILE=${SQL_FILE:-$TESTS_DIR/../sql/outbox.sql}
+RX="python3 $_LIB_DIR/rx.py"
+PGPORT=5433
+PG_BINDIR=${PG_BINDIR:-/usr/lib/postgresql/15/bin}
+RELAY_TIMEOUT=${RELAY_TIMEOUT:-90}
+RELAY_LOG_LEVEL=${RELAY_LOG_LEVEL:-debug}
+if [ -z "${RELAY_BIN:-}" ]; then
+	RELAY_BIN=$(cd "$TESTS_DIR/.." && pwd)/build/cmd/outbox-relay/outbox-relay
+fi
+
+T=
+PGDATA=
+RELAY_PID=
+RELAY_BG_N= # number of the background relay (relay_start)
+RELAY_N=0
+RELAY_LOG=
+RELAY_RC=
+REDIS_PID=
+_WATCHDOG_PID=
+_T0=$(date +%s%N)
+
+# ---------------------------------------------------------------------------
+# messages and assertions
+# ---------------------------------------------------------------------------
+
+# Elapsed seconds since the test started, e.g. "3.25".
+elapsed() {
+	local ns=$(($(date +%s%N) - _T0))
+	printf '%d.%02d' $((ns / 1000000000)) $((ns / 10000000 % 100))
+}
+
+# head_n N: like head -n N but reads all its input, so the writer never gets
+# SIGPIPE (which pipefail and the ERR trap would turn into a failure).
+head_n() { sed -n "1,${1}p"; }
+
+log() { printf '[%s %6ss] %s\n' "$TEST_NAME" "$(elapsed)" "$*"; }
+
+# A passed check: prints "ok - what".
+ok() { printf '[%s %6ss] ok - %s\n' "$TEST_NAME" "$(elapsed)" "$*"; }
+
+# Print the tail of every log we own; called on failure.
+dump_logs() {
+	local f
+	[ -n "$T" ] && [ -d "$T" ] || return 0
+	for f in "$T"/relay.*.log "$T/pg.log" "$T/redis.log"; do
+		[ -f "$f" ] || continue
+		echo "----- last 40 lines of $(basename "$f") -----"
+		tail -n 40 "$f" | cut -c1-400
+	done
+	echo "-----"
+}
+
+# fail MESSAGE: print a diagnostic and the logs, exit 1 (the EXIT trap cleans up).
+fail() {
+	trap - ERR
+	printf '[%s %6ss] FAIL: %s\n' "$TEST_NAME" "$(elapsed)" "$*" >&2
+	# In a $(...) subshell the caller fails next and dumps the logs itself.
+	[ "$BASH_SUBSHELL" -gt 0 ] || dump_logs >&2
+	exit 1
+}
+
+_on_err() {
+	fail "command failed (rc=$1) at $(basename "${BASH_SOURCE[1]:-?}"):$2: $3"
+}
+trap '_on_err $? $LINENO "$BASH_COMMAND"' ERR
+
+# assert_eq EXPECTED ACTUAL WHAT
+assert_eq() {
+	if [ "$1" != "$2" ]; then
+		fail "$3: expected [$1], got [$2]"
+	fi
+	ok "$3 ($2)"
+}
+
+# assert_ne UNEXPECTED ACTUAL WHAT
+assert_ne() {
+	if [ "$1" = "$2" ]; then
+		fail "$3: expected anything but [$1]"
+	fi
+	ok "$3 ($2)"
+}
+
+# assert_ge A B WHAT: integer A >= B
+assert_ge() {
+	if ! [ "$1" -ge "$2" ] 2>/dev/null; then
+		fail "$3: expected $1 >= $2"
+	fi
+	ok "$3 ($1 >= $2)"
+}
+
+# assert_lt A B WHAT: integer A < B
+assert_lt() {
+	if ! [ "$1" -lt "$2" ] 2>/dev/null; then
+		fail "$3: expected $1 < $2"
+	fi
+	ok "$3 ($1 < $2)"
+}
+
+# assert_contains HAYSTACK NEEDLE WHAT: fixed-string match
+assert_contains() {
+	case "$1" in
+	*"$2"*) ok "$3 (contains '$2')" ;;
+	*) fail "$3: expected to contain [$2], got [${1:0:2000}]" ;;
+	esac
+}
+
+# assert_not_contains HAYSTACK NEEDLE WHAT
+assert_not_contains() {
+	case "$1" in
+	*"$2"*) fail "$3: expected not to contain [$2], got [${1:0:2000}]" ;;
+	*) ok "$3 (no '$2')" ;;
+	esac
+}
+
+# assert_match STRING EXTENDED_REGEX WHAT
+assert_match() {
+	if ! grep -Eq -- "$2" <<<"$1"; then
+		fail "$3: [${1:0:2000}] does not match /$2/"
+	fi
+	ok "$3"
+}
+
+# assert_lsn_ge A B WHAT
+assert_lsn_ge() {
+	if ! lsn_ge "$1" "$2"; then
+		fail "$3: expected LSN $1 >= $2"
+	fi
+	ok "$3 ($1 >= $2)"
+}
+
+# assert_lsn_lt A B WHAT
+assert_lsn_lt() {
+	if lsn_ge "$1" "$2"; then
+		fail "$3: expected LSN $1 < $2"
+	fi
+	ok "$3 ($1 < $2)"
+}
+
+# pass: the final line of a passing test.
+pass() {
+	log "PASS"
+	exit 0
+}
+
+# skip REASON: exit 77, which meson reports as SKIP.
+skip() {
+	log "SKIP: $*"
+	exit 77
+}
+
+# ---------------------------------------------------------------------------
+# temp dir, cleanup, watchdog
+# ---------------------------------------------------------------------------
+
+is_root() { [ "$(id -u)" = 0 ]; }
+
+# pid_alive PID: the process exists and is not a zombie (daemons we start are
+# reparented to PID 1, which may reap them late; kill -0 succeeds on zombies).
+pid_alive() {
+	local st
+	[ -n "$1" ] && kill -0 "$1" 2>/dev/null || return 1
+	st=$(sed -n 's/^[0-9]* (.*) \([A-Za-z]\).*/\1/p' "/proc/$1/stat" 2>/dev/null) || return 1
+	[ -n "$st" ] && [ "$st" != Z ] && [ "$st" != X ]
+}
+
+# as_pg CMD...: run as the postgres OS user when we are root.
+as_pg() {
+	if is_root; then
+		runuser -u postgres -- "$@"
+	else
+		"$@"
+	fi
+}
+
+# Kill whatever the files in dir $1 say we started. Used by the EXIT trap and,
+# with the same code, by the watchdog. Idempotent.
+_kill_all_in() {
+	local t=$1 p i pgpid
+	if [ -f "$t/relay.pids" ]; then
+		while read -r p; do
+			[ -n "$p" ] && kill -9 "$p" 2>/dev/null || true
+		done <"$t/relay.pids"
+	fi
+	if [ -f "$t/pg/postmaster.pid" ]; then
+		pgpid=$(head -n 1 "$t/pg/postmaster.pid" 2>/dev/null || true)
+		if [ -n "$pgpid" ] && pid_alive "$pgpid"; then
+			kill -QUIT "$pgpid" 2>/dev/null || true # immediate shutdown
+			for i in $(seq 1 50); do
+				pid_alive "$pgpid" || break
+				sleep 0.1
+			done
+			kill -9 "$pgpid" 2>/dev/null || true
+		fi
+	fi
+	if [ -f "$t/redis.pids" ]; then
+		while read -r p; do
+			[ -n "$p" ] && kill -9 "$p" 2>/dev/null || true
+		done <"$t/redis.pids"
+	fi
+}
+
+_cleanup() {
+	local rc=$?
+	trap - ERR EXIT INT TERM HUP
+	set +e
+	exec 2>/dev/null # no "Killed" job notices for the relays we SIGKILL
+	if [ -n "$T" ] && [ -d "$T" ]; then
+		# Ask PostgreSQL to stop properly first (fast), fall back to signals.
+		if [ -f "$T/pg/postmaster.pid" ]; then
+			as_pg "$PG_BINDIR/pg_ctl" -D "$T/pg" -m immediate -w -t 10 stop >/dev/null 2>&1
+		fi
+		_kill_all_in "$T"
+		if [ "${KEEP_TMP:-0}" = 1 ] || { [ "$rc" != 0 ] && [ "$rc" != 77 ] && [ "${KEEP_TMP_ON_FAIL:-0}" = 1 ]; }; then
+			log "kept $T"
+		else
+			rm -rf "$T"
+		fi
+	fi
+	[ -n "$_WATCHDOG_PID" ] && kill "$_WATCHDOG_PID" 2>/dev/null
+	# Reap what we killed, so bash does not report "Killed" jobs.
+	wait 2>/dev/null
+	exit "$rc"
+}
+
+# setup_tmp: create $T, install the cleanup trap and the watchdog.
+setup_tmp() {
+	[ -x "$RELAY_BIN" ] || [ "${NEED_RELAY:-1}" = 0 ] || fail "RELAY_BIN=$RELAY_BIN is not executable"
+	T=$(mktemp -d "${TMPDIR:-/tmp}/outbox-it.XXXXXXXX")
+	chmod 755 "$T"
+	if is_root; then
+		chown postgres:postgres "$T"
+	fi
+	: >"$T/relay.pids"
+	: >"$T/redis.pids"
+	trap _cleanup EXIT
+	trap 'exit 143' TERM
+	trap 'exit 130' INT
+	trap 'exit 129' HUP
+	# Watchdog: if this shell dies without running its EXIT trap (SIGKILL,
+	# meson timeout escalation), stop the servers anyway. setsid: meson kills
+	# the test's process group, and PostgreSQL/Redis daemonize out of it.
+	setsid bash -c '
+		parent=$1; t=$2; shift 2
+		'"$(declare -f pid_alive _kill_all_in)"'
+		while kill -0 "$parent" 2>/dev/null; do sleep 1; done
+		[ -d "$t" ] || exit 0
+		_kill_all_in "$t"
+		rm -rf "$t"
+	' watchdog $$ "$T" </dev/null >/dev/null 2>&1 &
+	_WATCHDOG_PID=$!
+	log "tmp dir $T (uid $(id -u))"
+}
+
+# wait_for "SHELL CONDITION" TIMEOUT_S [WHAT]: poll every 0.1 s; returns 1 on timeout.
+wait_for() {
+	local cond=$1 timeout=${2:-10} deadline
+	deadline=$(($(date +%s%N) + timeout * 1000000000))
+	while :; do
+		if eval "$cond" >/dev/null 2>&1; then
+			return 0
+		fi
+		if [ "$(date +%s%N)" -ge "$deadline" ]; then
+			return 1
+		fi
+		sleep 0.1
+	done
+}
+
+# ---------------------------------------------------------------------------
+# PostgreSQL
+# ---------------------------------------------------------------------------
+
+PG_DSN=
+
+# pg_start [EXTRA -c settings...]: initdb (first time) and start PostgreSQL 15
+# with logical decoding enabled. Extra args are passed as "-c name=value".
+pg_start() {
+	local t0=$(date +%s%N) opts a
+	PGDATA=$T/pg
+	PG_DSN="host=$T port=$PGPORT user=postgres dbname=postgres"
+	if [ ! -d "$PGDATA" ]; then
+		as_pg "$PG_BINDIR/initdb" -D "$PGDATA" -U postgres -A trust -E UTF8 --locale=C \
+			--no-sync --no-instructions >"$T/initdb.log" 2>&1 ||
+			{ cat "$T/initdb.log" >&2; fail "initdb failed"; }
+		cat >>"$PGDATA/postgresql.conf" <<-EOF
+			listen_addresses = ''
+			unix_socket_directories = '$T'
+			port = $PGPORT
+			wal_level = logical
+			max_wal_senders = 10
+			max_replication_slots = 10
+			fsync = off
+			full_page_writes = off
+			synchronous_commit = on
+			timezone = 'UTC'
+			shared_buffers = 32MB
+			max_connections = 30
+			output_plugin_libraries = 'pgoutput,test_decoding,wal2json'
+			log_line_prefix = '%m [%p] %q%a '
+			log_min_messages = warning
+			log_connections = off
+		EOF
+	fi
+	opts=""
+	for a in "$@"; do
+		opts="$opts -c $a"
+	done
+	as_pg "$PG_BINDIR/pg_ctl" -D "$PGDATA" -l "$T/pg.log" -w -t 30 ${opts:+-o "$opts"} start >/dev/null ||
+		fail "pg_ctl start failed"
+	log "PostgreSQL started in $(((($(date +%s%N) - t0) / 1000000))) ms"
+}
+
+# pg_stop [fast|immediate|smart]
+pg_stop() {
+	as_pg "$PG_BINDIR/pg_ctl" -D "$PGDATA" -m "${1:-fast}" -w -t 30 stop >/dev/null ||
+		fail "pg_ctl stop failed"
+}
+
+# pg_restart [fast|immediate]
+pg_restart() {
+	pg_stop "${1:-fast}"
+	pg_start
+}
+
+# psql_q ["SQL"]: run SQL (or stdin when no argument) as postgres on the test
+# db; unaligned, tuples only, quiet; stops at the first error.
+psql_q() {
+	if [ $# -gt 0 ]; then
+		psql -X -A -t -q -v ON_ERROR_STOP=1 -h "$T" -p "$PGPORT" -U postgres -d postgres -c "$1"
+	else
+		psql -X -A -t -q -v ON_ERROR_STOP=1 -h "$T" -p "$PGPORT" -U postgres -d postgres -f -
+	fi
+}
+
+# load_schema: run sql/outbox.sql.
+load_schema() {
+	PGOPTIONS='-c client_min_messages=warning' psql -X -q -v ON_ERROR_STOP=1 -h "$T" -p "$PGPORT" -U postgres -d postgres -f "$SQL_FILE" >/dev/null ||
+		fail "loading $SQL_FILE failed"
+}
+
+current_lsn() { psql_q "SELECT pg_current_wal_lsn()"; }
+
+# slot_create NAME [PLUGIN]: create a logical slot through SQL (default wal2json).
+slot_create() {
+	psql_q "SELECT lsn FROM pg_create_logical_replication_slot('$1', '${2:-wal2json}')" >/dev/null
+}
+
+# slot_confirmed_lsn SLOT: confirmed_flush_lsn, empty when the slot does not exist.
+slot_confirmed_lsn() {
+	psql_q "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = '$1'"
+}
+
+# slot_active SLOT: succeeds when a walsender is streaming from SLOT.
+slot_active() {
+	[ "$(psql_q "SELECT active FROM pg_replication_slots WHERE slot_name = '$1'")" = t ]
+}
+
+# lsn_to_int X/Y: print the LSN as a decimal integer.
+lsn_to_int() {
+	local hi=${1%/*} lo=${1#*/}
+	case "$1" in
+	*/*) ;;
+	*)
+		echo "lsn_to_int: bad LSN [$1]" >&2
+		return 1
+		;;
+	esac
+	echo $(((16#$hi << 32) | 16#$lo))
+}
+
+# lsn_ge A B: succeeds when LSN A >= LSN B (an empty A is never >=).
+lsn_ge() {
+	[ -n "$1" ] && [ -n "$2" ] || return 1
+	local a b
+	a=$(lsn_to_int "$1") && b=$(lsn_to_int "$2") || return 1
+	[ "$a" -ge "$b" ]
+}
+
+# wait_confirmed SLOT LSN TIMEOUT: wait until the slot's confirmed_flush_lsn >= LSN.
+wait_confirmed() {
+	wait_for "lsn_ge \"\$(slot_confirmed_lsn $1)\" $2" "${3:-20}"
+}
+
+# ---------------------------------------------------------------------------
+# Redis
+# ---------------------------------------------------------------------------
+
+REDIS_SOCK=
+REDIS_URL=
+REDIS_PASSWORD= # set by redis_start --requirepass X; used by redis_cli, rx, redis_stop
+
+# redis_start [extra redis-server args]: unix socket only, no persistence by
+# default; pass e.g. --appendonly yes --appendfsync always for AOF tests (data
+# lives in $T/redis and survives redis_stop/redis_start).
+redis_start() {
+	local t0=$(date +%s%N) a prev=
+	REDIS_PASSWORD=
+	for a in "$@"; do
+		[ "$prev" = --requirepass ] && REDIS_PASSWORD=$a
+		prev=$a
+	done
+	export REDIS_PASSWORD
+	REDIS_SOCK=$T/redis.sock
+	REDIS_URL=unix://$REDIS_SOCK
+	mkdir -p "$T/redis"
+	rm -f "$T/redis.pid"
+	redis-server --port 0 --unixsocket "$REDIS_SOCK" --unixsocketperm 700 \
+		--save '' --appendonly no --dir "$T/redis" \
+		--daemonize yes --pidfile "$T/redis.pid" --logfile "$T/redis.log" "$@" ||
+		fail "redis-server failed to start"
+	wait_for "[ -s '$T/redis.pid' ]" 10 || fail "redis-server wrote no pidfile"
+	REDIS_PID=$(cat "$T/redis.pid")
+	echo "$REDIS_PID" >>"$T/redis.pids"
+	wait_for '[ "$(redis_cli ping)" = PONG ]' 20 || fail "redis-server does not answer PING"
+	log "redis started in $(((($(date +%s%N) - t0) / 1000000))) ms (pid $REDIS_PID)"
+}
+
+# redis_cli ARGS...: redis-cli --raw on the test socket.
+redis_cli() {
+	if [ -n "${REDIS_PASSWORD:-}" ]; then
+		REDISCLI_AUTH=$REDIS_PASSWORD redis-cli -s "$REDIS_SOCK" --raw "$@"
+	else
+		redis-cli -s "$REDIS_SOCK" --raw "$@"
+	fi
+}
+
+# redis_down: succeeds once the redis-server process we started is gone.
+redis_down() { [ -z "$REDIS_PID" ] || ! pid_alive "$REDIS_PID"; }
+
+# redis_stop [nosave|save]: SHUTDOWN and wait for the process to exit.
+redis_stop() {
+	[ -n "$REDIS_PID" ] || return 0
+	redis_cli shutdown "${1:-nosave}" >/dev/null 2>&1 || true
+	if ! wait_for redis_down 10; then
+		kill -9 "$REDIS_PID" 2>/dev/null || true
+		wait_for redis_down 5 || fail "redis-server pid $REDIS_PID does not exit"
+	fi
+	REDIS_PID=
+}
+
+# ---------------------------------------------------------------------------
+# The relay
+# ---------------------------------------------------------------------------
+
+# The HTTP endpoint is off unless a test asks for it (a later --http-addr
+# wins): parallel tests would otherwise all want the default :9187.
+_relay_args() {
+	RELAY_ARGS=(--pg-dsn "$PG_DSN" --redis-url "$REDIS_URL" --log-level "$RELAY_LOG_LEVEL"
+		--http-addr "")
+}
+
+_next_log() {
+	RELAY_N=$((RELAY_N + 1))
+	RELAY_LOG=$T/relay.$RELAY_N.log
+}
+
+# relay_start ARGS...: start the relay in the background (pid in $RELAY_PID,
+# log in $RELAY_LOG).
+relay_start() {
+	_relay_args
+	_next_log
+	"$RELAY_BIN" "${RELAY_ARGS[@]}" "$@" >"$RELAY_LOG" 2>&1 &
+	RELAY_PID=$!
+	RELAY_BG_N=$RELAY_N
+	echo "$RELAY_PID" >>"$T/relay.pids"
+	log "relay #$RELAY_N started (pid $RELAY_PID): $*"
+}
+
+# relay_alive: succeeds while the background relay runs.
+relay_alive() { [ -n "$RELAY_PID" ] && pid_alive "$RELAY_PID"; }
+
+# relay_wait TIMEOUT_S: wait for the background relay to exit; its exit code is
+# left in $RELAY_RC. Returns 1 (relay still running) on timeout.
+relay_wait() {
+	local t=${1:-15}
+	wait_for '! relay_alive' "$t" || return 1
+	RELAY_RC=0
+	wait "$RELAY_PID" 2>/dev/null || RELAY_RC=$?
+	RELAY_PID=
+	return 0
+}
+
+# relay_stop [TIMEOUT_S]: SIGTERM the background relay and wait (default 15 s,
+# then SIGKILL and fail). The relay's exit code is left in $RELAY_RC; returns 0.
+relay_stop() {
+	[ -n "$RELAY_PID" ] || return 0
+	kill -TERM "$RELAY_PID" 2>/dev/null || true
+	if ! relay_wait "${1:-15}"; then
+		kill -9 "$RELAY_PID" 2>/dev/null || true
+		fail "relay pid $RELAY_PID did not exit within ${1:-15} s of SIGTERM"
+	fi
+	log "relay #$RELAY_BG_N stopped, exit code $RELAY_RC"
+}
+
+# relay_kill9: SIGKILL the background relay.
+relay_kill9() {
+	[ -n "$RELAY_PID" ] || return 0
+	kill -9 "$RELAY_PID" 2>/dev/null || true
+	relay_wait 10 || fail "relay pid $RELAY_PID survives SIGKILL"
+	log "relay #$RELAY_BG_N killed with SIGKILL (exit code $RELAY_RC)"
+}
+
+# relay_run ARGS...: run the relay in the foreground, bounded by
+# $RELAY_TIMEOUT s. Returns its exit code (124 = timed out), also in $RELAY_RC;
+# under the ERR trap call it as `relay_run ... || true` and check $RELAY_RC.
+relay_run() {
+	_relay_args
+	_next_log
+	RELAY_RC=0
+	timeout -k 5 "$RELAY_TIMEOUT" "$RELAY_BIN" "${RELAY_ARGS[@]}" "$@" >"$RELAY_LOG" 2>&1 || RELAY_RC=$?
+	log "relay #$RELAY_N ($*) exit code $RELAY_RC"
+	return "$RELAY_RC"
+}
+
+# relay_run_until LSN ARGS...: relay_run with --endpos LSN.
+relay_run_until() {
+	local lsn=$1
+	shift
+	relay_run --endpos "$lsn" "$@"
+}
+
+# relay_drain ARGS...: relay_run_until the current LSN and fail unless it exits 0.
+relay_drain() {
+	local lsn
+	lsn=$(current_lsn)
+	relay_run_until "$lsn" "$@" || true
+	[ "$RELAY_RC" = 0 ] || fail "relay --endpos $lsn exited with $RELAY_RC (124 = timeout after ${RELAY_TIMEOUT}s)"
+	ok "relay drained to $lsn"
+}
+
+# relay_peak_rss_kb [LOG]: the N of the last "peak_rss_kb=N" in the log.
+relay_peak_rss_kb() {
+	grep -o 'peak_rss_kb=[0-9]*' "${1:-$RELAY_LOG}" | tail -n 1 | cut -d= -f2
+}
+
+# relay_sanitized: succeeds when RELAY_BIN was built with ASan.
+relay_sanitized() { grep -q __asan_init "$RELAY_BIN" 2>/dev/null; }
+
+# ---------------------------------------------------------------------------
+# Streams
+# ---------------------------------------------------------------------------
+
+# rx ARGS...: tests/integration/rx.py against the test Redis (see rx.py).
+rx() { $RX "$REDIS_SOCK" "$@"; }
+
+# stream_ids_all [PATTERN]: the id field of every entry of every event stream
+# (default outbox:*, excluding the dead-letter stream), one per line.
+stream_ids_all() { rx ids "${1:-outbox:*}" outbox:dead-letter; }
+
+# xlen STREAM
+xlen() { redis_cli XLEN "$1"; }
+
+# assert_exactly_once EXPECTED_IDS_FILE [PATTERN]: every id in the file appears
+# exactly once across the event streams, and nothing else appears.
+assert_exactly_once() {
+	local exp=$1 got=$T/got.$RANDOM n_exp n_got dups missing extra
+	stream_ids_all "${2:-outbox:*}" >"$got" || fail "could not read streams"
+	n_exp=$(sort -u "$exp" | wc -l)
+	[ "$n_exp" = "$(wc -l <"$exp")" ] || fail "expected-id file $exp has duplicates (test bug)"
+	n_got=$(wc -l <"$got")
+	dups=$(sort "$got" | uniq -d)
+	missing=$(comm -23 <(sort -u "$exp") <(sort -u "$got"))
+	extra=$(comm -13 <(sort -u "$exp") <(sort -u "$got"))
+	if [ -n "$dups" ] || [ -n "$missing" ] || [ -n "$extra" ]; then
+		fail "exactly-once violated: expected $n_exp ids, streams hold $n_got entries;" \
+			"$(printf '%s\n' "$dups" | grep -c . || true) duplicated (e.g. $(printf '%s' "$dups" | head_n 3 | tr '\n' ' '))," \
+			"$(printf '%s\n' "$missing" | grep -c . || true) missing (e.g. $(printf '%s' "$missing" | head_n 3 | tr '\n' ' '))," \
+			"$(printf '%s\n' "$extra" | grep -c . || true) unexpected (e.g. $(printf '%s' "$extra" | head_n 3 | tr '\n' ' '))"
+	fi
+	ok "exactly once: all $n_exp ids appear once, nothing else ($n_got entries)"
+}
+
+# assert_stream_ids STREAM EXPECTED_FILE: the id fields of STREAM, in stream
+# order, are exactly the lines of EXPECTED_FILE.
+assert_stream_ids() {
+	local got=$T/ids.$RANDOM n
+	rx fields "$1" id >"$got" || fail "could not read $1"
+	n=$(wc -l <"$2")
+	if ! cmp -s "$2" "$got"; then
+		fail "ids of $1 differ from the expected order ($n expected, $(wc -l <"$got") found); first differences:
+$(diff "$2" "$got" | head_n 12)"
+	fi
+	ok "$1 holds the $n expected ids in order"
+}
+
+# assert_field_names STREAM NAME...: every entry of STREAM has exactly these
+# fields, in this order.
+assert_field_names() {
+	local s=$1 bad
+	shift
+	bad=$(rx entries "$s" | python3 -c '
+import json, sys
+want = sys.argv[1:]
+n = 0
+for line in sys.stdin:
+    e = json.loads(line)
+    got = [k for k, _ in e["fields"]]
+    if got != want:
+        print("entry %s has fields %s" % (e["eid"], got))
+        n += 1
+        if n >= 3:
+            break
+' "$@") || fail "could not read $s"
+	[ -z "$bad" ] || fail "$s: expected fields [$*]; $bad"
+	ok "every entry of $s has fields $*"
+}
+
+# sum_xlen PATTERN: total entries over the streams matching PATTERN (default
+# outbox:*), not counting the dead-letter stream.
+sum_xlen() {
+	local k total=0
+	for k in $(rx streams "${1:-outbox:*}"); do
+		[ "$k" = outbox:dead-letter ] && continue
+		total=$((total + $(xlen "$k")))
+	done
+	echo "$total"
+}
+
+# xlen_sum STREAM...: total entries of the given streams, one redis-cli call.
+xlen_sum() {
+	printf 'XLEN %s\n' "$@" | redis_cli | awk '{ s += $1 } END { print s + 0 }'
+}
+
+# wait_entries N TIMEOUT_S STREAM...: poll (every 20 ms) until the streams hold
+# at least N entries in total. Returns 1 on timeout or when the background
+# relay has exited. Used to stop the relay in the middle of a drain however
+# fast it is.
+wait_entries() {
+	local n=$1 timeout=$2 deadline
+	shift 2
+	deadline=$(($(date +%s%N) + timeout * 1000000000))
+	while [ "$(xlen_sum "$@")" -lt "$n" ]; do
+		relay_alive || return 1
+		[ "$(date +%s%N)" -lt "$deadline" ] || return 1
+		sleep 0.02
+	done
+}
