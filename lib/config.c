@@ -222,6 +222,21 @@ static const struct option_def option_table[] = {
         .help = "how often to report the confirmed position to PostgreSQL",
     },
     {
+        .name = "pg-timeout",
+        .env = "OUTBOX_RELAY_PG_TIMEOUT",
+        .kind = OPT_DURATION,
+        .group = GROUP_PG,
+        FIELD(pg_timeout_ms),
+        .defval = "0",
+        .min = 0,
+        .max = 24 * MS_HOUR,
+        .metavar = "DURATION",
+        .help = "reconnect when PostgreSQL sends nothing for this long although asked to "
+                "answer (a hung server or a network that drops packets silently); 0 turns it "
+                "off. Keep it above the longest time PostgreSQL spends decoding a big "
+                "transaction that touches no outbox row (wal2json 2.5 sends nothing meanwhile)",
+    },
+    {
         .name = "endpos",
         .env = "OUTBOX_RELAY_ENDPOS",
         .kind = OPT_LSN,

@@ -26,6 +26,7 @@ struct relay_config {
 	char *id_column;          /* --id-column, default "id" */
 	char *id_format;          /* --id-format any|uuid, default "any" */
 	int status_interval_ms;   /* --status-interval, default 10s */
+	int pg_timeout_ms;        /* --pg-timeout, default 0 = off: reconnect when the server is silent that long */
 	lsn_t endpos;             /* --endpos LSN, LSN_INVALID when unset */
 
 	/* Redis */

@@ -87,13 +87,14 @@ void consumer_fmt_destroy(struct consumer_fmt *f); /* NULL is a no-op */
  * Render one entry as one line:
  *   {"stream":"<stream>","entry_id":"<id>","<name>":<value>,...}\n
  * with the fields in entry order. Values of consumer_is_json_field() fields
- * that are one valid JSON text (nesting at most about 100 deep) are embedded
- * re-encoded compactly, numbers kept digit for digit; any other value,
- * including invalid JSON, is a string. Strings are escaped as JSON requires
- * (quotes, backslashes, control characters as \uXXXX); valid UTF-8 passes
- * through, each byte of an invalid UTF-8 sequence becomes U+FFFD.
- * On success *ret_line/*ret_len hold the line including the newline, owned
- * by f and valid until the next call. Returns false only when out of memory.
+ * that are one valid JSON text (nested less deeply than yajl_gen's limit of
+ * 128 levels) are embedded, re-encoded compactly with numbers kept digit for
+ * digit; any other value, including invalid JSON, is a string. Strings are
+ * escaped as JSON requires (quotes, backslashes, control characters as
+ * \uXXXX); valid UTF-8 passes through, each byte of an invalid UTF-8
+ * sequence becomes U+FFFD. On success *ret_line and *ret_len hold the line
+ * including the newline, owned by f and valid until the next call. Returns
+ * false only when out of memory.
  */
 bool consumer_fmt_line(struct consumer_fmt *f, const char *stream, size_t stream_len,
 		       const char *entry_id, size_t entry_id_len, const struct consumer_field *fields,

@@ -102,6 +102,7 @@ struct relay {
 	lsn_t confirmed;  /* highest flush LSN sent to PostgreSQL */
 	uint64_t acked_seq_seen;
 	int64_t last_status_us;
+	int64_t last_pg_msg_us; /* when the server last sent anything */
 	bool pg_ever_started;
 
 	struct backoff pg_bo, redis_bo;
@@ -465,6 +466,7 @@ static int try_pg(struct relay *r)
 		r->pg_ever_started = true;
 		r->pg_down = r->standby = false;
 		r->in_txn = false; /* pg_bo resets once a message arrives */
+		r->last_pg_msg_us = time_mono_us();
 		r->last_status_us = 0; /* report our position right away */
 		return -1;
 	case PG_STANDBY:
@@ -724,6 +726,7 @@ int relay_run(const struct relay_config *cf)
 					break;
 				}
 				r.pg_bo.attempt = 0; /* the stream delivers: progress */
+				r.last_pg_msg_us = now;
 				if (m.type == 'k') {
 					if (m.wal_end > r.received)
 						r.received = m.wal_end;
@@ -754,10 +757,22 @@ int relay_run(const struct relay_config *cf)
 			bool moved = r.acked > r.confirmed;
 			int64_t since = now - r.last_status_us;
 
+			int64_t silent = now - r.last_pg_msg_us;
+
 			if ((moved && since >= STATUS_MIN_GAP_US) ||
 			    since >= (int64_t)cf->status_interval_ms * 1000) {
-				if (!send_status(&r, false))
+				/* Ask for an answer when the server has been quiet, so that
+				 * silence means trouble for --pg-timeout. */
+				if (!send_status(&r, silent >= (int64_t)cf->status_interval_ms * 1000))
 					pg_lost(&r, pgrepl_errmsg(r.pg));
+			}
+			if (cf->pg_timeout_ms > 0 && pgrepl_streaming(r.pg) &&
+			    silent > (int64_t)cf->pg_timeout_ms * 1000) {
+				char why[128];
+
+				snprintf(why, sizeof(why), "no message from the server within %d ms (--pg-timeout)",
+					 cf->pg_timeout_ms);
+				pg_lost(&r, why);
 			}
 		}
 		if (cf->endpos != LSN_INVALID && r.confirmed >= cf->endpos) {

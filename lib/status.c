@@ -1,0 +1,720 @@
+/*
+ * status.c - `outbox-relay status`: report the replication slot and the
+ * Redis streams, then exit.
+ *
+ * Options go through config_load(), the relay's own parser, so the status
+ * command takes the relay's flags and OUTBOX_RELAY_* environment unchanged
+ * (`kubectl exec deploy/outbox-relay -- outbox-relay status` just works);
+ * only --stream-pattern is its own, taken out of argv before the relay's
+ * parser sees the rest.
+ *
+ * PostgreSQL is asked through a normal (non-replication) connection, so the
+ * report works while the relay is streaming from the slot. Redis streams are
+ * found with SCAN MATCH ... TYPE stream and described with XINFO STREAM and
+ * XINFO GROUPS; the relay's watermark for the slot is read with GET.
+ *
+ * This is command code: it prints the report to stdout, problems inline,
+ * and never a password (only host, port, database and user of the
+ * PostgreSQL connection, and redis_target_describe() for Redis).
+ */
+#include "status.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hiredis/hiredis.h>
+#include <libpq-fe.h>
+
+#include "buf.h"
+#include "config.h"
+#include "consumer.h"
+#include "event.h"
+#include "exitcode.h"
+#include "lsn.h"
+#include "relay_build.h"
+
+#define PROGNAME "outbox-relay status"
+#define PATTERN_FLAG "--stream-pattern"
+#define PATTERN_ENV "OUTBOX_RELAY_STREAM_PATTERN"
+#define PATTERN_DEFAULT "outbox:*"
+#define SCAN_COUNT "1000"
+#define CELL_MAX 256 /* longest value shown in a table cell */
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"Usage: outbox-relay status [OPTIONS]\n"
+		"Show the replication slot and the Redis streams of an outbox-relay deployment,\n"
+		"then exit.\n"
+		"\n"
+		"Options (each also as its environment variable; flags win):\n"
+		"  --pg-dsn CONNINFO           OUTBOX_RELAY_PG_DSN (required)\n"
+		"  --pg-password-file PATH     OUTBOX_RELAY_PG_PASSWORD_FILE\n"
+		"  --slot NAME                 OUTBOX_RELAY_SLOT (default: outbox_relay)\n"
+		"  --redis-url URL             OUTBOX_RELAY_REDIS_URL "
+		"(default: redis://127.0.0.1:6379)\n"
+		"  --redis-password-file PATH  OUTBOX_RELAY_REDIS_PASSWORD_FILE\n"
+		"  --stream-pattern GLOB       " PATTERN_ENV " (default: " PATTERN_DEFAULT ")\n"
+		"  --key-prefix PREFIX         OUTBOX_RELAY_KEY_PREFIX (default: outbox-relay)\n"
+		"  -h, --help                  print this help and exit\n"
+		"Every other outbox-relay option is accepted and ignored, so the relay's own\n"
+		"flags and environment can be reused as they are.\n"
+		"\n"
+		"Exit status: 0 all good, 2 bad options, 3 PostgreSQL unreachable, 4 the slot\n"
+		"does not exist, 5 Redis unreachable (the first of these that applies).\n");
+}
+
+/* ---- Tables ---- */
+
+struct table {
+	size_t ncols;
+	const char *const *head;
+	unsigned right; /* bit i: column i is right-aligned (numbers) */
+	char **cells;   /* nrows * ncols, each malloc'd */
+	size_t nrows, cap;
+	bool failed;    /* an allocation failed; rows may be missing */
+};
+
+/* Append a row of t->ncols values (copied; NULL shows as "-"). */
+static void table_add(struct table *t, const char *const *vals)
+{
+	if (t->failed)
+		return;
+	if (t->nrows == t->cap) {
+		size_t cap = t->cap ? 2 * t->cap : 8;
+		char **grown = realloc(t->cells, cap * t->ncols * sizeof(*grown));
+
+		if (!grown) {
+			t->failed = true;
+			return;
+		}
+		t->cells = grown;
+		t->cap = cap;
+	}
+	for (size_t i = 0; i < t->ncols; i++) {
+		char *s = strdup(vals[i] ? vals[i] : "-");
+
+		if (!s) {
+			for (size_t j = 0; j < i; j++)
+				free(t->cells[t->nrows * t->ncols + j]);
+			t->failed = true;
+			return;
+		}
+		t->cells[t->nrows * t->ncols + i] = s;
+	}
+	t->nrows++;
+}
+
+static void table_print(const struct table *t, FILE *out)
+{
+	size_t width[16] = {0};
+
+	for (size_t i = 0; i < t->ncols && i < 16; i++) {
+		width[i] = strlen(t->head[i]);
+		for (size_t r = 0; r < t->nrows; r++) {
+			size_t w = strlen(t->cells[r * t->ncols + i]);
+
+			if (w > width[i])
+				width[i] = w;
+		}
+	}
+	for (size_t r = 0; r <= t->nrows; r++) {
+		fputs("  ", out);
+		for (size_t i = 0; i < t->ncols && i < 16; i++) {
+			const char *s = r == 0 ? t->head[i] : t->cells[(r - 1) * t->ncols + i];
+			bool last = i + 1 == t->ncols;
+
+			if (t->right & (1u << i))
+				fprintf(out, "%*s", (int)width[i], s);
+			else if (last)
+				fputs(s, out);
+			else
+				fprintf(out, "%-*s", (int)width[i], s);
+			if (!last)
+				fputs("  ", out);
+		}
+		fputc('\n', out);
+	}
+	if (t->failed)
+		fputs("  (out of memory: rows are missing)\n", out);
+}
+
+static void table_finish(struct table *t)
+{
+	for (size_t i = 0; i < t->nrows * t->ncols; i++)
+		free(t->cells[i]);
+	free(t->cells);
+	t->cells = NULL;
+	t->nrows = t->cap = 0;
+}
+
+/* ---- PostgreSQL ---- */
+
+/* msg on one line: newlines and tabs become spaces, trailing blanks go. */
+static const char *one_line(const char *msg, char *buf, size_t len)
+{
+	size_t n = 0;
+
+	for (const char *p = msg; *p && n + 1 < len; p++) {
+		char ch = (*p == '\n' || *p == '\t' || *p == '\r') ? ' ' : *p;
+
+		if (ch == ' ' && (n == 0 || buf[n - 1] == ' '))
+			continue;
+		buf[n++] = ch;
+	}
+	while (n > 0 && buf[n - 1] == ' ')
+		n--;
+	buf[n] = '\0';
+	return buf;
+}
+
+static const char *slot_query =
+	"SELECT slot_name, plugin, slot_type, database, temporary, active, active_pid, "
+	"       confirmed_flush_lsn, restart_lsn, "
+	"       pg_catalog.pg_wal_lsn_diff(w.lsn, confirmed_flush_lsn), "
+	"       pg_catalog.pg_size_pretty(pg_catalog.pg_wal_lsn_diff(w.lsn, confirmed_flush_lsn)), "
+	"       wal_status, safe_wal_size, pg_catalog.pg_size_pretty(safe_wal_size) "
+	"FROM pg_catalog.pg_replication_slots, "
+	"     (SELECT CASE WHEN pg_catalog.pg_is_in_recovery() "
+	"                  THEN pg_catalog.pg_last_wal_replay_lsn() "
+	"                  ELSE pg_catalog.pg_current_wal_lsn() END AS lsn) w "
+	"WHERE slot_name = $1";
+
+enum slot_col {
+	C_NAME, C_PLUGIN, C_TYPE, C_DATABASE, C_TEMPORARY, C_ACTIVE, C_PID, C_CONFIRMED,
+	C_RESTART, C_LAG, C_LAG_PRETTY, C_WAL_STATUS, C_SAFE, C_SAFE_PRETTY
+};
+
+static const char *cell(const PGresult *res, int col)
+{
+	return PQgetisnull(res, 0, col) ? NULL : PQgetvalue(res, 0, col);
+}
+
+static void kv(FILE *out, const char *key, const char *value)
+{
+	fprintf(out, "  %-21s%s\n", key, value ? value : "-");
+}
+
+static const char *pg_bool(const char *v)
+{
+	return !v ? NULL : strcmp(v, "t") == 0 ? "true" : "false";
+}
+
+/* The slot section. Returns EXIT_OK, EXIT_PG_SETUP or EXIT_SLOT. */
+static int pg_section(const struct relay_config *cf, FILE *out)
+{
+	/* Defaults first; the expanded DSN overrides them; the password file wins. */
+	const char *keys[5] = {"connect_timeout", "fallback_application_name", "dbname"};
+	const char *vals[5] = {"10", "outbox-relay status", cf->pg_dsn};
+	const char *params[1] = {cf->slot};
+	char msg[1024], line[512];
+	PGresult *res;
+	PGconn *conn;
+	int rc = EXIT_OK;
+
+	if (cf->pg_password) {
+		keys[3] = "password";
+		vals[3] = cf->pg_password;
+	}
+	conn = PQconnectdbParams(keys, vals, 1);
+	if (!conn || PQstatus(conn) != CONNECTION_OK) {
+		fprintf(out, "PostgreSQL\n  error: could not connect: %s\n",
+			conn ? one_line(PQerrorMessage(conn), msg, sizeof(msg)) : "out of memory");
+		PQfinish(conn);
+		return EXIT_PG_SETUP;
+	}
+	fprintf(out, "PostgreSQL: host=%s port=%s dbname=%s user=%s\n", PQhost(conn), PQport(conn),
+		PQdb(conn), PQuser(conn));
+
+	res = PQexecParams(conn, slot_query, 1, NULL, params, NULL, NULL, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		fprintf(out, "Replication slot \"%s\"\n  error: could not query pg_replication_slots: %s\n",
+			cf->slot, one_line(PQerrorMessage(conn), msg, sizeof(msg)));
+		rc = EXIT_PG_SETUP;
+	} else if (PQntuples(res) == 0) {
+		fprintf(out,
+			"Replication slot \"%s\"\n  error: the slot does not exist in this cluster "
+			"(the relay creates it on its first start unless --no-create-slot)\n",
+			cf->slot);
+		rc = EXIT_SLOT;
+	} else {
+		const char *safe = cell(res, C_SAFE), *ws = cell(res, C_WAL_STATUS);
+
+		fprintf(out, "Replication slot \"%s\"\n", cf->slot);
+		kv(out, "slot_name", cell(res, C_NAME));
+		kv(out, "plugin", cell(res, C_PLUGIN));
+		kv(out, "slot_type", cell(res, C_TYPE));
+		kv(out, "database", cell(res, C_DATABASE));
+		kv(out, "temporary", pg_bool(cell(res, C_TEMPORARY)));
+		kv(out, "active", pg_bool(cell(res, C_ACTIVE)));
+		kv(out, "active_pid", cell(res, C_PID));
+		kv(out, "confirmed_flush_lsn", cell(res, C_CONFIRMED));
+		kv(out, "restart_lsn", cell(res, C_RESTART));
+		if (cell(res, C_LAG)) {
+			(void)snprintf(line, sizeof(line), "%s (%s behind the current WAL position)",
+				       cell(res, C_LAG), cell(res, C_LAG_PRETTY));
+			kv(out, "lag_bytes", line);
+		} else {
+			kv(out, "lag_bytes", NULL);
+		}
+		kv(out, "wal_status", ws);
+		if (safe) {
+			(void)snprintf(line, sizeof(line), "%s (%s)", safe, cell(res, C_SAFE_PRETTY));
+			kv(out, "safe_wal_size", line);
+		} else {
+			kv(out, "safe_wal_size",
+			   ws && strcmp(ws, "lost") == 0 ? "-"
+							 : "- (no max_slot_wal_keep_size: unlimited)");
+		}
+		if (ws && strcmp(ws, "lost") == 0) {
+			fprintf(out, "  error: the slot was invalidated (wal_status lost); the relay "
+				     "cannot stream from it\n");
+			rc = EXIT_SLOT;
+		}
+	}
+	PQclear(res);
+	PQfinish(conn);
+	return rc;
+}
+
+/* ---- Redis ---- */
+
+/* A scalar reply as text: integers in decimal, nil as "-". */
+static const char *reply_text(const redisReply *r, char *buf, size_t len)
+{
+	if (!r)
+		return "-";
+	switch (r->type) {
+	case REDIS_REPLY_INTEGER:
+		(void)snprintf(buf, len, "%lld", r->integer);
+		return buf;
+	case REDIS_REPLY_STRING:
+	case REDIS_REPLY_STATUS:
+		(void)snprintf(buf, len, "%.*s", (int)(r->len < len ? r->len : len - 1), r->str);
+		return buf;
+	case REDIS_REPLY_NIL:
+		return "-";
+	default:
+		return "?";
+	}
+}
+
+/* The value for name in a flat [name, value, ...] reply, NULL when absent. */
+static const redisReply *map_get(const redisReply *map, const char *name)
+{
+	if (!map || map->type != REDIS_REPLY_ARRAY)
+		return NULL;
+	for (size_t i = 0; i + 1 < map->elements; i += 2) {
+		const redisReply *k = map->element[i];
+
+		if ((k->type == REDIS_REPLY_STRING || k->type == REDIS_REPLY_STATUS) &&
+		    k->len == strlen(name) && memcmp(k->str, name, k->len) == 0)
+			return map->element[i + 1];
+	}
+	return NULL;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+struct keylist {
+	char **keys;
+	size_t n, cap;
+};
+
+static void keylist_finish(struct keylist *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		free(l->keys[i]);
+	free(l->keys);
+}
+
+/* Collect the stream keys matching pattern, sorted. False with err on failure. */
+static bool scan_streams(redisContext *c, const char *pattern, struct keylist *l, char *err,
+			 size_t errlen)
+{
+	char cursor[32] = "0";
+	const char *argv[8] = {"SCAN", cursor, "MATCH", pattern, "TYPE", "stream", "COUNT",
+			       SCAN_COUNT};
+
+	do {
+		redisReply *r = redisCommandArgv(c, 8, argv, NULL), *keys;
+
+		if (!r) {
+			(void)snprintf(err, errlen, "SCAN failed: %s",
+				       c->errstr[0] ? c->errstr : "connection lost");
+			return false;
+		}
+		if (r->type == REDIS_REPLY_ERROR) {
+			(void)snprintf(err, errlen, "SCAN failed: %s", r->str);
+			freeReplyObject(r);
+			return false;
+		}
+		if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+		    r->element[0]->type != REDIS_REPLY_STRING ||
+		    r->element[0]->len >= sizeof(cursor) ||
+		    r->element[1]->type != REDIS_REPLY_ARRAY) {
+			(void)snprintf(err, errlen, "unexpected reply to SCAN");
+			freeReplyObject(r);
+			return false;
+		}
+		(void)snprintf(cursor, sizeof(cursor), "%s", r->element[0]->str);
+		keys = r->element[1];
+		for (size_t i = 0; i < keys->elements; i++) {
+			char *k;
+
+			if (keys->element[i]->type != REDIS_REPLY_STRING)
+				continue;
+			if (l->n == l->cap) {
+				size_t cap = l->cap ? 2 * l->cap : 16;
+				char **grown = realloc(l->keys, cap * sizeof(*grown));
+
+				if (!grown)
+					goto oom;
+				l->keys = grown;
+				l->cap = cap;
+			}
+			k = strndup(keys->element[i]->str, keys->element[i]->len);
+			if (!k)
+				goto oom;
+			l->keys[l->n++] = k;
+		}
+		freeReplyObject(r);
+		continue;
+oom:
+		freeReplyObject(r);
+		(void)snprintf(err, errlen, "out of memory");
+		return false;
+	} while (strcmp(cursor, "0") != 0);
+	/* SCAN may return a key twice; sort, then drop repeats. */
+	if (l->n > 1) {
+		size_t kept = 1;
+
+		qsort(l->keys, l->n, sizeof(*l->keys), cmp_str);
+		for (size_t i = 1; i < l->n; i++) {
+			if (strcmp(l->keys[i], l->keys[kept - 1]) == 0)
+				free(l->keys[i]);
+			else
+				l->keys[kept++] = l->keys[i];
+		}
+		l->n = kept;
+	}
+	return true;
+}
+
+/*
+ * The relay's watermark for stream key and the slot, as "LSN:index" (the
+ * stored value is "<commit LSN, 16 hex digits>:<index in the transaction,
+ * 8 hex digits>"); NULL when there is none. Other values are shown as they are.
+ */
+static const char *watermark(redisContext *c, const struct relay_config *cf, const char *key,
+			     char *buf, size_t len, char *err, size_t errlen, bool *failed)
+{
+	struct buf tag = {0}, wm = {0};
+	const char *argv[2] = {"GET", NULL};
+	redisReply *r;
+	const char *shown = NULL;
+
+	*failed = false;
+	if (!stream_hash_tag(key, strlen(key), &tag)) {
+		buf_finish(&tag);
+		return "(no hash tag)";
+	}
+	buf_puts(&wm, cf->key_prefix);
+	buf_puts(&wm, ":wm:");
+	buf_append(&wm, tag.data, tag.len);
+	buf_putc(&wm, ':');
+	buf_puts(&wm, cf->slot);
+	buf_finish(&tag);
+	if (wm.failed) {
+		buf_finish(&wm);
+		(void)snprintf(err, errlen, "out of memory");
+		*failed = true;
+		return NULL;
+	}
+	argv[1] = wm.data;
+	r = redisCommandArgv(c, 2, argv, NULL);
+	buf_finish(&wm);
+	if (!r) {
+		(void)snprintf(err, errlen, "GET failed: %s",
+			       c->errstr[0] ? c->errstr : "connection lost");
+		*failed = true;
+		return NULL;
+	}
+	if (r->type == REDIS_REPLY_STRING) {
+		unsigned long long pos;
+		unsigned idx;
+		char tail, lsn[LSN_STRLEN];
+
+		if (r->len == 25 && sscanf(r->str, "%16llx:%8x%c", &pos, &idx, &tail) == 2) {
+			(void)snprintf(buf, len, "%s:%u", lsn_format((lsn_t)pos, lsn), idx);
+		} else {
+			(void)snprintf(buf, len, "%.*s", (int)(r->len < len ? r->len : len - 1),
+				       r->str);
+		}
+		shown = buf;
+	} else if (r->type == REDIS_REPLY_ERROR) {
+		(void)snprintf(buf, len, "(error: %s)", r->str);
+		shown = buf;
+	}
+	freeReplyObject(r);
+	return shown;
+}
+
+static const char *const stream_head[] = {"STREAM", "LENGTH", "LAST-GENERATED-ID",
+					  "ENTRIES-ADDED", "GROUPS", "WATERMARK"};
+static const char *const group_head[] = {"STREAM", "GROUP", "CONSUMERS", "PENDING", "LAG",
+					 "LAST-DELIVERED-ID"};
+
+/*
+ * One stream: a row in streams, a row per group in groups. Returns false
+ * with err when the connection failed; a stream deleted meanwhile is skipped.
+ */
+static bool describe_stream(redisContext *c, const struct relay_config *cf, const char *key,
+			    struct table *streams, struct table *groups, char *err, size_t errlen)
+{
+	const char *info_argv[3] = {"XINFO", "STREAM", key};
+	const char *groups_argv[3] = {"XINFO", "GROUPS", key};
+	char len_s[32], last_s[CELL_MAX], added_s[32], ngroups_s[32], wm_s[CELL_MAX];
+	redisReply *info, *gr;
+	const char *wm;
+	bool failed;
+
+	info = redisCommandArgv(c, 3, info_argv, NULL);
+	if (!info) {
+		(void)snprintf(err, errlen, "XINFO STREAM failed: %s",
+			       c->errstr[0] ? c->errstr : "connection lost");
+		return false;
+	}
+	if (info->type == REDIS_REPLY_ERROR) {
+		bool gone = strstr(info->str, "no such key") != NULL;
+
+		if (!gone) {
+			const char *row[6] = {key, "?", "?", "?", "?", NULL};
+
+			(void)snprintf(wm_s, sizeof(wm_s), "(error: %s)", info->str);
+			row[5] = wm_s;
+			table_add(streams, row);
+		}
+		freeReplyObject(info);
+		return true;
+	}
+	gr = redisCommandArgv(c, 3, groups_argv, NULL);
+	if (!gr) {
+		freeReplyObject(info);
+		(void)snprintf(err, errlen, "XINFO GROUPS failed: %s",
+			       c->errstr[0] ? c->errstr : "connection lost");
+		return false;
+	}
+	wm = watermark(c, cf, key, wm_s, sizeof(wm_s), err, errlen, &failed);
+	if (failed) {
+		freeReplyObject(info);
+		freeReplyObject(gr);
+		return false;
+	}
+	{
+		const char *row[6] = {
+		    key,
+		    reply_text(map_get(info, "length"), len_s, sizeof(len_s)),
+		    reply_text(map_get(info, "last-generated-id"), last_s, sizeof(last_s)),
+		    /* entries-added is new in Redis 7.0 */
+		    reply_text(map_get(info, "entries-added"), added_s, sizeof(added_s)),
+		    reply_text(map_get(info, "groups"), ngroups_s, sizeof(ngroups_s)),
+		    wm,
+		};
+
+		table_add(streams, row);
+	}
+	if (gr->type == REDIS_REPLY_ARRAY) {
+		for (size_t i = 0; i < gr->elements; i++) {
+			const redisReply *g = gr->element[i];
+			char name_s[CELL_MAX], cons_s[32], pend_s[32], lag_s[32], ld_s[CELL_MAX];
+			/* lag is nil in Redis 7.0 when it cannot be computed (e.g. after
+			 * deletions); absent before 7.0: both show "-". */
+			const char *row[6] = {
+			    key,
+			    reply_text(map_get(g, "name"), name_s, sizeof(name_s)),
+			    reply_text(map_get(g, "consumers"), cons_s, sizeof(cons_s)),
+			    reply_text(map_get(g, "pending"), pend_s, sizeof(pend_s)),
+			    reply_text(map_get(g, "lag"), lag_s, sizeof(lag_s)),
+			    reply_text(map_get(g, "last-delivered-id"), ld_s, sizeof(ld_s)),
+			};
+
+			table_add(groups, row);
+		}
+	}
+	freeReplyObject(info);
+	freeReplyObject(gr);
+	return true;
+}
+
+/* The streams section. Returns EXIT_OK or EXIT_REDIS_SETUP. */
+static int redis_section(const struct relay_config *cf, const char *pattern, FILE *out)
+{
+	struct table streams = {.ncols = 6, .head = stream_head, .right = 0x1a};
+	struct table groups = {.ncols = 6, .head = group_head, .right = 0x1c};
+	struct keylist keys = {0};
+	char desc[300], err[1024];
+	redisContext *c;
+	bool permanent;
+	int rc = EXIT_OK;
+
+	(void)redis_target_describe(&cf->redis, desc, sizeof(desc));
+	fprintf(out, "\nRedis: %s\n", desc);
+	c = consumer_redis_connect(&cf->redis, cf->redis_timeout_ms, &permanent, err, sizeof(err));
+	if (!c) {
+		fprintf(out, "  error: %s\n", err);
+		return EXIT_REDIS_SETUP;
+	}
+	if (!scan_streams(c, pattern, &keys, err, sizeof(err))) {
+		fprintf(out, "  error: %s\n", err);
+		rc = EXIT_REDIS_SETUP;
+		goto out;
+	}
+	for (size_t i = 0; i < keys.n; i++) {
+		if (!describe_stream(c, cf, keys.keys[i], &streams, &groups, err, sizeof(err))) {
+			rc = EXIT_REDIS_SETUP;
+			break;
+		}
+	}
+	fprintf(out, "Streams matching \"%s\": %zu\n", pattern, keys.n);
+	if (streams.nrows > 0) {
+		table_print(&streams, out);
+		fprintf(out, "  (WATERMARK: commit LSN:index of the last event slot \"%s\" published "
+			     "to the stream, from %s:wm:{STREAM}:%s)\n",
+			cf->slot, cf->key_prefix, cf->slot);
+	}
+	if (groups.nrows > 0) {
+		fprintf(out, "Consumer groups:\n");
+		table_print(&groups, out);
+	} else if (streams.nrows > 0) {
+		fprintf(out, "Consumer groups: none\n");
+	}
+	if (rc != EXIT_OK)
+		fprintf(out, "  error: %s\n", err);
+out:
+	table_finish(&streams);
+	table_finish(&groups);
+	keylist_finish(&keys);
+	redisFree(c);
+	return rc;
+}
+
+/* ---- Options ---- */
+
+/*
+ * Take --stream-pattern out of argv into a new argv (*ret_argv, malloc'd,
+ * strings borrowed) for config_load(). Returns false with err on a missing
+ * value or out of memory.
+ */
+static bool split_pattern(int argc, char **argv, int *ret_argc, char ***ret_argv,
+			  const char **pattern, char *err, size_t errlen)
+{
+	char **rest = calloc((size_t)argc + 1, sizeof(*rest));
+	int n = 0;
+
+	if (!rest) {
+		(void)snprintf(err, errlen, "out of memory");
+		return false;
+	}
+	for (int i = 0; i < argc; i++) {
+		const char *a = argv[i];
+
+		if (i > 0 && strcmp(a, PATTERN_FLAG) == 0) {
+			if (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0) {
+				(void)snprintf(err, errlen, "option %s needs a value", PATTERN_FLAG);
+				free(rest);
+				return false;
+			}
+			*pattern = argv[++i];
+		} else if (i > 0 && strncmp(a, PATTERN_FLAG "=", strlen(PATTERN_FLAG) + 1) == 0) {
+			*pattern = a + strlen(PATTERN_FLAG) + 1;
+		} else {
+			rest[n++] = argv[i];
+		}
+	}
+	*ret_argc = n;
+	*ret_argv = rest;
+	return true;
+}
+
+/* In err, replace the first from with to (bounded by errlen). */
+static void replace_once(char *err, size_t errlen, const char *from, const char *to)
+{
+	char *p = strstr(err, from);
+	char tmp[1024];
+
+	if (!p)
+		return;
+	(void)snprintf(tmp, sizeof(tmp), "%.*s%s%s", (int)(p - err), err, to, p + strlen(from));
+	(void)snprintf(err, errlen, "%s", tmp);
+}
+
+/* config_load()'s messages speak of the relay; make them speak of this command. */
+static void retarget_help(char *err, size_t errlen)
+{
+	replace_once(err, errlen, "outbox-relay --help", "outbox-relay status --help");
+	replace_once(err, errlen, "outbox-relay takes", "outbox-relay status takes");
+}
+
+/* See status.h. */
+int status_main(int argc, char **argv, char **envp)
+{
+	const char *pattern = PATTERN_DEFAULT;
+	struct relay_config cf;
+	char err[1024], **rest = NULL;
+	int nrest = 0, rc_pg, rc_redis;
+
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+			usage(stdout);
+			return EXIT_OK;
+		}
+		if (strcmp(argv[i], "--version") == 0 || strcmp(argv[i], "-V") == 0) {
+			printf("outbox-relay %s\n", OUTBOX_RELAY_VERSION);
+			return EXIT_OK;
+		}
+	}
+	for (char **e = envp; e && *e; e++) {
+		if (strncmp(*e, PATTERN_ENV "=", strlen(PATTERN_ENV) + 1) == 0) {
+			pattern = *e + strlen(PATTERN_ENV) + 1;
+			break;
+		}
+	}
+	if (!split_pattern(argc, argv, &nrest, &rest, &pattern, err, sizeof(err))) {
+		fprintf(stderr, "%s: %s\n", PROGNAME, err);
+		return EXIT_USAGE;
+	}
+	if (!*pattern) {
+		free(rest);
+		fprintf(stderr, "%s: %s must not be empty; the default is \"%s\"\n", PROGNAME,
+			PATTERN_FLAG, PATTERN_DEFAULT);
+		return EXIT_USAGE;
+	}
+	switch (config_load(&cf, nrest, rest, envp, err, sizeof(err))) {
+	case CONFIG_OK:
+		break;
+	case CONFIG_HELP:
+	case CONFIG_VERSION:
+		free(rest);
+		return EXIT_OK;
+	case CONFIG_ERROR:
+	default:
+		free(rest);
+		retarget_help(err, sizeof(err));
+		fprintf(stderr, "%s: %s\n", PROGNAME, err);
+		return EXIT_USAGE;
+	}
+	free(rest);
+
+	rc_pg = pg_section(&cf, stdout);
+	rc_redis = redis_section(&cf, pattern, stdout);
+	(void)fflush(stdout);
+	config_finish(&cf);
+	return rc_pg != EXIT_OK ? rc_pg : rc_redis;
+}
