@@ -88,8 +88,8 @@ enum copt_kind {
 };
 
 struct copt {
-	const char *name;   /* long flag without "--" */
-	const char *env;    /* ENV_PREFIX + name upper-cased, '-' as '_' */
+	const char *name; /* long flag without "--" */
+	const char *env;  /* ENV_PREFIX + name upper-cased, '-' as '_' */
 	enum copt_kind kind;
 	bool secret;        /* value may hold a password: never quoted */
 	size_t offset;      /* field in struct consumer_config */
@@ -233,7 +233,7 @@ static void *field_ptr(struct consumer_config *cf, size_t off)
 }
 
 static void seterr(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 
 static void seterr(char *err, size_t errlen, const char *fmt, ...)
 {
@@ -258,14 +258,14 @@ static const char *quotable(const char *s, char *buf, size_t len)
 }
 
 /* `invalid value "v" for --name (from OUTBOX_CONSUME_NAME): why`. */
-static void bad_value(char *err, size_t errlen, const struct copt *o, bool from_env,
-		      const char *v, const char *why)
+static void bad_value(char *err, size_t errlen, const struct copt *o, bool from_env, const char *v,
+                      const char *why)
 {
 	char q[QUOTE_MAX + 8];
 
 	if (o->secret)
-		seterr(err, errlen, "invalid %s%s: %s", from_env ? "" : "--",
-		       from_env ? o->env : o->name, why);
+		seterr(err, errlen, "invalid %s%s: %s", from_env ? "" : "--", from_env ? o->env : o->name,
+		       why);
 	else
 		seterr(err, errlen, "invalid value \"%s\" for %s%s: %s", quotable(v, q, sizeof(q)),
 		       from_env ? "" : "--", from_env ? o->env : o->name, why);
@@ -320,7 +320,7 @@ static bool oom(char *err, size_t errlen)
 }
 
 static bool list_append(struct consumer_config *cf, const struct copt *o, const char *item,
-			size_t len, bool from_env, char *err, size_t errlen)
+                        size_t len, bool from_env, char *err, size_t errlen)
 {
 	char ***items = field_ptr(cf, o->offset);
 	size_t *count = field_ptr(cf, o->aux_offset);
@@ -350,14 +350,13 @@ static bool list_append(struct consumer_config *cf, const struct copt *o, const 
 
 /* COPT_LIST: every flag occurrence, else the variable's comma-separated list. */
 static bool apply_list(struct consumer_config *cf, const struct copt *o,
-		       const struct raw_value *raw, char *err, size_t errlen)
+                       const struct raw_value *raw, char *err, size_t errlen)
 {
 	const char *list = raw->env;
 
 	if (raw->nlist > 0) {
 		for (size_t i = 0; i < raw->nlist; i++) {
-			if (!list_append(cf, o, raw->list[i], strlen(raw->list[i]), false, err,
-					 errlen))
+			if (!list_append(cf, o, raw->list[i], strlen(raw->list[i]), false, err, errlen))
 				return false;
 		}
 		return true;
@@ -383,7 +382,7 @@ static bool apply_list(struct consumer_config *cf, const struct copt *o,
 
 /* Convert the winning value of o (flag > environment > default) into cf. */
 static bool apply_option(struct consumer_config *cf, const struct copt *o,
-			 const struct raw_value *raw, char *err, size_t errlen)
+                         const struct raw_value *raw, char *err, size_t errlen)
 {
 	bool from_env = !raw->arg && raw->env;
 	const char *v = raw->arg ? raw->arg : raw->env ? raw->env : o->defval;
@@ -420,13 +419,13 @@ static bool apply_option(struct consumer_config *cf, const struct copt *o,
 
 		if (!ok || n < o->min || n > o->max) {
 			if (o->kind == COPT_INT)
-				(void)snprintf(why, sizeof(why), "expected an integer from %" PRId64
-					       " to %" PRId64, o->min, o->max);
+				(void)snprintf(why, sizeof(why), "expected an integer from %" PRId64 " to %" PRId64,
+				               o->min, o->max);
 			else
 				(void)snprintf(why, sizeof(why),
-					       "expected milliseconds from %" PRId64 " to %" PRId64
-					       " (or a duration such as 500ms, 10s, 5m)",
-					       o->min, o->max);
+				               "expected milliseconds from %" PRId64 " to %" PRId64
+				               " (or a duration such as 500ms, 10s, 5m)",
+				               o->min, o->max);
 			bad_value(err, errlen, o, from_env, v, why);
 			return false;
 		}
@@ -438,7 +437,7 @@ static bool apply_option(struct consumer_config *cf, const struct copt *o,
 
 		if (!parse_bool(v, &b)) {
 			bad_value(err, errlen, o, from_env, v,
-				  "expected true or false (or 1/0, yes/no, on/off)");
+			          "expected true or false (or 1/0, yes/no, on/off)");
 			return false;
 		}
 		memcpy(field_ptr(cf, o->offset), &b, sizeof(b));
@@ -462,7 +461,7 @@ static const struct copt *find_copt(const char *name, size_t len)
 
 /* First pass over argv: collect the raw strings. */
 static enum config_result scan_argv(struct raw_value *raw, int argc, char **argv, char *err,
-				    size_t errlen)
+                                    size_t errlen)
 {
 	char q[QUOTE_MAX + 8];
 
@@ -556,8 +555,7 @@ static void scan_env(struct raw_value *raw, char **envp)
 			continue;
 		len = (size_t)(eq - *e);
 		for (size_t i = 0; i < NCOPTS; i++) {
-			if (strlen(copt_table[i].env) == len &&
-			    memcmp(copt_table[i].env, *e, len) == 0) {
+			if (strlen(copt_table[i].env) == len && memcmp(copt_table[i].env, *e, len) == 0) {
 				if (!raw[i].env)
 					raw[i].env = eq + 1;
 				break;
@@ -585,8 +583,7 @@ static bool read_password_file(const char *path, char **ret, char *err, size_t e
 	line[n] = '\0';
 	if (n == 0) {
 		seterr(err, errlen,
-		       "--redis-password-file \"%s\" is empty: put the password on its first line",
-		       path);
+		       "--redis-password-file \"%s\" is empty: put the password on its first line", path);
 		return false;
 	}
 	*ret = strdup(line);
@@ -642,7 +639,7 @@ static bool finish_config(struct consumer_config *cf, char *err, size_t errlen)
 
 /* See consumer.h. */
 enum config_result consumer_config_load(struct consumer_config *cf, int argc, char **argv,
-					char **envp, char *err, size_t errlen)
+                                        char **envp, char *err, size_t errlen)
 {
 	struct consumer_config built;
 	struct raw_value raw[NCOPTS];
@@ -679,19 +676,19 @@ out:
 void consumer_usage(FILE *out)
 {
 	fprintf(out,
-		"Usage: %s --group NAME (--stream KEY... | --stream-pattern GLOB) [OPTIONS]\n"
-		"Read outbox events from Redis Streams as a consumer group member and print each\n"
-		"as one JSON line on stdout:\n"
-		"  {\"%s\":\"outbox:order\",\"%s\":\"1700000000000-0\",\"id\":\"...\",...,"
-		"\"payload\":{...}}\n"
-		"Fields follow in entry order; payload and headers are embedded as JSON when\n"
-		"they parse. An entry is acknowledged (XACK) only after its line is flushed:\n"
-		"at-least-once. Pending entries of this consumer are read first.\n"
-		"\n"
-		"Every option can also be set with its %s* environment variable; flags win.\n"
-		"\n"
-		"Options:\n",
-		PROGNAME, CONSUMER_KEY_STREAM, CONSUMER_KEY_ENTRY_ID, ENV_PREFIX);
+	        "Usage: %s --group NAME (--stream KEY... | --stream-pattern GLOB) [OPTIONS]\n"
+	        "Read outbox events from Redis Streams as a consumer group member and print each\n"
+	        "as one JSON line on stdout:\n"
+	        "  {\"%s\":\"outbox:order\",\"%s\":\"1700000000000-0\",\"id\":\"...\",...,"
+	        "\"payload\":{...}}\n"
+	        "Fields follow in entry order; payload and headers are embedded as JSON when\n"
+	        "they parse. An entry is acknowledged (XACK) only after its line is flushed:\n"
+	        "at-least-once. Pending entries of this consumer are read first.\n"
+	        "\n"
+	        "Every option can also be set with its %s* environment variable; flags win.\n"
+	        "\n"
+	        "Options:\n",
+	        PROGNAME, CONSUMER_KEY_STREAM, CONSUMER_KEY_ENTRY_ID, ENV_PREFIX);
 	for (size_t i = 0; i < NCOPTS; i++) {
 		const struct copt *o = &copt_table[i];
 		char flag[64];
@@ -705,16 +702,15 @@ void consumer_usage(FILE *out)
 			fprintf(out, " (default: %s)", o->defval);
 		fputc('\n', out);
 	}
-	fprintf(out,
-		"  -h, --help\n"
-		"      print this help and exit\n"
-		"  -V, --version\n"
-		"      print the version and exit\n"
-		"\n"
-		"Exit status: 0 after --count events or on SIGTERM/SIGINT (the current entry is\n"
-		"finished first), 1 when stdout fails, 2 for bad options, 5 when Redis refuses\n"
-		"the setup (credentials, missing group without --create-group). Lost connections\n"
-		"are retried.\n");
+	fprintf(out, "  -h, --help\n"
+	             "      print this help and exit\n"
+	             "  -V, --version\n"
+	             "      print the version and exit\n"
+	             "\n"
+	             "Exit status: 0 after --count events or on SIGTERM/SIGINT (the current entry is\n"
+	             "finished first), 1 when stdout fails, 2 for bad options, 5 when Redis refuses\n"
+	             "the setup (credentials, missing group without --create-group). Lost connections\n"
+	             "are retried.\n");
 }
 
 /* See consumer.h. */
@@ -936,8 +932,9 @@ static bool embed_json(struct consumer_fmt *f, const char *s, size_t len, bool *
  * common case, is therefore parsed once.
  */
 bool consumer_fmt_line(struct consumer_fmt *f, const char *stream, size_t stream_len,
-		       const char *entry_id, size_t entry_id_len, const struct consumer_field *fields,
-		       size_t nfields, const char **ret_line, size_t *ret_len)
+                       const char *entry_id, size_t entry_id_len,
+                       const struct consumer_field *fields, size_t nfields, const char **ret_line,
+                       size_t *ret_len)
 {
 	uint32_t forced = 0;
 
@@ -1004,7 +1001,7 @@ bool consumer_redis_auth_error(const char *msg)
 
 /* See consumer.h. */
 redisContext *consumer_redis_connect(const struct redis_target *t, int timeout_ms,
-				     bool *ret_permanent, char *err, size_t errlen)
+                                     bool *ret_permanent, char *err, size_t errlen)
 {
 	struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
 	char desc[300];
@@ -1035,8 +1032,7 @@ redisContext *consumer_redis_connect(const struct redis_target *t, int timeout_m
 	}
 	if (redisSetTimeout(c, tv) != REDIS_OK ||
 	    (!t->unix_path && redisEnableKeepAlive(c) != REDIS_OK)) {
-		seterr(err, errlen, "could not set socket options for Redis at %s: %s", desc,
-		       c->errstr);
+		seterr(err, errlen, "could not set socket options for Redis at %s: %s", desc, c->errstr);
 		goto fail;
 	}
 	if (t->password) {
@@ -1052,7 +1048,7 @@ redisContext *consumer_redis_connect(const struct redis_target *t, int timeout_m
 			seterr(err, errlen, "Redis at %s rejected AUTH%s%s: %s", desc,
 			       t->user ? " as user " : "", t->user ? t->user : "", r->str);
 			*ret_permanent = consumer_redis_auth_error(r->str) ||
-					 strstr(r->str, "wrong number of arguments") != NULL;
+			                 strstr(r->str, "wrong number of arguments") != NULL;
 			freeReplyObject(r);
 			goto fail;
 		}
@@ -1070,10 +1066,9 @@ redisContext *consumer_redis_connect(const struct redis_target *t, int timeout_m
 			goto fail;
 		}
 		if (r->type == REDIS_REPLY_ERROR) {
-			seterr(err, errlen, "Redis at %s rejected SELECT %d: %s", desc, t->db,
-			       r->str);
-			*ret_permanent = consumer_redis_auth_error(r->str) ||
-					 strstr(r->str, "out of range") != NULL;
+			seterr(err, errlen, "Redis at %s rejected SELECT %d: %s", desc, t->db, r->str);
+			*ret_permanent =
+			    consumer_redis_auth_error(r->str) || strstr(r->str, "out of range") != NULL;
 			freeReplyObject(r);
 			goto fail;
 		}
@@ -1169,7 +1164,7 @@ struct consumer {
 };
 
 static enum step fail(struct consumer *c, enum step st, int code, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
+    __attribute__((format(printf, 4, 5)));
 
 /* Record errmsg (and the exit code for STEP_FATAL); returns st. */
 static enum step fail(struct consumer *c, enum step st, int code, const char *fmt, ...)
@@ -1222,7 +1217,7 @@ static bool is_array(const redisReply *r)
  * so entries Redis handed over are still printed.
  */
 static redisReply *command(struct consumer *c, int argc, const char **argv, const size_t *lens,
-			   int64_t timeout_ms, bool interruptible, enum step *st)
+                           int64_t timeout_ms, bool interruptible, enum step *st)
 {
 	redisContext *ctx = c->ctx;
 	int64_t deadline = time_mono_us() + timeout_ms * 1000;
@@ -1234,30 +1229,30 @@ static redisReply *command(struct consumer *c, int argc, const char **argv, cons
 	}
 	do {
 		if (redisBufferWrite(ctx, &done) != REDIS_OK) {
-			*st = fail(c, STEP_RETRY, 0, "could not send %s to Redis at %s: %s", argv[0],
-				   c->desc, ctx->errstr);
+			*st = fail(c, STEP_RETRY, 0, "could not send %s to Redis at %s: %s", argv[0], c->desc,
+			           ctx->errstr);
 			return NULL;
 		}
 	} while (!done);
 
 	for (;;) {
 		struct pollfd p[2] = {{.fd = ctx->fd, .events = POLLIN},
-				      {.fd = wake_pipe[0], .events = POLLIN}};
+		                      {.fd = wake_pipe[0], .events = POLLIN}};
 		void *reply = NULL;
 		int64_t left;
 		int rc;
 
 		if (redisReaderGetReply(ctx->reader, &reply) != REDIS_OK) {
-			*st = fail(c, STEP_RETRY, 0, "bad reply to %s from Redis at %s: %s", argv[0],
-				   c->desc, ctx->reader->errstr);
+			*st = fail(c, STEP_RETRY, 0, "bad reply to %s from Redis at %s: %s", argv[0], c->desc,
+			           ctx->reader->errstr);
 			return NULL;
 		}
 		if (reply)
 			return reply;
 		left = ms_until(deadline, time_mono_us());
 		if (left <= 0) {
-			*st = fail(c, STEP_RETRY, 0, "no reply to %s from Redis at %s within %" PRId64
-				   " ms", argv[0], c->desc, timeout_ms);
+			*st = fail(c, STEP_RETRY, 0, "no reply to %s from Redis at %s within %" PRId64 " ms",
+			           argv[0], c->desc, timeout_ms);
 			return NULL;
 		}
 		rc = poll(p, interruptible ? 2 : 1, left > INT_MAX ? INT_MAX : (int)left);
@@ -1267,8 +1262,8 @@ static redisReply *command(struct consumer *c, int argc, const char **argv, cons
 		}
 		if (rc > 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR))) {
 			if (redisBufferRead(ctx) != REDIS_OK) {
-				*st = fail(c, STEP_RETRY, 0, "lost the connection to Redis at %s: %s",
-					   c->desc, ctx->errstr);
+				*st = fail(c, STEP_RETRY, 0, "lost the connection to Redis at %s: %s", c->desc,
+				           ctx->errstr);
 				return NULL;
 			}
 			continue;
@@ -1281,23 +1276,22 @@ static redisReply *command(struct consumer *c, int argc, const char **argv, cons
 }
 
 /* Classify an unexpected error reply to `what` on stream key. */
-static enum step error_reply(struct consumer *c, const char *what, const char *key,
-			     const char *msg)
+static enum step error_reply(struct consumer *c, const char *what, const char *key, const char *msg)
 {
 	if (consumer_redis_auth_error(msg))
-		return fail(c, STEP_FATAL, EXIT_REDIS_SETUP, "Redis at %s refused %s: %s", c->desc,
-			    what, msg);
+		return fail(c, STEP_FATAL, EXIT_REDIS_SETUP, "Redis at %s refused %s: %s", c->desc, what,
+		            msg);
 	if (strstr(msg, "unknown command") || strstr(msg, "unknown subcommand") ||
 	    strstr(msg, "syntax error"))
 		return fail(c, STEP_FATAL, EXIT_REDIS_SETUP,
-			    "Redis at %s does not support %s (%s); %s needs Redis 6.2 or later%s",
-			    c->desc, what, msg, PROGNAME,
-			    strcmp(what, "XAUTOCLAIM") == 0 ? ", or pass --claim-idle 0" : "");
+		            "Redis at %s does not support %s (%s); %s needs Redis 6.2 or later%s", c->desc,
+		            what, msg, PROGNAME,
+		            strcmp(what, "XAUTOCLAIM") == 0 ? ", or pass --claim-idle 0" : "");
 	if (strncmp(msg, "WRONGTYPE", 9) == 0)
 		return fail(c, STEP_FATAL, EXIT_REDIS_SETUP, "key \"%s\" is not a stream (%s)",
-			    key ? key : "?", msg);
+		            key ? key : "?", msg);
 	return fail(c, STEP_RETRY, 0, "%s%s%s%s failed: %s", what, key ? " on stream \"" : "",
-		    key ? key : "", key ? "\"" : "", msg);
+	            key ? key : "", key ? "\"" : "", msg);
 }
 
 static bool is_nogroup(const redisReply *r)
@@ -1313,18 +1307,18 @@ static enum step no_group(struct consumer *c, struct cstream *s, const char *msg
 	s->live = false;
 	if (s->listed && !cf->create_group)
 		return fail(c, STEP_FATAL, EXIT_REDIS_SETUP,
-			    "consumer group \"%s\" does not exist on stream \"%s\" (%s); create "
-			    "it (outbox-relay --group %s does) or pass --create-group",
-			    cf->group, s->key, msg, cf->group);
+		            "consumer group \"%s\" does not exist on stream \"%s\" (%s); create "
+		            "it (outbox-relay --group %s does) or pass --create-group",
+		            cf->group, s->key, msg, cf->group);
 	if (cf->create_group)
 		return fail(c, STEP_RETRY, 0,
-			    "consumer group \"%s\" on stream \"%s\" vanished right after it was "
-			    "created (%s)",
-			    cf->group, s->key, msg);
+		            "consumer group \"%s\" on stream \"%s\" vanished right after it was "
+		            "created (%s)",
+		            cf->group, s->key, msg);
 	if (!s->warned)
 		log_warn("stream \"%s\" has no consumer group \"%s\", skipping it; pass "
-			 "--create-group to create it",
-			 s->key, cf->group);
+		         "--create-group to create it",
+		         s->key, cf->group);
 	s->warned = true;
 	s->skipped = true;
 	return STEP_OK;
@@ -1400,7 +1394,7 @@ static enum step xack(struct consumer *c, const char *key, size_t n)
  * the last entry handled.
  */
 static enum step print_entries(struct consumer *c, const char *key, const redisReply *entries,
-			       char *last, size_t lastlen)
+                               char *last, size_t lastlen)
 {
 	enum step st = STEP_OK, ack_st;
 	size_t nack = 0;
@@ -1425,15 +1419,15 @@ static enum step print_entries(struct consumer *c, const char *key, const redisR
 			(void)snprintf(last, lastlen, "%s", id->str);
 		if (kv->type == REDIS_REPLY_NIL) {
 			log_warn("entry %s of stream \"%s\" was deleted before it was read; "
-				 "acknowledging it",
-				 id->str, key);
+			         "acknowledging it",
+			         id->str, key);
 			c->ack_argv[3 + nack] = id->str;
 			c->ack_lens[3 + nack++] = id->len;
 			continue;
 		}
 		if (!is_array(kv) || kv->elements % 2 != 0) {
-			st = fail(c, STEP_RETRY, 0, "malformed fields of entry %s of stream \"%s\"",
-				  id->str, key);
+			st = fail(c, STEP_RETRY, 0, "malformed fields of entry %s of stream \"%s\"", id->str,
+			          key);
 			break;
 		}
 		nf = kv->elements / 2;
@@ -1445,23 +1439,22 @@ static enum step print_entries(struct consumer *c, const char *key, const redisR
 			const redisReply *n = kv->element[2 * j], *v = kv->element[2 * j + 1];
 
 			if (!is_string(n) || !is_string(v)) {
-				st = fail(c, STEP_RETRY, 0,
-					  "malformed fields of entry %s of stream \"%s\"", id->str,
-					  key);
+				st = fail(c, STEP_RETRY, 0, "malformed fields of entry %s of stream \"%s\"",
+				          id->str, key);
 				break;
 			}
 			c->fields[j] = (struct consumer_field){n->str, n->len, v->str, v->len};
 		}
 		if (st != STEP_OK)
 			break;
-		if (!consumer_fmt_line(c->fmt, key, strlen(key), id->str, id->len, c->fields, nf,
-				       &line, &linelen)) {
+		if (!consumer_fmt_line(c->fmt, key, strlen(key), id->str, id->len, c->fields, nf, &line,
+		                       &linelen)) {
 			st = fail(c, STEP_FATAL, EXIT_FAILURE_RUNTIME, "out of memory");
 			break;
 		}
 		if (fwrite(line, 1, linelen, stdout) != linelen) {
-			st = fail(c, STEP_FATAL, EXIT_FAILURE_RUNTIME,
-				  "could not write to standard output: %s", strerror(errno));
+			st = fail(c, STEP_FATAL, EXIT_FAILURE_RUNTIME, "could not write to standard output: %s",
+			          strerror(errno));
 			break;
 		}
 		c->ack_argv[3 + nack] = id->str;
@@ -1476,8 +1469,8 @@ static enum step print_entries(struct consumer *c, const char *key, const redisR
 		return st;
 	/* At-least-once: the lines must be out before their entries are acknowledged. */
 	if (fflush(stdout) != 0)
-		return fail(c, STEP_FATAL, EXIT_FAILURE_RUNTIME,
-			    "could not write to standard output: %s", strerror(errno));
+		return fail(c, STEP_FATAL, EXIT_FAILURE_RUNTIME, "could not write to standard output: %s",
+		            strerror(errno));
 	ack_st = xack(c, key, nack);
 	return ack_st != STEP_OK ? ack_st : st;
 }
@@ -1532,8 +1525,8 @@ static const redisReply *single_stream_entries(const redisReply *r, bool *bad)
 static enum step read_own_pending(struct consumer *c, struct cstream *s)
 {
 	char last[ENTRY_ID_MAX] = "0", count[24];
-	const char *argv[9] = {"XREADGROUP", "GROUP", c->cf->group, c->cf->consumer, "COUNT",
-			       count, "STREAMS", s->key, last};
+	const char *argv[9] = {"XREADGROUP", "GROUP", c->cf->group, c->cf->consumer, "COUNT", count,
+	                       "STREAMS",    s->key,  last};
 
 	for (;;) {
 		enum step st = STEP_OK;
@@ -1560,8 +1553,7 @@ static enum step read_own_pending(struct consumer *c, struct cstream *s)
 		entries = single_stream_entries(r, &bad);
 		if (bad) {
 			freeReplyObject(r);
-			return fail(c, STEP_RETRY, 0, "unexpected reply to XREADGROUP on \"%s\"",
-				    s->key);
+			return fail(c, STEP_RETRY, 0, "unexpected reply to XREADGROUP on \"%s\"", s->key);
 		}
 		if (!entries) {
 			freeReplyObject(r);
@@ -1569,9 +1561,8 @@ static enum step read_own_pending(struct consumer *c, struct cstream *s)
 			return STEP_OK;
 		}
 		log_info("re-reading %zu pending entr%s of stream \"%s\" delivered earlier to "
-			 "consumer \"%s\"",
-			 entries->elements, entries->elements == 1 ? "y" : "ies", s->key,
-			 c->cf->consumer);
+		         "consumer \"%s\"",
+		         entries->elements, entries->elements == 1 ? "y" : "ies", s->key, c->cf->consumer);
 		st = print_entries(c, s->key, entries, last, sizeof(last));
 		freeReplyObject(r);
 		if (st != STEP_OK)
@@ -1583,8 +1574,8 @@ static enum step read_own_pending(struct consumer *c, struct cstream *s)
 static enum step claim_stream(struct consumer *c, struct cstream *s)
 {
 	char start[ENTRY_ID_MAX] = "0-0", idle[24], count[24];
-	const char *argv[8] = {"XAUTOCLAIM", s->key, c->cf->group, c->cf->consumer, idle, start,
-			       "COUNT", count};
+	const char *argv[8] = {"XAUTOCLAIM", s->key, c->cf->group, c->cf->consumer,
+	                       idle,         start,  "COUNT",      count};
 
 	(void)snprintf(idle, sizeof(idle), "%" PRId64, c->cf->claim_idle_ms);
 	do {
@@ -1612,16 +1603,14 @@ static enum step claim_stream(struct consumer *c, struct cstream *s)
 		if (!is_array(r) || r->elements < 2 || !is_string(r->element[0]) ||
 		    r->element[0]->len >= ENTRY_ID_MAX || !is_array(r->element[1])) {
 			freeReplyObject(r);
-			return fail(c, STEP_RETRY, 0, "unexpected reply to XAUTOCLAIM on \"%s\"",
-				    s->key);
+			return fail(c, STEP_RETRY, 0, "unexpected reply to XAUTOCLAIM on \"%s\"", s->key);
 		}
 		(void)snprintf(start, sizeof(start), "%s", r->element[0]->str);
 		entries = r->element[1];
 		if (entries->elements > 0) {
-			log_info("claimed %zu entr%s of stream \"%s\" pending for more than %" PRId64
-				 " ms",
-				 entries->elements, entries->elements == 1 ? "y" : "ies", s->key,
-				 c->cf->claim_idle_ms);
+			log_info("claimed %zu entr%s of stream \"%s\" pending for more than %" PRId64 " ms",
+			         entries->elements, entries->elements == 1 ? "y" : "ies", s->key,
+			         c->cf->claim_idle_ms);
 			st = print_entries(c, s->key, entries, NULL, 0);
 		}
 		freeReplyObject(r);
@@ -1668,8 +1657,8 @@ static struct cstream *add_stream(struct consumer *c, const char *key, size_t le
 static enum step scan_streams(struct consumer *c)
 {
 	char cursor[32] = "0";
-	const char *argv[8] = {"SCAN", cursor, "MATCH", c->cf->stream_pattern, "TYPE", "stream",
-			       "COUNT", SCAN_COUNT};
+	const char *argv[8] = {"SCAN", cursor,   "MATCH", c->cf->stream_pattern,
+	                       "TYPE", "stream", "COUNT", SCAN_COUNT};
 	size_t kept = 0;
 
 	for (size_t i = 0; i < c->nstreams; i++)
@@ -1708,7 +1697,7 @@ static enum step scan_streams(struct consumer *c)
 				return fail(c, STEP_FATAL, EXIT_FAILURE_RUNTIME, "out of memory");
 			}
 			log_info("reading stream \"%s\" (matches \"%s\")", c->streams[c->nstreams - 1].key,
-				 c->cf->stream_pattern);
+			         c->cf->stream_pattern);
 		}
 		freeReplyObject(r);
 	} while (strcmp(cursor, "0") != 0);
@@ -1734,7 +1723,7 @@ static enum step scan_streams(struct consumer *c)
  * *got tells whether any entry came back.
  */
 static enum step read_streams(struct consumer *c, const size_t *idx, size_t n, uint64_t per,
-			      int64_t block_ms, bool *got)
+                              int64_t block_ms, bool *got)
 {
 	size_t argc = 0, fixed = block_ms >= 0 ? 9 : 7;
 	const char **argv = calloc(fixed + 2 * n, sizeof(*argv));
@@ -1764,7 +1753,7 @@ static enum step read_streams(struct consumer *c, const size_t *idx, size_t n, u
 		argv[argc++] = ">";
 
 	r = command(c, (int)argc, argv, NULL, (block_ms > 0 ? block_ms : 0) + CMD_TIMEOUT_MS,
-		    block_ms > 0, &st);
+	            block_ms > 0, &st);
 	free(argv);
 	if (!r)
 		return st;
@@ -1802,10 +1791,10 @@ static enum step read_streams(struct consumer *c, const size_t *idx, size_t n, u
 			continue;
 		*got = true;
 		/* The key as a C string for messages and XACK; stream keys are short. */
-		if (s->element[0]->len >= sizeof(key) || memchr(s->element[0]->str, '\0',
-								    s->element[0]->len)) {
+		if (s->element[0]->len >= sizeof(key) ||
+		    memchr(s->element[0]->str, '\0', s->element[0]->len)) {
 			st = fail(c, STEP_FATAL, EXIT_FAILURE_RUNTIME,
-				  "stream key of %zu bytes is not supported", s->element[0]->len);
+			          "stream key of %zu bytes is not supported", s->element[0]->len);
 			break;
 		}
 		memcpy(key, s->element[0]->str, s->element[0]->len);
@@ -1994,8 +1983,8 @@ int consumer_run(const struct consumer_config *cf)
 			bool permanent;
 			int64_t delay;
 
-			c.ctx = consumer_redis_connect(&cf->redis, CMD_TIMEOUT_MS, &permanent, err,
-						       sizeof(err));
+			c.ctx =
+			    consumer_redis_connect(&cf->redis, CMD_TIMEOUT_MS, &permanent, err, sizeof(err));
 			if (!c.ctx) {
 				if (permanent) {
 					log_error("%s", err);
@@ -2008,7 +1997,7 @@ int consumer_run(const struct consumer_config *cf)
 				continue;
 			}
 			log_info("connected to Redis at %s as consumer \"%s\" of group \"%s\"", c.desc,
-				 cf->consumer, cf->group);
+			         cf->consumer, cf->group);
 			/* Entries may have been delivered whose replies were lost: read this
 			 * consumer's pending entries again before anything new. */
 			for (size_t i = 0; i < c.nstreams; i++)
@@ -2039,8 +2028,8 @@ int consumer_run(const struct consumer_config *cf)
 	}
 	if (rc == EXIT_OK)
 		log_info("exiting after %" PRIu64 " event%s printed: %s", c.printed,
-			 c.printed == 1 ? "" : "s",
-			 stop_requested ? "stopped by a signal" : "--count reached");
+		         c.printed == 1 ? "" : "s",
+		         stop_requested ? "stopped by a signal" : "--count reached");
 	consumer_finish(&c);
 	return rc;
 }

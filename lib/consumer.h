@@ -31,19 +31,19 @@
 #define CONSUMER_KEY_ENTRY_ID "entry_id"
 
 struct consumer_config {
-	char *redis_url;            /* --redis-url, default "redis://127.0.0.1:6379" */
-	struct redis_target redis;  /* parsed from redis_url (password file applied) */
-	char *redis_password_file;  /* --redis-password-file */
-	char **streams;             /* --stream KEY (repeatable; env: comma list) */
+	char *redis_url;           /* --redis-url, default "redis://127.0.0.1:6379" */
+	struct redis_target redis; /* parsed from redis_url (password file applied) */
+	char *redis_password_file; /* --redis-password-file */
+	char **streams;            /* --stream KEY (repeatable; env: comma list) */
 	size_t nstreams;
-	char *stream_pattern;       /* --stream-pattern GLOB (SCAN MATCH ... TYPE stream) */
-	char *group;                /* --group NAME (required) */
-	char *consumer;             /* --consumer NAME, default "<hostname>-<pid>" */
-	int64_t count;              /* --count N: exit 0 after N events; 0 = unlimited */
-	int64_t block_ms;           /* --block MS, default 5000 */
-	int64_t batch;              /* --batch N (XREADGROUP COUNT), default 100 */
-	int64_t claim_idle_ms;      /* --claim-idle MS, default 60000; 0 disables */
-	bool create_group;          /* --create-group */
+	char *stream_pattern;  /* --stream-pattern GLOB (SCAN MATCH ... TYPE stream) */
+	char *group;           /* --group NAME (required) */
+	char *consumer;        /* --consumer NAME, default "<hostname>-<pid>" */
+	int64_t count;         /* --count N: exit 0 after N events; 0 = unlimited */
+	int64_t block_ms;      /* --block MS, default 5000 */
+	int64_t batch;         /* --batch N (XREADGROUP COUNT), default 100 */
+	int64_t claim_idle_ms; /* --claim-idle MS, default 60000; 0 disables */
+	bool create_group;     /* --create-group */
 };
 
 /*
@@ -55,7 +55,7 @@ struct consumer_config {
  * variables are ignored.
  */
 enum config_result consumer_config_load(struct consumer_config *cf, int argc, char **argv,
-					char **envp, char *err, size_t errlen);
+                                        char **envp, char *err, size_t errlen);
 /* Print the usage text (every option, its variable and default) to out. */
 void consumer_usage(FILE *out);
 /* Free everything consumer_config_load allocated; NULL-safe; zeroes *cf. */
@@ -97,8 +97,9 @@ void consumer_fmt_destroy(struct consumer_fmt *f); /* NULL is a no-op */
  * false only when out of memory.
  */
 bool consumer_fmt_line(struct consumer_fmt *f, const char *stream, size_t stream_len,
-		       const char *entry_id, size_t entry_id_len, const struct consumer_field *fields,
-		       size_t nfields, const char **ret_line, size_t *ret_len);
+                       const char *entry_id, size_t entry_id_len,
+                       const struct consumer_field *fields, size_t nfields, const char **ret_line,
+                       size_t *ret_len);
 
 /* ---- Redis ---- */
 
@@ -113,7 +114,7 @@ struct redisContext;
  * build without TLS). Shared with status.c.
  */
 struct redisContext *consumer_redis_connect(const struct redis_target *t, int timeout_ms,
-					    bool *ret_permanent, char *err, size_t errlen);
+                                            bool *ret_permanent, char *err, size_t errlen);
 
 /* True for error replies that no retry fixes: credentials and ACL denials. */
 bool consumer_redis_auth_error(const char *msg);

@@ -745,6 +745,9 @@ int relay_run(const struct relay_config *cf)
 			}
 			more = i == MSGS_PER_ROUND;
 		}
+		/* Close the open batch: what this burst decoded goes out now. */
+		if (!sink_redis_flush(r.sink))
+			goto oom;
 
 		/* Push queued commands out; read replies. */
 		if (sink_redis_connected(r.sink) && sink_redis_want_write(r.sink) &&

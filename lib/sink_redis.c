@@ -24,29 +24,39 @@
 #define FUNCTION_NAME "outbox_relay_publish"
 
 /*
- * KEYS: stream, watermark key, dedup key (all in the stream's hash slot).
- * ARGV: position "<commit lsn hex16>:<index hex8>", dedup TTL seconds ("0":
- * no dedup), MAXLEN ("0": no trimming), then field/value pairs.
- * Returns 0 for a replay (watermark at or past position), 1 for a duplicate
- * event id inside the window, or the new entry's id.
+ * One call publishes a batch: consecutive events of one stream.
+ * KEYS: stream, watermark key, then one dedup key per event (all in the
+ * stream's cluster slot). ARGV: dedup TTL seconds ("0": no dedup), MAXLEN
+ * ("0": no trimming), then per event: position "<commit lsn hex16>:<index
+ * hex8>", field count N, and N field/value pairs.
+ * Returns one result per event, in order: 0 for a replay (the watermark is at
+ * or past its position), 1 for a duplicate id inside the window, or the new
+ * entry's id. The watermark is read once and written once per batch.
  */
 #define PUBLISH_BODY                                                                               \
 	"local function publish(keys, args)\n"                                                     \
+	"  local ttl, maxlen = args[1], args[2]\n"                                                 \
 	"  local wm = redis.call('GET', keys[2])\n"                                                \
-	"  if wm and wm >= args[1] then return 0 end\n"                                            \
-	"  if args[2] ~= '0' then\n"                                                               \
-	"    if not redis.call('SET', keys[3], '1', 'NX', 'EX', args[2]) then\n"                   \
-	"      redis.call('SET', keys[2], args[1])\n"                                              \
-	"      return 1\n"                                                                         \
+	"  local res, last, a = {}, nil, 3\n"                                                      \
+	"  for i = 3, #keys do\n"                                                                  \
+	"    local pos, first = args[a], a + 2\n"                                                  \
+	"    a = first + 2 * tonumber(args[a + 1])\n"                                              \
+	"    if wm and wm >= pos then\n"                                                           \
+	"      res[#res + 1] = 0\n"                                                                \
+	"    elseif ttl ~= '0' and not redis.call('SET', keys[i], '1', 'NX', 'EX', ttl) then\n"    \
+	"      res[#res + 1] = 1\n"                                                                \
+	"      wm, last = pos, pos\n"                                                              \
+	"    elseif maxlen ~= '0' then\n"                                                          \
+	"      res[#res + 1] = redis.call('XADD', keys[1], 'MAXLEN', '~', maxlen, '*',\n"          \
+	"                                 unpack(args, first, a - 1))\n"                           \
+	"      wm, last = pos, pos\n"                                                              \
+	"    else\n"                                                                               \
+	"      res[#res + 1] = redis.call('XADD', keys[1], '*', unpack(args, first, a - 1))\n"     \
+	"      wm, last = pos, pos\n"                                                              \
 	"    end\n"                                                                                \
 	"  end\n"                                                                                  \
-	"  local x\n"                                                                              \
-	"  if args[3] ~= '0' then x = {keys[1], 'MAXLEN', '~', args[3], '*'}\n"                    \
-	"  else x = {keys[1], '*'} end\n"                                                          \
-	"  for i = 4, #args do x[#x + 1] = args[i] end\n"                                          \
-	"  local id = redis.call('XADD', unpack(x))\n"                                             \
-	"  redis.call('SET', keys[2], args[1])\n"                                                  \
-	"  return id\n"                                                                            \
+	"  if last then redis.call('SET', keys[2], last) end\n"                                    \
+	"  return res\n"                                                                           \
 	"end\n"
 
 const char sink_redis_function_library[] = "#!lua name=outbox_relay\n" PUBLISH_BODY
@@ -57,9 +67,14 @@ static const char eval_script[] = PUBLISH_BODY "return publish(KEYS, ARGV)\n";
 
 enum qkind { Q_PUBLISH, Q_DEAD, Q_GROUP };
 
+/* Most events in one function call, and the size at which a batch is closed. */
+#define BATCH_MAX_EVENTS 64
+#define BATCH_MAX_BYTES (256 * 1024)
+
 struct qent {
 	uint64_t seq;
 	size_t len;         /* encoded bytes */
+	uint32_t nevents;   /* events in a publish batch; 0 for XGROUP */
 	int64_t commit_us;  /* commit time, for the latency histogram (0: unknown) */
 	uint32_t stream_id; /* metrics label id */
 	uint8_t kind;       /* enum qkind */
@@ -89,6 +104,25 @@ struct sink_redis {
 	size_t q_cap, q_head, q_len;
 
 	uint64_t next_seq;  /* seq of the next queued command */
+	uint64_t inflight_events; /* events queued (open batch included), not yet acknowledged */
+
+	/*
+	 * The open batch: consecutive events for one stream, not yet encoded into
+	 * out. It takes its seq when opened; any other command closes it first,
+	 * so seqs in the queue stay increasing.
+	 */
+	bool b_open;
+	bool b_dead;
+	uint64_t b_seq;
+	uint32_t b_n;
+	struct buf b_stream;
+	struct buf b_keys; /* RESP bulk strings: one dedup key per event */
+	struct buf b_args; /* RESP bulk strings: pos, nfields, fields per event */
+	int64_t b_commit_us;
+	uint32_t b_stream_id;
+	uint8_t b_dead_reason;
+	uint64_t b_args_count; /* ARGV entries after ttl and maxlen */
+	struct buf b_prefix;   /* "<prefix>:dedup:{tag}:" of the open batch */
 	uint64_t acked_seq; /* every command up to here has its reply */
 	int64_t wait_since_us; /* when we started waiting for the oldest reply */
 
@@ -192,7 +226,7 @@ static void resp_str(struct buf *b, const char *s)
 
 /* ---- queue ---- */
 
-static bool queue_push(struct sink_redis *s, enum qkind kind, size_t len, const struct event *ev)
+static bool queue_push(struct sink_redis *s, const struct qent *ent)
 {
 	if (s->q_len == s->q_cap) {
 		size_t cap = s->q_cap ? s->q_cap * 2 : 1024;
@@ -209,16 +243,7 @@ static bool queue_push(struct sink_redis *s, enum qkind kind, size_t len, const 
 	}
 	if (s->q_len == 0)
 		s->wait_since_us = time_mono_us();
-	s->q[(s->q_head + s->q_len) % s->q_cap] = (struct qent){
-		.seq = s->next_seq++,
-		.len = len,
-		.kind = (uint8_t)kind,
-		.commit_us = ev ? ev->committed_unix_us : 0,
-		.dead_reason = ev ? (uint8_t)ev->dead_reason : 0,
-		.stream_id = ev && kind == Q_PUBLISH && s->m
-				     ? metrics_stream_id(s->m, ev->stream, ev->stream_len)
-				     : 0,
-	};
+	s->q[(s->q_head + s->q_len) % s->q_cap] = *ent;
 	s->q_len++;
 	return true;
 }
@@ -229,6 +254,7 @@ static void queue_pop(struct sink_redis *s)
 
 	s->head_off += e->len;
 	s->acked_seq = e->seq;
+	s->inflight_events -= e->nevents;
 	s->q_head = (s->q_head + 1) % s->q_cap;
 	s->q_len--;
 	s->wait_since_us = time_mono_us();
@@ -266,6 +292,10 @@ void sink_redis_destroy(struct sink_redis *s)
 	buf_finish(&s->out);
 	buf_finish(&s->key);
 	buf_finish(&s->tag);
+	buf_finish(&s->b_stream);
+	buf_finish(&s->b_keys);
+	buf_finish(&s->b_args);
+	buf_finish(&s->b_prefix);
 	strset_finish(&s->streams);
 	free(s->q);
 	free(s);
@@ -332,10 +362,10 @@ bool sink_redis_want_write(const struct sink_redis *s)
 
 bool sink_redis_full(const struct sink_redis *s)
 {
-	if (s->q_len == 0)
+	if (s->inflight_events == 0)
 		return false; /* always admit one event, however large */
-	return (int64_t)s->q_len >= s->cf->max_inflight_events ||
-	       (int64_t)(s->out.len - s->head_off) >= s->cf->max_inflight_bytes;
+	return (int64_t)s->inflight_events >= s->cf->max_inflight_events ||
+	       (int64_t)sink_redis_inflight_bytes(s) >= s->cf->max_inflight_bytes;
 }
 
 uint64_t sink_redis_acked_seq(const struct sink_redis *s)
@@ -350,12 +380,12 @@ uint64_t sink_redis_last_seq(const struct sink_redis *s)
 
 uint64_t sink_redis_inflight_events(const struct sink_redis *s)
 {
-	return s->q_len;
+	return s->inflight_events;
 }
 
 uint64_t sink_redis_inflight_bytes(const struct sink_redis *s)
 {
-	return s->out.len - s->head_off;
+	return s->out.len - s->head_off + (s->b_open ? s->b_keys.len + s->b_args.len : 0);
 }
 
 const struct sink_stats *sink_redis_stats(const struct sink_redis *s)
@@ -480,7 +510,7 @@ enum sink_status sink_redis_connect(struct sink_redis *s)
 	const struct redis_target *t = &s->cf->redis;
 	struct timeval tv = {s->cf->redis_timeout_ms / 1000, (s->cf->redis_timeout_ms % 1000) * 1000};
 	enum sink_status st = SINK_OK;
-	bool first = s->stats.reconnects == 0 && s->acked_seq == 0 && s->q_len == 0;
+	bool first = s->stats.reconnects == 0 && s->acked_seq == 0 && s->inflight_events == 0;
 	redisReply *r;
 	int flags;
 
@@ -562,19 +592,41 @@ fail:
 	return st;
 }
 
-/* Encode the publish call for ev into s->out. */
-static void encode_publish(struct sink_redis *s, const struct event *ev, bool dead_letter)
+/* Append the decimal or fixed-width hex rendering of v (no printf on the hot path). */
+static void put_hex(char *out, uint64_t v, int width)
+{
+	static const char hex[] = "0123456789ABCDEF";
+
+	for (int i = width - 1; i >= 0; i--, v >>= 4)
+		out[i] = hex[v & 0xf];
+}
+
+static void resp_u64(struct buf *b, uint64_t v)
+{
+	char tmp[24];
+	int i = (int)sizeof(tmp);
+
+	do {
+		tmp[--i] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	resp_bulk(b, tmp + i, sizeof(tmp) - (size_t)i);
+}
+
+/* Encode the open batch as one function call into s->out and queue it. */
+static bool close_batch(struct sink_redis *s)
 {
 	const struct relay_config *cf = s->cf;
-	char pos[32], ttl[24], maxlen[24];
 	struct buf *b = &s->out;
+	size_t start = b->len;
+	struct qent ent;
 
-	(void)stream_hash_tag(ev->stream, ev->stream_len, &s->tag); /* checked when routed */
-	snprintf(pos, sizeof(pos), "%016" PRIX64 ":%08" PRIX32, (uint64_t)ev->commit_lsn, ev->index);
-	snprintf(ttl, sizeof(ttl), "%" PRId64, dead_letter || !ev->id ? (int64_t)0 : cf->dedup_window_s);
-	snprintf(maxlen, sizeof(maxlen), "%" PRId64, dead_letter ? (int64_t)0 : cf->maxlen);
-
-	resp_array(b, 9 + 2 * ev->nfields);
+	if (!s->b_open)
+		return true;
+	s->b_open = false;
+	(void)stream_hash_tag(s->b_stream.data, s->b_stream.len, &s->tag); /* checked when routed */
+	/* FCALL name numkeys | stream wm dedup... | ttl maxlen args... */
+	resp_array(b, 3 + (2 + s->b_n) + 2 + s->b_args_count);
 	if (s->use_functions) {
 		resp_str(b, "FCALL");
 		resp_str(b, FUNCTION_NAME);
@@ -582,9 +634,8 @@ static void encode_publish(struct sink_redis *s, const struct event *ev, bool de
 		resp_str(b, "EVALSHA");
 		resp_str(b, s->sha);
 	}
-	resp_str(b, "3");
-	resp_bulk(b, ev->stream, ev->stream_len);
-
+	resp_u64(b, 2 + s->b_n);
+	resp_bulk(b, s->b_stream.data, s->b_stream.len);
 	buf_reset(&s->key); /* watermark: <prefix>:wm:{tag}:<slot> */
 	buf_puts(&s->key, cf->key_prefix);
 	buf_puts(&s->key, ":wm:");
@@ -592,57 +643,150 @@ static void encode_publish(struct sink_redis *s, const struct event *ev, bool de
 	buf_putc(&s->key, ':');
 	buf_puts(&s->key, cf->slot);
 	resp_bulk(b, s->key.data, s->key.len);
+	buf_append(b, s->b_keys.data, s->b_keys.len);
+	resp_u64(b, s->b_dead ? 0 : (uint64_t)cf->dedup_window_s);
+	resp_u64(b, s->b_dead ? 0 : (uint64_t)cf->maxlen);
+	buf_append(b, s->b_args.data, s->b_args.len);
+	if (b->failed || s->key.failed || s->tag.failed)
+		return false;
+	ent = (struct qent){
+		.seq = s->b_seq,
+		.len = b->len - start,
+		.nevents = s->b_n,
+		.commit_us = s->b_commit_us,
+		.stream_id = s->b_stream_id,
+		.kind = s->b_dead ? Q_DEAD : Q_PUBLISH,
+		.dead_reason = s->b_dead_reason,
+	};
+	return queue_push(s, &ent);
+}
 
-	buf_reset(&s->key); /* dedup: <prefix>:dedup:{tag}:<event id> */
-	buf_puts(&s->key, cf->key_prefix);
-	buf_puts(&s->key, ":dedup:");
-	buf_append(&s->key, s->tag.data, s->tag.len);
-	buf_putc(&s->key, ':');
-	if (ev->id)
-		buf_append(&s->key, ev->id, ev->id_len);
-	resp_bulk(b, s->key.data, s->key.len);
+bool sink_redis_flush(struct sink_redis *s)
+{
+	return close_batch(s);
+}
 
-	resp_str(b, pos);
-	resp_str(b, ttl);
-	resp_str(b, maxlen);
-	for (size_t i = 0; i < ev->nfields; i++) {
-		resp_bulk(b, ev->fields[i].name, ev->fields[i].name_len);
-		resp_bulk(b, ev->fields[i].value, ev->fields[i].value_len);
+/* Queue XGROUP CREATE <stream> <group> 0 MKSTREAM for every --group. */
+static bool queue_groups(struct sink_redis *s, const char *stream, size_t len)
+{
+	for (size_t g = 0; g < s->cf->ngroups; g++) {
+		size_t start = s->out.len;
+		struct qent ent;
+
+		resp_array(&s->out, 6);
+		resp_str(&s->out, "XGROUP");
+		resp_str(&s->out, "CREATE");
+		resp_bulk(&s->out, stream, len);
+		resp_str(&s->out, s->cf->groups[g]);
+		resp_str(&s->out, "0");
+		resp_str(&s->out, "MKSTREAM");
+		if (s->out.failed)
+			return false;
+		ent = (struct qent){.seq = s->next_seq++, .len = s->out.len - start, .kind = Q_GROUP};
+		if (!queue_push(s, &ent))
+			return false;
 	}
+	return true;
 }
 
 bool sink_redis_publish(struct sink_redis *s, const struct event *ev, bool dead_letter)
 {
-	size_t start;
+	char pos[26];
 
+	if (s->b_open && (dead_letter || s->b_dead || s->b_n >= BATCH_MAX_EVENTS ||
+			  s->b_args.len >= BATCH_MAX_BYTES || s->b_stream.len != ev->stream_len ||
+			  memcmp(s->b_stream.data, ev->stream, ev->stream_len) != 0) &&
+	    !close_batch(s))
+		return false;
 	if (!dead_letter && s->cf->ngroups > 0) {
 		int added = strset_add(&s->streams, ev->stream, ev->stream_len);
 
-		if (added < 0)
+		if (added < 0 || (added == 1 && (!close_batch(s) || !queue_groups(s, ev->stream,
+										    ev->stream_len))))
 			return false;
-		for (size_t g = 0; added == 1 && g < s->cf->ngroups; g++) {
-			start = s->out.len;
-			resp_array(&s->out, 6);
-			resp_str(&s->out, "XGROUP");
-			resp_str(&s->out, "CREATE");
-			resp_bulk(&s->out, ev->stream, ev->stream_len);
-			resp_str(&s->out, s->cf->groups[g]);
-			resp_str(&s->out, "0");
-			resp_str(&s->out, "MKSTREAM");
-			if (s->out.failed || !queue_push(s, Q_GROUP, s->out.len - start, NULL))
-				return false;
-		}
 	}
-	start = s->out.len;
-	encode_publish(s, ev, dead_letter);
-	if (s->out.failed || s->key.failed || s->tag.failed)
+	if (!s->b_open) {
+		s->b_open = true;
+		s->b_dead = dead_letter;
+		s->b_seq = s->next_seq++;
+		s->b_n = 0;
+		s->b_args_count = 0;
+		buf_reset(&s->b_stream);
+		buf_append(&s->b_stream, ev->stream, ev->stream_len);
+		buf_reset(&s->b_keys);
+		buf_reset(&s->b_args);
+		s->b_commit_us = ev->committed_unix_us;
+		s->b_dead_reason = (uint8_t)ev->dead_reason;
+		s->b_stream_id = !dead_letter && s->m
+					 ? metrics_stream_id(s->m, ev->stream, ev->stream_len)
+					 : 0;
+		if (!stream_hash_tag(ev->stream, ev->stream_len, &s->tag))
+			return false;
+		buf_reset(&s->key); /* dedup key prefix: <prefix>:dedup:{tag}: */
+		buf_puts(&s->key, s->cf->key_prefix);
+		buf_puts(&s->key, ":dedup:");
+		buf_append(&s->key, s->tag.data, s->tag.len);
+		buf_putc(&s->key, ':');
+		buf_reset(&s->b_prefix);
+		buf_append(&s->b_prefix, s->key.data, s->key.len);
+	}
+	/* KEYS: the dedup key; ARGV: position, field count, fields. */
+	buf_putc(&s->b_keys, '$');
+	buf_put_u64(&s->b_keys, s->b_prefix.len + ev->id_len);
+	buf_append(&s->b_keys, "\r\n", 2);
+	buf_append(&s->b_keys, s->b_prefix.data, s->b_prefix.len);
+	if (ev->id)
+		buf_append(&s->b_keys, ev->id, ev->id_len);
+	buf_append(&s->b_keys, "\r\n", 2);
+
+	put_hex(pos, ev->commit_lsn, 16);
+	pos[16] = ':';
+	put_hex(pos + 17, ev->index, 8);
+	resp_bulk(&s->b_args, pos, 25);
+	resp_u64(&s->b_args, ev->nfields);
+	for (size_t i = 0; i < ev->nfields; i++) {
+		resp_bulk(&s->b_args, ev->fields[i].name, ev->fields[i].name_len);
+		resp_bulk(&s->b_args, ev->fields[i].value, ev->fields[i].value_len);
+	}
+	s->b_args_count += 2 + 2 * ev->nfields;
+	s->b_n++;
+	s->inflight_events++;
+	if (s->b_keys.failed || s->b_args.failed || s->b_stream.failed || s->key.failed)
 		return false;
-	return queue_push(s, dead_letter ? Q_DEAD : Q_PUBLISH, s->out.len - start, ev);
+	/* Dead letters are rare and each has its own reason: one per call. */
+	return dead_letter ? close_batch(s) : true;
 }
 
 static const char *kind_name(enum qkind k)
 {
 	return k == Q_GROUP ? "XGROUP CREATE" : k == Q_DEAD ? "dead-letter publish" : "publish";
+}
+
+/* Count one event's result from a publish reply (0 replay, 1 duplicate, entry id). */
+static void count_result(struct sink_redis *s, const struct qent *e, const redisReply *r,
+			 int64_t now_us)
+{
+	_Atomic uint64_t *c = NULL;
+
+	if (r->type == REDIS_REPLY_INTEGER && r->integer == 0) {
+		s->stats.replays++;
+		c = s->m ? &s->m->replays_skipped : NULL;
+	} else if (r->type == REDIS_REPLY_INTEGER) {
+		s->stats.duplicates++;
+		c = s->m ? &s->m->duplicates_skipped : NULL;
+	} else if (e->kind == Q_DEAD) {
+		s->stats.dead_lettered++;
+		c = s->m && e->dead_reason < DEAD_NREASONS ? &s->m->dead_lettered[e->dead_reason]
+							   : NULL;
+	} else {
+		s->stats.published++;
+		c = s->m ? &s->m->published[e->stream_id] : NULL;
+		/* The batch's first commit time: an upper bound for the later events. */
+		if (s->m && e->commit_us > 0)
+			metrics_observe_latency(s->m, now_us - e->commit_us);
+	}
+	if (c)
+		atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
 }
 
 /* Match one reply against the oldest queued command. */
@@ -672,35 +816,19 @@ static bool handle_reply(struct sink_redis *s, redisReply *r)
 				 kind_name(e->kind), r->str);
 		return false;
 	}
-	if (e->kind == Q_GROUP) {
-		/* OK, or a BUSYGROUP handled above */
-	} else if (r->type == REDIS_REPLY_INTEGER && r->integer == 0) {
-		s->stats.replays++;
-		if (s->m)
-			atomic_fetch_add_explicit(&s->m->replays_skipped, 1, memory_order_relaxed);
-	} else if (r->type == REDIS_REPLY_INTEGER && r->integer == 1) {
-		s->stats.duplicates++;
-		if (s->m)
-			atomic_fetch_add_explicit(&s->m->duplicates_skipped, 1, memory_order_relaxed);
-	} else if (r->type == REDIS_REPLY_STRING) {
-		if (e->kind == Q_DEAD) {
-			s->stats.dead_lettered++;
-			if (s->m && e->dead_reason < DEAD_NREASONS)
-				atomic_fetch_add_explicit(&s->m->dead_lettered[e->dead_reason], 1,
-							  memory_order_relaxed);
-		} else {
-			s->stats.published++;
-			if (s->m) {
-				atomic_fetch_add_explicit(&s->m->published[e->stream_id], 1,
-							  memory_order_relaxed);
-				if (e->commit_us > 0)
-					metrics_observe_latency(s->m, time_now_us() - e->commit_us);
-			}
+	if (e->kind != Q_GROUP) {
+		int64_t now = time_now_us();
+
+		if (r->type != REDIS_REPLY_ARRAY || r->elements != e->nevents) {
+			snprintf(s->errmsg, sizeof(s->errmsg),
+				 "unexpected reply to %s: type %d with %zu element(s) for %u event(s)",
+				 kind_name(e->kind), r->type,
+				 r->type == REDIS_REPLY_ARRAY ? (size_t)r->elements : (size_t)0,
+				 e->nevents);
+			return false;
 		}
-	} else {
-		snprintf(s->errmsg, sizeof(s->errmsg), "unexpected reply type %d to %s", r->type,
-			 kind_name(e->kind));
-		return false;
+		for (size_t i = 0; i < r->elements; i++)
+			count_result(s, e, r->element[i], now);
 	}
 	queue_pop(s);
 	return true;

@@ -72,11 +72,21 @@ bool sink_redis_full(const struct sink_redis *s);
 
 /*
  * Queue ev (and, for a stream seen for the first time on this connection,
- * XGROUP CREATE ... 0 MKSTREAM for every --group). dead_letter marks an
- * entry for the dead-letter stream (no dedup, counted separately).
+ * XGROUP CREATE ... 0 MKSTREAM for every --group). Consecutive events for
+ * the same stream are batched into one function call (up to 64 events or
+ * 256 KiB); the batch is closed by an event for another stream, by any
+ * other command, or by sink_redis_flush(). dead_letter marks an entry for
+ * the dead-letter stream (no dedup, counted separately, never batched).
+ * sink_redis_last_seq() covers ev as soon as this returns.
  * Returns false only when out of memory.
  */
 bool sink_redis_publish(struct sink_redis *s, const struct event *ev, bool dead_letter);
+
+/*
+ * Close the open batch so that it is written by the next sink_redis_io().
+ * Call it after each burst of WAL messages. Returns false only when out of memory.
+ */
+bool sink_redis_flush(struct sink_redis *s);
 
 /*
  * Write pending commands and read available replies. Returns false when the

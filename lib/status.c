@@ -45,26 +45,25 @@
 
 static void usage(FILE *out)
 {
-	fprintf(out,
-		"Usage: outbox-relay status [OPTIONS]\n"
-		"Show the replication slot and the Redis streams of an outbox-relay deployment,\n"
-		"then exit.\n"
-		"\n"
-		"Options (each also as its environment variable; flags win):\n"
-		"  --pg-dsn CONNINFO           OUTBOX_RELAY_PG_DSN (required)\n"
-		"  --pg-password-file PATH     OUTBOX_RELAY_PG_PASSWORD_FILE\n"
-		"  --slot NAME                 OUTBOX_RELAY_SLOT (default: outbox_relay)\n"
-		"  --redis-url URL             OUTBOX_RELAY_REDIS_URL "
-		"(default: redis://127.0.0.1:6379)\n"
-		"  --redis-password-file PATH  OUTBOX_RELAY_REDIS_PASSWORD_FILE\n"
-		"  --stream-pattern GLOB       " PATTERN_ENV " (default: " PATTERN_DEFAULT ")\n"
-		"  --key-prefix PREFIX         OUTBOX_RELAY_KEY_PREFIX (default: outbox-relay)\n"
-		"  -h, --help                  print this help and exit\n"
-		"Every other outbox-relay option is accepted and ignored, so the relay's own\n"
-		"flags and environment can be reused as they are.\n"
-		"\n"
-		"Exit status: 0 all good, 2 bad options, 3 PostgreSQL unreachable, 4 the slot\n"
-		"does not exist, 5 Redis unreachable (the first of these that applies).\n");
+	fprintf(out, "Usage: outbox-relay status [OPTIONS]\n"
+	             "Show the replication slot and the Redis streams of an outbox-relay deployment,\n"
+	             "then exit.\n"
+	             "\n"
+	             "Options (each also as its environment variable; flags win):\n"
+	             "  --pg-dsn CONNINFO           OUTBOX_RELAY_PG_DSN (required)\n"
+	             "  --pg-password-file PATH     OUTBOX_RELAY_PG_PASSWORD_FILE\n"
+	             "  --slot NAME                 OUTBOX_RELAY_SLOT (default: outbox_relay)\n"
+	             "  --redis-url URL             OUTBOX_RELAY_REDIS_URL "
+	             "(default: redis://127.0.0.1:6379)\n"
+	             "  --redis-password-file PATH  OUTBOX_RELAY_REDIS_PASSWORD_FILE\n"
+	             "  --stream-pattern GLOB       " PATTERN_ENV " (default: " PATTERN_DEFAULT ")\n"
+	             "  --key-prefix PREFIX         OUTBOX_RELAY_KEY_PREFIX (default: outbox-relay)\n"
+	             "  -h, --help                  print this help and exit\n"
+	             "Every other outbox-relay option is accepted and ignored, so the relay's own\n"
+	             "flags and environment can be reused as they are.\n"
+	             "\n"
+	             "Exit status: 0 all good, 2 bad options, 3 PostgreSQL unreachable, 4 the slot\n"
+	             "does not exist, 5 Redis unreachable (the first of these that applies).\n");
 }
 
 /* ---- Tables ---- */
@@ -75,7 +74,7 @@ struct table {
 	unsigned right; /* bit i: column i is right-aligned (numbers) */
 	char **cells;   /* nrows * ncols, each malloc'd */
 	size_t nrows, cap;
-	bool failed;    /* an allocation failed; rows may be missing */
+	bool failed; /* an allocation failed; rows may be missing */
 };
 
 /* Append a row of t->ncols values (copied; NULL shows as "-"). */
@@ -172,20 +171,32 @@ static const char *one_line(const char *msg, char *buf, size_t len)
 }
 
 static const char *slot_query =
-	"SELECT slot_name, plugin, slot_type, database, temporary, active, active_pid, "
-	"       confirmed_flush_lsn, restart_lsn, "
-	"       pg_catalog.pg_wal_lsn_diff(w.lsn, confirmed_flush_lsn), "
-	"       pg_catalog.pg_size_pretty(pg_catalog.pg_wal_lsn_diff(w.lsn, confirmed_flush_lsn)), "
-	"       wal_status, safe_wal_size, pg_catalog.pg_size_pretty(safe_wal_size) "
-	"FROM pg_catalog.pg_replication_slots, "
-	"     (SELECT CASE WHEN pg_catalog.pg_is_in_recovery() "
-	"                  THEN pg_catalog.pg_last_wal_replay_lsn() "
-	"                  ELSE pg_catalog.pg_current_wal_lsn() END AS lsn) w "
-	"WHERE slot_name = $1";
+    "SELECT slot_name, plugin, slot_type, database, temporary, active, active_pid, "
+    "       confirmed_flush_lsn, restart_lsn, "
+    "       pg_catalog.pg_wal_lsn_diff(w.lsn, confirmed_flush_lsn), "
+    "       pg_catalog.pg_size_pretty(pg_catalog.pg_wal_lsn_diff(w.lsn, confirmed_flush_lsn)), "
+    "       wal_status, safe_wal_size, pg_catalog.pg_size_pretty(safe_wal_size) "
+    "FROM pg_catalog.pg_replication_slots, "
+    "     (SELECT CASE WHEN pg_catalog.pg_is_in_recovery() "
+    "                  THEN pg_catalog.pg_last_wal_replay_lsn() "
+    "                  ELSE pg_catalog.pg_current_wal_lsn() END AS lsn) w "
+    "WHERE slot_name = $1";
 
 enum slot_col {
-	C_NAME, C_PLUGIN, C_TYPE, C_DATABASE, C_TEMPORARY, C_ACTIVE, C_PID, C_CONFIRMED,
-	C_RESTART, C_LAG, C_LAG_PRETTY, C_WAL_STATUS, C_SAFE, C_SAFE_PRETTY
+	C_NAME,
+	C_PLUGIN,
+	C_TYPE,
+	C_DATABASE,
+	C_TEMPORARY,
+	C_ACTIVE,
+	C_PID,
+	C_CONFIRMED,
+	C_RESTART,
+	C_LAG,
+	C_LAG_PRETTY,
+	C_WAL_STATUS,
+	C_SAFE,
+	C_SAFE_PRETTY
 };
 
 static const char *cell(const PGresult *res, int col)
@@ -222,23 +233,23 @@ static int pg_section(const struct relay_config *cf, FILE *out)
 	conn = PQconnectdbParams(keys, vals, 1);
 	if (!conn || PQstatus(conn) != CONNECTION_OK) {
 		fprintf(out, "PostgreSQL\n  error: could not connect: %s\n",
-			conn ? one_line(PQerrorMessage(conn), msg, sizeof(msg)) : "out of memory");
+		        conn ? one_line(PQerrorMessage(conn), msg, sizeof(msg)) : "out of memory");
 		PQfinish(conn);
 		return EXIT_PG_SETUP;
 	}
 	fprintf(out, "PostgreSQL: host=%s port=%s dbname=%s user=%s\n", PQhost(conn), PQport(conn),
-		PQdb(conn), PQuser(conn));
+	        PQdb(conn), PQuser(conn));
 
 	res = PQexecParams(conn, slot_query, 1, NULL, params, NULL, NULL, 0);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
 		fprintf(out, "Replication slot \"%s\"\n  error: could not query pg_replication_slots: %s\n",
-			cf->slot, one_line(PQerrorMessage(conn), msg, sizeof(msg)));
+		        cf->slot, one_line(PQerrorMessage(conn), msg, sizeof(msg)));
 		rc = EXIT_PG_SETUP;
 	} else if (PQntuples(res) == 0) {
 		fprintf(out,
-			"Replication slot \"%s\"\n  error: the slot does not exist in this cluster "
-			"(the relay creates it on its first start unless --no-create-slot)\n",
-			cf->slot);
+		        "Replication slot \"%s\"\n  error: the slot does not exist in this cluster "
+		        "(the relay creates it on its first start unless --no-create-slot)\n",
+		        cf->slot);
 		rc = EXIT_SLOT;
 	} else {
 		const char *safe = cell(res, C_SAFE), *ws = cell(res, C_WAL_STATUS);
@@ -255,7 +266,7 @@ static int pg_section(const struct relay_config *cf, FILE *out)
 		kv(out, "restart_lsn", cell(res, C_RESTART));
 		if (cell(res, C_LAG)) {
 			(void)snprintf(line, sizeof(line), "%s (%s behind the current WAL position)",
-				       cell(res, C_LAG), cell(res, C_LAG_PRETTY));
+			               cell(res, C_LAG), cell(res, C_LAG_PRETTY));
 			kv(out, "lag_bytes", line);
 		} else {
 			kv(out, "lag_bytes", NULL);
@@ -266,12 +277,11 @@ static int pg_section(const struct relay_config *cf, FILE *out)
 			kv(out, "safe_wal_size", line);
 		} else {
 			kv(out, "safe_wal_size",
-			   ws && strcmp(ws, "lost") == 0 ? "-"
-							 : "- (no max_slot_wal_keep_size: unlimited)");
+			   ws && strcmp(ws, "lost") == 0 ? "-" : "- (no max_slot_wal_keep_size: unlimited)");
 		}
 		if (ws && strcmp(ws, "lost") == 0) {
 			fprintf(out, "  error: the slot was invalidated (wal_status lost); the relay "
-				     "cannot stream from it\n");
+			             "cannot stream from it\n");
 			rc = EXIT_SLOT;
 		}
 	}
@@ -336,18 +346,17 @@ static void keylist_finish(struct keylist *l)
 
 /* Collect the stream keys matching pattern, sorted. False with err on failure. */
 static bool scan_streams(redisContext *c, const char *pattern, struct keylist *l, char *err,
-			 size_t errlen)
+                         size_t errlen)
 {
 	char cursor[32] = "0";
-	const char *argv[8] = {"SCAN", cursor, "MATCH", pattern, "TYPE", "stream", "COUNT",
-			       SCAN_COUNT};
+	const char *argv[8] = {"SCAN", cursor, "MATCH", pattern, "TYPE", "stream", "COUNT", SCAN_COUNT};
 
 	do {
 		redisReply *r = redisCommandArgv(c, 8, argv, NULL), *keys;
 
 		if (!r) {
 			(void)snprintf(err, errlen, "SCAN failed: %s",
-				       c->errstr[0] ? c->errstr : "connection lost");
+			               c->errstr[0] ? c->errstr : "connection lost");
 			return false;
 		}
 		if (r->type == REDIS_REPLY_ERROR) {
@@ -356,8 +365,7 @@ static bool scan_streams(redisContext *c, const char *pattern, struct keylist *l
 			return false;
 		}
 		if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-		    r->element[0]->type != REDIS_REPLY_STRING ||
-		    r->element[0]->len >= sizeof(cursor) ||
+		    r->element[0]->type != REDIS_REPLY_STRING || r->element[0]->len >= sizeof(cursor) ||
 		    r->element[1]->type != REDIS_REPLY_ARRAY) {
 			(void)snprintf(err, errlen, "unexpected reply to SCAN");
 			freeReplyObject(r);
@@ -386,7 +394,7 @@ static bool scan_streams(redisContext *c, const char *pattern, struct keylist *l
 		}
 		freeReplyObject(r);
 		continue;
-oom:
+	oom:
 		freeReplyObject(r);
 		(void)snprintf(err, errlen, "out of memory");
 		return false;
@@ -413,7 +421,7 @@ oom:
  * 8 hex digits>"); NULL when there is none. Other values are shown as they are.
  */
 static const char *watermark(redisContext *c, const struct relay_config *cf, const char *key,
-			     char *buf, size_t len, char *err, size_t errlen, bool *failed)
+                             char *buf, size_t len, char *err, size_t errlen, bool *failed)
 {
 	struct buf tag = {0}, wm = {0};
 	const char *argv[2] = {"GET", NULL};
@@ -441,8 +449,7 @@ static const char *watermark(redisContext *c, const struct relay_config *cf, con
 	r = redisCommandArgv(c, 2, argv, NULL);
 	buf_finish(&wm);
 	if (!r) {
-		(void)snprintf(err, errlen, "GET failed: %s",
-			       c->errstr[0] ? c->errstr : "connection lost");
+		(void)snprintf(err, errlen, "GET failed: %s", c->errstr[0] ? c->errstr : "connection lost");
 		*failed = true;
 		return NULL;
 	}
@@ -454,8 +461,7 @@ static const char *watermark(redisContext *c, const struct relay_config *cf, con
 		if (r->len == 25 && sscanf(r->str, "%16llx:%8x%c", &pos, &idx, &tail) == 2) {
 			(void)snprintf(buf, len, "%s:%u", lsn_format((lsn_t)pos, lsn), idx);
 		} else {
-			(void)snprintf(buf, len, "%.*s", (int)(r->len < len ? r->len : len - 1),
-				       r->str);
+			(void)snprintf(buf, len, "%.*s", (int)(r->len < len ? r->len : len - 1), r->str);
 		}
 		shown = buf;
 	} else if (r->type == REDIS_REPLY_ERROR) {
@@ -466,17 +472,17 @@ static const char *watermark(redisContext *c, const struct relay_config *cf, con
 	return shown;
 }
 
-static const char *const stream_head[] = {"STREAM", "LENGTH", "LAST-GENERATED-ID",
-					  "ENTRIES-ADDED", "GROUPS", "WATERMARK"};
-static const char *const group_head[] = {"STREAM", "GROUP", "CONSUMERS", "PENDING", "LAG",
-					 "LAST-DELIVERED-ID"};
+static const char *const stream_head[] = {"STREAM",        "LENGTH", "LAST-GENERATED-ID",
+                                          "ENTRIES-ADDED", "GROUPS", "WATERMARK"};
+static const char *const group_head[] = {"STREAM",  "GROUP", "CONSUMERS",
+                                         "PENDING", "LAG",   "LAST-DELIVERED-ID"};
 
 /*
  * One stream: a row in streams, a row per group in groups. Returns false
  * with err when the connection failed; a stream deleted meanwhile is skipped.
  */
 static bool describe_stream(redisContext *c, const struct relay_config *cf, const char *key,
-			    struct table *streams, struct table *groups, char *err, size_t errlen)
+                            struct table *streams, struct table *groups, char *err, size_t errlen)
 {
 	const char *info_argv[3] = {"XINFO", "STREAM", key};
 	const char *groups_argv[3] = {"XINFO", "GROUPS", key};
@@ -488,7 +494,7 @@ static bool describe_stream(redisContext *c, const struct relay_config *cf, cons
 	info = redisCommandArgv(c, 3, info_argv, NULL);
 	if (!info) {
 		(void)snprintf(err, errlen, "XINFO STREAM failed: %s",
-			       c->errstr[0] ? c->errstr : "connection lost");
+		               c->errstr[0] ? c->errstr : "connection lost");
 		return false;
 	}
 	if (info->type == REDIS_REPLY_ERROR) {
@@ -508,7 +514,7 @@ static bool describe_stream(redisContext *c, const struct relay_config *cf, cons
 	if (!gr) {
 		freeReplyObject(info);
 		(void)snprintf(err, errlen, "XINFO GROUPS failed: %s",
-			       c->errstr[0] ? c->errstr : "connection lost");
+		               c->errstr[0] ? c->errstr : "connection lost");
 		return false;
 	}
 	wm = watermark(c, cf, key, wm_s, sizeof(wm_s), err, errlen, &failed);
@@ -585,9 +591,10 @@ static int redis_section(const struct relay_config *cf, const char *pattern, FIL
 	fprintf(out, "Streams matching \"%s\": %zu\n", pattern, keys.n);
 	if (streams.nrows > 0) {
 		table_print(&streams, out);
-		fprintf(out, "  (WATERMARK: commit LSN:index of the last event slot \"%s\" published "
-			     "to the stream, from %s:wm:{STREAM}:%s)\n",
-			cf->slot, cf->key_prefix, cf->slot);
+		fprintf(out,
+		        "  (WATERMARK: commit LSN:index of the last event slot \"%s\" published "
+		        "to the stream, from %s:wm:{STREAM}:%s)\n",
+		        cf->slot, cf->key_prefix, cf->slot);
 	}
 	if (groups.nrows > 0) {
 		fprintf(out, "Consumer groups:\n");
@@ -613,7 +620,7 @@ out:
  * value or out of memory.
  */
 static bool split_pattern(int argc, char **argv, int *ret_argc, char ***ret_argv,
-			  const char **pattern, char *err, size_t errlen)
+                          const char **pattern, char *err, size_t errlen)
 {
 	char **rest = calloc((size_t)argc + 1, sizeof(*rest));
 	int n = 0;
@@ -692,8 +699,8 @@ int status_main(int argc, char **argv, char **envp)
 	}
 	if (!*pattern) {
 		free(rest);
-		fprintf(stderr, "%s: %s must not be empty; the default is \"%s\"\n", PROGNAME,
-			PATTERN_FLAG, PATTERN_DEFAULT);
+		fprintf(stderr, "%s: %s must not be empty; the default is \"%s\"\n", PROGNAME, PATTERN_FLAG,
+		        PATTERN_DEFAULT);
 		return EXIT_USAGE;
 	}
 	switch (config_load(&cf, nrest, rest, envp, err, sizeof(err))) {

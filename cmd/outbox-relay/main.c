@@ -2,14 +2,17 @@
  * outbox-relay - publish transactional outbox rows from a PostgreSQL logical
  * replication slot (wal2json) to Redis Streams, exactly once per event id.
  *
- * This file only parses the configuration and hands over to relay_run().
+ * This file only parses the configuration and hands over to relay_run(), or
+ * to status_main() for `outbox-relay status`.
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "config.h"
 #include "exitcode.h"
 #include "log.h"
 #include "relay.h"
+#include "status.h"
 
 extern char **environ;
 
@@ -19,6 +22,8 @@ int main(int argc, char **argv)
 	char err[1024];
 	int rc;
 
+	if (argc > 1 && strcmp(argv[1], "status") == 0)
+		return status_main(argc - 1, argv + 1, environ);
 	switch (config_load(&cf, argc, argv, environ, err, sizeof(err))) {
 	case CONFIG_OK:
 		break;
