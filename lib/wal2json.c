@@ -477,7 +477,12 @@ static bool run_parser(struct w2j_decoder *d, const yajl_callbacks *cb, const ch
 	h = yajl_alloc(cb, &d->afs, d);
 	if (!h)
 		return set_error(d, "out of memory");
-	/* defaults: one value, no trailing garbage, no comments, UTF-8 checked */
+	/*
+	 * One value, no trailing garbage, no comments. Strings are not re-checked
+	 * as UTF-8: PostgreSQL already guarantees valid text in the database
+	 * encoding (which need not be UTF-8), and the check costs ~8% of decoding.
+	 */
+	yajl_config(h, yajl_dont_validate_strings, 1);
 	st = yajl_parse(h, (const unsigned char *)buf, len);
 	at = yajl_get_bytes_consumed(h);
 	if (st == yajl_status_ok) {
