@@ -138,6 +138,12 @@ static enum pg_status classify_command_error(struct pgrepl *p, const PGresult *r
 	}
 	if (strcmp(state, "55006") == 0) /* object_in_use: slot active elsewhere */
 		return PG_STANDBY;
+	if (strstr(p->errmsg, "can no longer get changes") || strstr(p->errmsg, "invalidated")) {
+		append_hint(p, "the slot was invalidated (max_slot_wal_keep_size exceeded): WAL it "
+			       "needed is gone, so events in that range must be recovered from the "
+			       "outbox table; then drop the slot and let the relay create a new one");
+		return PG_FATAL_SLOT;
+	}
 	if (strcmp(state, "58P01") == 0 || strstr(p->errmsg, "could not access file")) {
 		append_hint(p, "install the wal2json output plugin (Debian: postgresql-15-wal2json)");
 		return PG_FATAL_SETUP;

@@ -177,6 +177,10 @@ static void advance_confirm(struct relay *r)
 	if (acked_seq > r->acked_seq_seen) { /* Redis acknowledges: progress */
 		r->acked_seq_seen = acked_seq;
 		r->redis_bo.attempt = 0;
+		if (r->redis_down) {
+			log_info("Redis: recovered, events are acknowledged again");
+			r->redis_down = false;
+		}
 	}
 	while (r->m_len > 0 && r->marks[r->m_head].seq <= acked_seq) {
 		if (r->marks[r->m_head].lsn > r->acked)
@@ -501,15 +505,18 @@ static int try_redis(struct relay *r)
 	redis_target_describe(&r->cf->redis, where, sizeof(where));
 	switch (st) {
 	case SINK_OK:
-		if (r->redis_down)
-			log_info("Redis: reconnected to %s; resending %llu event(s)", where,
-				 (unsigned long long)sink_redis_inflight_events(r->sink));
-		else
+		if (!r->redis_down)
 			log_info("connected to Redis at %s", where);
-		/* The backoff resets on the first acknowledged command, not here: a
-		 * server that accepts connections but fails every command must not be
-		 * hammered. */
-		r->redis_down = false;
+		else if (sink_redis_inflight_events(r->sink) == 0)
+			log_info("Redis: reconnected to %s", where);
+		else
+			log_debug("Redis: reconnected to %s; resending %llu event(s)", where,
+				  (unsigned long long)sink_redis_inflight_events(r->sink));
+		/* Recovery (and the backoff reset) waits for the first acknowledged
+		 * command: a server that accepts connections but fails every command
+		 * must not be hammered, nor logged about on every attempt. */
+		if (sink_redis_inflight_events(r->sink) == 0)
+			r->redis_down = false;
 		return -1;
 	case SINK_RETRY: {
 		char why[700];
@@ -670,7 +677,8 @@ int relay_run(const struct relay_config *cf)
 			relay_free(&r);
 			return EXIT_USAGE;
 		}
-		log_info("serving /metrics, /healthz and /readyz on %s", cf->http_addr);
+		log_info("serving /metrics, /healthz and /readyz on %s (port %d)", cf->http_addr,
+			 metrics_server_port(r.http));
 	}
 	r.last_stats_us = time_mono_us();
 

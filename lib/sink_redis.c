@@ -32,6 +32,10 @@
  * Returns one result per event, in order: 0 for a replay (the watermark is at
  * or past its position), 1 for a duplicate id inside the window, or the new
  * entry's id. The watermark is read once and written once per batch.
+ * Redis does not undo a script's writes when a later command fails, so a
+ * failing XADD (e.g. WRONGTYPE) is caught: that event's dedup key is removed
+ * and the watermark covers only the events before it, then the error is
+ * returned. A retry then publishes exactly what is missing.
  */
 #define PUBLISH_BODY                                                                               \
 	"local function publish(keys, args)\n"                                                     \
@@ -46,12 +50,20 @@
 	"    elseif ttl ~= '0' and not redis.call('SET', keys[i], '1', 'NX', 'EX', ttl) then\n"    \
 	"      res[#res + 1] = 1\n"                                                                \
 	"      wm, last = pos, pos\n"                                                              \
-	"    elseif maxlen ~= '0' then\n"                                                          \
-	"      res[#res + 1] = redis.call('XADD', keys[1], 'MAXLEN', '~', maxlen, '*',\n"          \
-	"                                 unpack(args, first, a - 1))\n"                           \
-	"      wm, last = pos, pos\n"                                                              \
 	"    else\n"                                                                               \
-	"      res[#res + 1] = redis.call('XADD', keys[1], '*', unpack(args, first, a - 1))\n"     \
+	"      local id\n"                                                                         \
+	"      if maxlen ~= '0' then\n"                                                            \
+	"        id = redis.pcall('XADD', keys[1], 'MAXLEN', '~', maxlen, '*',\n"                  \
+	"                         unpack(args, first, a - 1))\n"                                   \
+	"      else\n"                                                                             \
+	"        id = redis.pcall('XADD', keys[1], '*', unpack(args, first, a - 1))\n"             \
+	"      end\n"                                                                              \
+	"      if type(id) == 'table' and id.err then\n"                                           \
+	"        if ttl ~= '0' then redis.call('DEL', keys[i]) end\n"                              \
+	"        if last then redis.call('SET', keys[2], last) end\n"                              \
+	"        return id\n"                                                                      \
+	"      end\n"                                                                              \
+	"      res[#res + 1] = id\n"                                                               \
 	"      wm, last = pos, pos\n"                                                              \
 	"    end\n"                                                                                \
 	"  end\n"                                                                                  \
@@ -808,11 +820,11 @@ static bool handle_reply(struct sink_redis *s, redisReply *r)
 		s->errkind = classify_reply_error(r->str);
 		if (s->errkind == SINK_ERR_WRONGTYPE)
 			snprintf(s->errmsg, sizeof(s->errmsg),
-				 "Redis answered %s with an error: %s (a key the relay writes holds "
-				 "another type: rename or delete it; the relay retries until then)",
+				 "%s failed: %s (a key the relay writes holds another type: rename or "
+				 "delete it; the relay retries until then)",
 				 kind_name(e->kind), r->str);
 		else
-			snprintf(s->errmsg, sizeof(s->errmsg), "Redis answered %s with an error: %s",
+			snprintf(s->errmsg, sizeof(s->errmsg), "%s failed: %s",
 				 kind_name(e->kind), r->str);
 		return false;
 	}

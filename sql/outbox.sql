@@ -33,7 +33,8 @@
 --
 --  * A login role for the relay with the REPLICATION attribute, e.g.
 --        CREATE ROLE outbox_relay LOGIN REPLICATION PASSWORD '...';
---        GRANT SELECT ON public.outbox TO outbox_relay;   -- schema check at startup
+--    (no table privileges: decoding reads WAL, and the startup schema check reads
+--    only the catalogs; see sql/roles.sql)
 --    and a pg_hba.conf line that lets it connect to the database (a
 --    replication=database connection matches the *database* column, not the
 --    "replication" keyword), e.g.
