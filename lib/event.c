@@ -223,8 +223,9 @@ bool stream_tmpl_render(const struct stream_tmpl *t, const struct w2j_field *fie
 			*reason = why;
 			return false;
 		}
-		if (f->kind == W2J_KIND_NULL) {
-			snprintf(why, sizeof(why), "routing column \"%s\" is NULL", p->text);
+		if (f->kind == W2J_KIND_NULL || f->value_len == 0) {
+			snprintf(why, sizeof(why), "routing column \"%s\" is %s", p->text,
+				 f->kind == W2J_KIND_NULL ? "NULL" : "empty");
 			*reason = why;
 			return false;
 		}

@@ -83,6 +83,16 @@ static void set_err(struct pgrepl *p, const char *prefix, const char *msg)
 	if (msg && (strncmp(msg, "ERROR:  ", 8) == 0 || strncmp(msg, "FATAL:  ", 8) == 0))
 		msg += 8;
 	snprintf(p->errmsg, sizeof(p->errmsg), "%s%s", prefix, msg ? msg : "");
+	/* Keep the first line: our own hint replaces the server's DETAIL/HINT lines. */
+	{
+		char *nl = strstr(p->errmsg, "\nHINT:");
+		char *dl = strstr(p->errmsg, "\nDETAIL:");
+
+		if (nl)
+			*nl = '\0';
+		if (dl)
+			*dl = '\0';
+	}
 	n = strlen(p->errmsg);
 	while (n > 0 && (p->errmsg[n - 1] == '\n' || p->errmsg[n - 1] == ' '))
 		p->errmsg[--n] = '\0';
@@ -101,6 +111,13 @@ static void append_hint(struct pgrepl *p, const char *hint)
 /* Classify a failed connection attempt from libpq's message text (no SQLSTATE is exposed). */
 static enum pg_status classify_connect_error(struct pgrepl *p, const char *msg)
 {
+	/* libpq parses option values only when connecting: "invalid integer value
+	 * ... for connection option", "invalid sslmode value", "invalid port number". */
+	if (strncmp(msg, "invalid ", 8) == 0 ||
+	    (strstr(msg, "invalid ") && strstr(msg, "connection option"))) {
+		append_hint(p, "fix that value in --pg-dsn");
+		return PG_FATAL_USAGE;
+	}
 	if (strstr(msg, "password authentication failed") || strstr(msg, "no pg_hba.conf entry") ||
 	    strstr(msg, "authentication failed") || strstr(msg, "no password supplied")) {
 		append_hint(p, "check the user and password in --pg-dsn and pg_hba.conf");

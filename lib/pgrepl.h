@@ -18,7 +18,8 @@ enum pg_status {
 	PG_STANDBY,     /* the slot is active in another process: wait as standby */
 	PG_FATAL_SETUP, /* exit EXIT_PG_SETUP: auth, privileges, wal_level, plugin */
 	PG_FATAL_SLOT,  /* exit EXIT_SLOT: other plugin, missing with --no-create-slot, no free slot */
-	PG_FATAL_SCHEMA /* exit EXIT_OUTBOX_SCHEMA */
+	PG_FATAL_SCHEMA, /* exit EXIT_OUTBOX_SCHEMA */
+	PG_FATAL_USAGE   /* exit EXIT_USAGE: --pg-dsn holds a value libpq rejects */
 };
 
 struct pg_msg {

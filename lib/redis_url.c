@@ -358,12 +358,59 @@ static bool parse_unix(const char *s, size_t len, struct redis_target *t, char *
 }
 
 /* The redis_url.h contract: *ret zeroed on failure, password never in err. */
+/*
+ * "host:port,host:port[/0]": every seed through parse_tcp; host/port of *t
+ * become the first seed. A cluster has one database, 0.
+ */
+static bool parse_seeds(const char *s, size_t len, struct redis_target *t, char *err, size_t errlen)
+{
+	size_t start = 0;
+
+	t->cluster = true;
+	while (start <= len) {
+		const char *comma = memchr(s + start, ',', len - start);
+		size_t end = comma ? (size_t)(comma - s) : len;
+		struct redis_target one = {0};
+		struct redis_seed *seeds;
+
+		if (!parse_tcp(s + start, end - start, &one, err, errlen))
+			return false;
+		if (one.db != 0) {
+			redis_target_finish(&one);
+			seterr(err, errlen, "a Redis Cluster has only database 0: drop the /DB part");
+			return false;
+		}
+		seeds = realloc(t->seeds, (t->nseeds + 1) * sizeof(*seeds));
+		if (!seeds) {
+			redis_target_finish(&one);
+			seterr(err, errlen, "out of memory");
+			return false;
+		}
+		t->seeds = seeds;
+		t->seeds[t->nseeds].host = one.host;
+		t->seeds[t->nseeds].port = one.port;
+		t->nseeds++;
+		one.host = NULL;
+		redis_target_finish(&one);
+		if (!comma)
+			break;
+		start = end + 1;
+	}
+	t->host = strdup(t->seeds[0].host);
+	t->port = t->seeds[0].port;
+	if (!t->host) {
+		seterr(err, errlen, "out of memory");
+		return false;
+	}
+	return true;
+}
+
 bool redis_url_parse(const char *url, struct redis_target *ret, char *err, size_t errlen)
 {
 	struct redis_target t = {0};
 	const char *rest, *sep;
 	size_t restlen;
-	bool is_unix = false, ok;
+	bool is_unix = false, is_cluster = false, ok;
 
 	if (err && errlen > 0)
 		err[0] = '\0';
@@ -392,6 +439,8 @@ bool redis_url_parse(const char *url, struct redis_target *ret, char *err, size_
 			t.tls = true;
 		} else if (slen == 4 && strncasecmp(url, "unix", 4) == 0) {
 			is_unix = true;
+		} else if (slen == 13 && strncasecmp(url, "redis-cluster", 13) == 0) {
+			is_cluster = true;
 		} else {
 			char q[QUOTE_MAX + 8];
 			bool plain = slen > 0 && slen <= 16;
@@ -400,10 +449,10 @@ bool redis_url_parse(const char *url, struct redis_target *ret, char *err, size_
 			for (size_t i = 0; plain && i < slen; i++)
 				plain = host_char_ok(url[i]) || url[i] == '+';
 			if (plain)
-				seterr(err, errlen, "unsupported scheme \"%s\": use redis://, rediss:// or unix://",
+				seterr(err, errlen, "unsupported scheme \"%s\": use redis://, rediss://, unix:// or redis-cluster://",
 				       quotable(url, slen, q, sizeof(q)));
 			else
-				seterr(err, errlen, "unsupported scheme: use redis://, rediss:// or unix://");
+				seterr(err, errlen, "unsupported scheme: use redis://, rediss://, unix:// or redis-cluster://");
 			return false;
 		}
 	}
@@ -431,6 +480,8 @@ bool redis_url_parse(const char *url, struct redis_target *ret, char *err, size_
 
 	if (is_unix)
 		ok = parse_unix(rest, restlen, &t, err, errlen);
+	else if (is_cluster)
+		ok = parse_seeds(rest, restlen, &t, err, errlen);
 	else
 		ok = parse_tcp(rest, restlen, &t, err, errlen);
 	if (!ok)
@@ -448,6 +499,9 @@ void redis_target_finish(struct redis_target *t)
 {
 	if (!t)
 		return;
+	for (size_t i = 0; i < t->nseeds; i++)
+		free(t->seeds[i].host);
+	free(t->seeds);
 	free(t->host);
 	free(t->unix_path);
 	free(t->user);
@@ -466,6 +520,9 @@ char *redis_target_describe(const struct redis_target *t, char *buf, size_t len)
 		(void)snprintf(buf, len, "unix:%s?db=%d", t->unix_path, t->db);
 	else if (t->unix_path)
 		(void)snprintf(buf, len, "unix:%s", t->unix_path);
+	else if (t->cluster)
+		(void)snprintf(buf, len, "cluster via %s:%d (%zu seed%s)", t->host, t->port, t->nseeds,
+			       t->nseeds == 1 ? "" : "s");
 	else if (strchr(t->host, ':'))
 		(void)snprintf(buf, len, "[%s]:%d/%d", t->host, t->port, t->db);
 	else

@@ -6,6 +6,7 @@
  *   redis://[[user]:password@][ipv6]:port[/db]
  *   unix://[[user]:password@]/path/to/redis.sock[?db=N]
  *   /path/to/redis.sock                             (shorthand for unix://)
+ *   redis-cluster://[[user]:password@]host:port[,host:port...]   (cluster seeds; db 0 only)
  * User and password are percent-decoded. "rediss://" is recognised and sets
  * tls=true (the sink refuses it when the build has no TLS support).
  */
@@ -15,6 +16,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+struct redis_seed {
+	char *host;
+	int port;
+};
+
 struct redis_target {
 	char *host;      /* NULL for unix sockets */
 	int port;
@@ -23,6 +29,9 @@ struct redis_target {
 	char *password;  /* NULL when absent */
 	int db;
 	bool tls;
+	bool cluster;             /* redis-cluster://: host/port is the first seed */
+	struct redis_seed *seeds; /* cluster seed nodes (nseeds >= 1 when cluster) */
+	size_t nseeds;
 };
 
 /*

@@ -267,8 +267,9 @@ static bool map_and_queue(struct relay *r, const struct w2j_field *fields, size_
 	if (mr == MAP_EVENT && (int64_t)sink_redis_event_size(&ev) > r->cf->max_event_bytes) {
 		char why[200];
 
-		snprintf(why, sizeof(why), "event is %zu bytes, over --max-event-bytes %lld (raw kept: first %d bytes)",
-			 sink_redis_event_size(&ev), (long long)r->cf->max_event_bytes, RAW_KEEP_TOO_LARGE);
+		snprintf(why, sizeof(why), "event is %zu bytes, over --max-event-bytes %lld%s",
+			 sink_redis_event_size(&ev), (long long)r->cf->max_event_bytes,
+			 len > RAW_KEEP_TOO_LARGE ? " (raw cut to its first 64 KiB)" : "");
 		r->next_index--; /* the dead letter takes the event's own position */
 		return dead_letter(r, DEAD_TOO_LARGE, why, raw,
 				   len > RAW_KEEP_TOO_LARGE ? RAW_KEEP_TOO_LARGE : len);
@@ -384,7 +385,12 @@ static bool handle_xlogdata(struct relay *r, const struct pg_msg *m)
 			if (!w2j_decode_object(r->dec, r->content.data, r->content.len, &fields, &n)) {
 				char reason[600];
 
-				snprintf(reason, sizeof(reason), "%s", w2j_errmsg(r->dec));
+				const char *e = w2j_errmsg(r->dec);
+
+				if (strstr(e, "not a JSON object"))
+					snprintf(reason, sizeof(reason), "%s", e);
+				else
+					snprintf(reason, sizeof(reason), "message content is not a JSON object: %s", e);
 				return dead_letter(r, DEAD_NOT_JSON, reason, m->data, m->len);
 			}
 			return map_and_queue(r, fields, n, m->data, m->len);
@@ -459,7 +465,7 @@ static int try_pg(struct relay *r)
 	case PG_OK:
 		if (r->standby)
 			log_info("slot \"%s\" is free now: active, streaming", r->cf->slot);
-		else if (r->pg_down)
+		else if (r->pg_down && r->pg_ever_started)
 			log_info("PostgreSQL: reconnected, streaming slot \"%s\"", r->cf->slot);
 		else
 			log_info("streaming slot \"%s\"%s (confirmed up to %s before start)",
@@ -493,6 +499,9 @@ static int try_pg(struct relay *r)
 	case PG_FATAL_SCHEMA:
 		log_error("%s", pgrepl_errmsg(r->pg));
 		return EXIT_OUTBOX_SCHEMA;
+	case PG_FATAL_USAGE:
+		log_error("%s", pgrepl_errmsg(r->pg));
+		return EXIT_USAGE;
 	}
 	return -1;
 }

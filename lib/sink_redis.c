@@ -438,8 +438,13 @@ static redisReply *setup_command(struct sink_redis *s, enum sink_status *status,
 		return NULL;
 	}
 	if (r->type == REDIS_REPLY_ERROR) {
-		snprintf(s->errmsg, sizeof(s->errmsg), "%s failed: %s", what, r->str);
 		*status = permanent_error(r->str) ? SINK_FATAL : SINK_RETRY;
+		snprintf(s->errmsg, sizeof(s->errmsg), "%s failed: %s%s", what, r->str,
+			 strncmp(r->str, "NOPERM", 6) == 0
+				 ? " (the Redis ACL user lacks a permission: see deploy/redis/users.acl)"
+			 : *status == SINK_FATAL
+				 ? " (check the user and password in --redis-url or --redis-password-file)"
+				 : "");
 		return r;
 	}
 	return r;

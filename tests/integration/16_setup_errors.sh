@@ -15,11 +15,11 @@ assert_eq 6 "$RELAY_RC" "--table public.no_such_table: exit code"
 assert_contains "$(cat "$RELAY_LOG")" "no_such_table" "log names the missing table"
 
 psql_q "CREATE ROLE plain LOGIN; GRANT SELECT ON public.outbox TO plain"
-_relay_args() { RELAY_ARGS=(--pg-dsn "host=$T port=$PGPORT user=plain dbname=postgres" --redis-url "$REDIS_URL" --log-level "$RELAY_LOG_LEVEL"); }
+_relay_args() { RELAY_ARGS=(--pg-dsn "host=$T port=$PGPORT user=plain dbname=postgres" --redis-url "$REDIS_URL" --log-level "$RELAY_LOG_LEVEL" --http-addr ""); }
 relay_run --slot s_plain || true
 assert_eq 3 "$RELAY_RC" "role without REPLICATION: exit code"
 unset -f _relay_args
-_relay_args() { RELAY_ARGS=(--pg-dsn "$PG_DSN" --redis-url "$REDIS_URL" --log-level "$RELAY_LOG_LEVEL"); }
+_relay_args() { RELAY_ARGS=(--pg-dsn "$PG_DSN" --redis-url "$REDIS_URL" --log-level "$RELAY_LOG_LEVEL" --http-addr ""); }
 
 redis_stop
 redis_start --requirepass s3cret

@@ -676,7 +676,7 @@ TEST(redis_url_option)
 
 	CHECK(load_fails_exactly(ARGS("--pg-dsn", DSN, "--redis-url", "http://x"), NOENV,
 	                         "invalid --redis-url: unsupported scheme \"http\": use redis://, "
-	                         "rediss:// or unix://"));
+	                         "rediss://, unix:// or redis-cluster://"));
 	CHECK(load_fails(ARGS("--pg-dsn", DSN, "--redis-url", "redis://u:hunter2@h:99999"), NOENV,
 	                 "invalid --redis-url: invalid port", "hunter2"));
 	CHECK(load_fails(ARGS("--pg-dsn", DSN, "--redis-url", "redis://u:hunter2"), NOENV,

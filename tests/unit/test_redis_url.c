@@ -266,7 +266,7 @@ TEST(describe)
 TEST(errors_scheme)
 {
 	CHECK(
-	    fails_with("http://x", "unsupported scheme \"http\": use redis://, rediss:// or unix://"));
+	    fails_with("http://x", "unsupported scheme \"http\": use redis://, rediss://, unix:// or redis-cluster://"));
 	CHECK(fails_with("http://u:" SECRET "@x", "unsupported scheme \"http\""));
 	CHECK(fails_with("redis+sentinel://h", "unsupported scheme \"redis+sentinel\""));
 	CHECK(fails_with("localhost:6379", "expected a URL such as redis://127.0.0.1:6379"));
