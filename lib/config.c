@@ -119,6 +119,7 @@ static bool check_slot(const char *value, char *why, size_t whylen);
 static bool check_table(const char *value, char *why, size_t whylen);
 static bool check_key_prefix(const char *value, char *why, size_t whylen);
 static bool check_id_format(const char *value, char *why, size_t whylen);
+static bool check_wait_aof(const char *value, char *why, size_t whylen);
 
 #define FIELD(f)                                                                                   \
 	.offset = offsetof(struct relay_config, f), .size = sizeof(((struct relay_config *)0)->f)
@@ -357,6 +358,56 @@ static const struct option_def option_table[] = {
     },
 
     /* Flow control and lifecycle */
+    {
+        .name = "redis-cluster",
+        .env = "OUTBOX_RELAY_REDIS_CLUSTER",
+        .kind = OPT_BOOL,
+        .group = GROUP_REDIS,
+        FIELD(redis_cluster),
+        .defval = "false",
+        .help = "treat the --redis-url host as a seed of a Redis Cluster (the same as a "
+                "redis-cluster://host:port[,host:port...] URL): one pipelined connection "
+                "per master, MOVED and ASK followed",
+    },
+    {
+        .name = "wait-replicas",
+        .env = "OUTBOX_RELAY_WAIT_REPLICAS",
+        .kind = OPT_INT,
+        .group = GROUP_REDIS,
+        FIELD(wait_replicas),
+        .defval = "0",
+        .min = 0,
+        .max = 16,
+        .metavar = "N",
+        .help = "count events as acknowledged (and confirm their LSN) only after WAIT N says "
+                "N replicas have them; fewer within --wait-timeout means no confirm and a "
+                "resend; 0 turns it off",
+    },
+    {
+        .name = "wait-timeout",
+        .env = "OUTBOX_RELAY_WAIT_TIMEOUT",
+        .kind = OPT_DURATION,
+        .group = GROUP_REDIS,
+        FIELD(wait_timeout_ms),
+        .defval = "1s",
+        .min = 10,
+        .max = 60 * MS_SECOND,
+        .metavar = "DURATION",
+        .help = "how long WAIT / WAITAOF may block for the replicas or the fsync",
+    },
+    {
+        .name = "wait-aof",
+        .env = "OUTBOX_RELAY_WAIT_AOF",
+        .kind = OPT_STRING,
+        .group = GROUP_REDIS,
+        FIELD(wait_aof),
+        .defval = "none",
+        .check = check_wait_aof,
+        .metavar = "MODE",
+        .help = "none; local: count events as acknowledged only once Redis fsynced them to "
+                "its AOF (WAITAOF 1 0, Redis 7.2+ with appendonly yes); local,replicas: also "
+                "on --wait-replicas replicas (WAITAOF 1 N)",
+    },
     {
         .name = "max-inflight-events",
         .env = "OUTBOX_RELAY_MAX_INFLIGHT_EVENTS",
@@ -1342,6 +1393,15 @@ static bool scan_env(struct raw_value *raw, char **envp, char *err, size_t errle
 	return true;
 }
 
+static bool check_wait_aof(const char *value, char *why, size_t whylen)
+{
+	if (strcmp(value, "none") == 0 || strcmp(value, "local") == 0 ||
+	    strcmp(value, "local,replicas") == 0)
+		return true;
+	seterr(why, whylen, "expected none, local or local,replicas");
+	return false;
+}
+
 static bool check_id_format(const char *value, char *why, size_t whylen)
 {
 	if (strcmp(value, "any") == 0 || strcmp(value, "uuid") == 0)
@@ -1378,6 +1438,39 @@ static bool read_secret(const char *opt, const char *path, char **ret, char *err
 	explicit_bzero(line, sizeof(line));
 	if (!*ret) {
 		seterr(err, errlen, "out of memory");
+		return false;
+	}
+	return true;
+}
+
+/* Rules that involve more than one option. */
+static bool check_combinations(struct relay_config *cf, char *err, size_t errlen)
+{
+	if (cf->redis_cluster && !cf->redis.cluster) {
+		struct redis_seed *seed;
+
+		if (cf->redis.unix_path) {
+			seterr(err, errlen, "--redis-cluster needs a TCP --redis-url (host:port), not a "
+					    "unix socket");
+			return false;
+		}
+		seed = calloc(1, sizeof(*seed));
+		if (!seed || !(seed->host = strdup(cf->redis.host))) {
+			free(seed);
+			seterr(err, errlen, "out of memory");
+			return false;
+		}
+		seed->port = cf->redis.port;
+		cf->redis.seeds = seed;
+		cf->redis.nseeds = 1;
+		cf->redis.cluster = true;
+	}
+	if (cf->redis.cluster && cf->redis.db != 0) {
+		seterr(err, errlen, "a Redis Cluster has only database 0: drop the /DB part of --redis-url");
+		return false;
+	}
+	if (cf->wait_aof && strcmp(cf->wait_aof, "local,replicas") == 0 && cf->wait_replicas < 1) {
+		seterr(err, errlen, "--wait-aof local,replicas needs --wait-replicas 1 or more");
 		return false;
 	}
 	return true;
@@ -1424,7 +1517,7 @@ enum config_result config_load(struct relay_config *cf, int argc, char **argv, c
 		if (!apply_option(&built, &option_table[i], &raw[i], err, errlen))
 			goto out;
 	}
-	if (!load_secret_files(&built, err, errlen))
+	if (!load_secret_files(&built, err, errlen) || !check_combinations(&built, err, errlen))
 		goto out;
 	*cf = built;
 	memset(&built, 0, sizeof(built));

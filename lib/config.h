@@ -41,6 +41,10 @@ struct relay_config {
 	char *key_prefix;         /* --key-prefix for auxiliary keys, default "outbox-relay" */
 	bool redis_functions;     /* --redis-functions / --no-redis-functions (EVAL fallback), default true */
 	int redis_timeout_ms;     /* --redis-timeout, default 5s: connect and reply timeout */
+	bool redis_cluster;       /* --redis-cluster: treat --redis-url's host as a cluster seed */
+	int64_t wait_replicas;    /* --wait-replicas N, default 0: WAIT N after each write round */
+	int wait_timeout_ms;      /* --wait-timeout, default 1s */
+	char *wait_aof;           /* --wait-aof none|local|local,replicas (WAITAOF, Redis >= 7.2) */
 
 	/* Flow control and lifecycle */
 	int64_t max_inflight_events; /* --max-inflight-events, default 10000 */

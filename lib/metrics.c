@@ -96,6 +96,7 @@ static const char *const redis_err_names[RERR_NKINDS] = {
     [RERR_OOM] = "oom",           [RERR_WRONGTYPE] = "wrongtype", [RERR_NOSCRIPT] = "noscript",
     [RERR_READONLY] = "readonly", [RERR_BUSY] = "busy",           [RERR_OTHER] = "other",
     [RERR_IO] = "io",             [RERR_TIMEOUT] = "timeout",
+    [RERR_CLUSTER] = "cluster_redirect", [RERR_WAIT] = "wait",
 };
 
 #define NSTATES (STATE_STOPPING + 1)

@@ -48,6 +48,8 @@ enum redis_err_kind {
 	RERR_OTHER,    /* any other error reply */
 	RERR_IO,       /* connection failed or closed */
 	RERR_TIMEOUT,  /* no reply within --redis-timeout */
+	RERR_CLUSTER,  /* MOVED, ASK, TRYAGAIN, CLUSTERDOWN */
+	RERR_WAIT,     /* WAIT/WAITAOF: fewer replicas or fsyncs than asked for */
 	RERR_NKINDS
 };
 

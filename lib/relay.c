@@ -42,6 +42,7 @@
 #define STANDBY_RETRY_MS 2000
 #define RETRY_BASE_MS 200
 #define STATS_INTERVAL_US 30000000
+#define MAX_REDIS_FDS 64 /* one per Redis Cluster master */
 #define RAW_KEEP_TOO_LARGE 65536 /* bytes of raw wal2json kept in a too-large dead letter */
 
 static volatile sig_atomic_t stop_requested;
@@ -101,6 +102,7 @@ struct relay {
 	lsn_t acked;      /* highest LSN that Redis has fully acknowledged */
 	lsn_t confirmed;  /* highest flush LSN sent to PostgreSQL */
 	uint64_t acked_seq_seen;
+	uint64_t redis_fail_seq; /* Redis counts as recovered once this seq is acknowledged */
 	int64_t last_status_us;
 	int64_t last_pg_msg_us; /* when the server last sent anything */
 	bool pg_ever_started;
@@ -177,7 +179,9 @@ static void advance_confirm(struct relay *r)
 	if (acked_seq > r->acked_seq_seen) { /* Redis acknowledges: progress */
 		r->acked_seq_seen = acked_seq;
 		r->redis_bo.attempt = 0;
-		if (r->redis_down) {
+		/* Recovered when what failed went through, not when some other
+		 * stream's command did: one warning per episode. */
+		if (r->redis_down && acked_seq >= r->redis_fail_seq) {
 			log_info("Redis: recovered, events are acknowledged again");
 			r->redis_down = false;
 		}
@@ -431,6 +435,10 @@ static enum redis_err_kind err_kind(enum sink_error_kind k)
 		return RERR_BUSY;
 	case SINK_ERR_TIMEOUT:
 		return RERR_TIMEOUT;
+	case SINK_ERR_CLUSTER:
+		return RERR_CLUSTER;
+	case SINK_ERR_WAIT:
+		return RERR_WAIT;
 	case SINK_ERR_IO:
 	case SINK_ERR_NONE:
 		return RERR_IO;
@@ -445,6 +453,8 @@ static void redis_lost(struct relay *r, const char *why)
 	int64_t delay = backoff_next(&r->redis_bo, r->cf->retry_max_ms);
 
 	count(&r->m->redis_errors[err_kind(sink_redis_errkind(r->sink))]);
+	if (!r->redis_down) /* everything queued so far must go through */
+		r->redis_fail_seq = sink_redis_last_seq(r->sink);
 	if (!r->redis_down)
 		log_warn("Redis: %s; %llu unacknowledged event(s) will be sent again; no LSN is "
 			 "confirmed past them (next try in %lld ms)",
@@ -693,8 +703,8 @@ int relay_run(const struct relay_config *cf)
 
 	for (;;) {
 		int64_t now = time_mono_us();
-		struct pollfd pfd[2];
-		int npfd = 0, pg_i = -1, rd_i = -1, timeout_ms = 1000;
+		struct pollfd pfd[1 + MAX_REDIS_FDS];
+		int npfd = 0, pg_i = -1, rd_i = -1, nrd = 0, timeout_ms = 1000;
 		bool more = false;
 		int code;
 
@@ -768,7 +778,7 @@ int relay_run(const struct relay_config *cf)
 
 		/* Push queued commands out; read replies. */
 		if (sink_redis_connected(r.sink) && sink_redis_want_write(r.sink) &&
-		    !sink_redis_io(r.sink, false, true))
+		    !sink_redis_io(r.sink, NULL, 0))
 			redis_lost(&r, sink_redis_errmsg(r.sink));
 
 		/* Confirm what Redis acknowledged. */
@@ -817,9 +827,8 @@ int relay_run(const struct relay_config *cf)
 		}
 		if (sink_redis_connected(r.sink)) {
 			rd_i = npfd;
-			pfd[npfd++] = (struct pollfd){
-				.fd = sink_redis_fd(r.sink),
-				.events = (short)(POLLIN | (sink_redis_want_write(r.sink) ? POLLOUT : 0))};
+			nrd = sink_redis_pollfds(r.sink, pfd + npfd, MAX_REDIS_FDS);
+			npfd += nrd;
 		}
 		if (more) {
 			timeout_ms = 0;
@@ -853,13 +862,8 @@ int relay_run(const struct relay_config *cf)
 		if (pg_i >= 0 && (pfd[pg_i].revents & (POLLIN | POLLERR | POLLHUP)) &&
 		    !pgrepl_consume(r.pg))
 			pg_lost(&r, pgrepl_errmsg(r.pg));
-		if (rd_i >= 0 && pfd[rd_i].revents) {
-			bool readable = pfd[rd_i].revents & (POLLIN | POLLERR | POLLHUP);
-			bool writable = pfd[rd_i].revents & POLLOUT;
-
-			if (!sink_redis_io(r.sink, readable, writable))
-				redis_lost(&r, sink_redis_errmsg(r.sink));
-		}
+		if (rd_i >= 0 && !sink_redis_io(r.sink, pfd + rd_i, nrd))
+			redis_lost(&r, sink_redis_errmsg(r.sink));
 		if (sink_redis_connected(r.sink) && !sink_redis_check_stall(r.sink, time_mono_us()))
 			redis_lost(&r, sink_redis_errmsg(r.sink));
 	}

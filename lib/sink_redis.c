@@ -1,12 +1,25 @@
 /*
- * sink_redis.c - pipelined publishing to Redis Streams through one atomic
- * server-side function.
+ * sink_redis.c - pipelined publishing to Redis Streams (a single server or a
+ * Redis Cluster) through one atomic server-side function.
  *
- * Connection setup uses hiredis's blocking API with a timeout. After that the
- * socket is switched to non-blocking and driven by the relay's poll loop:
- * commands are RESP-encoded straight into one contiguous buffer (no per-event
- * allocation), written with write(2), and replies are parsed by hiredis's
- * reader and matched in order against the queue of in-flight commands.
+ * Every command the relay queues (a batch of events for one stream, or an
+ * XGROUP CREATE) gets a sequence number and keeps its RESP bytes in one
+ * resend buffer until it is done. A command is routed to the connection of
+ * the master owning its stream's hash slot (one connection when standalone),
+ * written with write(2) from the poll loop, and its reply is matched in order
+ * on that connection by hiredis's reader. acked_seq is the end of the done
+ * prefix, so acknowledgements stay in sequence order however the masters
+ * interleave their answers.
+ *
+ * Failures: ASK sends that command to the named master after ASKING; any
+ * other error or I/O failure drops every connection (the caller backs off),
+ * and the next connect refreshes the slot map and routes every command that
+ * is not done again, in sequence order. The function's watermark makes
+ * sending a command twice harmless.
+ *
+ * Durability: with --wait-replicas / --wait-aof, each write round on a
+ * connection ends with WAIT (or WAITAOF); executed commands become done only
+ * when that answers with enough replicas (or fsyncs).
  */
 #include "sink_redis.h"
 
@@ -22,6 +35,9 @@
 #include "buf.h"
 
 #define FUNCTION_NAME "outbox_relay_publish"
+#define MAX_NODES 64
+#define CLUSTER_SLOTS 16384
+#define WBUF_FILL (256 * 1024) /* bytes staged per write round */
 
 /*
  * One call publishes a batch: consecutive events of one stream.
@@ -78,6 +94,7 @@ const char sink_redis_function_library[] = "#!lua name=outbox_relay\n" PUBLISH_B
 static const char eval_script[] = PUBLISH_BODY "return publish(KEYS, ARGV)\n";
 
 enum qkind { Q_PUBLISH, Q_DEAD, Q_GROUP };
+enum qstate { QS_QUEUED = 0, QS_ROUTED, QS_EXECUTED, QS_DONE };
 
 /* Most events in one function call, and the size at which a batch is closed. */
 #define BATCH_MAX_EVENTS 64
@@ -85,12 +102,41 @@ enum qkind { Q_PUBLISH, Q_DEAD, Q_GROUP };
 
 struct qent {
 	uint64_t seq;
+	uint64_t off;       /* absolute offset of its bytes (see out_base) */
 	size_t len;         /* encoded bytes */
-	uint32_t nevents;   /* events in a publish batch; 0 for XGROUP */
 	int64_t commit_us;  /* commit time, for the latency histogram (0: unknown) */
+	uint32_t nevents;   /* events in a publish batch; 0 for XGROUP */
 	uint32_t stream_id; /* metrics label id */
+	uint16_t slot;      /* cluster hash slot of its stream */
+	int8_t node;        /* connection it is routed to, -1 none */
 	uint8_t kind;       /* enum qkind */
+	uint8_t state;      /* enum qstate */
 	uint8_t dead_reason;
+	bool asking;        /* send ASKING first (after an ASK redirect) */
+};
+
+/* A FIFO of 64-bit values: sequence numbers, or the markers below. */
+struct u64q {
+	uint64_t *v;
+	size_t cap, head, len;
+};
+
+#define WAIT_MARK UINT64_MAX          /* the reply answers WAIT / WAITAOF */
+#define ASKING_MARK (UINT64_MAX - 1)  /* the reply answers ASKING */
+
+/* One connection: the single server, or one cluster master. */
+struct node {
+	char *host;
+	int port;
+	char *unix_path;
+	redisContext *c;
+	struct u64q sendq;   /* seqs routed here, not yet staged */
+	struct buf wbuf;     /* staged bytes, written from wsent */
+	size_t wsent;
+	struct u64q waitq;   /* what each coming reply answers */
+	struct u64q durable; /* executed seqs that the next WAIT must cover */
+	bool staged_publish; /* a publish was staged since the last WAIT */
+	int64_t wait_since_us;
 };
 
 struct strset {
@@ -102,26 +148,33 @@ struct strset {
 struct sink_redis {
 	const struct relay_config *cf;
 	struct metrics *m;
-	redisContext *c;
 	bool use_functions;
 	char sha[41]; /* EVALSHA digest when functions are unavailable */
+	bool wait_mode; /* --wait-replicas or --wait-aof */
 
-	/* Encoded commands from head_off to out.len; sent up to sent_off. */
+	struct node nodes[MAX_NODES];
+	int nnodes;
+	int8_t *slot_node; /* cluster: slot -> node, -1 unknown */
+	bool connected;
+	int poll_node[MAX_NODES]; /* node of each pollfd handed out */
+	int npoll;
+
+	/* Encoded commands in seq order; out.data[0] is absolute offset out_base. */
 	struct buf out;
-	size_t head_off;
-	size_t sent_off;
+	uint64_t out_base;
 
-	/* Ring of queued commands, oldest at q_head. */
+	/* Ring of commands by seq, oldest (lowest seq) at q_head. */
 	struct qent *q;
 	size_t q_cap, q_head, q_len;
 
-	uint64_t next_seq;  /* seq of the next queued command */
-	uint64_t inflight_events; /* events queued (open batch included), not yet acknowledged */
+	uint64_t next_seq;        /* seq of the next command */
+	uint64_t acked_seq;       /* every command up to here is done */
+	uint64_t inflight_events; /* events queued (open batch included), not yet done */
 
 	/*
 	 * The open batch: consecutive events for one stream, not yet encoded into
 	 * out. It takes its seq when opened; any other command closes it first,
-	 * so seqs in the queue stay increasing.
+	 * so seqs in the ring stay consecutive.
 	 */
 	bool b_open;
 	bool b_dead;
@@ -135,12 +188,11 @@ struct sink_redis {
 	uint8_t b_dead_reason;
 	uint64_t b_args_count; /* ARGV entries after ttl and maxlen */
 	struct buf b_prefix;   /* "<prefix>:dedup:{tag}:" of the open batch */
-	uint64_t acked_seq; /* every command up to here has its reply */
-	int64_t wait_since_us; /* when we started waiting for the oldest reply */
 
-	struct strset streams; /* streams that got XGROUP CREATE on this connection */
+	struct strset streams; /* streams that got XGROUP CREATE on this connection set */
 	struct buf key;        /* scratch for key names */
 	struct buf tag;
+	struct buf wait_cmd;   /* encoded WAIT or WAITAOF */
 	struct sink_stats stats;
 	enum sink_error_kind errkind;
 	char errmsg[512];
@@ -236,7 +288,61 @@ static void resp_str(struct buf *b, const char *s)
 	resp_bulk(b, s, strlen(s));
 }
 
-/* ---- queue ---- */
+/* ---- u64 FIFO ---- */
+
+static bool u64q_push(struct u64q *q, uint64_t v)
+{
+	if (q->len == q->cap) {
+		size_t cap = q->cap ? q->cap * 2 : 64;
+		uint64_t *n = malloc(cap * sizeof(*n));
+
+		if (!n)
+			return false;
+		for (size_t i = 0; i < q->len; i++)
+			n[i] = q->v[(q->head + i) % q->cap];
+		free(q->v);
+		q->v = n;
+		q->cap = cap;
+		q->head = 0;
+	}
+	q->v[(q->head + q->len) % q->cap] = v;
+	q->len++;
+	return true;
+}
+
+static uint64_t u64q_pop(struct u64q *q)
+{
+	uint64_t v = q->v[q->head];
+
+	q->head = (q->head + 1) % q->cap;
+	q->len--;
+	return v;
+}
+
+static void u64q_finish(struct u64q *q)
+{
+	free(q->v);
+	*q = (struct u64q){0};
+}
+
+/* ---- the command ring ---- */
+
+static struct qent *ent_of(struct sink_redis *s, uint64_t seq)
+{
+	uint64_t first;
+
+	if (s->q_len == 0)
+		return NULL;
+	first = s->q[s->q_head].seq;
+	if (seq < first || seq >= first + s->q_len)
+		return NULL;
+	return &s->q[(s->q_head + (size_t)(seq - first)) % s->q_cap];
+}
+
+static const char *ent_bytes(const struct sink_redis *s, const struct qent *e)
+{
+	return s->out.data + (e->off - s->out_base);
+}
 
 static bool queue_push(struct sink_redis *s, const struct qent *ent)
 {
@@ -253,32 +359,57 @@ static bool queue_push(struct sink_redis *s, const struct qent *ent)
 		s->q_cap = cap;
 		s->q_head = 0;
 	}
-	if (s->q_len == 0)
-		s->wait_since_us = time_mono_us();
 	s->q[(s->q_head + s->q_len) % s->q_cap] = *ent;
 	s->q_len++;
 	return true;
 }
 
-static void queue_pop(struct sink_redis *s)
+/* Pop the done prefix: it is acknowledged. Reclaim its bytes now and then. */
+static void advance_head(struct sink_redis *s)
 {
-	struct qent *e = &s->q[s->q_head];
+	while (s->q_len > 0 && s->q[s->q_head].state == QS_DONE) {
+		struct qent *e = &s->q[s->q_head];
 
-	s->head_off += e->len;
-	s->acked_seq = e->seq;
-	s->inflight_events -= e->nevents;
-	s->q_head = (s->q_head + 1) % s->q_cap;
-	s->q_len--;
-	s->wait_since_us = time_mono_us();
-	/* Reclaim the acknowledged prefix once it dominates the buffer. */
-	if (s->q_len == 0 && s->sent_off == s->out.len) {
-		s->out.len = s->head_off = s->sent_off = 0;
-	} else if (s->head_off > (1u << 20) && s->head_off * 2 > s->out.len) {
-		memmove(s->out.data, s->out.data + s->head_off, s->out.len - s->head_off);
-		s->out.len -= s->head_off;
-		s->sent_off -= s->head_off;
-		s->head_off = 0;
+		s->acked_seq = e->seq;
+		s->inflight_events -= e->nevents;
+		s->q_head = (s->q_head + 1) % s->q_cap;
+		s->q_len--;
 	}
+	if (s->q_len == 0) {
+		s->out_base += s->out.len;
+		s->out.len = 0;
+	} else {
+		size_t dead = (size_t)(s->q[s->q_head].off - s->out_base);
+
+		if (dead > (1u << 20) && dead * 2 > s->out.len) {
+			memmove(s->out.data, s->out.data + dead, s->out.len - dead);
+			s->out.len -= dead;
+			s->out_base += dead;
+		}
+	}
+}
+
+/* ---- cluster hash slots ---- */
+
+/* CRC16-CCITT (XMODEM), as Redis Cluster uses for key slots. */
+static uint16_t crc16(const char *buf, size_t len)
+{
+	uint16_t crc = 0;
+
+	for (size_t i = 0; i < len; i++) {
+		crc ^= (uint16_t)((unsigned char)buf[i] << 8);
+		for (int b = 0; b < 8; b++)
+			crc = (crc & 0x8000) ? (uint16_t)((crc << 1) ^ 0x1021) : (uint16_t)(crc << 1);
+	}
+	return crc;
+}
+
+/* Slot of stream s: stream_hash_tag() gives "{x}" where x is what Redis hashes. */
+static uint16_t stream_slot(struct sink_redis *s, const char *stream, size_t len)
+{
+	if (!stream_hash_tag(stream, len, &s->tag) || s->tag.len < 2)
+		return (uint16_t)(crc16(stream, len) & (CLUSTER_SLOTS - 1));
+	return (uint16_t)(crc16(s->tag.data + 1, s->tag.len - 2) & (CLUSTER_SLOTS - 1));
 }
 
 /* ---- lifecycle ---- */
@@ -293,17 +424,72 @@ struct sink_redis *sink_redis_create(const struct relay_config *cf, struct metri
 	s->m = m;
 	s->use_functions = cf->redis_functions;
 	s->next_seq = 1;
+	s->wait_mode = cf->wait_replicas > 0 || (cf->wait_aof && strcmp(cf->wait_aof, "none") != 0);
+	if (s->wait_mode) {
+		char n[24], t[24];
+
+		snprintf(t, sizeof(t), "%d", cf->wait_timeout_ms);
+		if (cf->wait_aof && strcmp(cf->wait_aof, "none") != 0) {
+			snprintf(n, sizeof(n), "%" PRId64,
+				 strcmp(cf->wait_aof, "local,replicas") == 0 ? cf->wait_replicas : 0);
+			resp_array(&s->wait_cmd, 4);
+			resp_str(&s->wait_cmd, "WAITAOF");
+			resp_str(&s->wait_cmd, "1");
+		} else {
+			snprintf(n, sizeof(n), "%" PRId64, cf->wait_replicas);
+			resp_array(&s->wait_cmd, 3);
+			resp_str(&s->wait_cmd, "WAIT");
+		}
+		resp_str(&s->wait_cmd, n);
+		resp_str(&s->wait_cmd, t);
+	}
+	if (cf->redis.cluster) {
+		s->slot_node = malloc(CLUSTER_SLOTS);
+		if (!s->slot_node) {
+			buf_finish(&s->wait_cmd);
+			free(s);
+			return NULL;
+		}
+		memset(s->slot_node, -1, CLUSTER_SLOTS);
+	}
 	return s;
+}
+
+static void node_close(struct node *n)
+{
+	if (n->c) {
+		redisFree(n->c);
+		n->c = NULL;
+	}
+	n->sendq.len = n->waitq.len = n->durable.len = 0;
+	buf_reset(&n->wbuf);
+	n->wsent = 0;
+	n->staged_publish = false;
+}
+
+static void node_finish(struct node *n)
+{
+	node_close(n);
+	u64q_finish(&n->sendq);
+	u64q_finish(&n->waitq);
+	u64q_finish(&n->durable);
+	buf_finish(&n->wbuf);
+	free(n->host);
+	free(n->unix_path);
+	memset(n, 0, sizeof(*n));
 }
 
 void sink_redis_destroy(struct sink_redis *s)
 {
 	if (!s)
 		return;
-	sink_redis_disconnect(s);
+	for (int i = 0; i < s->nnodes; i++)
+		node_finish(&s->nodes[i]);
+	free(s->slot_node);
 	buf_finish(&s->out);
 	buf_finish(&s->key);
 	buf_finish(&s->tag);
+	buf_finish(&s->wait_cmd);
 	buf_finish(&s->b_stream);
 	buf_finish(&s->b_keys);
 	buf_finish(&s->b_args);
@@ -342,7 +528,9 @@ static enum sink_error_kind classify_reply_error(const char *msg)
 		{"OOM", SINK_ERR_OOM},           {"WRONGTYPE", SINK_ERR_WRONGTYPE},
 		{"NOSCRIPT", SINK_ERR_NOSCRIPT}, {"READONLY", SINK_ERR_READONLY},
 		{"BUSY", SINK_ERR_BUSY},         {"LOADING", SINK_ERR_BUSY},
-		{"MASTERDOWN", SINK_ERR_BUSY},   {"TRYAGAIN", SINK_ERR_BUSY},
+		{"MASTERDOWN", SINK_ERR_BUSY},   {"TRYAGAIN", SINK_ERR_CLUSTER},
+		{"MOVED", SINK_ERR_CLUSTER},     {"ASK", SINK_ERR_CLUSTER},
+		{"CLUSTERDOWN", SINK_ERR_CLUSTER},
 	};
 
 	for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
@@ -359,17 +547,37 @@ static enum sink_error_kind classify_reply_error(const char *msg)
 
 bool sink_redis_connected(const struct sink_redis *s)
 {
-	return s->c != NULL;
+	return s->connected;
 }
 
-int sink_redis_fd(const struct sink_redis *s)
+static bool node_wants_write(const struct node *n)
 {
-	return s->c ? s->c->fd : -1;
+	return n->c && (n->sendq.len > 0 || n->wsent < n->wbuf.len);
 }
 
 bool sink_redis_want_write(const struct sink_redis *s)
 {
-	return s->c && s->sent_off < s->out.len;
+	for (int i = 0; i < s->nnodes; i++)
+		if (node_wants_write(&s->nodes[i]))
+			return true;
+	return false;
+}
+
+int sink_redis_pollfds(struct sink_redis *s, struct pollfd *pfd, int max)
+{
+	s->npoll = 0;
+	for (int i = 0; i < s->nnodes && s->npoll < max; i++) {
+		struct node *n = &s->nodes[i];
+
+		if (!n->c)
+			continue;
+		pfd[s->npoll] = (struct pollfd){
+			.fd = n->c->fd,
+			.events = (short)(POLLIN | (node_wants_write(n) ? POLLOUT : 0)),
+		};
+		s->poll_node[s->npoll++] = i;
+	}
+	return s->npoll;
 }
 
 bool sink_redis_full(const struct sink_redis *s)
@@ -397,7 +605,9 @@ uint64_t sink_redis_inflight_events(const struct sink_redis *s)
 
 uint64_t sink_redis_inflight_bytes(const struct sink_redis *s)
 {
-	return s->out.len - s->head_off + (s->b_open ? s->b_keys.len + s->b_args.len : 0);
+	size_t live = s->q_len ? s->out.len - (size_t)(s->q[s->q_head].off - s->out_base) : 0;
+
+	return live + (s->b_open ? s->b_keys.len + s->b_args.len : 0);
 }
 
 const struct sink_stats *sink_redis_stats(const struct sink_redis *s)
@@ -407,11 +617,19 @@ const struct sink_stats *sink_redis_stats(const struct sink_redis *s)
 
 void sink_redis_disconnect(struct sink_redis *s)
 {
-	if (s->c) {
-		redisFree(s->c);
-		s->c = NULL;
+	for (int i = 0; i < s->nnodes; i++)
+		node_close(&s->nodes[i]);
+	/* Everything not done is routed and sent again after the next connect. */
+	for (size_t i = 0; i < s->q_len; i++) {
+		struct qent *e = &s->q[(s->q_head + i) % s->q_cap];
+
+		if (e->state != QS_DONE) {
+			e->state = QS_QUEUED;
+			e->node = -1;
+			e->asking = false;
+		}
 	}
-	s->sent_off = s->head_off; /* everything unacknowledged goes again */
+	s->connected = false;
 }
 
 /* Is this error reply one that no retry can fix (credentials, ACLs)? */
@@ -423,17 +641,17 @@ static bool permanent_error(const char *msg)
 }
 
 /*
- * Run one setup command synchronously. Returns the reply (caller frees) or
- * NULL with errmsg set; *status says whether retrying can help.
+ * Run one setup command synchronously on n. Returns the reply (caller frees)
+ * or NULL with errmsg set; *status says whether retrying can help.
  */
-static redisReply *setup_command(struct sink_redis *s, enum sink_status *status, const char *what,
-				 int argc, const char **argv)
+static redisReply *setup_command(struct sink_redis *s, struct node *n, enum sink_status *status,
+				 const char *what, int argc, const char **argv)
 {
-	redisReply *r = redisCommandArgv(s->c, argc, argv, NULL);
+	redisReply *r = redisCommandArgv(n->c, argc, argv, NULL);
 
 	if (!r) {
 		snprintf(s->errmsg, sizeof(s->errmsg), "%s failed: %s", what,
-			 s->c->errstr[0] ? s->c->errstr : "connection lost");
+			 n->c->errstr[0] ? n->c->errstr : "connection lost");
 		*status = SINK_RETRY;
 		return NULL;
 	}
@@ -450,7 +668,7 @@ static redisReply *setup_command(struct sink_redis *s, enum sink_status *status,
 	return r;
 }
 
-static enum sink_status load_function(struct sink_redis *s)
+static enum sink_status load_function(struct sink_redis *s, struct node *n)
 {
 	enum sink_status st = SINK_OK;
 	redisReply *r;
@@ -458,7 +676,7 @@ static enum sink_status load_function(struct sink_redis *s)
 	if (s->use_functions) {
 		const char *argv[] = {"FUNCTION", "LOAD", "REPLACE", sink_redis_function_library};
 
-		r = setup_command(s, &st, "FUNCTION LOAD", 4, argv);
+		r = setup_command(s, n, &st, "FUNCTION LOAD", 4, argv);
 		if (!r)
 			return st;
 		if (r->type != REDIS_REPLY_ERROR) {
@@ -476,7 +694,7 @@ static enum sink_status load_function(struct sink_redis *s)
 	{
 		const char *argv[] = {"SCRIPT", "LOAD", eval_script};
 
-		r = setup_command(s, &st, "SCRIPT LOAD", 3, argv);
+		r = setup_command(s, n, &st, "SCRIPT LOAD", 3, argv);
 		if (!r)
 			return st;
 		if (r->type != REDIS_REPLY_STRING || r->len != 40) {
@@ -493,74 +711,114 @@ static enum sink_status load_function(struct sink_redis *s)
 	return SINK_OK;
 }
 
+/* "field:value" from an INFO reply, copied into out (empty when absent). */
+static void info_field(const char *info, const char *field, char *out, size_t outlen)
+{
+	const char *p = info ? strstr(info, field) : NULL;
+	size_t n;
+
+	out[0] = '\0';
+	if (!p)
+		return;
+	p += strlen(field);
+	n = strcspn(p, "\r\n");
+	snprintf(out, outlen, "%.*s", (int)n, p);
+}
+
 /*
  * Refuse servers without the commands the relay needs, with the version in
  * the message: COMMAND INFO answers nil for an unknown (or renamed) command.
+ * With --wait-aof, also refuse servers without WAITAOF or without AOF.
  */
-static enum sink_status check_server(struct sink_redis *s)
+static enum sink_status check_server(struct sink_redis *s, struct node *n)
 {
-	const char *argv[] = {"COMMAND", "INFO", "XADD", "XGROUP", "EVALSHA"};
+	const char *argv[] = {"COMMAND", "INFO", "XADD", "XGROUP", "EVALSHA", "WAITAOF"};
+	bool want_aof = s->cf->wait_aof && strcmp(s->cf->wait_aof, "none") != 0;
 	enum sink_status st = SINK_OK;
-	redisReply *r = setup_command(s, &st, "COMMAND INFO", 5, argv);
+	redisReply *r = setup_command(s, n, &st, "COMMAND INFO", want_aof ? 6 : 5, argv);
 
 	if (!r)
 		return st;
 	if (r->type == REDIS_REPLY_ARRAY) {
 		for (size_t i = 0; i < r->elements; i++) {
-			if (r->element[i]->type == REDIS_REPLY_NIL) {
+			if (r->element[i]->type != REDIS_REPLY_NIL)
+				continue;
+			if (i + 2 == 5) { /* WAITAOF */
+				const char *iv[] = {"INFO", "server"};
+				redisReply *info = setup_command(s, n, &st, "INFO", 2, iv);
+				char ver[32] = "";
+
+				if (info && info->type == REDIS_REPLY_STRING)
+					info_field(info->str, "redis_version:", ver, sizeof(ver));
+				freeReplyObject(info);
+				snprintf(s->errmsg, sizeof(s->errmsg),
+					 "--wait-aof needs WAITAOF, which Redis 7.2 introduced; this server "
+					 "is %s: upgrade Redis or drop --wait-aof",
+					 ver[0] ? ver : "older");
+			} else {
 				snprintf(s->errmsg, sizeof(s->errmsg),
 					 "the server does not provide %s: outbox-relay needs Redis 5 or "
 					 "newer with streams and scripting (7.0+ recommended for functions)",
 					 argv[i + 2]);
-				freeReplyObject(r);
-				return SINK_FATAL;
 			}
+			freeReplyObject(r);
+			return SINK_FATAL;
 		}
 	}
 	/* An error here (e.g. ACL without COMMAND) is not a verdict: carry on. */
 	freeReplyObject(r);
+	if (want_aof) {
+		const char *iv[] = {"INFO", "persistence"};
+		redisReply *info = setup_command(s, n, &st, "INFO", 2, iv);
+		char on[8] = "";
+
+		if (info && info->type == REDIS_REPLY_STRING)
+			info_field(info->str, "aof_enabled:", on, sizeof(on));
+		freeReplyObject(info);
+		if (strcmp(on, "0") == 0) {
+			snprintf(s->errmsg, sizeof(s->errmsg),
+				 "--wait-aof needs AOF, but appendonly is off on %s:%d: set appendonly "
+				 "yes or drop --wait-aof",
+				 n->host ? n->host : n->unix_path, n->port);
+			return SINK_FATAL;
+		}
+	}
 	return SINK_OK;
 }
 
-enum sink_status sink_redis_connect(struct sink_redis *s)
+/* Connect n and prepare it: AUTH, SELECT, checks, function library, non-blocking. */
+static enum sink_status node_connect(struct sink_redis *s, struct node *n)
 {
 	const struct redis_target *t = &s->cf->redis;
 	struct timeval tv = {s->cf->redis_timeout_ms / 1000, (s->cf->redis_timeout_ms % 1000) * 1000};
 	enum sink_status st = SINK_OK;
-	bool first = s->stats.reconnects == 0 && s->acked_seq == 0 && s->inflight_events == 0;
 	redisReply *r;
 	int flags;
 
-	sink_redis_disconnect(s);
-	if (t->tls) {
-		snprintf(s->errmsg, sizeof(s->errmsg),
-			 "rediss:// (TLS) is not supported by this build: it was built with hiredis "
-			 "%d.%d without hiredis_ssl; use redis:// or build against hiredis >= 1.0 "
-			 "with TLS",
-			 HIREDIS_MAJOR, HIREDIS_MINOR);
-		return SINK_FATAL;
-	}
-	if (t->unix_path)
-		s->c = redisConnectUnixWithTimeout(t->unix_path, tv);
+	node_close(n);
+	if (n->unix_path)
+		n->c = redisConnectUnixWithTimeout(n->unix_path, tv);
 	else
-		s->c = redisConnectWithTimeout(t->host, t->port, tv);
-	if (!s->c) {
+		n->c = redisConnectWithTimeout(n->host, n->port, tv);
+	if (!n->c) {
 		snprintf(s->errmsg, sizeof(s->errmsg), "could not allocate a Redis context");
 		return SINK_RETRY;
 	}
-	if (s->c->err) {
-		snprintf(s->errmsg, sizeof(s->errmsg), "could not connect: %s", s->c->errstr);
+	if (n->c->err) {
+		snprintf(s->errmsg, sizeof(s->errmsg), "could not connect to %s:%d: %s",
+			 n->host ? n->host : n->unix_path, n->port, n->c->errstr);
 		goto fail;
 	}
-	if (redisSetTimeout(s->c, tv) != REDIS_OK || (!t->unix_path && redisEnableKeepAlive(s->c) != REDIS_OK)) {
+	if (redisSetTimeout(n->c, tv) != REDIS_OK ||
+	    (!n->unix_path && redisEnableKeepAlive(n->c) != REDIS_OK)) {
 		snprintf(s->errmsg, sizeof(s->errmsg), "could not set socket options: %s",
-			 s->c->errstr);
+			 n->c->errstr);
 		goto fail;
 	}
 	if (t->password) {
 		const char *argv[] = {"AUTH", t->user ? t->user : t->password, t->password};
 
-		r = setup_command(s, &st, "AUTH", t->user ? 3 : 2, argv);
+		r = setup_command(s, n, &st, "AUTH", t->user ? 3 : 2, argv);
 		if (!r)
 			goto fail;
 		freeReplyObject(r);
@@ -572,41 +830,222 @@ enum sink_status sink_redis_connect(struct sink_redis *s)
 		const char *argv[] = {"SELECT", db};
 
 		snprintf(db, sizeof(db), "%d", t->db);
-		r = setup_command(s, &st, "SELECT", 2, argv);
+		r = setup_command(s, n, &st, "SELECT", 2, argv);
 		if (!r)
 			goto fail;
 		freeReplyObject(r);
 		if (st != SINK_OK)
 			goto fail;
 	}
-	st = check_server(s);
+	st = check_server(s, n);
 	if (st != SINK_OK)
 		goto fail;
-	st = load_function(s);
+	st = load_function(s, n);
 	if (st != SINK_OK)
 		goto fail;
 
 	/* From here on the relay's poll loop drives the socket. */
-	flags = fcntl(s->c->fd, F_GETFL);
-	if (flags < 0 || fcntl(s->c->fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+	flags = fcntl(n->c->fd, F_GETFL);
+	if (flags < 0 || fcntl(n->c->fd, F_SETFL, flags | O_NONBLOCK) < 0) {
 		snprintf(s->errmsg, sizeof(s->errmsg), "could not make the socket non-blocking: %s",
 			 strerror(errno));
 		st = SINK_RETRY;
 		goto fail;
 	}
-	s->c->flags &= ~REDIS_BLOCK;
-	strset_clear(&s->streams);
-	s->sent_off = s->head_off;
-	s->wait_since_us = time_mono_us();
-	if (!first)
-		s->stats.reconnects++;
+	n->c->flags &= ~REDIS_BLOCK;
+	n->wait_since_us = time_mono_us();
 	return SINK_OK;
 fail:
 	if (st == SINK_OK)
 		st = SINK_RETRY;
-	redisFree(s->c);
-	s->c = NULL;
+	node_close(n);
 	return st;
+}
+
+static int add_node(struct sink_redis *s, const char *host, int port, const char *unix_path)
+{
+	struct node *n;
+
+	for (int i = 0; i < s->nnodes; i++) {
+		n = &s->nodes[i];
+		if (unix_path ? (n->unix_path && strcmp(n->unix_path, unix_path) == 0)
+			      : (n->host && strcmp(n->host, host) == 0 && n->port == port))
+			return i;
+	}
+	if (s->nnodes == MAX_NODES)
+		return -1;
+	n = &s->nodes[s->nnodes];
+	memset(n, 0, sizeof(*n));
+	n->host = host ? strdup(host) : NULL;
+	n->unix_path = unix_path ? strdup(unix_path) : NULL;
+	n->port = port;
+	if ((host && !n->host) || (unix_path && !n->unix_path)) {
+		node_finish(n);
+		return -1;
+	}
+	return s->nnodes++;
+}
+
+/*
+ * Ask one seed for CLUSTER SLOTS and rebuild the node list and slot map:
+ * [[start, end, [host, port, id], replicas...], ...]. An empty host means
+ * "the address you reached me at".
+ */
+static enum sink_status discover_cluster(struct sink_redis *s)
+{
+	const struct redis_target *t = &s->cf->redis;
+	enum sink_status st = SINK_RETRY;
+	char first_err[512] = "";
+
+	for (int i = 0; i < s->nnodes; i++)
+		node_finish(&s->nodes[i]);
+	s->nnodes = 0;
+	memset(s->slot_node, -1, CLUSTER_SLOTS);
+	for (size_t k = 0; k < t->nseeds; k++) {
+		struct node seed = {.host = t->seeds[k].host, .port = t->seeds[k].port};
+		const char *argv[] = {"CLUSTER", "SLOTS"};
+		struct timeval tv = {s->cf->redis_timeout_ms / 1000,
+				     (s->cf->redis_timeout_ms % 1000) * 1000};
+		redisReply *r;
+
+		seed.c = redisConnectWithTimeout(seed.host, seed.port, tv);
+		if (!seed.c || seed.c->err) {
+			snprintf(s->errmsg, sizeof(s->errmsg), "could not connect to cluster seed %s:%d: %s",
+				 seed.host, seed.port, seed.c ? seed.c->errstr : "out of memory");
+			if (seed.c)
+				redisFree(seed.c);
+			if (!first_err[0])
+				snprintf(first_err, sizeof(first_err), "%s", s->errmsg);
+			continue;
+		}
+		(void)redisSetTimeout(seed.c, tv);
+		if (t->password) {
+			const char *av[] = {"AUTH", t->user ? t->user : t->password, t->password};
+
+			r = setup_command(s, &seed, &st, "AUTH", t->user ? 3 : 2, av);
+			freeReplyObject(r);
+			if (st == SINK_FATAL || !r) {
+				redisFree(seed.c);
+				if (st == SINK_FATAL)
+					return st;
+				continue;
+			}
+		}
+		r = setup_command(s, &seed, &st, "CLUSTER SLOTS", 2, argv);
+		if (r && r->type == REDIS_REPLY_ARRAY) {
+			bool ok = true;
+
+			for (size_t i = 0; ok && i < r->elements; i++) {
+				redisReply *e = r->element[i];
+				redisReply *m;
+				const char *host;
+				int idx;
+
+				if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
+				    e->element[2]->type != REDIS_REPLY_ARRAY || e->element[2]->elements < 2) {
+					ok = false;
+					break;
+				}
+				m = e->element[2];
+				host = m->element[0]->type == REDIS_REPLY_STRING && m->element[0]->len > 0
+					       ? m->element[0]->str
+					       : seed.host;
+				idx = add_node(s, host, (int)m->element[1]->integer, NULL);
+				if (idx < 0) {
+					ok = false;
+					break;
+				}
+				for (long long sl = e->element[0]->integer;
+				     sl <= e->element[1]->integer && sl < CLUSTER_SLOTS; sl++)
+					s->slot_node[sl] = (int8_t)idx;
+			}
+			freeReplyObject(r);
+			redisFree(seed.c);
+			if (ok && s->nnodes > 0)
+				return SINK_OK;
+			snprintf(s->errmsg, sizeof(s->errmsg), "CLUSTER SLOTS from %s:%d is unusable",
+				 t->seeds[k].host, t->seeds[k].port);
+			continue;
+		}
+		if (r && r->type == REDIS_REPLY_ERROR && strstr(r->str, "cluster support disabled"))
+			snprintf(s->errmsg, sizeof(s->errmsg),
+				 "%s:%d is not a Redis Cluster node (cluster support disabled): use "
+				 "redis:// for a single server",
+				 t->seeds[k].host, t->seeds[k].port);
+		freeReplyObject(r);
+		redisFree(seed.c);
+		if (st == SINK_FATAL)
+			return st;
+	}
+	if (!s->errmsg[0])
+		snprintf(s->errmsg, sizeof(s->errmsg), "%s", first_err);
+	return SINK_RETRY;
+}
+
+/* Route e to the connection of its slot and queue it there for writing. */
+static bool route(struct sink_redis *s, struct qent *e)
+{
+	int idx = s->slot_node ? s->slot_node[e->slot] : 0;
+
+	if (idx < 0 || idx >= s->nnodes || !s->nodes[idx].c) {
+		snprintf(s->errmsg, sizeof(s->errmsg), "no connected master serves hash slot %u",
+			 (unsigned)e->slot);
+		s->errkind = SINK_ERR_CLUSTER;
+		return false;
+	}
+	if (!u64q_push(&s->nodes[idx].sendq, e->seq)) {
+		snprintf(s->errmsg, sizeof(s->errmsg), "out of memory");
+		return false;
+	}
+	e->node = (int8_t)idx;
+	e->state = QS_ROUTED;
+	return true;
+}
+
+enum sink_status sink_redis_connect(struct sink_redis *s)
+{
+	const struct redis_target *t = &s->cf->redis;
+	bool first = s->stats.reconnects == 0 && s->acked_seq == 0 && s->inflight_events == 0;
+	enum sink_status st;
+
+	sink_redis_disconnect(s);
+	s->errmsg[0] = '\0';
+	if (t->tls) {
+		snprintf(s->errmsg, sizeof(s->errmsg),
+			 "rediss:// (TLS) is not supported by this build: it was built with hiredis "
+			 "%d.%d without hiredis_ssl; use redis:// or build against hiredis >= 1.0 "
+			 "with TLS",
+			 HIREDIS_MAJOR, HIREDIS_MINOR);
+		return SINK_FATAL;
+	}
+	if (t->cluster) {
+		st = discover_cluster(s);
+		if (st != SINK_OK)
+			return st;
+	} else if (s->nnodes == 0 && add_node(s, t->host, t->port, t->unix_path) < 0) {
+		snprintf(s->errmsg, sizeof(s->errmsg), "out of memory");
+		return SINK_RETRY;
+	}
+	for (int i = 0; i < s->nnodes; i++) {
+		st = node_connect(s, &s->nodes[i]);
+		if (st != SINK_OK) {
+			sink_redis_disconnect(s);
+			return st;
+		}
+	}
+	strset_clear(&s->streams); /* groups are created again on this connection set */
+	for (size_t i = 0; i < s->q_len; i++) {
+		struct qent *e = &s->q[(s->q_head + i) % s->q_cap];
+
+		if (e->state == QS_QUEUED && !route(s, e)) {
+			sink_redis_disconnect(s);
+			return SINK_RETRY;
+		}
+	}
+	s->connected = true;
+	if (!first)
+		s->stats.reconnects++;
+	return SINK_OK;
 }
 
 /* Append the decimal or fixed-width hex rendering of v (no printf on the hot path). */
@@ -628,6 +1067,25 @@ static void resp_u64(struct buf *b, uint64_t v)
 		v /= 10;
 	} while (v);
 	resp_bulk(b, tmp + i, sizeof(tmp) - (size_t)i);
+}
+
+/* Queue a command whose bytes are out[start..], and route it when connected. */
+static bool push_command(struct sink_redis *s, struct qent *ent, size_t start)
+{
+	struct qent *e;
+
+	ent->off = s->out_base + start;
+	ent->len = s->out.len - start;
+	ent->node = -1;
+	ent->state = QS_QUEUED;
+	if (s->out.failed || !queue_push(s, ent))
+		return false;
+	e = ent_of(s, ent->seq);
+	if (s->connected && !route(s, e)) {
+		/* No master for the slot right now: the caller reconnects and routes it. */
+		s->connected = false;
+	}
+	return true;
 }
 
 /* Encode the open batch as one function call into s->out and queue it. */
@@ -664,18 +1122,18 @@ static bool close_batch(struct sink_redis *s)
 	resp_u64(b, s->b_dead ? 0 : (uint64_t)cf->dedup_window_s);
 	resp_u64(b, s->b_dead ? 0 : (uint64_t)cf->maxlen);
 	buf_append(b, s->b_args.data, s->b_args.len);
-	if (b->failed || s->key.failed || s->tag.failed)
+	if (s->key.failed || s->tag.failed)
 		return false;
 	ent = (struct qent){
 		.seq = s->b_seq,
-		.len = b->len - start,
 		.nevents = s->b_n,
 		.commit_us = s->b_commit_us,
 		.stream_id = s->b_stream_id,
+		.slot = stream_slot(s, s->b_stream.data, s->b_stream.len),
 		.kind = s->b_dead ? Q_DEAD : Q_PUBLISH,
 		.dead_reason = s->b_dead_reason,
 	};
-	return queue_push(s, &ent);
+	return push_command(s, &ent, start);
 }
 
 bool sink_redis_flush(struct sink_redis *s)
@@ -686,9 +1144,11 @@ bool sink_redis_flush(struct sink_redis *s)
 /* Queue XGROUP CREATE <stream> <group> 0 MKSTREAM for every --group. */
 static bool queue_groups(struct sink_redis *s, const char *stream, size_t len)
 {
+	uint16_t slot = stream_slot(s, stream, len);
+
 	for (size_t g = 0; g < s->cf->ngroups; g++) {
 		size_t start = s->out.len;
-		struct qent ent;
+		struct qent ent = {.seq = s->next_seq++, .slot = slot, .kind = Q_GROUP};
 
 		resp_array(&s->out, 6);
 		resp_str(&s->out, "XGROUP");
@@ -697,10 +1157,7 @@ static bool queue_groups(struct sink_redis *s, const char *stream, size_t len)
 		resp_str(&s->out, s->cf->groups[g]);
 		resp_str(&s->out, "0");
 		resp_str(&s->out, "MKSTREAM");
-		if (s->out.failed)
-			return false;
-		ent = (struct qent){.seq = s->next_seq++, .len = s->out.len - start, .kind = Q_GROUP};
-		if (!queue_push(s, &ent))
+		if (!push_command(s, &ent, start))
 			return false;
 	}
 	return true;
@@ -739,13 +1196,11 @@ bool sink_redis_publish(struct sink_redis *s, const struct event *ev, bool dead_
 					 : 0;
 		if (!stream_hash_tag(ev->stream, ev->stream_len, &s->tag))
 			return false;
-		buf_reset(&s->key); /* dedup key prefix: <prefix>:dedup:{tag}: */
-		buf_puts(&s->key, s->cf->key_prefix);
-		buf_puts(&s->key, ":dedup:");
-		buf_append(&s->key, s->tag.data, s->tag.len);
-		buf_putc(&s->key, ':');
-		buf_reset(&s->b_prefix);
-		buf_append(&s->b_prefix, s->key.data, s->key.len);
+		buf_reset(&s->b_prefix); /* dedup key prefix: <prefix>:dedup:{tag}: */
+		buf_puts(&s->b_prefix, s->cf->key_prefix);
+		buf_puts(&s->b_prefix, ":dedup:");
+		buf_append(&s->b_prefix, s->tag.data, s->tag.len);
+		buf_putc(&s->b_prefix, ':');
 	}
 	/* KEYS: the dedup key; ARGV: position, field count, fields. */
 	buf_putc(&s->b_keys, '$');
@@ -768,13 +1223,13 @@ bool sink_redis_publish(struct sink_redis *s, const struct event *ev, bool dead_
 	s->b_args_count += 2 + 2 * ev->nfields;
 	s->b_n++;
 	s->inflight_events++;
-	if (s->b_keys.failed || s->b_args.failed || s->b_stream.failed || s->key.failed)
+	if (s->b_keys.failed || s->b_args.failed || s->b_stream.failed || s->b_prefix.failed)
 		return false;
 	/* Dead letters are rare and each has its own reason: one per call. */
 	return dead_letter ? close_batch(s) : true;
 }
 
-static const char *kind_name(enum qkind k)
+static const char *kind_name(unsigned k)
 {
 	return k == Q_GROUP ? "XGROUP CREATE" : k == Q_DEAD ? "dead-letter publish" : "publish";
 }
@@ -806,19 +1261,112 @@ static void count_result(struct sink_redis *s, const struct qent *e, const redis
 		atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
 }
 
-/* Match one reply against the oldest queued command. */
-static bool handle_reply(struct sink_redis *s, redisReply *r)
+/* An executed command: done now, or when the connection's next WAIT succeeds. */
+static bool executed(struct sink_redis *s, struct node *n, struct qent *e)
 {
+	if (s->wait_mode && e->kind != Q_GROUP) {
+		e->state = QS_EXECUTED;
+		if (!u64q_push(&n->durable, e->seq)) {
+			snprintf(s->errmsg, sizeof(s->errmsg), "out of memory");
+			return false;
+		}
+		return true;
+	}
+	e->state = QS_DONE;
+	return true;
+}
+
+/* "ASK <slot> <host>:<port>": resend e to that master after ASKING. */
+static bool follow_ask(struct sink_redis *s, struct qent *e, const char *msg)
+{
+	const char *addr = strrchr(msg, ' ');
+	const char *colon = addr ? strrchr(addr, ':') : NULL;
+	char host[256];
+	int idx = -1;
+
+	if (colon && colon > addr + 1 && (size_t)(colon - addr - 1) < sizeof(host)) {
+		snprintf(host, sizeof(host), "%.*s", (int)(colon - addr - 1), addr + 1);
+		for (int i = 0; i < s->nnodes; i++)
+			if (s->nodes[i].host && strcmp(s->nodes[i].host, host) == 0 &&
+			    s->nodes[i].port == atoi(colon + 1) && s->nodes[i].c)
+				idx = i;
+	}
+	if (idx < 0)
+		return false; /* unknown target: refresh everything instead */
+	if (!u64q_push(&s->nodes[idx].sendq, e->seq))
+		return false;
+	e->asking = true;
+	e->node = (int8_t)idx;
+	e->state = QS_ROUTED;
+	return true;
+}
+
+/* Match one reply against what n's oldest outstanding request was. */
+static bool handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
+{
+	uint64_t what;
 	struct qent *e;
 
-	if (s->q_len == 0) {
+	if (n->waitq.len == 0) {
 		snprintf(s->errmsg, sizeof(s->errmsg), "unexpected reply from Redis with nothing in flight");
 		return false;
 	}
-	e = &s->q[s->q_head];
+	what = u64q_pop(&n->waitq);
+	n->wait_since_us = time_mono_us();
+	if (what == ASKING_MARK) {
+		if (r->type == REDIS_REPLY_ERROR) {
+			snprintf(s->errmsg, sizeof(s->errmsg), "ASKING failed: %s", r->str);
+			s->errkind = SINK_ERR_CLUSTER;
+			return false;
+		}
+		return true;
+	}
+	if (what == WAIT_MARK) {
+		bool aof = s->cf->wait_aof && strcmp(s->cf->wait_aof, "none") != 0;
+		long long want = aof ? 1 : s->cf->wait_replicas, got = -1, got_repl = -1;
+
+		if (r->type == REDIS_REPLY_INTEGER)
+			got = r->integer;
+		else if (r->type == REDIS_REPLY_ARRAY && r->elements == 2) {
+			got = r->element[0]->integer;
+			got_repl = r->element[1]->integer;
+		}
+		if (got < want || (aof && strcmp(s->cf->wait_aof, "local,replicas") == 0 &&
+				   got_repl < s->cf->wait_replicas)) {
+			s->errkind = SINK_ERR_WAIT;
+			if (r->type == REDIS_REPLY_ERROR)
+				snprintf(s->errmsg, sizeof(s->errmsg), "%s failed: %s",
+					 aof ? "WAITAOF" : "WAIT", r->str);
+			else if (aof)
+				snprintf(s->errmsg, sizeof(s->errmsg),
+					 "WAITAOF: %lld local and %lld replica fsync(s) within %d ms, fewer "
+					 "than asked; those events stay unconfirmed and are sent again",
+					 got, got_repl, s->cf->wait_timeout_ms);
+			else
+				snprintf(s->errmsg, sizeof(s->errmsg),
+					 "WAIT: %lld of %lld replica(s) acknowledged within %d ms; those "
+					 "events stay unconfirmed and are sent again",
+					 got, want, s->cf->wait_timeout_ms);
+			return false;
+		}
+		while (n->durable.len > 0) {
+			e = ent_of(s, u64q_pop(&n->durable));
+			if (e && e->state == QS_EXECUTED)
+				e->state = QS_DONE;
+		}
+		return true;
+	}
+	e = ent_of(s, what);
+	if (!e) {
+		snprintf(s->errmsg, sizeof(s->errmsg), "reply for an unknown command");
+		return false;
+	}
+	e->asking = false;
 	if (r->type == REDIS_REPLY_ERROR) {
-		if (e->kind == Q_GROUP && strncmp(r->str, "BUSYGROUP", 9) == 0) {
-			queue_pop(s);
+		if (e->kind == Q_GROUP && strncmp(r->str, "BUSYGROUP", 9) == 0)
+			return executed(s, n, e);
+		if (strncmp(r->str, "ASK ", 4) == 0 && follow_ask(s, e, r->str)) {
+			s->stats.error_replies++;
 			return true;
 		}
 		s->stats.error_replies++;
@@ -829,8 +1377,7 @@ static bool handle_reply(struct sink_redis *s, redisReply *r)
 				 "delete it; the relay retries until then)",
 				 kind_name(e->kind), r->str);
 		else
-			snprintf(s->errmsg, sizeof(s->errmsg), "%s failed: %s",
-				 kind_name(e->kind), r->str);
+			snprintf(s->errmsg, sizeof(s->errmsg), "%s failed: %s", kind_name(e->kind), r->str);
 		return false;
 	}
 	if (e->kind != Q_GROUP) {
@@ -847,45 +1394,87 @@ static bool handle_reply(struct sink_redis *s, redisReply *r)
 		for (size_t i = 0; i < r->elements; i++)
 			count_result(s, e, r->element[i], now);
 	}
-	queue_pop(s);
-	return true;
+	return executed(s, n, e);
 }
 
-bool sink_redis_io(struct sink_redis *s, bool readable, bool writable)
+/* Stage commands from n's send queue (ASKING and WAIT included) into its write buffer. */
+static bool stage(struct sink_redis *s, struct node *n)
 {
-	(void)writable; /* we always try: the socket is non-blocking */
-	s->errkind = SINK_ERR_IO; /* unless a reply says otherwise */
-	if (!s->c) {
-		snprintf(s->errmsg, sizeof(s->errmsg), "not connected");
-		return false;
-	}
-	while (s->sent_off < s->out.len) {
-		ssize_t n = write(s->c->fd, s->out.data + s->sent_off, s->out.len - s->sent_off);
+	static const char asking[] = "*1\r\n$6\r\nASKING\r\n";
 
-		if (n > 0) {
-			s->sent_off += (size_t)n;
+	buf_reset(&n->wbuf);
+	n->wsent = 0;
+	while (n->sendq.len > 0 && n->wbuf.len < WBUF_FILL) {
+		struct qent *e = ent_of(s, u64q_pop(&n->sendq));
+
+		if (!e || e->state != QS_ROUTED)
+			continue; /* re-routed meanwhile */
+		if (e->asking) {
+			buf_append(&n->wbuf, asking, sizeof(asking) - 1);
+			if (!u64q_push(&n->waitq, ASKING_MARK))
+				return false;
+		}
+		buf_append(&n->wbuf, ent_bytes(s, e), e->len);
+		if (!u64q_push(&n->waitq, e->seq))
+			return false;
+		if (e->kind != Q_GROUP)
+			n->staged_publish = true;
+	}
+	if (s->wait_mode && n->staged_publish) {
+		buf_append(&n->wbuf, s->wait_cmd.data, s->wait_cmd.len);
+		if (!u64q_push(&n->waitq, WAIT_MARK))
+			return false;
+		n->staged_publish = false;
+	}
+	return !n->wbuf.failed;
+}
+
+static bool node_write(struct sink_redis *s, struct node *n)
+{
+	for (;;) {
+		ssize_t w;
+
+		if (n->wsent == n->wbuf.len) {
+			bool was_idle = n->waitq.len == 0;
+
+			if (n->sendq.len == 0)
+				return true;
+			if (!stage(s, n)) {
+				snprintf(s->errmsg, sizeof(s->errmsg), "out of memory");
+				return false;
+			}
+			if (was_idle)
+				n->wait_since_us = time_mono_us();
+			if (n->wbuf.len == 0)
+				return true;
+		}
+		w = write(n->c->fd, n->wbuf.data + n->wsent, n->wbuf.len - n->wsent);
+		if (w > 0) {
+			n->wsent += (size_t)w;
 			continue;
 		}
-		if (n < 0 && errno == EINTR)
+		if (w < 0 && errno == EINTR)
 			continue;
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			break;
+		if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return true;
 		snprintf(s->errmsg, sizeof(s->errmsg), "could not send to Redis: %s",
-			 n == 0 ? "short write" : strerror(errno));
+			 w == 0 ? "short write" : strerror(errno));
 		return false;
 	}
-	if (!readable)
-		return true;
+}
+
+static bool node_read(struct sink_redis *s, struct node *n)
+{
 	for (;;) {
 		char rbuf[65536];
-		ssize_t n = read(s->c->fd, rbuf, sizeof(rbuf));
+		ssize_t got = read(n->c->fd, rbuf, sizeof(rbuf));
 		void *reply;
 
-		if (n == 0) {
+		if (got == 0) {
 			snprintf(s->errmsg, sizeof(s->errmsg), "connection closed by Redis");
 			return false;
 		}
-		if (n < 0) {
+		if (got < 0) {
 			if (errno == EINTR)
 				continue;
 			if (errno == EAGAIN || errno == EWOULDBLOCK)
@@ -894,40 +1483,69 @@ bool sink_redis_io(struct sink_redis *s, bool readable, bool writable)
 				 strerror(errno));
 			return false;
 		}
-		if (redisReaderFeed(s->c->reader, rbuf, (size_t)n) != REDIS_OK) {
+		if (redisReaderFeed(n->c->reader, rbuf, (size_t)got) != REDIS_OK) {
 			snprintf(s->errmsg, sizeof(s->errmsg), "Redis protocol error: %s",
-				 s->c->reader->errstr);
+				 n->c->reader->errstr);
 			return false;
 		}
 		for (;;) {
 			bool ok;
 
-			if (redisReaderGetReply(s->c->reader, &reply) != REDIS_OK) {
+			if (redisReaderGetReply(n->c->reader, &reply) != REDIS_OK) {
 				snprintf(s->errmsg, sizeof(s->errmsg), "Redis protocol error: %s",
-					 s->c->reader->errstr);
+					 n->c->reader->errstr);
 				return false;
 			}
 			if (!reply)
 				break;
-			ok = handle_reply(s, reply);
+			ok = handle_reply(s, n, reply);
 			freeReplyObject(reply);
 			if (!ok)
 				return false;
 		}
-		if ((size_t)n < sizeof(rbuf))
+		advance_head(s);
+		if ((size_t)got < sizeof(rbuf))
 			return true;
 	}
 }
 
+bool sink_redis_io(struct sink_redis *s, const struct pollfd *pfd, int npfd)
+{
+	if (!s->connected) {
+		snprintf(s->errmsg, sizeof(s->errmsg), "not connected");
+		return false;
+	}
+	s->errkind = SINK_ERR_IO; /* unless a reply says otherwise */
+	for (int i = 0; pfd && i < npfd && i < s->npoll; i++) {
+		struct node *n = &s->nodes[s->poll_node[i]];
+
+		if (n->c && (pfd[i].revents & (POLLIN | POLLERR | POLLHUP)) && !node_read(s, n))
+			return false;
+	}
+	for (int i = 0; i < s->nnodes; i++)
+		if (s->nodes[i].c && !node_write(s, &s->nodes[i]))
+			return false;
+	advance_head(s);
+	return true;
+}
+
 bool sink_redis_check_stall(struct sink_redis *s, int64_t now_us)
 {
-	if (!s->c || s->q_len == 0 || s->sent_off == s->head_off)
-		return true;
-	if (now_us - s->wait_since_us > (int64_t)s->cf->redis_timeout_ms * 1000) {
-		snprintf(s->errmsg, sizeof(s->errmsg), "no reply from Redis within %d ms",
-			 s->cf->redis_timeout_ms);
-		s->errkind = SINK_ERR_TIMEOUT;
-		return false;
+	int64_t limit = (int64_t)s->cf->redis_timeout_ms * 1000;
+
+	if (s->wait_mode)
+		limit += (int64_t)s->cf->wait_timeout_ms * 1000; /* WAIT may block that long */
+	for (int i = 0; i < s->nnodes; i++) {
+		struct node *n = &s->nodes[i];
+
+		if (!n->c || n->waitq.len == 0)
+			continue;
+		if (now_us - n->wait_since_us > limit) {
+			snprintf(s->errmsg, sizeof(s->errmsg), "no reply from Redis within %d ms (%s:%d)",
+				 s->cf->redis_timeout_ms, n->host ? n->host : n->unix_path, n->port);
+			s->errkind = SINK_ERR_TIMEOUT;
+			return false;
+		}
 	}
 	return true;
 }

@@ -11,6 +11,7 @@
 #ifndef RELAY_SINK_REDIS_H
 #define RELAY_SINK_REDIS_H
 
+#include <poll.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -34,7 +35,9 @@ enum sink_error_kind {
 	SINK_ERR_BUSY,      /* BUSY, LOADING, MASTERDOWN, TRYAGAIN: retried */
 	SINK_ERR_OTHER,     /* any other error reply: retried */
 	SINK_ERR_IO,        /* connection failed or closed */
-	SINK_ERR_TIMEOUT    /* no reply within --redis-timeout */
+	SINK_ERR_TIMEOUT,   /* no reply within --redis-timeout */
+	SINK_ERR_CLUSTER,   /* MOVED, TRYAGAIN, CLUSTERDOWN: slot map refreshed, everything re-routed */
+	SINK_ERR_WAIT       /* WAIT/WAITAOF fell short: nothing counted, everything sent again */
 };
 
 struct sink_stats {
@@ -63,8 +66,12 @@ enum sink_status sink_redis_connect(struct sink_redis *s);
 void sink_redis_disconnect(struct sink_redis *s);
 bool sink_redis_connected(const struct sink_redis *s);
 
-/* Socket to poll, or -1 when disconnected; whether POLLOUT is needed. */
-int sink_redis_fd(const struct sink_redis *s);
+/*
+ * Fill pfd[0..max) with the sockets to poll (one per connected master) and
+ * return how many; pass the same array, with revents, to sink_redis_io().
+ */
+int sink_redis_pollfds(struct sink_redis *s, struct pollfd *pfd, int max);
+/* Whether any connection has commands waiting to be written. */
 bool sink_redis_want_write(const struct sink_redis *s);
 
 /* True when the in-flight window (events or bytes) is full: stop reading WAL. */
@@ -93,7 +100,7 @@ bool sink_redis_flush(struct sink_redis *s);
  * connection failed or Redis answered with an error; sink_redis_errmsg() says
  * what happened and the caller should disconnect, back off and reconnect.
  */
-bool sink_redis_io(struct sink_redis *s, bool readable, bool writable);
+bool sink_redis_io(struct sink_redis *s, const struct pollfd *pfd, int npfd);
 
 /* Fail (return false) when replies are overdue by more than --redis-timeout. */
 bool sink_redis_check_stall(struct sink_redis *s, int64_t now_us);
