@@ -14,7 +14,7 @@ PACKAGES=(
 	postgresql-15 postgresql-15-wal2json postgresql-client-15
 	redis-server redis-tools
 	# tests: sanitizers, fuzzing, and the small tools the scripts use
-	clang libclang-rt-14-dev python3 procps util-linux curl
+	clang libclang-rt-14-dev python3 procps util-linux curl openssl
 )
 
 missing=()
