@@ -18,6 +18,7 @@
  * buffer, naming the flag or variable and the fix. The values of --pg-dsn and
  * --redis-url may hold passwords and are never quoted back.
  */
+#include "msg.h"
 #include "config.h"
 
 #include <ctype.h>
@@ -54,7 +55,7 @@
 #define GIB (1024 * MIB)
 
 /* Longest user value quoted back in an error message, in bytes. */
-#define QUOTE_MAX 64
+#define QUOTE_MAX MSG_QUOTE_MAX
 /* Column where the environment variable starts in --help. */
 #define USAGE_ENV_COL 32
 #define USAGE_WIDTH 80
@@ -555,43 +556,6 @@ struct source {
 	char label[64]; /* "--slot" or "OUTBOX_RELAY_SLOT" */
 };
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || errlen == 0)
-		return;
-	va_start(ap, fmt);
-	(void)vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
-
-/*
- * Copy s into buf for quoting in an error message: control bytes become '?'
- * so the message stays one line, and long values are cut with "...".
- * Returns buf.
- */
-static const char *quotable(const char *s, char *buf, size_t buflen)
-{
-	size_t n = 0;
-
-	for (; *s && n + 4 < buflen; s++) {
-		unsigned char c = (unsigned char)*s;
-
-		if (n >= QUOTE_MAX) {
-			memcpy(buf + n, "...", 3);
-			n += 3;
-			break;
-		}
-		buf[n++] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
-	}
-	buf[n] = '\0';
-	return buf;
-}
-
 static struct source source_of(const struct option_def *o, bool env)
 {
 	struct source src;
@@ -614,9 +578,9 @@ static void bad_value(char *err, size_t errlen, const struct option_def *o,
 	char q[QUOTE_MAX + 8];
 
 	if (o->flags & OPT_F_SECRET)
-		seterr(err, errlen, "invalid %s: %s", src->label, why);
+		msg_set(err, errlen, "invalid %s: %s", src->label, why);
 	else
-		seterr(err, errlen, "invalid value \"%s\" %s %s: %s", quotable(value, q, sizeof(q)),
+		msg_set(err, errlen, "invalid value \"%s\" %s %s: %s", msg_quote(value, strlen(value), q, sizeof(q)),
 		       src->env ? "in" : "for", src->label, why);
 }
 
@@ -946,12 +910,6 @@ static bool check_key_prefix(const char *value, char *why, size_t whylen)
 
 /* ---- Conversion of one winning value ---- */
 
-static bool oom(char *err, size_t errlen)
-{
-	seterr(err, errlen, "out of memory while reading the configuration");
-	return false;
-}
-
 static bool apply_string(struct relay_config *cf, const struct option_def *o, const char *v,
                          const struct source *src, char *err, size_t errlen)
 {
@@ -977,7 +935,7 @@ static bool apply_string(struct relay_config *cf, const struct option_def *o, co
 		copy = strdup(v);
 	}
 	if (!copy)
-		return oom(err, errlen);
+		return msg_oom(err, errlen);
 	*field = copy;
 	return true;
 }
@@ -995,7 +953,7 @@ static bool apply_redis_url(struct relay_config *cf, const struct option_def *o,
 	}
 	*field = strdup(v);
 	if (!*field)
-		return oom(err, errlen);
+		return msg_oom(err, errlen);
 	return true;
 }
 
@@ -1049,7 +1007,7 @@ static bool apply_number(struct relay_config *cf, const struct option_def *o, co
 		n /= MS_SECOND;
 	}
 	if (!store_int(cf, o, n)) {
-		seterr(err, errlen, "internal error: --%s does not fit its field", o->name);
+		msg_set(err, errlen, "internal error: --%s does not fit its field", o->name);
 		return false;
 	}
 	return true;
@@ -1075,18 +1033,18 @@ static bool list_append(struct relay_config *cf, const struct option_def *o, con
 			char why[QUOTE_MAX + 48], q[QUOTE_MAX + 8];
 
 			(void)snprintf(why, sizeof(why), "\"%s\" is listed twice",
-			               quotable((*items)[i], q, sizeof(q)));
+			               msg_quote((*items)[i], strlen((*items)[i]), q, sizeof(q)));
 			bad_value(err, errlen, o, src, whole, why);
 			return false;
 		}
 	}
 	copy = strndup(item, len);
 	if (!copy)
-		return oom(err, errlen);
+		return msg_oom(err, errlen);
 	grown = realloc(*items, (*count + 1) * sizeof(**items));
 	if (!grown) {
 		free(copy);
-		return oom(err, errlen);
+		return msg_oom(err, errlen);
 	}
 	grown[*count] = copy;
 	*items = grown;
@@ -1149,7 +1107,7 @@ static bool apply_option(struct relay_config *cf, const struct option_def *o,
 	src = source_of(o, !raw->arg && raw->env);
 	if (o->flags & OPT_F_REQUIRED) {
 		if (!v || !*v) {
-			seterr(err, errlen, "missing --%s (or %s): %s", o->name, o->env, o->missing);
+			msg_set(err, errlen, "missing --%s (or %s): %s", o->name, o->env, o->missing);
 			return false;
 		}
 	}
@@ -1209,7 +1167,7 @@ static bool apply_option(struct relay_config *cf, const struct option_def *o,
 	case OPT_LIST:
 		break;
 	}
-	seterr(err, errlen, "internal error: --%s has an unknown kind", o->name);
+	msg_set(err, errlen, "internal error: --%s has an unknown kind", o->name);
 	return false;
 }
 
@@ -1243,19 +1201,19 @@ static void positional_error(const char *a, int i, const struct option_def *prev
 	char q[QUOTE_MAX + 8];
 
 	if (bare_bool && is_bool_word(a)) {
-		seterr(err, errlen,
+		msg_set(err, errlen,
 		       "unexpected argument \"%s\" after --%s: write --%s=%s, or --no-%s for false",
-		       quotable(a, q, sizeof(q)), prev->name, prev->name, a, prev->name);
+		       msg_quote(a, strlen(a), q, sizeof(q)), prev->name, prev->name, a, prev->name);
 	} else if ((prev && (prev->flags & OPT_F_SECRET)) || strpbrk(a, "=@:")) {
-		seterr(err, errlen,
+		msg_set(err, errlen,
 		       "unexpected argument #%d (not shown: it may hold a secret); outbox-relay "
 		       "takes no positional arguments, so quote values that contain spaces",
 		       i);
 	} else {
-		seterr(err, errlen,
+		msg_set(err, errlen,
 		       "unexpected argument \"%s\"; outbox-relay takes no positional arguments, "
 		       "run outbox-relay --help for the options",
-		       quotable(a, q, sizeof(q)));
+		       msg_quote(a, strlen(a), q, sizeof(q)));
 	}
 }
 
@@ -1273,7 +1231,7 @@ static bool record_arg(struct raw_value *raw, const struct option_def *o, const 
 		/* Never more occurrences than arguments. */
 		r->list = calloc((size_t)argc, sizeof(*r->list));
 		if (!r->list)
-			return oom(err, errlen);
+			return msg_oom(err, errlen);
 	}
 	r->list[r->nlist++] = value;
 	return true;
@@ -1330,16 +1288,16 @@ static enum config_result scan_argv(struct raw_value *raw, int argc, char **argv
 
 			(void)snprintf(shown, sizeof(shown), "%.*s", (int)(name - a + len), a);
 			if (eq && (strcmp(shown, "--help") == 0 || strcmp(shown, "--version") == 0))
-				seterr(err, errlen, "option %s does not take a value", shown);
+				msg_set(err, errlen, "option %s does not take a value", shown);
 			else
-				seterr(err, errlen, "unknown option \"%s\"; run outbox-relay --help for the list",
-				       quotable(shown, q, sizeof(q)));
+				msg_set(err, errlen, "unknown option \"%s\"; run outbox-relay --help for the list",
+				       msg_quote(shown, strlen(shown), q, sizeof(q)));
 			return CONFIG_ERROR;
 		}
 
 		if (negated) {
 			if (eq) {
-				seterr(err, errlen, "option --no-%s does not take a value; use --%s=VALUE instead",
+				msg_set(err, errlen, "option --no-%s does not take a value; use --%s=VALUE instead",
 				       o->name, o->name);
 				return CONFIG_ERROR;
 			}
@@ -1351,7 +1309,7 @@ static enum config_result scan_argv(struct raw_value *raw, int argc, char **argv
 		} else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) {
 			value = argv[++i];
 		} else {
-			seterr(err, errlen, "option --%s needs a value", o->name);
+			msg_set(err, errlen, "option --%s needs a value", o->name);
 			return CONFIG_ERROR;
 		}
 		if (!record_arg(raw, o, value, argc, err, errlen))
@@ -1398,7 +1356,7 @@ static bool check_wait_aof(const char *value, char *why, size_t whylen)
 	if (strcmp(value, "none") == 0 || strcmp(value, "local") == 0 ||
 	    strcmp(value, "local,replicas") == 0)
 		return true;
-	seterr(why, whylen, "expected none, local or local,replicas");
+	msg_set(why, whylen, "expected none, local or local,replicas");
 	return false;
 }
 
@@ -1406,7 +1364,7 @@ static bool check_id_format(const char *value, char *why, size_t whylen)
 {
 	if (strcmp(value, "any") == 0 || strcmp(value, "uuid") == 0)
 		return true;
-	seterr(why, whylen, "expected any or uuid");
+	msg_set(why, whylen, "expected any or uuid");
 	return false;
 }
 
@@ -1421,7 +1379,7 @@ static bool read_secret(const char *opt, const char *path, char **ret, char *err
 	size_t n;
 
 	if (!f) {
-		seterr(err, errlen, "could not read --%s \"%s\": %s", opt, path, strerror(errno));
+		msg_set(err, errlen, "could not read --%s \"%s\": %s", opt, path, strerror(errno));
 		return false;
 	}
 	if (!fgets(line, sizeof(line), f))
@@ -1430,14 +1388,14 @@ static bool read_secret(const char *opt, const char *path, char **ret, char *err
 	n = strcspn(line, "\r\n");
 	line[n] = '\0';
 	if (n == 0) {
-		seterr(err, errlen, "--%s \"%s\" is empty: put the password on its first line", opt,
+		msg_set(err, errlen, "--%s \"%s\" is empty: put the password on its first line", opt,
 		       path);
 		return false;
 	}
 	*ret = strdup(line);
 	explicit_bzero(line, sizeof(line));
 	if (!*ret) {
-		seterr(err, errlen, "out of memory");
+		msg_set(err, errlen, "out of memory");
 		return false;
 	}
 	return true;
@@ -1450,14 +1408,14 @@ static bool check_combinations(struct relay_config *cf, char *err, size_t errlen
 		struct redis_seed *seed;
 
 		if (cf->redis.unix_path) {
-			seterr(err, errlen, "--redis-cluster needs a TCP --redis-url (host:port), not a "
+			msg_set(err, errlen, "--redis-cluster needs a TCP --redis-url (host:port), not a "
 					    "unix socket");
 			return false;
 		}
 		seed = calloc(1, sizeof(*seed));
 		if (!seed || !(seed->host = strdup(cf->redis.host))) {
 			free(seed);
-			seterr(err, errlen, "out of memory");
+			msg_set(err, errlen, "out of memory");
 			return false;
 		}
 		seed->port = cf->redis.port;
@@ -1466,11 +1424,11 @@ static bool check_combinations(struct relay_config *cf, char *err, size_t errlen
 		cf->redis.cluster = true;
 	}
 	if (cf->redis.cluster && cf->redis.db != 0) {
-		seterr(err, errlen, "a Redis Cluster has only database 0: drop the /DB part of --redis-url");
+		msg_set(err, errlen, "a Redis Cluster has only database 0: drop the /DB part of --redis-url");
 		return false;
 	}
 	if (cf->wait_aof && strcmp(cf->wait_aof, "local,replicas") == 0 && cf->wait_replicas < 1) {
-		seterr(err, errlen, "--wait-aof local,replicas needs --wait-replicas 1 or more");
+		msg_set(err, errlen, "--wait-aof local,replicas needs --wait-replicas 1 or more");
 		return false;
 	}
 	return true;

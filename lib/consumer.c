@@ -29,6 +29,7 @@
  * ends a BLOCK wait at once instead of after up to --block ms. Only that
  * wait is interruptible; XACK and the rest always run to completion.
  */
+#include "msg.h"
 #include "consumer.h"
 
 #include <errno.h>
@@ -58,7 +59,7 @@
 #define ENV_PREFIX "OUTBOX_CONSUME_"
 
 /* Longest user value quoted back in an error message, in bytes. */
-#define QUOTE_MAX 64
+#define QUOTE_MAX MSG_QUOTE_MAX
 
 #define MS_PER_DAY INT64_C(86400000)
 
@@ -232,31 +233,6 @@ static void *field_ptr(struct consumer_config *cf, size_t off)
 	return (char *)cf + off;
 }
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || errlen == 0)
-		return;
-	va_start(ap, fmt);
-	(void)vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
-
-/* s shortened to QUOTE_MAX bytes with "..." appended when cut. Returns buf. */
-static const char *quotable(const char *s, char *buf, size_t len)
-{
-	if (strlen(s) <= QUOTE_MAX) {
-		(void)snprintf(buf, len, "%s", s);
-	} else {
-		(void)snprintf(buf, len, "%.*s...", QUOTE_MAX, s);
-	}
-	return buf;
-}
-
 /* `invalid value "v" for --name (from OUTBOX_CONSUME_NAME): why`. */
 static void bad_value(char *err, size_t errlen, const struct copt *o, bool from_env, const char *v,
                       const char *why)
@@ -264,10 +240,10 @@ static void bad_value(char *err, size_t errlen, const struct copt *o, bool from_
 	char q[QUOTE_MAX + 8];
 
 	if (o->secret)
-		seterr(err, errlen, "invalid %s%s: %s", from_env ? "" : "--", from_env ? o->env : o->name,
+		msg_set(err, errlen, "invalid %s%s: %s", from_env ? "" : "--", from_env ? o->env : o->name,
 		       why);
 	else
-		seterr(err, errlen, "invalid value \"%s\" for %s%s: %s", quotable(v, q, sizeof(q)),
+		msg_set(err, errlen, "invalid value \"%s\" for %s%s: %s", msg_quote(v, strlen(v), q, sizeof(q)),
 		       from_env ? "" : "--", from_env ? o->env : o->name, why);
 }
 
@@ -313,12 +289,6 @@ static bool parse_ms(const char *s, int64_t *ret)
 	return config_parse_duration_ms(s, ret);
 }
 
-static bool oom(char *err, size_t errlen)
-{
-	seterr(err, errlen, "out of memory");
-	return false;
-}
-
 static bool list_append(struct consumer_config *cf, const struct copt *o, const char *item,
                         size_t len, bool from_env, char *err, size_t errlen)
 {
@@ -336,11 +306,11 @@ static bool list_append(struct consumer_config *cf, const struct copt *o, const 
 	}
 	copy = strndup(item, len);
 	if (!copy)
-		return oom(err, errlen);
+		return msg_oom(err, errlen);
 	grown = realloc(*items, (*count + 1) * sizeof(**items));
 	if (!grown) {
 		free(copy);
-		return oom(err, errlen);
+		return msg_oom(err, errlen);
 	}
 	grown[*count] = copy;
 	*items = grown;
@@ -400,7 +370,7 @@ static bool apply_option(struct consumer_config *cf, const struct copt *o,
 		if (!*v)
 			return true; /* "" unsets, as an empty variable in a manifest does */
 		*s = strdup(v);
-		return *s ? true : oom(err, errlen);
+		return *s ? true : msg_oom(err, errlen);
 	}
 	case COPT_URL: {
 		char **s = field_ptr(cf, o->offset);
@@ -410,7 +380,7 @@ static bool apply_option(struct consumer_config *cf, const struct copt *o,
 			return false;
 		}
 		*s = strdup(v);
-		return *s ? true : oom(err, errlen);
+		return *s ? true : msg_oom(err, errlen);
 	}
 	case COPT_INT:
 	case COPT_MS: {
@@ -446,7 +416,7 @@ static bool apply_option(struct consumer_config *cf, const struct copt *o,
 	case COPT_LIST:
 		break;
 	}
-	seterr(err, errlen, "internal error: --%s has an unknown kind", o->name);
+	msg_set(err, errlen, "internal error: --%s has an unknown kind", o->name);
 	return false;
 }
 
@@ -481,7 +451,7 @@ static enum config_result scan_argv(struct raw_value *raw, int argc, char **argv
 		}
 		if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
 			/* Not quoted: it may be the tail of an unquoted URL with a password. */
-			seterr(err, errlen,
+			msg_set(err, errlen,
 			       "unexpected argument #%d; %s takes no positional arguments, run %s "
 			       "--help for the options",
 			       i, PROGNAME, PROGNAME);
@@ -502,13 +472,13 @@ static enum config_result scan_argv(struct raw_value *raw, int argc, char **argv
 			char shown[QUOTE_MAX + 8];
 
 			(void)snprintf(shown, sizeof(shown), "--%.*s", (int)len, name);
-			seterr(err, errlen, "unknown option \"%s\"; run %s --help for the list",
-			       quotable(shown, q, sizeof(q)), PROGNAME);
+			msg_set(err, errlen, "unknown option \"%s\"; run %s --help for the list",
+			       msg_quote(shown, strlen(shown), q, sizeof(q)), PROGNAME);
 			return CONFIG_ERROR;
 		}
 		if (negated) {
 			if (eq) {
-				seterr(err, errlen, "option --no-%s does not take a value", o->name);
+				msg_set(err, errlen, "option --no-%s does not take a value", o->name);
 				return CONFIG_ERROR;
 			}
 			value = "false";
@@ -519,7 +489,7 @@ static enum config_result scan_argv(struct raw_value *raw, int argc, char **argv
 		} else if (i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0) {
 			value = argv[++i];
 		} else {
-			seterr(err, errlen, "option --%s needs a value", o->name);
+			msg_set(err, errlen, "option --%s needs a value", o->name);
 			return CONFIG_ERROR;
 		}
 
@@ -529,7 +499,7 @@ static enum config_result scan_argv(struct raw_value *raw, int argc, char **argv
 			if (!r->list) {
 				r->list = calloc((size_t)argc, sizeof(*r->list));
 				if (!r->list) {
-					(void)oom(err, errlen);
+					(void)msg_oom(err, errlen);
 					return CONFIG_ERROR;
 				}
 			}
@@ -572,7 +542,7 @@ static bool read_password_file(const char *path, char **ret, char *err, size_t e
 	size_t n;
 
 	if (!f) {
-		seterr(err, errlen, "could not read --redis-password-file \"%s\": %s", path,
+		msg_set(err, errlen, "could not read --redis-password-file \"%s\": %s", path,
 		       strerror(errno));
 		return false;
 	}
@@ -582,13 +552,13 @@ static bool read_password_file(const char *path, char **ret, char *err, size_t e
 	n = strcspn(line, "\r\n");
 	line[n] = '\0';
 	if (n == 0) {
-		seterr(err, errlen,
+		msg_set(err, errlen,
 		       "--redis-password-file \"%s\" is empty: put the password on its first line", path);
 		return false;
 	}
 	*ret = strdup(line);
 	explicit_bzero(line, sizeof(line));
-	return *ret ? true : oom(err, errlen);
+	return *ret ? true : msg_oom(err, errlen);
 }
 
 /* "<hostname>-<pid>" into *ret. */
@@ -601,21 +571,21 @@ static bool default_consumer_name(char **ret, char *err, size_t errlen)
 	host[sizeof(host) - 1] = '\0';
 	(void)snprintf(name, sizeof(name), "%s-%ld", host, (long)getpid());
 	*ret = strdup(name);
-	return *ret ? true : oom(err, errlen);
+	return *ret ? true : msg_oom(err, errlen);
 }
 
 /* Checks across options, defaults computed at run time, the password file. */
 static bool finish_config(struct consumer_config *cf, char *err, size_t errlen)
 {
 	if (!cf->group) {
-		seterr(err, errlen,
+		msg_set(err, errlen,
 		       "missing --group (or %sGROUP): name the consumer group to read as, e.g. "
 		       "--group workers",
 		       ENV_PREFIX);
 		return false;
 	}
 	if (cf->nstreams == 0 && !cf->stream_pattern) {
-		seterr(err, errlen,
+		msg_set(err, errlen,
 		       "missing --stream or --stream-pattern (or %sSTREAM, %sSTREAM_PATTERN): say "
 		       "which streams to read, e.g. --stream-pattern 'outbox:*'",
 		       ENV_PREFIX, ENV_PREFIX);
@@ -1011,7 +981,7 @@ redisContext *consumer_redis_connect(const struct redis_target *t, int timeout_m
 	*ret_permanent = false;
 	(void)redis_target_describe(t, desc, sizeof(desc));
 	if (t->tls) {
-		seterr(err, errlen,
+		msg_set(err, errlen,
 		       "rediss:// (TLS) is not supported by this build (hiredis %d.%d without "
 		       "hiredis_ssl); use redis:// or unix://",
 		       HIREDIS_MAJOR, HIREDIS_MINOR);
@@ -1023,16 +993,16 @@ redisContext *consumer_redis_connect(const struct redis_target *t, int timeout_m
 	else
 		c = redisConnectWithTimeout(t->host, t->port, tv);
 	if (!c) {
-		seterr(err, errlen, "could not allocate a Redis context");
+		msg_set(err, errlen, "could not allocate a Redis context");
 		return NULL;
 	}
 	if (c->err) {
-		seterr(err, errlen, "could not connect to Redis at %s: %s", desc, c->errstr);
+		msg_set(err, errlen, "could not connect to Redis at %s: %s", desc, c->errstr);
 		goto fail;
 	}
 	if (redisSetTimeout(c, tv) != REDIS_OK ||
 	    (!t->unix_path && redisEnableKeepAlive(c) != REDIS_OK)) {
-		seterr(err, errlen, "could not set socket options for Redis at %s: %s", desc, c->errstr);
+		msg_set(err, errlen, "could not set socket options for Redis at %s: %s", desc, c->errstr);
 		goto fail;
 	}
 	if (t->password) {
@@ -1040,12 +1010,12 @@ redisContext *consumer_redis_connect(const struct redis_target *t, int timeout_m
 
 		r = redisCommandArgv(c, t->user ? 3 : 2, argv, NULL);
 		if (!r) {
-			seterr(err, errlen, "AUTH to Redis at %s failed: %s", desc,
+			msg_set(err, errlen, "AUTH to Redis at %s failed: %s", desc,
 			       c->errstr[0] ? c->errstr : "connection lost");
 			goto fail;
 		}
 		if (r->type == REDIS_REPLY_ERROR) {
-			seterr(err, errlen, "Redis at %s rejected AUTH%s%s: %s", desc,
+			msg_set(err, errlen, "Redis at %s rejected AUTH%s%s: %s", desc,
 			       t->user ? " as user " : "", t->user ? t->user : "", r->str);
 			*ret_permanent = consumer_redis_auth_error(r->str) ||
 			                 strstr(r->str, "wrong number of arguments") != NULL;
@@ -1061,12 +1031,12 @@ redisContext *consumer_redis_connect(const struct redis_target *t, int timeout_m
 		(void)snprintf(db, sizeof(db), "%d", t->db);
 		r = redisCommandArgv(c, 2, argv, NULL);
 		if (!r) {
-			seterr(err, errlen, "SELECT %d on Redis at %s failed: %s", t->db, desc,
+			msg_set(err, errlen, "SELECT %d on Redis at %s failed: %s", t->db, desc,
 			       c->errstr[0] ? c->errstr : "connection lost");
 			goto fail;
 		}
 		if (r->type == REDIS_REPLY_ERROR) {
-			seterr(err, errlen, "Redis at %s rejected SELECT %d: %s", desc, t->db, r->str);
+			msg_set(err, errlen, "Redis at %s rejected SELECT %d: %s", desc, t->db, r->str);
 			*ret_permanent =
 			    consumer_redis_auth_error(r->str) || strstr(r->str, "out of range") != NULL;
 			freeReplyObject(r);

@@ -14,6 +14,7 @@
  *
  * No logging: errors go to the caller's err buffer as one line.
  */
+#include "msg.h"
 #include "metrics.h"
 
 #include <arpa/inet.h>
@@ -55,7 +56,7 @@ _Static_assert(METRICS_MAX_STREAMS < UINT16_MAX, "stream ids must fit the uint16
 #define HTTP_CONNECTION_LIMIT 32
 #define HTTP_CONNECTION_TIMEOUT_S 10
 /* Longest part of a user-supplied address quoted back in an error message. */
-#define QUOTE_MAX 64
+#define QUOTE_MAX MSG_QUOTE_MAX
 
 #define CONTENT_TYPE_METRICS "text/plain; version=0.0.4; charset=utf-8"
 #define CONTENT_TYPE_TEXT "text/plain; charset=utf-8"
@@ -133,43 +134,6 @@ struct out {
 	size_t len, cap;
 	bool failed;
 };
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || errlen == 0)
-		return;
-	va_start(ap, fmt);
-	(void)vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
-
-/*
- * Copy s[0..len) into buf for quoting in an error message: control bytes
- * become '?' (the message stays one line) and long input is cut with "...".
- * Returns buf.
- */
-static const char *quotable(const char *s, size_t len, char *buf, size_t buflen)
-{
-	size_t i, n = 0;
-
-	for (i = 0; i < len && n + 4 < buflen; i++) {
-		unsigned char c = (unsigned char)s[i];
-
-		if (n >= QUOTE_MAX) {
-			memcpy(buf + n, "...", 3);
-			n += 3;
-			break;
-		}
-		buf[n++] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
-	}
-	buf[n] = '\0';
-	return buf;
-}
 
 /* ---- metrics object and stream table ---- */
 
@@ -772,15 +736,15 @@ static bool parse_addr(const char *addr, struct sockaddr_storage *ret_sa, unsign
 	char q[QUOTE_MAX + 8], hostbuf[NI_MAXHOST];
 
 	if (!addr || !*addr) {
-		seterr(err, errlen, "HTTP address is empty");
+		msg_set(err, errlen, "HTTP address is empty");
 		return false;
 	}
-	quotable(addr, strlen(addr), q, sizeof(q));
+	msg_quote(addr, strlen(addr), q, sizeof(q));
 	if (addr[0] == '[') {
 		const char *close = strchr(addr, ']');
 
 		if (!close || close[1] != ':') {
-			seterr(err, errlen,
+			msg_set(err, errlen,
 			       "invalid HTTP address \"%s\": expected [ipv6]:port, e.g. [::1]:9187", q);
 			return false;
 		}
@@ -789,14 +753,14 @@ static bool parse_addr(const char *addr, struct sockaddr_storage *ret_sa, unsign
 		port_s = close + 2;
 		bracketed = true;
 		if (hostlen == 0) {
-			seterr(err, errlen, "invalid HTTP address \"%s\": empty IPv6 address", q);
+			msg_set(err, errlen, "invalid HTTP address \"%s\": empty IPv6 address", q);
 			return false;
 		}
 	} else {
 		const char *colon = strrchr(addr, ':');
 
 		if (!colon) {
-			seterr(err, errlen,
+			msg_set(err, errlen,
 			       "invalid HTTP address \"%s\": expected host:port, :port or [ipv6]:port",
 			       q);
 			return false;
@@ -805,7 +769,7 @@ static bool parse_addr(const char *addr, struct sockaddr_storage *ret_sa, unsign
 		hostlen = (size_t)(colon - addr);
 		port_s = colon + 1;
 		if (memchr(host, ':', hostlen)) {
-			seterr(err, errlen,
+			msg_set(err, errlen,
 			       "invalid HTTP address \"%s\": put an IPv6 address in brackets, e.g. "
 			       "[::1]:9187",
 			       q);
@@ -841,7 +805,7 @@ static bool parse_addr(const char *addr, struct sockaddr_storage *ret_sa, unsign
 		int rc;
 
 		if (hostlen >= sizeof(hostbuf)) {
-			seterr(err, errlen, "invalid HTTP address \"%s\": host name too long", q);
+			msg_set(err, errlen, "invalid HTTP address \"%s\": host name too long", q);
 			return false;
 		}
 		memcpy(hostbuf, host, hostlen);
@@ -853,10 +817,10 @@ static bool parse_addr(const char *addr, struct sockaddr_storage *ret_sa, unsign
 		rc = getaddrinfo(hostbuf, NULL, &hints, &res);
 		if (rc != 0) {
 			if (bracketed)
-				seterr(err, errlen, "invalid HTTP address \"%s\": not an IPv6 address",
+				msg_set(err, errlen, "invalid HTTP address \"%s\": not an IPv6 address",
 				       q);
 			else
-				seterr(err, errlen,
+				msg_set(err, errlen,
 				       "invalid HTTP address \"%s\": could not resolve the host: %s", q,
 				       rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
 			return false;
@@ -867,7 +831,7 @@ static bool parse_addr(const char *addr, struct sockaddr_storage *ret_sa, unsign
 				break;
 		if (!ai) {
 			freeaddrinfo(res);
-			seterr(err, errlen,
+			msg_set(err, errlen,
 			       "invalid HTTP address \"%s\": the host has no IPv4 or IPv6 address", q);
 			return false;
 		}
@@ -890,7 +854,7 @@ static bool parse_addr(const char *addr, struct sockaddr_storage *ret_sa, unsign
 	return true;
 
 bad_port:
-	seterr(err, errlen, "invalid HTTP address \"%s\": the port must be a number from 0 to 65535",
+	msg_set(err, errlen, "invalid HTTP address \"%s\": the port must be a number from 0 to 65535",
 	       q);
 	return false;
 }
@@ -933,17 +897,17 @@ struct metrics_server *metrics_server_start(struct metrics *m, const char *addr,
 		saved_errno = errno;
 		format_sockaddr(&sa, where, sizeof(where));
 		if (saved_errno == EADDRNOTAVAIL)
-			seterr(err, errlen,
+			msg_set(err, errlen,
 			       "could not listen on %s: %s; set --http-addr to a local address or to "
 			       "\"\" to turn it off",
 			       where, strerror(saved_errno));
 		else if (saved_errno != 0)
-			seterr(err, errlen,
+			msg_set(err, errlen,
 			       "could not listen on %s: %s; set --http-addr to another port or to "
 			       "\"\" to turn it off",
 			       where, strerror(saved_errno));
 		else
-			seterr(err, errlen,
+			msg_set(err, errlen,
 			       "could not start the HTTP server on %s; set --http-addr to another "
 			       "port or to \"\" to turn it off",
 			       where);
@@ -958,7 +922,7 @@ error_slot:
 error_server:
 	free(s);
 error_oom:
-	seterr(err, errlen, "out of memory starting the HTTP server");
+	msg_set(err, errlen, "out of memory starting the HTTP server");
 	return NULL;
 }
 

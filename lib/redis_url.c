@@ -12,6 +12,7 @@
  * scheme, host, port, database and socket path but never the user-info part.
  * Pure: no I/O, no logging.
  */
+#include "msg.h"
 #include "redis_url.h"
 
 #include <stdarg.h>
@@ -24,44 +25,7 @@
 
 #define DEFAULT_PORT 6379
 /* Longest host/port/db/path fragment quoted back in an error message. */
-#define QUOTE_MAX 64
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err || errlen == 0)
-		return;
-	va_start(ap, fmt);
-	(void)vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
-
-/*
- * Copy s[0..len) into buf for quoting in an error message: control bytes
- * become '?' (the message stays one line) and long input is cut with "...".
- * Returns buf.
- */
-static const char *quotable(const char *s, size_t len, char *buf, size_t buflen)
-{
-	size_t i, n = 0;
-
-	for (i = 0; i < len && n + 4 < buflen; i++) {
-		unsigned char c = (unsigned char)s[i];
-
-		if (n >= QUOTE_MAX) {
-			memcpy(buf + n, "...", 3);
-			n += 3;
-			break;
-		}
-		buf[n++] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
-	}
-	buf[n] = '\0';
-	return buf;
-}
+#define QUOTE_MAX MSG_QUOTE_MAX
 
 static char *dup_range(const char *s, size_t len)
 {
@@ -142,7 +106,7 @@ static bool parse_userinfo(const char *s, size_t len, struct redis_target *t, ch
 	enum decode_result r;
 
 	if (!colon) {
-		seterr(err, errlen,
+		msg_set(err, errlen,
 		       "missing \":\" in the credentials: write user:password@ or :password@ "
 		       "(percent-encode \":\" and \"@\" inside them as %%3A and %%40)");
 		return false;
@@ -154,17 +118,17 @@ static bool parse_userinfo(const char *s, size_t len, struct redis_target *t, ch
 	case DECODE_OK:
 		return true;
 	case DECODE_BAD:
-		seterr(err, errlen,
+		msg_set(err, errlen,
 		       "invalid percent-encoding in the credentials: \"%%\" must be followed by "
 		       "two hex digits (write a literal \"%%\" as %%25)");
 		return false;
 	case DECODE_NUL:
-		seterr(err, errlen, "the credentials must not contain %%00");
+		msg_set(err, errlen, "the credentials must not contain %%00");
 		return false;
 	case DECODE_OOM:
 		break;
 	}
-	seterr(err, errlen, "out of memory");
+	msg_set(err, errlen, "out of memory");
 	return false;
 }
 
@@ -193,8 +157,8 @@ static bool parse_db(const char *s, size_t len, struct redis_target *t, char *er
 	long v;
 
 	if (!parse_uint(s, len, INT32_MAX, &v)) {
-		seterr(err, errlen, "invalid database \"%s\": expected a number from 0 to %ld",
-		       quotable(s, len, q, sizeof(q)), (long)INT32_MAX);
+		msg_set(err, errlen, "invalid database \"%s\": expected a number from 0 to %ld",
+		       msg_quote(s, len, q, sizeof(q)), (long)INT32_MAX);
 		return false;
 	}
 	t->db = (int)v;
@@ -230,30 +194,30 @@ static bool parse_tcp(const char *s, size_t len, struct redis_target *t, char *e
 		const char *close = memchr(s, ']', (size_t)(slash - s));
 
 		if (!close) {
-			seterr(err, errlen, "missing \"]\" after the IPv6 address: write redis://[::1]:6379");
+			msg_set(err, errlen, "missing \"]\" after the IPv6 address: write redis://[::1]:6379");
 			return false;
 		}
 		host = s + 1;
 		hostlen = (size_t)(close - host);
 		if (hostlen == 0) {
-			seterr(err, errlen, "empty IPv6 address in \"[]\"");
+			msg_set(err, errlen, "empty IPv6 address in \"[]\"");
 			return false;
 		}
 		if (!memchr(host, ':', hostlen)) {
-			seterr(err, errlen, "invalid IPv6 address \"%s\"",
-			       quotable(host, hostlen, q, sizeof(q)));
+			msg_set(err, errlen, "invalid IPv6 address \"%s\"",
+			       msg_quote(host, hostlen, q, sizeof(q)));
 			return false;
 		}
 		for (size_t i = 0; i < hostlen; i++) {
 			if (!ipv6_char_ok(host[i])) {
-				seterr(err, errlen, "invalid IPv6 address \"%s\"",
-				       quotable(host, hostlen, q, sizeof(q)));
+				msg_set(err, errlen, "invalid IPv6 address \"%s\"",
+				       msg_quote(host, hostlen, q, sizeof(q)));
 				return false;
 			}
 		}
 		p = close + 1;
 		if (p < slash && *p != ':') {
-			seterr(err, errlen, "unexpected text after \"]\": write redis://[IPV6]:PORT[/DB]");
+			msg_set(err, errlen, "unexpected text after \"]\": write redis://[IPV6]:PORT[/DB]");
 			return false;
 		}
 	} else {
@@ -262,18 +226,18 @@ static bool parse_tcp(const char *s, size_t len, struct redis_target *t, char *e
 		host = s;
 		hostlen = (size_t)((colon ? colon : slash) - s);
 		if (colon && memchr(colon + 1, ':', (size_t)(slash - colon - 1))) {
-			seterr(err, errlen,
+			msg_set(err, errlen,
 			       "IPv6 addresses must be written in brackets, e.g. redis://[::1]:6379");
 			return false;
 		}
 		if (hostlen == 0) {
-			seterr(err, errlen, "empty host: write redis://HOST[:PORT][/DB]");
+			msg_set(err, errlen, "empty host: write redis://HOST[:PORT][/DB]");
 			return false;
 		}
 		for (size_t i = 0; i < hostlen; i++) {
 			if (!host_char_ok(host[i])) {
-				seterr(err, errlen, "invalid host \"%s\": use a host name or an IP address",
-				       quotable(host, hostlen, q, sizeof(q)));
+				msg_set(err, errlen, "invalid host \"%s\": use a host name or an IP address",
+				       msg_quote(host, hostlen, q, sizeof(q)));
 				return false;
 			}
 		}
@@ -287,7 +251,7 @@ static bool parse_tcp(const char *s, size_t len, struct redis_target *t, char *e
 		/* *p == ':' here */
 		p++;
 		if (p == slash) {
-			seterr(err, errlen, "missing port after \":\": expected a number from 1 to 65535");
+			msg_set(err, errlen, "missing port after \":\": expected a number from 1 to 65535");
 			return false;
 		}
 		if (!parse_uint(p, (size_t)(slash - p), 65535, &port) || port == 0) {
@@ -296,10 +260,10 @@ static bool parse_tcp(const char *s, size_t len, struct redis_target *t, char *e
 			 * puts the password where the port goes.
 			 */
 			if (strspn(p, "0123456789") >= (size_t)(slash - p))
-				seterr(err, errlen, "invalid port \"%s\": expected a number from 1 to 65535",
-				       quotable(p, (size_t)(slash - p), q, sizeof(q)));
+				msg_set(err, errlen, "invalid port \"%s\": expected a number from 1 to 65535",
+				       msg_quote(p, (size_t)(slash - p), q, sizeof(q)));
 			else
-				seterr(err, errlen, "invalid port: expected a number from 1 to 65535 after \":\"");
+				msg_set(err, errlen, "invalid port: expected a number from 1 to 65535 after \":\"");
 			return false;
 		}
 		t->port = (int)port;
@@ -311,7 +275,7 @@ static bool parse_tcp(const char *s, size_t len, struct redis_target *t, char *e
 
 	t->host = dup_range(host, hostlen);
 	if (!t->host) {
-		seterr(err, errlen, "out of memory");
+		msg_set(err, errlen, "out of memory");
 		return false;
 	}
 	return true;
@@ -325,15 +289,15 @@ static bool parse_unix(const char *s, size_t len, struct redis_target *t, char *
 	size_t pathlen = query ? (size_t)(query - s) : len;
 
 	if (pathlen == 0) {
-		seterr(err, errlen, "missing socket path: write unix:///path/to/redis.sock");
+		msg_set(err, errlen, "missing socket path: write unix:///path/to/redis.sock");
 		return false;
 	}
 	if (s[0] != '/') {
-		seterr(err, errlen, "socket path must be absolute, e.g. unix:///run/redis/redis.sock");
+		msg_set(err, errlen, "socket path must be absolute, e.g. unix:///run/redis/redis.sock");
 		return false;
 	}
 	if (pathlen >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
-		seterr(err, errlen, "socket path is too long (at most %zu bytes)",
+		msg_set(err, errlen, "socket path is too long (at most %zu bytes)",
 		       sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
 		return false;
 	}
@@ -342,8 +306,8 @@ static bool parse_unix(const char *s, size_t len, struct redis_target *t, char *
 		size_t vlen = len - pathlen - 1;
 
 		if (vlen < 3 || memcmp(v, "db=", 3) != 0) {
-			seterr(err, errlen, "unsupported query \"%s\": only ?db=N is accepted",
-			       quotable(v, vlen, q, sizeof(q)));
+			msg_set(err, errlen, "unsupported query \"%s\": only ?db=N is accepted",
+			       msg_quote(v, vlen, q, sizeof(q)));
 			return false;
 		}
 		if (!parse_db(v + 3, vlen - 3, t, err, errlen))
@@ -351,7 +315,7 @@ static bool parse_unix(const char *s, size_t len, struct redis_target *t, char *
 	}
 	t->unix_path = dup_range(s, pathlen);
 	if (!t->unix_path) {
-		seterr(err, errlen, "out of memory");
+		msg_set(err, errlen, "out of memory");
 		return false;
 	}
 	return true;
@@ -377,13 +341,13 @@ static bool parse_seeds(const char *s, size_t len, struct redis_target *t, char 
 			return false;
 		if (one.db != 0) {
 			redis_target_finish(&one);
-			seterr(err, errlen, "a Redis Cluster has only database 0: drop the /DB part");
+			msg_set(err, errlen, "a Redis Cluster has only database 0: drop the /DB part");
 			return false;
 		}
 		seeds = realloc(t->seeds, (t->nseeds + 1) * sizeof(*seeds));
 		if (!seeds) {
 			redis_target_finish(&one);
-			seterr(err, errlen, "out of memory");
+			msg_set(err, errlen, "out of memory");
 			return false;
 		}
 		t->seeds = seeds;
@@ -399,7 +363,7 @@ static bool parse_seeds(const char *s, size_t len, struct redis_target *t, char 
 	t->host = strdup(t->seeds[0].host);
 	t->port = t->seeds[0].port;
 	if (!t->host) {
-		seterr(err, errlen, "out of memory");
+		msg_set(err, errlen, "out of memory");
 		return false;
 	}
 	return true;
@@ -416,7 +380,7 @@ bool redis_url_parse(const char *url, struct redis_target *ret, char *err, size_
 		err[0] = '\0';
 	memset(ret, 0, sizeof(*ret));
 	if (!url || !*url) {
-		seterr(err, errlen, "empty URL: use redis://HOST[:PORT][/DB] or unix:///PATH");
+		msg_set(err, errlen, "empty URL: use redis://HOST[:PORT][/DB] or unix:///PATH");
 		return false;
 	}
 
@@ -425,7 +389,7 @@ bool redis_url_parse(const char *url, struct redis_target *ret, char *err, size_
 		is_unix = true;
 		rest = url;
 	} else if (!sep) {
-		seterr(err, errlen,
+		msg_set(err, errlen,
 		       "expected a URL such as redis://127.0.0.1:6379, rediss://HOST:PORT, "
 		       "unix:///path/to/redis.sock or /path/to/redis.sock");
 		return false;
@@ -449,10 +413,10 @@ bool redis_url_parse(const char *url, struct redis_target *ret, char *err, size_
 			for (size_t i = 0; plain && i < slen; i++)
 				plain = host_char_ok(url[i]) || url[i] == '+';
 			if (plain)
-				seterr(err, errlen, "unsupported scheme \"%s\": use redis://, rediss://, unix:// or redis-cluster://",
-				       quotable(url, slen, q, sizeof(q)));
+				msg_set(err, errlen, "unsupported scheme \"%s\": use redis://, rediss://, unix:// or redis-cluster://",
+				       msg_quote(url, slen, q, sizeof(q)));
 			else
-				seterr(err, errlen, "unsupported scheme: use redis://, rediss://, unix:// or redis-cluster://");
+				msg_set(err, errlen, "unsupported scheme: use redis://, rediss://, unix:// or redis-cluster://");
 			return false;
 		}
 	}
