@@ -455,7 +455,12 @@ static void redis_lost(struct relay *r, const char *why)
 	count(&r->m->redis_errors[err_kind(sink_redis_errkind(r->sink))]);
 	if (!r->redis_down) /* everything queued so far must go through */
 		r->redis_fail_seq = sink_redis_last_seq(r->sink);
-	if (!r->redis_down)
+	if (!r->redis_down && sink_redis_errkind(r->sink) == SINK_ERR_CLUSTER)
+		/* A slot moved (resharding, failover): routine, not a warning. */
+		log_info("Redis Cluster: %s; refreshing the slot map and sending %llu "
+			 "unacknowledged event(s) again (next try in %lld ms)",
+			 why, (unsigned long long)sink_redis_inflight_events(r->sink), (long long)delay);
+	else if (!r->redis_down)
 		log_warn("Redis: %s; %llu unacknowledged event(s) will be sent again; no LSN is "
 			 "confirmed past them (next try in %lld ms)",
 			 why, (unsigned long long)sink_redis_inflight_events(r->sink), (long long)delay);
@@ -611,11 +616,12 @@ static void log_final(struct relay *r, const char *why)
 
 	getrusage(RUSAGE_SELF, &ru);
 	log_info("stopped (%s): confirmed=%s published=%llu replays=%llu duplicates=%llu "
-		 "dead_lettered=%llu transactions=%llu peak_rss_kb=%ld",
+		 "dead_lettered=%llu transactions=%llu ask_redirects=%llu peak_rss_kb=%ld",
 		 why, lsn_format(r->confirmed, c), (unsigned long long)s->published,
 		 (unsigned long long)s->replays, (unsigned long long)s->duplicates,
 		 (unsigned long long)s->dead_lettered,
-		 (unsigned long long)atomic_load(&r->m->transactions), ru.ru_maxrss);
+		 (unsigned long long)atomic_load(&r->m->transactions),
+		 (unsigned long long)s->ask_redirects, ru.ru_maxrss);
 }
 
 static bool split_table(struct relay *r)
@@ -715,8 +721,6 @@ int relay_run(const struct relay_config *cf)
 				 cf->shutdown_timeout_ms,
 				 (unsigned long long)sink_redis_inflight_events(r.sink));
 		}
-
-		publish_gauges(&r, now, stopping);
 
 		/* (Re)connect what is down, when its backoff allows. Redis first: a
 		 * Redis that refuses us for good (credentials, ACL) must stop the relay
@@ -819,6 +823,9 @@ int relay_run(const struct relay_config *cf)
 		}
 		if (now - r.last_stats_us >= STATS_INTERVAL_US)
 			log_stats(&r, now);
+
+		/* What /metrics and the probes see while we sleep. */
+		publish_gauges(&r, now, stopping);
 
 		/* Wait for sockets or the next deadline. */
 		if (pgrepl_streaming(r.pg) && !stopping && !sink_redis_full(r.sink)) {

@@ -1340,13 +1340,12 @@ static bool handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 			else if (aof)
 				snprintf(s->errmsg, sizeof(s->errmsg),
 					 "WAITAOF: %lld local and %lld replica fsync(s) within %d ms, fewer "
-					 "than asked; those events stay unconfirmed and are sent again",
+					 "than asked",
 					 got, got_repl, s->cf->wait_timeout_ms);
 			else
 				snprintf(s->errmsg, sizeof(s->errmsg),
-					 "WAIT: %lld of %lld replica(s) acknowledged within %d ms; those "
-					 "events stay unconfirmed and are sent again",
-					 got, want, s->cf->wait_timeout_ms);
+					 "WAIT: %lld of %lld replica(s) acknowledged within %d ms", got, want,
+					 s->cf->wait_timeout_ms);
 			return false;
 		}
 		while (n->durable.len > 0) {
@@ -1367,6 +1366,10 @@ static bool handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 			return executed(s, n, e);
 		if (strncmp(r->str, "ASK ", 4) == 0 && follow_ask(s, e, r->str)) {
 			s->stats.error_replies++;
+			s->stats.ask_redirects++;
+			if (s->m)
+				atomic_fetch_add_explicit(&s->m->redis_errors[RERR_CLUSTER], 1,
+							  memory_order_relaxed);
 			return true;
 		}
 		s->stats.error_replies++;

@@ -47,6 +47,7 @@ struct sink_stats {
 	uint64_t dead_lettered;  /* entries written to the dead-letter stream */
 	uint64_t error_replies;  /* error replies that forced a resend */
 	uint64_t reconnects;     /* successful connects after the first */
+	uint64_t ask_redirects;  /* ASK replies followed (cluster slot migrations) */
 };
 
 struct sink_redis;

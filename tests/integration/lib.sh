@@ -663,3 +663,411 @@ wait_entries() {
 		sleep 0.02
 	done
 }
+
+# ===========================================================================
+# Redis Cluster and replicas (loopback TCP)
+# ===========================================================================
+#
+# A cluster needs TCP: its nodes talk over the bus port (port + 10000). These
+# servers listen on 127.0.0.1 only, on random free ports in 11000-22767 (bus
+# ports 21000-32767: both below Linux's default ephemeral range 32768-60999,
+# so an outgoing connection cannot grab the port of a node while it is down
+# for a restart), so parallel tests do not collide (a node whose port was
+# taken between the check and the bind is retried on another port). Node
+# PORT lives in $T/rnode.PORT/ (dir, nodes.conf, redis.log, redis.pid); its
+# pid goes to $T/redis.pids, so the EXIT trap and the watchdog kill it like
+# the unix-socket Redis.
+#
+#   cluster_start 3 1          3 masters, 1 replica each; sets CLUSTER_PORTS
+#                              (masters first), CLUSTER_MASTER_PORTS,
+#                              CLUSTER_REPLICA_PORTS, CLUSTER_URL
+#   cluster_cli PORT ARGS      redis-cli -c --raw on one node
+#   cluster_ids_exactly_once EXPECTED_IDS_FILE [PATTERN]
+#   replica_pair_start         PRIMARY_PORT + REPLICA_PORT (REPLICAOF), no cluster
+
+CLUSTER_PORTS=
+CLUSTER_MASTER_PORTS=
+CLUSTER_REPLICA_PORTS=
+CLUSTER_URL=
+CLUSTER_NODE_ARGS=()
+PRIMARY_PORT=
+REPLICA_PORT=
+
+# tcp_port_free PORT: nothing is bound to 127.0.0.1:PORT (a bind test).
+tcp_port_free() {
+	python3 -c 'import socket, sys
+s = socket.socket()
+try:
+    s.bind(("127.0.0.1", int(sys.argv[1])))
+except OSError:
+    sys.exit(1)' "$1"
+}
+
+# free_tcp_port [bus]: a random free port in 11000-22767; with "bus", port +
+# 10000 (the cluster bus) is free too.
+free_tcp_port() {
+	local p
+	for _ in $(seq 1 200); do
+		p=$((11000 + RANDOM % 11768))
+		tcp_port_free "$p" || continue
+		[ "${1:-}" != bus ] || tcp_port_free $((p + 10000)) || continue
+		echo "$p"
+		return 0
+	done
+	fail "no free TCP port (pair) found in 11000-22767"
+}
+
+# rcli PORT ARGS...: redis-cli --raw on 127.0.0.1:PORT (no redirections).
+rcli() {
+	local p=$1
+	shift
+	redis-cli -h 127.0.0.1 -p "$p" --raw "$@"
+}
+
+# cluster_cli PORT ARGS...: redis-cli -c --raw on 127.0.0.1:PORT (follows MOVED/ASK).
+cluster_cli() {
+	local p=$1
+	shift
+	redis-cli -c -h 127.0.0.1 -p "$p" --raw "$@"
+}
+
+# rnode_pid PORT: pid of the node on PORT (from its pidfile; empty if none).
+rnode_pid() { cat "$T/rnode.$1/redis.pid" 2>/dev/null || true; }
+
+# rnode_up PORT: the node answers PING.
+rnode_up() { [ "$(rcli "$1" ping 2>/dev/null)" = PONG ]; }
+
+# _rnode_launch PORT ARGS...: start redis-server on 127.0.0.1:PORT with dir
+# $T/rnode.PORT and ARGS; returns 1 when it does not come up (port taken).
+# The args are saved so rnode_start PORT can start the node again.
+_rnode_launch() {
+	local p=$1 d=$T/rnode.$1 pid
+	shift
+	mkdir -p "$d"
+	rm -f "$d/redis.pid"
+	printf '%s\0' "$@" >"$d/args"
+	redis-server --bind 127.0.0.1 --port "$p" --save '' --appendonly no --repl-diskless-sync-delay 0 --dir "$d" \
+		--daemonize yes --pidfile "$d/redis.pid" --logfile "$d/redis.log" "$@" ||
+		return 1
+	if ! wait_for "[ -s '$d/redis.pid' ]" 5; then
+		log "redis-server on port $p did not start: $(grep -m1 -iE 'error|in use' "$d/redis.log" 2>/dev/null || true)" >&2
+		return 1
+	fi
+	pid=$(cat "$d/redis.pid")
+	echo "$pid" >>"$T/redis.pids"
+	wait_for "rnode_up $p" 10 || {
+		kill -9 "$pid" 2>/dev/null || true
+		return 1
+	}
+}
+
+# rnode_new ARGS...: start a node on a fresh free port (bus port free too);
+# prints the port. Retries on another port when the chosen one was taken.
+rnode_new() {
+	local p
+	for _ in 1 2 3 4 5; do
+		p=$(free_tcp_port bus)
+		if _rnode_launch "$p" "$@"; then
+			echo "$p"
+			return 0
+		fi
+	done
+	fail "could not start redis-server on a free port (5 attempts; see $T/rnode.*/redis.log)"
+}
+
+# rnode_start PORT: start the node on PORT again, with the args it had
+# (cluster nodes keep their nodes.conf, so they rejoin).
+rnode_start() {
+	local a=()
+	mapfile -d '' a <"$T/rnode.$1/args"
+	_rnode_launch "$1" "${a[@]}" || fail "redis-server on port $1 does not start again"
+	log "redis node $1 started again (pid $(rnode_pid "$1"))"
+}
+
+# _rnode_forget PID: drop an exited node's pid from $T/redis.pids, so the
+# cleanup never signals a process that reuses the number.
+_rnode_forget() { sed -i "/^$1\$/d" "$T/redis.pids"; }
+
+# rnode_stop PORT: SHUTDOWN NOSAVE and wait for the process to exit.
+rnode_stop() {
+	local p=$1 pid
+	pid=$(rnode_pid "$p")
+	rcli "$p" shutdown nosave >/dev/null 2>&1 || true
+	if [ -n "$pid" ] && ! wait_for "! pid_alive $pid" 10; then
+		kill -9 "$pid" 2>/dev/null || true
+		wait_for "! pid_alive $pid" 5 || fail "redis-server pid $pid (port $p) does not exit"
+	fi
+	[ -z "$pid" ] || _rnode_forget "$pid"
+}
+
+# rnode_kill9 PORT: SIGKILL the node on PORT and wait until it is gone.
+rnode_kill9() {
+	local p=$1 pid
+	pid=$(rnode_pid "$p")
+	[ -n "$pid" ] || fail "no pid for the redis node on port $p"
+	kill -9 "$pid" 2>/dev/null || true
+	wait_for "! pid_alive $pid" 10 || fail "redis-server pid $pid (port $p) survives SIGKILL"
+	rm -f "$T/rnode.$p/redis.pid"
+	_rnode_forget "$pid"
+	log "redis node $p (pid $pid) killed with SIGKILL"
+}
+
+# rnode_log_tail PORT [N]: the last N (default 20) lines of the node's log.
+rnode_log_tail() { tail -n "${2:-20}" "$T/rnode.$1/redis.log" 2>/dev/null | cut -c1-300; }
+
+# cluster_live_port: the first node of CLUSTER_PORTS that answers PING.
+cluster_live_port() {
+	local p
+	for p in $CLUSTER_PORTS; do
+		if rnode_up "$p"; then
+			echo "$p"
+			return 0
+		fi
+	done
+	return 1
+}
+
+# cluster_nodes [PORT]: CLUSTER NODES as seen by PORT (default: a live node).
+# shellcheck disable=SC2120 # PORT is optional
+cluster_nodes() { rcli "${1:-$(cluster_live_port)}" cluster nodes; }
+
+# cluster_masters: ports of the current masters that own slots and are not
+# failed, as seen by a live node; sorted.
+cluster_masters() {
+	cluster_nodes | awk '$3 ~ /master/ && $3 !~ /fail/ && NF >= 9 { split($2, a, "[:@]"); print a[2] }' | sort -n
+}
+
+# cluster_node_id PORT: the node's id.
+cluster_node_id() { rcli "$1" cluster myid; }
+
+# cluster_key_port KEY: port of the master owning KEY's slot.
+cluster_key_port() {
+	local slot
+	slot=$(rcli "$(cluster_live_port)" cluster keyslot "$1")
+	cluster_nodes | awk -v s="$slot" '$3 ~ /master/ && $3 !~ /fail/ {
+		split($2, a, "[:@]")
+		for (i = 9; i <= NF; i++) {
+			if ($i ~ /^\[/) continue
+			n = split($i, r, "-")
+			lo = r[1]; hi = (n == 2 ? r[2] : r[1])
+			if (s >= lo + 0 && s <= hi + 0) { print a[2]; exit }
+		}
+	}'
+}
+
+# cluster_ok [PORTS...]: every node (default: CLUSTER_PORTS) reports
+# cluster_state:ok, and redis-cli --cluster check finds all slots covered and
+# the nodes agreeing (no open slots).
+cluster_ok() {
+	local p ports=${*:-$CLUSTER_PORTS}
+	for p in $ports; do
+		rcli "$p" cluster info 2>/dev/null | grep -q '^cluster_state:ok' || return 1
+	done
+	p=${ports%% *}
+	redis-cli --cluster check "127.0.0.1:$p" >"$T/cluster-check.log" 2>&1 || return 1
+	grep -q 'All 16384 slots covered' "$T/cluster-check.log" &&
+		! grep -q '\[ERR\]\|\[WARNING\]' "$T/cluster-check.log"
+}
+
+# replicas_synced PORTS...: every given replica has master_link_status:up.
+replicas_synced() {
+	local p
+	for p in "$@"; do
+		rcli "$p" info replication 2>/dev/null | grep -q '^master_link_status:up' || return 1
+	done
+}
+
+# cluster_wait_ok [TIMEOUT_S]: wait for cluster_ok on the nodes that are up
+# and for every replica to be in sync with its master.
+cluster_wait_ok() {
+	local t=${1:-30} live p reps
+	live=
+	for p in $CLUSTER_PORTS; do
+		rnode_up "$p" && live="$live $p"
+	done
+	wait_for "cluster_ok $live" "$t" || {
+		cat "$T/cluster-check.log" >&2 2>/dev/null || true
+		return 1
+	}
+	reps=$(cluster_nodes | awk '$3 ~ /slave/ && $3 !~ /fail/ { split($2, a, "[:@]"); printf "%s ", a[2] }')
+	# shellcheck disable=SC2086 # a list of ports
+	wait_for "replicas_synced $reps" "$t"
+}
+
+# cluster_start MASTERS [REPLICAS_PER_MASTER [EXTRA redis-server ARGS...]]:
+# start MASTERS * (1 + REPLICAS) cluster nodes, create the cluster with
+# redis-cli --cluster create, wait until every node reports cluster_state:ok
+# and the replicas are in sync. Exports CLUSTER_PORTS (masters first, then
+# replicas), CLUSTER_MASTER_PORTS, CLUSTER_REPLICA_PORTS and CLUSTER_URL
+# (redis-cluster://127.0.0.1:P1,127.0.0.1:P2, two master seeds).
+cluster_start() {
+	local masters=$1 replicas=${2:-0} t0 n p ports=() addrs=() m
+	t0=$(date +%s%N)
+	shift 2 || shift $#
+	# nodes.conf is relative to --dir: $T/rnode.PORT/nodes.conf.
+	CLUSTER_NODE_ARGS=(--cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 2000 "$@")
+	n=$((masters * (1 + replicas)))
+	for _ in $(seq 1 "$n"); do
+		p=$(rnode_new "${CLUSTER_NODE_ARGS[@]}")
+		ports+=("$p")
+		addrs+=("127.0.0.1:$p")
+	done
+	redis-cli --cluster create "${addrs[@]}" --cluster-replicas "$replicas" --cluster-yes \
+		>"$T/cluster-create.log" 2>&1 || {
+		cat "$T/cluster-create.log" >&2
+		fail "redis-cli --cluster create failed"
+	}
+	CLUSTER_PORTS="${ports[*]}"
+	cluster_wait_ok 60 || fail "cluster not ok 60 s after creation: $(rcli "${ports[0]}" cluster info | head_n 1)"
+	CLUSTER_MASTER_PORTS=$(cluster_masters | tr '\n' ' ' | sed 's/ $//')
+	CLUSTER_REPLICA_PORTS=
+	for p in "${ports[@]}"; do
+		case " $CLUSTER_MASTER_PORTS " in
+		*" $p "*) ;;
+		*) CLUSTER_REPLICA_PORTS="${CLUSTER_REPLICA_PORTS:+$CLUSTER_REPLICA_PORTS }$p" ;;
+		esac
+	done
+	CLUSTER_PORTS="$CLUSTER_MASTER_PORTS${CLUSTER_REPLICA_PORTS:+ $CLUSTER_REPLICA_PORTS}"
+	read -ra m <<<"$CLUSTER_MASTER_PORTS"
+	[ "${#m[@]}" = "$masters" ] || fail "cluster has ${#m[@]} masters, wanted $masters: $(cluster_nodes | tr '\n' ';')"
+	CLUSTER_URL="redis-cluster://127.0.0.1:${m[0]},127.0.0.1:${m[1]:-${m[0]}}"
+	export CLUSTER_PORTS CLUSTER_MASTER_PORTS CLUSTER_REPLICA_PORTS CLUSTER_URL
+	log "redis cluster started in $(((($(date +%s%N) - t0) / 1000000))) ms: masters $CLUSTER_MASTER_PORTS${CLUSTER_REPLICA_PORTS:+, replicas $CLUSTER_REPLICA_PORTS}"
+}
+
+# cluster_stop: SHUTDOWN NOSAVE every node.
+cluster_stop() {
+	local p
+	for p in $CLUSTER_PORTS; do
+		rnode_stop "$p"
+	done
+	log "redis cluster stopped"
+}
+
+# cluster_ids [PATTERN]: the id field of every entry of every stream matching
+# PATTERN (default outbox:*, dead-letter stream excluded) on every current
+# master (SCAN TYPE stream + XRANGE on each), one per line.
+cluster_ids() {
+	local p
+	for p in $(cluster_masters); do
+		$RX "127.0.0.1:$p" ids "${1:-outbox:*}" outbox:dead-letter || return 1
+	done
+}
+
+# cluster_streams [PATTERN]: "PORT STREAM" for every stream on every master.
+cluster_streams() {
+	local p k
+	for p in $(cluster_masters); do
+		for k in $($RX "127.0.0.1:$p" streams "${1:-outbox:*}"); do
+			echo "$p $k"
+		done
+	done
+}
+
+# cluster_rx ARGS...: rx.py against the cluster (a MOVED reply is followed),
+# e.g. cluster_rx fields outbox:x id.
+cluster_rx() { $RX "127.0.0.1:$(cluster_live_port)" "$@"; }
+
+# ids_exactly_once EXPECTED_IDS_FILE GOT_IDS_FILE WHERE: the assertion of
+# assert_exactly_once over two files.
+ids_exactly_once() {
+	local exp=$1 got=$2 n_exp n_got dups missing extra
+	n_exp=$(sort -u "$exp" | wc -l)
+	[ "$n_exp" = "$(wc -l <"$exp")" ] || fail "expected-id file $exp has duplicates (test bug)"
+	n_got=$(wc -l <"$got")
+	dups=$(sort "$got" | uniq -d)
+	missing=$(comm -23 <(sort -u "$exp") <(sort -u "$got"))
+	extra=$(comm -13 <(sort -u "$exp") <(sort -u "$got"))
+	if [ -n "$dups" ] || [ -n "$missing" ] || [ -n "$extra" ]; then
+		fail "exactly-once violated ($3): expected $n_exp ids, streams hold $n_got entries;" \
+			"$(printf '%s\n' "$dups" | grep -c . || true) duplicated (e.g. $(printf '%s' "$dups" | head_n 3 | tr '\n' ' '))," \
+			"$(printf '%s\n' "$missing" | grep -c . || true) missing (e.g. $(printf '%s' "$missing" | head_n 3 | tr '\n' ' '))," \
+			"$(printf '%s\n' "$extra" | grep -c . || true) unexpected (e.g. $(printf '%s' "$extra" | head_n 3 | tr '\n' ' '))"
+	fi
+	ok "exactly once ($3): all $n_exp ids appear once, nothing else ($n_got entries)"
+}
+
+# cluster_ids_exactly_once EXPECTED_IDS_FILE [PATTERN]: every id in the file
+# appears exactly once across the streams of all masters, nothing else.
+cluster_ids_exactly_once() {
+	local got=$T/got.$RANDOM
+	cluster_ids "${2:-outbox:*}" >"$got" || fail "could not read the cluster's streams"
+	ids_exactly_once "$1" "$got" "cluster, masters $(cluster_masters | tr '\n' ' ' | sed 's/ $//')"
+}
+
+# cluster_assert_order EXPECTED_TSV [PATTERN]: EXPECTED_TSV holds lines
+# "STREAM<tab>ID" in the order each stream must hold its ids; the streams
+# matching PATTERN (default outbox:*) on all masters hold exactly those ids in
+# that order, and no other stream matches.
+cluster_assert_order() {
+	local got=$T/sids.$RANDOM bad p
+	for p in $(cluster_masters); do
+		$RX "127.0.0.1:$p" sids "${2:-outbox:*}" outbox:dead-letter || return 1
+	done >"$got" || fail "could not read the cluster's streams"
+	bad=$(python3 - "$1" "$got" <<-'PY'
+		import sys
+		def load(f):
+		    d = {}
+		    for line in open(f):
+		        s, i = line.rstrip("\n").split("\t")
+		        d.setdefault(s, []).append(i)
+		    return d
+		exp, got = load(sys.argv[1]), load(sys.argv[2])
+		bad = []
+		for s in sorted(set(exp) | set(got)):
+		    e, g = exp.get(s, []), got.get(s, [])
+		    if e != g:
+		        k = next((j for j in range(min(len(e), len(g))) if e[j] != g[j]), min(len(e), len(g)))
+		        bad.append("%s: %d ids expected, %d found, first difference at entry %d" % (s, len(e), len(g), k))
+		print("; ".join(bad[:5]))
+	PY
+	) || fail "could not compare stream orders"
+	[ -z "$bad" ] || fail "stream order differs from the expected order: $bad"
+	ok "$(cut -f1 "$1" | sort -u | wc -l) streams hold their $(wc -l <"$1") ids in the expected order"
+}
+
+# replica_pair_start [EXTRA redis-server ARGS...]: a primary and one replica
+# (REPLICAOF) on loopback TCP ports, both with ARGS; waits until the replica
+# is in sync. Sets PRIMARY_PORT and REPLICA_PORT.
+replica_pair_start() {
+	local t0
+	t0=$(date +%s%N)
+	PRIMARY_PORT=$(rnode_new "$@")
+	REPLICA_PORT=$(rnode_new "$@" --replicaof 127.0.0.1 "$PRIMARY_PORT")
+	replica_wait_synced 30 || fail "replica $REPLICA_PORT not in sync with $PRIMARY_PORT after 30 s"
+	export PRIMARY_PORT REPLICA_PORT
+	log "redis primary $PRIMARY_PORT (pid $(rnode_pid "$PRIMARY_PORT")) + replica $REPLICA_PORT (pid $(rnode_pid "$REPLICA_PORT")) started in $(((($(date +%s%N) - t0) / 1000000))) ms"
+}
+
+# primary_replicas: the primary's connected_slaves count.
+primary_replicas() { rcli "$PRIMARY_PORT" info replication | tr -d '\r' | sed -n 's/^connected_slaves://p'; }
+
+# replica_wait_synced [TIMEOUT_S]: the replica's link is up and the primary
+# counts it.
+replica_wait_synced() {
+	wait_for "replicas_synced $REPLICA_PORT && [ \"\$(primary_replicas)\" = 1 ]" "${1:-30}"
+}
+
+# replica_stop: SHUTDOWN NOSAVE the replica (its data is gone; it resyncs).
+replica_stop() {
+	rnode_stop "$REPLICA_PORT"
+	log "replica $REPLICA_PORT shut down"
+}
+
+# replica_start: start the replica again on its port; waits for the resync.
+replica_start() {
+	rnode_start "$REPLICA_PORT"
+	replica_wait_synced 30 || fail "replica $REPLICA_PORT not in sync 30 s after its restart"
+	log "replica $REPLICA_PORT in sync again"
+}
+
+# replica_pause / replica_resume: SIGSTOP / SIGCONT the replica (connected,
+# but acknowledges nothing meanwhile).
+replica_pause() {
+	kill -STOP "$(rnode_pid "$REPLICA_PORT")"
+	log "replica $REPLICA_PORT paused (SIGSTOP)"
+}
+replica_resume() {
+	kill -CONT "$(rnode_pid "$REPLICA_PORT")"
+	log "replica $REPLICA_PORT resumed (SIGCONT)"
+}

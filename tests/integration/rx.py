@@ -2,6 +2,9 @@
 """rx.py - minimal RESP2 client for the integration tests (no redis module needed).
 
 Reads Redis Streams exactly, without the ambiguity of redis-cli --raw output.
+SOCK is a unix socket path, or HOST:PORT for TCP (e.g. 127.0.0.1:21000, one node
+of a Redis Cluster: SCAN then only sees that node's keys; a MOVED reply is
+followed to the node it names).
 
   rx.py SOCK streams [PATTERN]         stream keys matching PATTERN (default *), sorted
   rx.py SOCK fields STREAM F1 [F2..]   one TSV line per entry: values of F1.. (tab and
@@ -13,6 +16,7 @@ Reads Redis Streams exactly, without the ambiguity of redis-cli --raw output.
                                        PATTERN except the EXCLUDE keys, one per line, streams
                                        in key order, entries in stream order; an entry without
                                        an id field prints <MISSING>
+  rx.py SOCK sids PATTERN [EXCLUDE..]  like ids, each line "STREAM<tab>ID"
   rx.py SOCK cmd ARG..                 run one command, print the reply as JSON
 """
 import json
@@ -26,10 +30,17 @@ class RespError(Exception):
 
 
 class Client:
+    follow_moved = True  # False: a MOVED reply raises RespError
+
     def __init__(self, path):
-        self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.s.settimeout(30)
-        self.s.connect(path)
+        if not path.startswith("/") and ":" in path:
+            # HOST:PORT (TCP, e.g. a Redis Cluster node on loopback)
+            host, port = path.rsplit(":", 1)
+            self.s = socket.create_connection((host, int(port)), timeout=30)
+        else:
+            self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.s.settimeout(30)
+            self.s.connect(path)
         self.f = self.s.makefile("rb", buffering=1 << 20)
         if os.environ.get("REDIS_PASSWORD"):
             self.call("AUTH", os.environ["REDIS_PASSWORD"])
@@ -64,8 +75,16 @@ class Client:
             if not isinstance(a, bytes):
                 a = str(a).encode()
             out.append(b"$%d\r\n%s\r\n" % (len(a), a))
-        self.s.sendall(b"".join(out))
-        r = self._reply()
+        req = b"".join(out)
+        for _ in range(5):
+            self.s.sendall(req)
+            r = self._reply()
+            # Redis Cluster: follow a MOVED redirection (like redis-cli -c).
+            msg = str(r).split() if isinstance(r, RespError) else []
+            if len(msg) != 3 or msg[0] != "MOVED" or not self.follow_moved:
+                break
+            self.s.close()
+            self.__init__(msg[2])
         if isinstance(r, RespError):
             raise r
         return r
@@ -117,6 +136,13 @@ def main(argv):
                 continue
             for _, kv in c.xrange(k):
                 out.write(dict(kv).get("id", "<MISSING>") + "\n")
+    elif op == "sids":
+        exclude = set(args[1:])
+        for k in c.streams(args[0]):
+            if k in exclude:
+                continue
+            for _, kv in c.xrange(k):
+                out.write(k + "\t" + dict(kv).get("id", "<MISSING>") + "\n")
     elif op == "cmd":
         out.write(json.dumps(c.call(*args)) + "\n")
     else:
