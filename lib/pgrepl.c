@@ -20,6 +20,7 @@ struct pgrepl {
 	PGconn *conn;
 	bool streaming;
 	bool created_slot;
+	lsn_t slot_confirmed; /* the slot's confirmed_flush_lsn when streaming started */
 	char *copybuf; /* last PQgetCopyData buffer, freed on the next call */
 	char errmsg[1024];
 };
@@ -67,6 +68,11 @@ bool pgrepl_streaming(const struct pgrepl *p)
 bool pgrepl_created_slot(const struct pgrepl *p)
 {
 	return p->created_slot;
+}
+
+lsn_t pgrepl_slot_confirmed(const struct pgrepl *p)
+{
+	return p->slot_confirmed;
 }
 
 int pgrepl_fd(const struct pgrepl *p)
@@ -251,8 +257,8 @@ static enum pg_status ensure_slot(struct pgrepl *p)
 	struct buf q = {0};
 	PGresult *res;
 
-	buf_puts(&q, "SELECT plugin, slot_type, database, temporary FROM pg_catalog.pg_replication_slots "
-		     "WHERE slot_name = ");
+	buf_puts(&q, "SELECT plugin, slot_type, database, temporary, confirmed_flush_lsn "
+		     "FROM pg_catalog.pg_replication_slots WHERE slot_name = ");
 	put_literal(&q, p->cf->slot);
 	res = run(p, q.data, PGRES_TUPLES_OK, &st);
 	buf_finish(&q);
@@ -280,6 +286,9 @@ static enum pg_status ensure_slot(struct pgrepl *p)
 			PQclear(res);
 			return PG_FATAL_SLOT;
 		}
+		if (!PQgetisnull(res, 0, 4))
+			(void)lsn_parse(PQgetvalue(res, 0, 4), strlen(PQgetvalue(res, 0, 4)),
+					&p->slot_confirmed);
 		PQclear(res);
 		return PG_OK;
 	}

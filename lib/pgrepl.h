@@ -47,6 +47,8 @@ bool pgrepl_streaming(const struct pgrepl *p);
 int pgrepl_fd(const struct pgrepl *p);
 /* True when the slot was created by this process (first pgrepl_start). */
 bool pgrepl_created_slot(const struct pgrepl *p);
+/* The slot's confirmed_flush_lsn as read before START_REPLICATION (LSN_INVALID when new). */
+lsn_t pgrepl_slot_confirmed(const struct pgrepl *p);
 
 /* Read what the socket has (after poll said readable). False on a broken connection. */
 bool pgrepl_consume(struct pgrepl *p);

@@ -483,9 +483,11 @@ static int try_pg(struct relay *r)
 		else if (r->pg_down && r->pg_ever_started)
 			log_info("PostgreSQL: reconnected, streaming slot \"%s\"", r->cf->slot);
 		else
-			log_info("streaming slot \"%s\"%s (confirmed up to %s before start)",
-				 r->cf->slot, pgrepl_created_slot(r->pg) ? ", created it" : "",
-				 lsn_format(r->confirmed, lsnbuf));
+			log_info("streaming slot \"%s\"%s%s", r->cf->slot,
+				 pgrepl_created_slot(r->pg) ? " (created it)" : " from its confirmed position ",
+				 pgrepl_created_slot(r->pg)
+					 ? ""
+					 : lsn_format(pgrepl_slot_confirmed(r->pg), lsnbuf));
 		if (r->pg_ever_started)
 			count(&r->m->pg_reconnects);
 		r->pg_ever_started = true;

@@ -467,6 +467,16 @@ static void node_close(struct node *n)
 	n->staged_publish = false;
 }
 
+/* "host:port" or the unix socket path, for messages. */
+static const char *node_addr(const struct node *n, char *buf, size_t len)
+{
+	if (n->unix_path)
+		snprintf(buf, len, "%s", n->unix_path);
+	else
+		snprintf(buf, len, "%s:%d", n->host, n->port);
+	return buf;
+}
+
 static void node_finish(struct node *n)
 {
 	node_close(n);
@@ -776,10 +786,12 @@ static enum sink_status check_server(struct sink_redis *s, struct node *n)
 			info_field(info->str, "aof_enabled:", on, sizeof(on));
 		freeReplyObject(info);
 		if (strcmp(on, "0") == 0) {
+			char a[300];
+
 			snprintf(s->errmsg, sizeof(s->errmsg),
-				 "--wait-aof needs AOF, but appendonly is off on %s:%d: set appendonly "
+				 "--wait-aof needs AOF, but appendonly is off on %s: set appendonly "
 				 "yes or drop --wait-aof",
-				 n->host ? n->host : n->unix_path, n->port);
+				 node_addr(n, a, sizeof(a)));
 			return SINK_FATAL;
 		}
 	}
@@ -805,8 +817,10 @@ static enum sink_status node_connect(struct sink_redis *s, struct node *n)
 		return SINK_RETRY;
 	}
 	if (n->c->err) {
-		snprintf(s->errmsg, sizeof(s->errmsg), "could not connect to %s:%d: %s",
-			 n->host ? n->host : n->unix_path, n->port, n->c->errstr);
+		char a[300];
+
+		snprintf(s->errmsg, sizeof(s->errmsg), "could not connect to %s: %s",
+			 node_addr(n, a, sizeof(a)), n->c->errstr);
 		goto fail;
 	}
 	if (redisSetTimeout(n->c, tv) != REDIS_OK ||
@@ -1544,8 +1558,10 @@ bool sink_redis_check_stall(struct sink_redis *s, int64_t now_us)
 		if (!n->c || n->waitq.len == 0)
 			continue;
 		if (now_us - n->wait_since_us > limit) {
-			snprintf(s->errmsg, sizeof(s->errmsg), "no reply from Redis within %d ms (%s:%d)",
-				 s->cf->redis_timeout_ms, n->host ? n->host : n->unix_path, n->port);
+			char a[300];
+
+			snprintf(s->errmsg, sizeof(s->errmsg), "no reply from Redis within %d ms (%s)",
+				 s->cf->redis_timeout_ms, node_addr(n, a, sizeof(a)));
 			s->errkind = SINK_ERR_TIMEOUT;
 			return false;
 		}
