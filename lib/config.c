@@ -427,7 +427,7 @@ static const struct option_def option_table[] = {
         .kind = OPT_SIZE,
         .group = GROUP_FLOW,
         FIELD(max_inflight_bytes),
-        .defval = "64MiB",
+        .defval = "8MiB",
         .min = 64 * KIB,
         .max = 16 * GIB,
         .metavar = "SIZE",

@@ -48,7 +48,7 @@ struct relay_config {
 
 	/* Flow control and lifecycle */
 	int64_t max_inflight_events; /* --max-inflight-events, default 10000 */
-	int64_t max_inflight_bytes;  /* --max-inflight-bytes, default 64 MiB */
+	int64_t max_inflight_bytes;  /* --max-inflight-bytes, default 8 MiB */
 	int shutdown_timeout_ms;     /* --shutdown-timeout, default 10s */
 	int retry_max_ms;            /* --retry-max, default 30s: backoff cap */
 

@@ -779,7 +779,7 @@ int relay_run(const struct relay_config *cf)
 			more = i == MSGS_PER_ROUND;
 		}
 		/* Close the open batch: what this burst decoded goes out now. */
-		if (!sink_redis_flush(r.sink))
+		if (!sink_redis_flush(r.sink, stopping))
 			goto oom;
 
 		/* Push queued commands out; read replies. */

@@ -97,7 +97,9 @@ enum qkind { Q_PUBLISH, Q_DEAD, Q_GROUP };
 enum qstate { QS_QUEUED = 0, QS_ROUTED, QS_EXECUTED, QS_DONE };
 
 /* Most events in one function call, and the size at which a batch is closed. */
-#define BATCH_MAX_EVENTS 64
+#define BATCH_MAX_EVENTS 128
+/* Calls awaiting replies below which an open batch is sent at once. */
+#define BATCH_PIPELINE_DEPTH 2
 #define BATCH_MAX_BYTES (256 * 1024)
 
 struct qent {
@@ -1150,8 +1152,26 @@ static bool close_batch(struct sink_redis *s)
 	return push_command(s, &ent, start);
 }
 
-bool sink_redis_flush(struct sink_redis *s)
+/* Calls sent or routed but not yet answered, over every connection. */
+static size_t calls_pending(const struct sink_redis *s)
 {
+	size_t n = 0;
+
+	for (int i = 0; i < s->nnodes; i++)
+		n += s->nodes[i].waitq.len + s->nodes[i].sendq.len;
+	return n;
+}
+
+bool sink_redis_flush(struct sink_redis *s, bool force)
+{
+	/*
+	 * Group commit: while earlier calls still await their replies, Redis is
+	 * busy anyway, so the open batch keeps growing and goes out when a reply
+	 * comes back (sink_redis_io) or when it is full. An idle pipeline sends
+	 * it at once, so this adds no latency at low load.
+	 */
+	if (!force && s->connected && calls_pending(s) >= BATCH_PIPELINE_DEPTH)
+		return true;
 	return close_batch(s);
 }
 
@@ -1521,6 +1541,11 @@ static bool node_read(struct sink_redis *s, struct node *n)
 				return false;
 		}
 		advance_head(s);
+		/* Replies came back: send what accumulated meanwhile. */
+		if (s->b_open && calls_pending(s) < BATCH_PIPELINE_DEPTH && !close_batch(s)) {
+			snprintf(s->errmsg, sizeof(s->errmsg), "out of memory");
+			return false;
+		}
 		if ((size_t)got < sizeof(rbuf))
 			return true;
 	}

@@ -91,10 +91,13 @@ bool sink_redis_full(const struct sink_redis *s);
 bool sink_redis_publish(struct sink_redis *s, const struct event *ev, bool dead_letter);
 
 /*
- * Close the open batch so that it is written by the next sink_redis_io().
- * Call it after each burst of WAL messages. Returns false only when out of memory.
+ * Close the open batch so that it is written by the next sink_redis_io() --
+ * unless force is false and earlier calls still await replies: then the
+ * batch keeps growing and sink_redis_io() sends it when replies arrive
+ * (group commit). Call it after each burst of WAL messages, with force when
+ * stopping. Returns false only when out of memory.
  */
-bool sink_redis_flush(struct sink_redis *s);
+bool sink_redis_flush(struct sink_redis *s, bool force);
 
 /*
  * Write pending commands and read available replies. Returns false when the

@@ -919,6 +919,12 @@ cluster_start() {
 	}
 	CLUSTER_PORTS="${ports[*]}"
 	cluster_wait_ok 60 || fail "cluster not ok 60 s after creation: $(rcli "${ports[0]}" cluster info | head_n 1)"
+	# "cluster create" assigns replicas with CLUSTER REPLICATE; every node
+	# learns of it by gossip, a moment later on a busy machine.
+	if [ "$replicas" -gt 0 ]; then
+		wait_for "[ \$(cluster_nodes '${ports[0]}' | grep -c ' slave ') -ge $((masters * replicas)) ]" 30 \
+			"replicas to attach" || fail "replicas not attached 30 s after creation: $(cluster_nodes | tr '\n' ';')"
+	fi
 	CLUSTER_MASTER_PORTS=$(cluster_masters | tr '\n' ' ' | sed 's/ $//')
 	CLUSTER_REPLICA_PORTS=
 	for p in "${ports[@]}"; do

@@ -126,7 +126,7 @@ TEST(defaults)
 	CHECK(cf.redis_functions);
 	CHECK_INT(cf.redis_timeout_ms, 5000);
 	CHECK_INT(cf.max_inflight_events, 10000);
-	CHECK_INT(cf.max_inflight_bytes, 64 * 1024 * 1024);
+	CHECK_INT(cf.max_inflight_bytes, 8 * 1024 * 1024);
 	CHECK_INT(cf.shutdown_timeout_ms, 10000);
 	CHECK_INT(cf.retry_max_ms, 30000);
 	CHECK_INT(cf.log_level, LOG_LEVEL_INFO);
