@@ -811,7 +811,9 @@ int relay_run(const struct relay_config *cf)
 				pg_lost(&r, why);
 			}
 		}
-		if (cf->endpos != LSN_INVALID && r.confirmed >= cf->endpos) {
+		/* Past --endpos once Redis acknowledged it: the final status update
+		 * below confirms it, so there is no need to wait for the next one. */
+		if (cf->endpos != LSN_INVALID && r.acked >= cf->endpos) {
 			log_info("reached --endpos %s", lsn_format(cf->endpos, lsnbuf));
 			final_reason = "endpos reached";
 			break;
