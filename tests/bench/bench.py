@@ -1,0 +1,700 @@
+#!/usr/bin/env python3
+"""bench.py - measurement helpers for tests/bench/bench.sh (python3 stdlib only).
+
+  bench.py run --json FILE [--meta K=V ...] [--pid NAME=PID ...] [--postmaster PID]
+               [--stdout FILE] [--stderr FILE] -- CMD ARGS...
+      Run CMD, wait for it with wait4() and append one JSON object to FILE:
+      wall_s (monotonic clock), user_s, sys_s and maxrss_kb of CMD (getrusage of
+      the child), its exit code, and CPU usage of other processes sampled from
+      /proc/<pid>/stat every 100 ms while CMD runs: each --pid NAME=PID, every
+      walsender child of --postmaster (NAME "walsender"), the other children of
+      --postmaster summed (NAME "postgres_other") and the whole machine
+      (/proc/stat, NAME "machine", in core-seconds). For each: cpu_s over the run
+      and peak_pct, the highest utilisation over any 1 s window (100 = one core).
+
+  bench.py redis-stats SOCK
+      One JSON object from INFO stats + INFO commandstats: calls per command
+      (cmdstat_*), total_net_input_bytes, total_net_output_bytes,
+      total_reads_processed, total_writes_processed, total_commands_processed.
+
+  bench.py consumer SOCK STREAM OUT
+      Latency consumer: XREAD BLOCK 0 STREAMS STREAM <last id> in a loop from
+      0-0, recording time.time() when each reply is complete, until SIGTERM or
+      SIGINT; then writes "receipt_time entry_id" lines to OUT.
+
+  bench.py latency SOCK STREAM RECEIPTS OUT_JSON
+      Reads every entry of STREAM (XRANGE), joins it with the consumer's
+      RECEIPTS, and writes per event_type percentiles of
+        xadd_ms    = entry id millisecond timestamp - _committed_at
+        receipt_ms = consumer receipt time          - _committed_at
+
+  bench.py report RESULTS.jsonl [LATENCY.jsonl]
+      Markdown tables of the drains (median of rounds) and of the latency runs.
+"""
+import gzip
+import json
+import os
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timezone
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+# ---------------------------------------------------------------------------
+# minimal RESP2 client (unix socket)
+# ---------------------------------------------------------------------------
+class RespError(Exception):
+    pass
+
+
+class Redis:
+    def __init__(self, path, timeout=60):
+        self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.s.settimeout(timeout)
+        self.s.connect(path)
+        self.buf = b""
+
+    def _fill(self):
+        chunk = self.s.recv(1 << 20)
+        if not chunk:
+            raise ConnectionError("connection closed by redis")
+        self.buf += chunk
+
+    def _line(self):
+        while True:
+            i = self.buf.find(b"\r\n")
+            if i >= 0:
+                line, self.buf = self.buf[:i], self.buf[i + 2:]
+                return line
+            self._fill()
+
+    def _exact(self, n):
+        while len(self.buf) < n + 2:
+            self._fill()
+        data, self.buf = self.buf[:n], self.buf[n + 2:]
+        return data
+
+    def _reply(self):
+        line = self._line()
+        t, rest = line[:1], line[1:]
+        if t == b"+":
+            return rest.decode()
+        if t == b"-":
+            return RespError(rest.decode())
+        if t == b":":
+            return int(rest)
+        if t == b"$":
+            n = int(rest)
+            return None if n < 0 else self._exact(n).decode("utf-8", "surrogateescape")
+        if t == b"*":
+            n = int(rest)
+            return None if n < 0 else [self._reply() for _ in range(n)]
+        raise RespError("protocol error: %r" % line)
+
+    @staticmethod
+    def encode(*args):
+        out = [b"*%d\r\n" % len(args)]
+        for a in args:
+            if not isinstance(a, bytes):
+                a = str(a).encode()
+            out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+        return b"".join(out)
+
+    def call(self, *args):
+        self.s.sendall(self.encode(*args))
+        r = self._reply()
+        if isinstance(r, RespError):
+            raise r
+        return r
+
+
+def parse_info(text):
+    d = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#") or ":" not in line:
+            continue
+        k, v = line.split(":", 1)
+        d[k] = v
+    return d
+
+
+def redis_stats(sock):
+    c = Redis(sock)
+    st = parse_info(c.call("INFO", "stats"))
+    cs = parse_info(c.call("INFO", "commandstats"))
+    out = {k: int(st.get(k, 0)) for k in (
+        "total_net_input_bytes", "total_net_output_bytes", "total_reads_processed",
+        "total_writes_processed", "total_commands_processed")}
+    calls = {}
+    for k, v in cs.items():
+        if k.startswith("cmdstat_"):
+            m = re.search(r"(?:^|,)calls=(\d+)", v)
+            if m:
+                calls[k[len("cmdstat_"):]] = int(m.group(1))
+    out["calls"] = calls
+    return out
+
+
+# ---------------------------------------------------------------------------
+# run: timed child + /proc sampler
+# ---------------------------------------------------------------------------
+def proc_cpu_ticks(pid):
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            s = f.read()
+    except OSError:
+        return None
+    rest = s[s.rindex(b")") + 2:].split()
+    # rest[0] is field 3 (state); utime/stime are fields 14/15
+    return int(rest[11]) + int(rest[12])
+
+
+def proc_ppid_and_cmd(pid):
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            s = f.read()
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            cmd = f.read().replace(b"\0", b" ").decode("utf-8", "replace")
+    except OSError:
+        return None, ""
+    rest = s[s.rindex(b")") + 2:].split()
+    return int(rest[1]), cmd
+
+
+def machine_ticks():
+    with open("/proc/stat") as f:
+        parts = f.readline().split()
+    vals = [int(x) for x in parts[1:]]
+    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
+    return sum(vals[:8]) - idle
+
+
+class Sampler(threading.Thread):
+    """Samples the CPU time (utime + stime) of named processes every `period`
+    seconds: the fixed --pid processes, the child, and the children of the
+    postmaster (walsenders and the other backends). A process first seen after
+    the first pass was started during the run, so all of its CPU time counts."""
+
+    def __init__(self, pids, postmaster, period=0.1):
+        super().__init__(daemon=True)
+        self.fixed = dict(pids)          # name -> pid
+        self.postmaster = postmaster
+        self.period = period
+        self.stop_ev = threading.Event()
+        self.times = []                  # monotonic time of each pass
+        self.machine = []                # machine busy ticks at each pass
+        self.procs = {}                  # key -> {"name", "base", "ticks": {pass: ticks}}
+        self.child_hwm_kb = 0
+        self.child_io = {}
+
+    def _track(self, key, name, pid, k):
+        ticks = proc_cpu_ticks(pid)
+        if ticks is None:
+            return
+        p = self.procs.get(key)
+        if p is None:
+            p = self.procs[key] = {"name": name, "base": ticks if k == 0 else 0, "ticks": {}}
+        p["ticks"][k] = ticks
+
+    def sample(self):
+        k = len(self.times)
+        self.times.append(time.monotonic())
+        self.machine.append(machine_ticks())
+        pid = self.fixed.get("child")
+        if pid:
+            try:
+                with open("/proc/%d/status" % pid) as f:
+                    for line in f:
+                        if line.startswith("VmHWM:"):
+                            self.child_hwm_kb = max(self.child_hwm_kb, int(line.split()[1]))
+                with open("/proc/%d/io" % pid) as f:
+                    for line in f:
+                        name, val = line.split(":")
+                        if name in ("syscr", "syscw"):
+                            self.child_io[name] = max(self.child_io.get(name, 0), int(val))
+            except (OSError, ValueError):
+                pass
+        for name, pid in list(self.fixed.items()):
+            self._track(("fixed", name), name, pid, k)
+        if self.postmaster:
+            for d in os.listdir("/proc"):
+                if not d.isdigit():
+                    continue
+                pid = int(d)
+                ppid, cmd = proc_ppid_and_cmd(pid)
+                if ppid != self.postmaster:
+                    continue
+                name = "walsender" if "walsender" in cmd else "postgres_other"
+                self._track(("pg", pid), name, pid, k)
+
+    def run(self):
+        while not self.stop_ev.is_set():
+            self.stop_ev.wait(self.period)
+            self.sample()
+
+    def stop(self):
+        self.stop_ev.set()
+        self.join()
+
+    def _stats(self, cum, wall):
+        """cum[k]: cumulative CPU seconds at pass k. Mean utilisation over the
+        run and peak utilisation over any window of >= 1 s between passes."""
+        cpu = cum[-1] - cum[0]
+        peak = None
+        j = 0
+        for i in range(1, len(cum)):
+            while j + 1 < i and self.times[i] - self.times[j + 1] >= 1.0:
+                j += 1
+            dt = self.times[i] - self.times[j]
+            if dt >= 1.0:
+                peak = max(peak or 0.0, (cum[i] - cum[j]) / dt)
+        if peak is None:  # run shorter than 1 s
+            span = self.times[-1] - self.times[0]
+            peak = cpu / span if span > 0 else 0.0
+        return {"cpu_s": round(cpu, 3), "pct": round(100 * cpu / wall, 1) if wall > 0 else 0.0,
+                "peak_pct": round(100 * peak, 1)}
+
+    def summary(self, wall):
+        n = len(self.times)
+        by_name = {}
+        for p in self.procs.values():
+            cum, last = [], p["base"]
+            for k in range(n):
+                last = p["ticks"].get(k, last)
+                cum.append((last - p["base"]) / CLK_TCK)
+            tot = by_name.setdefault(p["name"], [0.0] * n)
+            for k in range(n):
+                tot[k] += cum[k]
+        out = {name: self._stats(cum, wall) for name, cum in by_name.items()}
+        if n >= 2:
+            out["machine"] = self._stats([(m - self.machine[0]) / CLK_TCK for m in self.machine], wall)
+        return out
+
+
+def cmd_run(argv):
+    jf, meta, pids, postmaster, so, se = None, {}, {}, None, None, None
+    redis_sock, xlen_key = None, None
+    i = 0
+    while i < len(argv) and argv[i] != "--":
+        a = argv[i]
+        if a == "--json":
+            jf = argv[i + 1]
+        elif a == "--meta":
+            k, v = argv[i + 1].split("=", 1)
+            meta[k] = v
+        elif a == "--pid":
+            k, v = argv[i + 1].split("=", 1)
+            pids[k] = int(v)
+        elif a == "--postmaster":
+            postmaster = int(argv[i + 1])
+        elif a == "--redis":
+            redis_sock = argv[i + 1]
+        elif a == "--xlen":
+            xlen_key = argv[i + 1]
+        elif a == "--stdout":
+            so = argv[i + 1]
+        elif a == "--stderr":
+            se = argv[i + 1]
+        else:
+            sys.exit("bench.py run: unknown option %s" % a)
+        i += 2
+    cmd = argv[i + 1:]
+    if not cmd or not jf:
+        sys.exit("bench.py run: need --json FILE -- CMD")
+    before = redis_stats(redis_sock) if redis_sock else None
+    sampler = Sampler(pids, postmaster)
+    sampler.sample()  # baseline before the child exists
+    sampler.start()
+    fo = open(so, "wb") if so else subprocess.DEVNULL
+    fe = open(se, "wb") if se else subprocess.DEVNULL
+    t0 = time.monotonic()
+    t0_wall = time.time()
+    p = subprocess.Popen(cmd, stdout=fo, stderr=fe, stdin=subprocess.DEVNULL)
+    sampler.fixed["child"] = p.pid
+    # forward SIGTERM/SIGINT to the child
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, lambda sig, _f: p.send_signal(sig))
+    while True:
+        try:
+            _, status, ru = os.wait4(p.pid, 0)
+            break
+        except InterruptedError:
+            continue
+    wall = time.monotonic() - t0
+    p.returncode = os.waitstatus_to_exitcode(status)
+    sampler.stop()
+    sampler.sample()  # final pass right after the child exited
+    rec = dict(meta)
+    rec.update({
+        "cmd": cmd[0], "rc": p.returncode, "wall_s": round(wall, 4),
+        "user_s": round(ru.ru_utime, 4), "sys_s": round(ru.ru_stime, 4),
+        # ru_maxrss of a child forked from this (big) Python process never
+        # drops below Python's own RSS (Linux carries the pre-exec high-water
+        # mark over exec), so the peak RSS reported is the child's VmHWM from
+        # /proc, sampled every 100 ms; ru_maxrss is kept for reference.
+        "maxrss_kb": sampler.child_hwm_kb, "ru_maxrss_kb": ru.ru_maxrss,
+        # read/write system calls of the child, last sample (<= 100 ms before exit)
+        "syscr": sampler.child_io.get("syscr"), "syscw": sampler.child_io.get("syscw"),
+        "procs": sampler.summary(wall),
+    })
+    if redis_sock:
+        after = redis_stats(redis_sock)
+        delta = {k: after[k] - before[k] for k in after if k != "calls"}
+        delta["calls"] = {k: v - before["calls"].get(k, 0) for k, v in after["calls"].items()
+                          if v - before["calls"].get(k, 0)}
+        if xlen_key:
+            rc = Redis(redis_sock)
+            delta["xlen"] = rc.call("XLEN", xlen_key)
+            # first and last XADD, from the entry ids' millisecond timestamps
+            # (same host clock), relative to the start of the child
+            first = rc.call("XRANGE", xlen_key, "-", "+", "COUNT", 1)
+            last = rc.call("XREVRANGE", xlen_key, "+", "-", "COUNT", 1)
+            if first and last:
+                delta["first_xadd_s"] = round(int(first[0][0].split("-")[0]) / 1000 - t0_wall, 3)
+                delta["last_xadd_s"] = round(int(last[0][0].split("-")[0]) / 1000 - t0_wall, 3)
+        rec["redis"] = delta
+    with open(jf, "a") as f:
+        f.write(json.dumps(rec) + "\n")
+    return p.returncode if p.returncode >= 0 else 128 - p.returncode
+
+
+# ---------------------------------------------------------------------------
+# latency consumer
+# ---------------------------------------------------------------------------
+def cmd_consumer(sock, stream, out):
+    """XREAD BLOCK 0 loop. To keep up at 20k events/s in Python, a reply is not
+    parsed field by field: its entry ids are found with one regex and its end
+    is detected by counting CRLFs, which is exact because no value written by
+    the benchmark contains CR or LF (checked: a count past the expected one
+    aborts)."""
+    stop = {"flag": False}
+
+    def on_sig(_s, _f):
+        stop["flag"] = True
+
+    signal.signal(signal.SIGTERM, on_sig)
+    signal.signal(signal.SIGINT, on_sig)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(sock)
+    s.settimeout(0.2)
+    entry_re = re.compile(rb"\*2\r\n\$\d+\r\n(\d+-\d+)\r\n\*(\d+)\r\n")
+    head_re = re.compile(rb"\*1\r\n\*2\r\n\$\d+\r\n[^\r]*\r\n\*(\d+)\r\n")
+    last = b"0-0"
+    receipts = []  # (time, [ids])
+    pending = False
+    buf = b""
+    while True:
+        if not pending:
+            if stop["flag"]:
+                break
+            s.sendall(Redis.encode("XREAD", "BLOCK", "0", "STREAMS", stream, last))
+            pending = True
+            buf = b""
+        try:
+            chunk = s.recv(1 << 22)
+        except socket.timeout:
+            if stop["flag"]:
+                break  # blocked, nothing new: done
+            continue
+        if not chunk:
+            raise ConnectionError("redis closed the connection")
+        now = time.time()
+        buf += chunk
+        if buf.startswith(b"*-1\r\n"):
+            pending = False
+            continue
+        m = head_re.match(buf)
+        if not m:
+            if len(buf) > 4096 or buf.startswith(b"-"):
+                raise RespError("unexpected reply: %r" % buf[:200])
+            continue
+        n = int(m.group(1))
+        ids = entry_re.findall(buf, m.end())
+        if len(ids) < n:
+            continue
+        nfields = int(ids[0][1])
+        want = 5 + n * (4 + 2 * nfields)
+        have = buf.count(b"\r\n")
+        if have < want:
+            continue
+        if have > want or len(ids) != n:
+            raise RespError("reply has CR/LF inside values; consumer assumption broken")
+        receipts.append((now, [i for i, _ in ids]))
+        last = ids[-1][0]
+        pending = False
+    with open(out, "w") as f:
+        for t, ids in receipts:
+            for i in ids:
+                f.write("%.6f %s\n" % (t, i.decode()))
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# latency analysis
+# ---------------------------------------------------------------------------
+TS_RE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(\.\d+)?([+-]\d\d)(?::?(\d\d))?$")
+
+
+def parse_pg_ts(s):
+    m = TS_RE.match(s)
+    if not m:
+        raise ValueError("unparsable _committed_at %r" % s)
+    base = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
+    frac = float(m.group(2)) if m.group(2) else 0.0
+    off_h = int(m.group(3))
+    off_m = int(m.group(4) or 0) * (1 if off_h >= 0 else -1)
+    return base.timestamp() + frac - off_h * 3600 - off_m * 60
+
+
+def pct(sorted_vals, p):
+    if not sorted_vals:
+        return float("nan")
+    k = (len(sorted_vals) - 1) * p / 100.0
+    lo = int(k)
+    hi = min(lo + 1, len(sorted_vals) - 1)
+    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (k - lo)
+
+
+def dist(vals):
+    v = sorted(vals)
+    return {"n": len(v), "p50": pct(v, 50), "p90": pct(v, 90), "p99": pct(v, 99),
+            "max": v[-1] if v else float("nan"), "mean": statistics.fmean(v) if v else float("nan")}
+
+
+def pgbench_summary(path):
+    out = {}
+    try:
+        text = open(path).read()
+    except OSError:
+        return out
+    m = re.search(r"^tps = ([0-9.]+)", text, re.M)
+    if m:
+        out["tps"] = float(m.group(1))
+    m = re.search(r"^latency average = ([0-9.]+) ms", text, re.M)
+    if m:
+        out["latency_avg_ms"] = float(m.group(1))
+    m = re.search(r"^rate limit schedule lag: avg ([0-9.]+) \(max ([0-9.]+)\) ms", text, re.M)
+    if m:
+        out["lag_avg_ms"], out["lag_max_ms"] = float(m.group(1)), float(m.group(2))
+    return out
+
+
+def cmd_latency(sock, stream, receipts_file, out_json, runs_json=None):
+    runs = {}
+    if runs_json and os.path.exists(runs_json):
+        for line in open(runs_json):
+            if line.strip():
+                r = json.loads(line)
+                runs[r["tag"]] = r
+    rec = {}
+    with open(receipts_file) as f:
+        for line in f:
+            t, i = line.split()
+            rec[i] = float(t)
+    c = Redis(sock)
+    groups = {}
+    start = "-"
+    missing = 0
+    # every entry: tag, commit time, XADD time (entry id), consumer receipt time
+    entries = gzip.open(os.path.join(os.path.dirname(os.path.abspath(out_json)),
+                                     "latency_entries.tsv.gz"), "wt")
+    entries.write("tag\tcommit_unix_s\txadd_unix_s\treceipt_unix_s\n")
+    while True:
+        batch = c.call("XRANGE", stream, start, "+", "COUNT", 10000)
+        for eid, kv in batch:
+            d = dict(zip(kv[::2], kv[1::2]))
+            tag = d.get("event_type", "?")
+            commit = parse_pg_ts(d["_committed_at"])
+            xadd = int(eid.split("-")[0]) / 1000.0
+            g = groups.setdefault(tag, {"xadd": [], "receipt": [], "first": commit, "last": commit})
+            g["xadd"].append((xadd - commit) * 1000)
+            g["first"] = min(g["first"], commit)
+            g["last"] = max(g["last"], commit)
+            if eid in rec:
+                g["receipt"].append((rec[eid] - commit) * 1000)
+            else:
+                missing += 1
+            if entries is not None:
+                entries.write("%s\t%.6f\t%.3f\t%s\n" % (
+                    tag, commit, xadd, "%.6f" % rec[eid] if eid in rec else ""))
+        if len(batch) < 10000:
+            break
+        start = "(" + batch[-1][0]
+    entries.close()
+    with open(out_json, "a") as f:
+        for tag, g in sorted(groups.items()):
+            r = {"tag": tag, "events": len(g["xadd"]),
+                 "commit_span_s": round(g["last"] - g["first"], 3),
+                 "xadd_ms": dist(g["xadd"]), "receipt_ms": dist(g["receipt"]),
+                 "not_received": len(g["xadd"]) - len(g["receipt"])}
+            run = runs.get(tag)
+            if run:
+                r["procs"] = run["procs"]
+                r["pgbench_wall_s"] = run["wall_s"]
+                r["pgbench"] = pgbench_summary(run.get("pgbench_log", ""))
+            f.write(json.dumps(r) + "\n")
+    if missing:
+        sys.stderr.write("latency: %d entries were not seen by the consumer\n" % missing)
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# report
+# ---------------------------------------------------------------------------
+CONTENDER_ORDER = ["pg_recvlogical", "relay", "relay_nodedup"]
+CONTENDER_LABEL = {"pg_recvlogical": "pg_recvlogical", "relay": "outbox-relay (defaults)",
+                   "relay_nodedup": "outbox-relay --dedup-window 0"}
+
+
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def fmt(x, spec):
+    return "–" if x is None else format(x, spec)
+
+
+def cmd_report(results, backlogs=None, latency=None):
+    rows = [json.loads(l) for l in open(results) if l.strip()]
+    blog = {}
+    if backlogs and os.path.exists(backlogs):
+        for l in open(backlogs):
+            if l.strip():
+                b = json.loads(l)
+                blog[(b["mode"], b["shape"])] = b
+    out = []
+    modes = []
+    for r in rows:
+        if r["mode"] not in modes:
+            modes.append(r["mode"])
+    for mode in modes:
+        mrows = [r for r in rows if r["mode"] == mode]
+        shapes = []
+        for r in mrows:
+            if r["shape"] not in shapes:
+                shapes.append(r["shape"])
+        title = {"noaof": "Redis without persistence (appendonly no)",
+                 "aof": "Redis with appendonly yes, appendfsync everysec"}.get(mode, mode)
+        out.append("### Drain throughput: %s\n" % title)
+        out.append("| shape | events | backlog write s / WAL | contender | events/s (median) | min–max | "
+                   "wall s (median) | vs pg_recvlogical | events/s to last XADD | vs pg_recvlogical |")
+        out.append("|---|---:|---|---|---:|---:|---:|---:|---:|---:|")
+        cost = []
+        for shape in shapes:
+            srows = [r for r in mrows if r["shape"] == shape]
+            base = None
+            b = blog.get((mode, shape))
+            for cont in CONTENDER_ORDER:
+                cr = [r for r in srows if r["contender"] == cont]
+                if not cr:
+                    continue
+                ev = int(cr[0]["events"])
+                rates = [ev / r["wall_s"] for r in cr]
+                rate = med(rates)
+                cpu_ev = med([(r["user_s"] + r["sys_s"]) / ev * 1e6 for r in cr])
+                if cont == "pg_recvlogical":
+                    base = rate
+                lx = med([ev / r["redis"]["last_xadd_s"] for r in cr
+                          if r.get("redis") and r["redis"].get("last_xadd_s")])
+                out.append("| %s | %s | %s | %s | %s | %s–%s | %s | %s | %s | %s |" % (
+                    shape, format(ev, ","),
+                    ("%.1f s / %s" % (b["write_s"], b["wal"])) if b and cont == CONTENDER_ORDER[0] else "",
+                    CONTENDER_LABEL[cont], fmt(rate, ",.0f"), fmt(min(rates), ",.0f"),
+                    fmt(max(rates), ",.0f"), fmt(med([r["wall_s"] for r in cr]), ".2f"),
+                    fmt(rate / base, ".2f") if base else "–",
+                    fmt(lx, ",.0f"), fmt(lx / base, ".2f") if base and lx else "–"))
+                red = [r["redis"] for r in cr if r.get("redis")]
+                pp = lambda n, k="pct": med([r["procs"].get(n, {}).get(k) for r in cr])
+                mp = lambda n: "%s / %s" % (fmt(pp(n), ".0f"), fmt(pp(n, "peak_pct"), ".0f"))
+                rm = lambda f, spec: fmt(med([f(x) for x in red]), spec) if red else "–"
+                cost.append("| " + " | ".join([
+                    shape, CONTENDER_LABEL[cont],
+                    "%s / %s / %s" % (
+                        fmt(med([r["procs"].get("walsender", {}).get("cpu_s", 0) / ev * 1e6 for r in cr]), ".1f"),
+                        fmt(cpu_ev, ".1f"),
+                        fmt(med([r["procs"].get("redis", {}).get("cpu_s", 0) / ev * 1e6 for r in cr]), ".1f")
+                        if red else "–"),
+                    fmt(med([r["maxrss_kb"] / 1024 for r in cr]), ".1f"),
+                    rm(lambda x: ev / max(x["calls"].get("fcall", 0), 1), ".1f"),
+                    rm(lambda x: ev / max(x["total_reads_processed"], 1), ".0f"),
+                    fmt(med([ev / r["syscw"] for r in cr if r.get("syscw")]), ".1f") if red else "–",
+                    rm(lambda x: x["total_net_input_bytes"] / ev, ",.0f"),
+                    mp("child"), mp("walsender"), mp("redis") if red else "–",
+                    fmt(pp("machine"), ".0f"),
+                    ("%s / %s" % (rm(lambda x: x.get("first_xadd_s"), ".2f"),
+                                  rm(lambda x: x.get("last_xadd_s"), ".2f"))) if red else "–",
+                ]) + " |")
+        out.append("")
+        out.append("Costs per event and CPU use during the drains (%s; medians of the rounds; "
+                   "CPU %% = CPU seconds / wall seconds, 100 = one core; \"peak\" = busiest 1 s window; "
+                   "first / last XADD = seconds from the client's start to its first and last stream entry):\n" % title)
+        out.append("| shape | contender | CPU µs/event: walsender / client / redis-server | client peak RSS MiB | events per FCALL | "
+                   "events per Redis read | events per client write() | Redis bytes in/event | client CPU % mean / peak | "
+                   "walsender CPU % mean / peak | redis-server CPU % mean / peak | machine CPU % (of 200) | "
+                   "first / last XADD s |")
+        out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        out.extend(cost)
+        out.append("")
+    if latency and os.path.exists(latency):
+        lrows = [json.loads(l) for l in open(latency) if l.strip()]
+        lrows.sort(key=lambda r: int(r["tag"].lstrip("r")) if r["tag"].lstrip("r").isdigit() else 0)
+        out.append("### Latency under steady load (relay live with --group, Redis without AOF)\n")
+        out.append("| target events/s | events | achieved events/s | pgbench schedule lag avg / max ms | "
+                   "commit → XADD (entry id) p50 / p90 / p99 / max ms | "
+                   "commit → consumer XREAD p50 / p90 / p99 / max ms |")
+        out.append("|---:|---:|---:|---:|---|---|")
+        cpu = []
+        for r in lrows:
+            x, c = r["xadd_ms"], r["receipt_ms"]
+            pg = r.get("pgbench", {})
+            out.append("| %s | %s | %s | %s | %.1f / %.1f / %.1f / %.1f | %.1f / %.1f / %.1f / %.1f |" % (
+                format(int(r["tag"].lstrip("r")), ","), format(r["events"], ","),
+                fmt(r["events"] / r["pgbench_wall_s"] if r.get("pgbench_wall_s") else None, ",.0f"),
+                "%s / %s" % (fmt(pg.get("lag_avg_ms"), ".2f"), fmt(pg.get("lag_max_ms"), ".1f")),
+                x["p50"], x["p90"], x["p99"], x["max"], c["p50"], c["p90"], c["p99"], c["max"]))
+            p = r.get("procs", {})
+            g = lambda n: "%s / %s" % (fmt(p.get(n, {}).get("pct"), ".0f"), fmt(p.get(n, {}).get("peak_pct"), ".0f"))
+            cpu.append("| %s | %s | %s | %s | %s | %s | %s |" % (
+                format(int(r["tag"].lstrip("r")), ","), g("relay"), g("redis"), g("walsender"),
+                g("postgres_other"), g("child"), fmt(p.get("machine", {}).get("pct"), ".0f")))
+        out.append("")
+        out.append("CPU % (mean / peak 1 s) while the producer ran (postgres backends = every other "
+                   "child of the postmaster, i.e. mostly pgbench's sessions):\n")
+        out.append("| target events/s | relay | redis-server | walsender | postgres backends | pgbench | machine (of 200) |")
+        out.append("|---:|---:|---:|---:|---:|---:|---:|")
+        out.extend(cpu)
+        out.append("")
+    print("\n".join(out))
+    return 0
+
+
+def main(argv):
+    if len(argv) < 2:
+        sys.stderr.write(__doc__)
+        return 2
+    op = argv[1]
+    if op == "run":
+        return cmd_run(argv[2:])
+    if op == "redis-stats":
+        print(json.dumps(redis_stats(argv[2])))
+        return 0
+    if op == "consumer":
+        return cmd_consumer(*argv[2:5])
+    if op == "latency":
+        return cmd_latency(*argv[2:7])
+    if op == "report":
+        return cmd_report(*argv[2:5])
+    sys.stderr.write(__doc__)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,526 @@
+#!/bin/bash
+# bench.sh - throughput and latency benchmark of outbox-relay against
+# pg_recvlogical (the physical limit of wal2json decoding). See README.md.
+#
+#   tests/bench/bench.sh [--quick] [--out DIR] [--rounds N] [--shapes a,b,..]
+#                        [--modes noaof,aof] [--no-latency] [--wait-idle MIN] [--keep]
+#
+# Installs nothing. Builds the relay in release mode (build-bench/) unless
+# RELAY_BIN is set. Starts its own PostgreSQL 15 + wal2json and redis-server on
+# unix sockets in a temp dir and stops them on exit, whatever happens.
+set -Eeuo pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+PG_BINDIR=${PG_BINDIR:-/usr/lib/postgresql/15/bin}
+PY=python3
+BENCH_PY=$HERE/bench.py
+CMDLINE="tests/bench/bench.sh $*"
+
+QUICK=0
+OUT=
+ROUNDS=3
+SHAPES=
+MODES=noaof,aof
+LATENCY=1
+WAIT_IDLE=0
+KEEP=0
+LAT_RATES=${LAT_RATES:-"1000 5000 20000"}
+
+usage() {
+	sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+	exit "${1:-2}"
+}
+
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--quick) QUICK=1 ;;
+	--out) OUT=$2; shift ;;
+	--rounds) ROUNDS=$2; shift ;;
+	--shapes) SHAPES=$2; shift ;;
+	--modes) MODES=$2; shift ;;
+	--no-latency) LATENCY=0 ;;
+	--wait-idle) WAIT_IDLE=$2; shift ;;
+	--keep) KEEP=1 ;;
+	-h | --help) usage 0 ;;
+	*) echo "bench.sh: unknown argument $1" >&2; usage ;;
+	esac
+	shift
+done
+
+# Shapes: name -> "events rows_per_tx pad_bytes" (pad = incompressible hex text
+# inside the jsonb payload, so TOAST compression does not shrink it).
+declare -A SHAPE
+if [ "$QUICK" = 1 ]; then
+	SHAPE[tx1]="20000 1 64"
+	SHAPE[tx10]="20000 10 64"
+	SHAPE[tx1M]="100000 100000 64"
+	SHAPE[p1k]="20000 1 1000"
+	SHAPE[p16k]="4000 1 16000"
+	LAT_SECS=5
+else
+	SHAPE[tx1]="100000 1 64"
+	SHAPE[tx10]="100000 10 64"
+	SHAPE[tx1M]="1000000 1000000 64"
+	SHAPE[p1k]="100000 1 1000"
+	SHAPE[p16k]="20000 1 16000"
+	LAT_SECS=10
+fi
+ALL_SHAPES="tx1 tx10 tx1M p1k p16k"
+SHAPES=${SHAPES:-$ALL_SHAPES}
+SHAPES=${SHAPES//,/ }
+MODES=${MODES//,/ }
+for s in $SHAPES; do
+	[ -n "${SHAPE[$s]:-}" ] || { echo "bench.sh: unknown shape $s (known: $ALL_SHAPES)" >&2; exit 2; }
+done
+for m in $MODES; do
+	case $m in noaof | aof) ;; *) echo "bench.sh: unknown mode $m (noaof, aof)" >&2; exit 2 ;; esac
+done
+CONTENDERS="pg_recvlogical relay relay_nodedup"
+# One slot per contender and round, all created before the backlog is written.
+[ $((3 * ROUNDS)) -le 9 ] || { echo "bench.sh: at most 3 rounds (9 slots of max_replication_slots=10)" >&2; exit 2; }
+
+log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+die() { printf '[bench] ERROR: %s\n' "$*" >&2; exit 1; }
+
+# ---------------------------------------------------------------------------
+# requirements (nothing is installed here)
+# ---------------------------------------------------------------------------
+missing=()
+for b in initdb pg_ctl postgres pg_config; do
+	[ -x "$PG_BINDIR/$b" ] || missing+=("postgresql-15 ($PG_BINDIR/$b)")
+done
+for b in psql pg_recvlogical pgbench; do
+	[ -x "$PG_BINDIR/$b" ] || missing+=("postgresql-client-15 ($PG_BINDIR/$b)")
+done
+if [ -x "$PG_BINDIR/pg_config" ] && [ ! -f "$("$PG_BINDIR/pg_config" --pkglibdir)/wal2json.so" ]; then
+	missing+=("postgresql-15-wal2json (wal2json.so)")
+fi
+command -v redis-server >/dev/null || missing+=("redis-server")
+command -v redis-cli >/dev/null || missing+=("redis-tools (redis-cli)")
+command -v $PY >/dev/null || missing+=("python3")
+if [ "$(id -u)" = 0 ]; then
+	command -v runuser >/dev/null || missing+=("util-linux (runuser)")
+	id postgres >/dev/null 2>&1 || missing+=("a 'postgres' OS user (comes with postgresql-common)")
+fi
+if [ -z "${RELAY_BIN:-}" ]; then
+	command -v meson >/dev/null || missing+=("meson")
+	command -v ninja >/dev/null || missing+=("ninja-build")
+	command -v cc >/dev/null || missing+=("gcc")
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+	printf '[bench] ERROR: missing requirements (install them, e.g. with apt-get install):\n' >&2
+	printf '  - %s\n' "${missing[@]}" >&2
+	exit 1
+fi
+rv=$(redis-server --version | sed -n 's/.*v=\([0-9]*\)\..*/\1/p')
+[ "${rv:-0}" -ge 7 ] || die "redis-server 7 or later is needed (Redis functions); found $(redis-server --version)"
+
+# ---------------------------------------------------------------------------
+# build
+# ---------------------------------------------------------------------------
+if [ -z "${RELAY_BIN:-}" ]; then
+	B=$ROOT/build-bench
+	if [ ! -f "$B/build.ninja" ]; then
+		log "meson setup $B (release)"
+		meson setup "$B" "$ROOT" -Dbuildtype=release -Dintegration_tests=false >/dev/null ||
+			die "meson setup failed"
+	fi
+	bt=$(meson introspect --buildoptions "$B" | $PY -c 'import json,sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"]=="buildtype"))')
+	if [ "$bt" != release ]; then
+		log "reconfiguring $B from buildtype=$bt to release"
+		meson configure "$B" -Dbuildtype=release >/dev/null
+	fi
+	meson compile -C "$B" >/dev/null || die "meson compile -C $B failed"
+	RELAY_BIN=$B/cmd/outbox-relay/outbox-relay
+fi
+[ -x "$RELAY_BIN" ] || die "relay binary $RELAY_BIN not found"
+
+# ---------------------------------------------------------------------------
+# temp dir, servers, cleanup
+# ---------------------------------------------------------------------------
+is_root() { [ "$(id -u)" = 0 ]; }
+as_pg() { if is_root; then runuser -u postgres -- "$@"; else "$@"; fi; }
+
+T=$(mktemp -d /tmp/outbox-bench.XXXXXX)
+chmod 755 "$T"
+is_root && chown postgres "$T"
+OUT=${OUT:-/tmp/outbox-bench-results.$(date +%Y%m%d-%H%M%S)}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+PGDATA=$T/pg
+RDIR=$T/redis
+RSOCK=$RDIR/redis.sock
+PGPORT=5433
+DSN="host=$T port=$PGPORT user=postgres dbname=postgres"
+PSQL=("$PG_BINDIR/psql" -X -q -A -t -v ON_ERROR_STOP=1 -h "$T" -p "$PGPORT" -U postgres -d postgres)
+BG_PIDS=() # background processes we started (relay, consumer)
+
+kill_everything() {
+	local p pm
+	for p in "${BG_PIDS[@]}"; do
+		kill -9 "$p" 2>/dev/null || true
+	done
+	if [ -f "$RDIR/redis.pid" ]; then
+		p=$(cat "$RDIR/redis.pid" 2>/dev/null || true)
+		[ -n "$p" ] && kill -9 "$p" 2>/dev/null || true
+	fi
+	if [ -f "$PGDATA/postmaster.pid" ]; then
+		pm=$(head -n 1 "$PGDATA/postmaster.pid" 2>/dev/null || true)
+		if [ -n "$pm" ] && kill -0 "$pm" 2>/dev/null; then
+			kill -QUIT "$pm" 2>/dev/null || true # immediate shutdown
+			for _ in $(seq 1 50); do
+				kill -0 "$pm" 2>/dev/null || break
+				sleep 0.1
+			done
+			kill -9 "$pm" 2>/dev/null || true
+		fi
+	fi
+}
+
+cleanup() {
+	local rc=$?
+	trap - EXIT INT TERM
+	kill_everything
+	[ -n "${WATCHDOG:-}" ] && kill "$WATCHDOG" 2>/dev/null || true
+	if [ "$KEEP" = 1 ] || { [ "$rc" != 0 ] && [ "$rc" != 130 ] && [ "$rc" != 143 ]; }; then
+		log "temp dir kept: $T (delete it when done)"
+	else
+		rm -rf "$T"
+	fi
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# If this shell is SIGKILLed the EXIT trap never runs: a detached watchdog stops
+# the servers once we are gone (PostgreSQL via its postmaster.pid, Redis via its
+# pidfile).
+(
+	trap '' HUP INT
+	parent=$$
+	while kill -0 "$parent" 2>/dev/null; do sleep 2; done
+	[ -f "$RDIR/redis.pid" ] && kill -9 "$(cat "$RDIR/redis.pid")" 2>/dev/null
+	[ -f "$PGDATA/postmaster.pid" ] && kill -QUIT "$(head -n 1 "$PGDATA/postmaster.pid")" 2>/dev/null
+	[ -f "$T/bg.pids" ] && while read -r p; do kill -9 "$p" 2>/dev/null; done <"$T/bg.pids"
+	true
+) </dev/null >/dev/null 2>&1 &
+WATCHDOG=$!
+
+psql_q() { "${PSQL[@]}" "$@"; }
+
+pg_start() {
+	as_pg "$PG_BINDIR/initdb" -D "$PGDATA" -U postgres -A trust -E UTF8 --locale=C --no-sync >/dev/null
+	local extra=""
+	local gucs
+	gucs=$("$PG_BINDIR/postgres" --describe-config 2>/dev/null | cut -f1 || true)
+	if grep -qx output_plugin_libraries <<<"$gucs"; then
+		extra="output_plugin_libraries = 'pgoutput,test_decoding,wal2json'"
+	fi
+	cat >>"$PGDATA/postgresql.conf" <<-EOF
+		listen_addresses = ''
+		unix_socket_directories = '$T'
+		port = $PGPORT
+		wal_level = logical
+		max_wal_senders = 10
+		max_replication_slots = 10
+		$extra
+		fsync = off
+		synchronous_commit = on
+		full_page_writes = off
+		shared_buffers = 1GB
+		max_wal_size = 16GB
+		min_wal_size = 1GB
+		checkpoint_timeout = 1h
+		autovacuum = off
+		max_connections = 50
+	EOF
+	as_pg "$PG_BINDIR/pg_ctl" -D "$PGDATA" -l "$T/pg.log" -w -t 30 start >/dev/null ||
+		{ tail -n 20 "$T/pg.log" >&2; die "PostgreSQL did not start"; }
+	PM_PID=$(head -n 1 "$PGDATA/postmaster.pid")
+	psql_q -f "$ROOT/sql/outbox.sql" >/dev/null
+}
+
+redis_start() { # redis_start noaof|aof
+	local aof=no
+	[ "$1" = aof ] && aof=yes
+	mkdir -p "$RDIR"
+	redis-server --port 0 --unixsocket "$RSOCK" --unixsocketperm 700 --save '' \
+		--dir "$RDIR" --appendonly "$aof" --appendfsync everysec \
+		--daemonize yes --pidfile "$RDIR/redis.pid" --logfile "$RDIR/redis.log" >/dev/null
+	for _ in $(seq 1 100); do
+		[ "$(redis-cli -s "$RSOCK" PING 2>/dev/null)" = PONG ] && [ -s "$RDIR/redis.pid" ] && break
+		sleep 0.05
+	done
+	[ "$(redis-cli -s "$RSOCK" PING 2>/dev/null)" = PONG ] || die "redis-server did not start"
+	REDIS_PID=$(cat "$RDIR/redis.pid")
+}
+
+redis_stop() {
+	[ -n "${REDIS_PID:-}" ] || return 0
+	redis-cli -s "$RSOCK" SHUTDOWN NOSAVE >/dev/null 2>&1 || true
+	for _ in $(seq 1 100); do
+		kill -0 "$REDIS_PID" 2>/dev/null || break
+		sleep 0.05
+	done
+	kill -9 "$REDIS_PID" 2>/dev/null || true
+	rm -rf "$RDIR"
+	REDIS_PID=
+}
+
+rcli() { redis-cli -s "$RSOCK" "$@"; }
+
+# Empty Redis before a relay drain. With AOF, also rewrite the AOF so that every
+# drain starts from a small file, and wait for the rewrite to finish.
+redis_reset() {
+	rcli FLUSHALL SYNC >/dev/null
+	if [ "$MODE" = aof ]; then
+		local info
+		rcli BGREWRITEAOF >/dev/null
+		for _ in $(seq 1 600); do
+			info=$(rcli INFO persistence | tr -d '\r')
+			grep -qx 'aof_rewrite_in_progress:0' <<<"$info" &&
+				grep -qx 'aof_rewrite_scheduled:0' <<<"$info" && break
+			sleep 0.1
+		done
+	fi
+}
+
+# ---------------------------------------------------------------------------
+# environment
+# ---------------------------------------------------------------------------
+wait_idle() {
+	local mins=$1 t0 l
+	[ "$mins" -gt 0 ] || return 0
+	t0=$(date +%s)
+	while :; do
+		l=$(cut -d' ' -f1 /proc/loadavg)
+		if awk -v l="$l" 'BEGIN { exit !(l < 1.0) }'; then
+			log "load average $l < 1.0"
+			return 0
+		fi
+		if [ $(($(date +%s) - t0)) -ge $((mins * 60)) ]; then
+			log "load average still $l after $mins min; running anyway"
+			return 0
+		fi
+		log "load average $l >= 1.0; waiting (up to $mins min)"
+		sleep 20
+	done
+}
+
+describe_env() {
+	local mem
+	mem=$(awk '/MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo)
+	echo "- date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+	echo "- command: \`$CMDLINE\`"
+	echo "- machine: $(nproc) CPUs ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)), $mem RAM, kernel $(uname -r)"
+	echo "- PostgreSQL: $("$PG_BINDIR/postgres" --version | sed 's/^postgres //'), wal2json $(dpkg-query -W -f '${Version}' postgresql-15-wal2json 2>/dev/null || echo '?')"
+	echo "- Redis: $(redis-server --version | sed -n 's/.*\(v=[^ ]*\).*/\1/p'), unix socket; hiredis $(pkg-config --modversion hiredis 2>/dev/null || echo '?')"
+	echo "- relay: $RELAY_BIN ($("$RELAY_BIN" --version 2>&1 | head -n 1)); ${RELAY_SOURCE:-source: working tree of $ROOT at $(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo '?')$(cd "$ROOT" && [ -n "$(git status --porcelain -- lib cmd 2>/dev/null)" ] && echo ' with uncommitted changes in lib/ or cmd/')}"
+	echo "- rounds per contender and shape: $ROUNDS"
+}
+
+# ---------------------------------------------------------------------------
+# backlog shapes
+# ---------------------------------------------------------------------------
+# backlog_sql NAME: SQL that writes the backlog of shape NAME into public.outbox.
+backlog_sql() {
+	local n rows pad
+	read -r n rows pad <<<"${SHAPE[$1]}"
+	local padexpr="(SELECT left(string_agg(md5(random()::text || g), ''), $pad) FROM generate_series(1, $((pad / 32 + 1))) g)"
+	local row="'bench', i::text, 'created', jsonb_build_object('n', i, 'amount', 1234.5, 'pad', pad)"
+	local cols="public.outbox (aggregate_type, aggregate_id, event_type, payload)"
+	if [ "$rows" = 1 ]; then
+		echo "DO \$\$ DECLARE pad text := $padexpr; BEGIN
+		  FOR i IN 1..$n LOOP INSERT INTO $cols VALUES ($row); COMMIT; END LOOP; END \$\$;"
+	elif [ "$rows" = "$n" ]; then
+		echo "DO \$\$ DECLARE pad text := $padexpr; BEGIN
+		  INSERT INTO $cols SELECT $row FROM generate_series(1, $n) i; END \$\$;"
+	else
+		echo "DO \$\$ DECLARE pad text := $padexpr; BEGIN
+		  FOR t IN 0..$((n / rows - 1)) LOOP
+		    INSERT INTO $cols SELECT $row FROM generate_series(t * $rows + 1, (t + 1) * $rows) i;
+		    COMMIT;
+		  END LOOP; END \$\$;"
+	fi
+}
+
+slot_name() { echo "${1}_$2"; } # slot_name CONTENDER ROUND
+
+drop_all_slots() {
+	psql_q -c "SELECT count(pg_drop_replication_slot(slot_name)) FROM pg_replication_slots" >/dev/null
+}
+
+now_ns() { date +%s%N; }
+
+# drain SHAPE ROUND CONTENDER EVENTS ENDPOS
+drain() {
+	local shape=$1 round=$2 c=$3 events=$4 endpos=$5 slot rc=0 args=() logf
+	slot=$(slot_name "$c" "$round")
+	logf=$T/$MODE.$shape.$c.$round.log
+	local common=(--json "$OUT/drains.jsonl" --meta "mode=$MODE" --meta "shape=$shape"
+		--meta "contender=$c" --meta "round=$round" --meta "events=$events"
+		--pid "redis=$REDIS_PID" --postmaster "$PM_PID" --stderr "$logf")
+	case $c in
+	pg_recvlogical)
+		"$PY" "$BENCH_PY" run "${common[@]}" -- \
+			"$PG_BINDIR/pg_recvlogical" --no-loop -d "$DSN" --slot "$slot" --start --endpos "$endpos" \
+			-o format-version=2 -o include-transaction=1 -o include-xids=1 -o include-lsn=1 \
+			-o include-timestamp=1 -o add-tables=public.outbox -o add-msg-prefixes=outbox \
+			-f /dev/null || rc=$?
+		;;
+	relay | relay_nodedup)
+		redis_reset
+		[ "$c" = relay_nodedup ] && args=(--dedup-window 0)
+		"$PY" "$BENCH_PY" run "${common[@]}" --redis "$RSOCK" --xlen outbox:bench -- \
+			"$RELAY_BIN" --pg-dsn "$DSN" --slot "$slot" --no-create-slot \
+			--redis-url "unix://$RSOCK" --endpos "$endpos" --http-addr "" \
+			--log-level info "${args[@]}" || rc=$?
+		;;
+	esac
+	[ "$rc" = 0 ] || { tail -n 20 "$logf" >&2; die "$c on $shape (round $round) exited with $rc"; }
+	if [ "$c" != pg_recvlogical ]; then
+		local pub xl
+		pub=$(sed -n 's/.*stopped (.*published=\([0-9]*\).*/\1/p' "$logf" | tail -n 1)
+		xl=$(rcli XLEN outbox:bench)
+		[ "$pub" = "$events" ] && [ "$xl" = "$events" ] ||
+			die "$c on $shape (round $round): published=$pub, XLEN=$xl, expected $events"
+		grep -o 'peak_rss_kb=[0-9]*' "$logf" | tail -n 1 >>"$T/peak_rss.$c" || true
+	fi
+	tail -n 1 "$OUT/drains.jsonl" | "$PY" -c '
+import json, sys
+r = json.loads(sys.stdin.read())
+ev = int(r["events"])
+p = r["procs"]
+g = lambda n: p.get(n, {}).get("pct", 0)
+print("    %-15s round %s: %8.2f s  %9.0f events/s  client %4.0f%% (peak %3.0f%%)  walsender %4.0f%% (peak %3.0f%%)  redis %4.0f%%  machine %4.0f%%" % (
+    r["contender"], r["round"], r["wall_s"], ev / r["wall_s"], g("child"), p.get("child", {}).get("peak_pct", 0),
+    g("walsender"), p.get("walsender", {}).get("peak_pct", 0), g("redis"), g("machine")))'
+}
+
+run_shape() {
+	local shape=$1 n rows pad r c t0 t1 endpos
+	read -r n rows pad <<<"${SHAPE[$shape]}"
+	log "[$MODE] shape $shape: $n events, $rows per transaction, ~${pad} B pad"
+	drop_all_slots
+	psql_q -c "TRUNCATE public.outbox" -c "CHECKPOINT" >/dev/null
+	# All slots in one psql session, one statement after the other, nothing else
+	# writing: every slot starts before the first backlog row.
+	{
+		for r in $(seq 1 "$ROUNDS"); do
+			for c in $CONTENDERS; do
+				echo "SELECT pg_create_logical_replication_slot('$(slot_name "$c" "$r")', 'wal2json');"
+			done
+		done
+	} | psql_q >/dev/null
+	psql_q -c "SELECT min(confirmed_flush_lsn) || ' .. ' || max(confirmed_flush_lsn) || ' (' || count(*) || ' slots)' FROM pg_replication_slots" |
+		sed 's/^/    slots at /'
+	t0=$(now_ns)
+	backlog_sql "$shape" | psql_q >/dev/null
+	t1=$(now_ns)
+	endpos=$(psql_q -c "SELECT pg_current_wal_lsn()")
+	local wal
+	wal=$(psql_q -c "SELECT pg_size_pretty(pg_current_wal_lsn() - min(confirmed_flush_lsn)) FROM pg_replication_slots")
+	[ "$(psql_q -c "SELECT count(*) FROM public.outbox")" = "$n" ] || die "backlog of $shape has the wrong row count"
+	log "    backlog written in $(awk -v d=$((t1 - t0)) 'BEGIN { printf "%.1f", d / 1e9 }') s ($wal of WAL), end LSN $endpos"
+	echo "{\"mode\": \"$MODE\", \"shape\": \"$shape\", \"events\": $n, \"write_s\": $(awk -v d=$((t1 - t0)) 'BEGIN { printf "%.3f", d / 1e9 }'), \"wal\": \"$wal\"}" >>"$OUT/backlogs.jsonl"
+	for r in $(seq 1 "$ROUNDS"); do
+		for c in $CONTENDERS; do
+			drain "$shape" "$r" "$c" "$n" "$endpos"
+		done
+	done
+	drop_all_slots
+}
+
+# ---------------------------------------------------------------------------
+# latency under steady load
+# ---------------------------------------------------------------------------
+run_latency() {
+	local rate n x relay_pid cons_pid
+	MODE=noaof
+	log "latency: rates $LAT_RATES events/s, ${LAT_SECS} s each (Redis without AOF)"
+	drop_all_slots
+	psql_q -c "TRUNCATE public.outbox" -c "CHECKPOINT" >/dev/null
+	cat >"$T/lat.sql" <<-'EOF'
+		INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('lat', :client_id, 'r' || :rate, '{"n": 1}');
+	EOF
+	"$RELAY_BIN" --pg-dsn "$DSN" --slot lat --redis-url "unix://$RSOCK" --group bench \
+		--http-addr "" --log-level info >"$T/lat.relay.log" 2>&1 &
+	relay_pid=$!
+	BG_PIDS+=("$relay_pid")
+	echo "$relay_pid" >>"$T/bg.pids"
+	for _ in $(seq 1 200); do
+		[ "$(psql_q -c "SELECT active FROM pg_replication_slots WHERE slot_name = 'lat'")" = t ] &&
+			[ -n "$(rcli FUNCTION LIST LIBRARYNAME outbox_relay)" ] && break
+		kill -0 "$relay_pid" 2>/dev/null || { cat "$T/lat.relay.log" >&2; die "relay exited at startup"; }
+		sleep 0.1
+	done
+	"$PY" "$BENCH_PY" consumer "$RSOCK" outbox:lat "$T/receipts" &
+	cons_pid=$!
+	BG_PIDS+=("$cons_pid")
+	echo "$cons_pid" >>"$T/bg.pids"
+	sleep 1
+	: >"$OUT/latency_runs.jsonl"
+	for rate in $LAT_RATES; do
+		"$PY" "$BENCH_PY" run --json "$OUT/latency_runs.jsonl" --meta "tag=r$rate" \
+			--meta "pgbench_log=$OUT/pgbench.$rate.log" \
+			--pid "relay=$relay_pid" --pid "redis=$REDIS_PID" --postmaster "$PM_PID" \
+			--stdout "$OUT/pgbench.$rate.log" --stderr "$T/pgbench.$rate.err" -- \
+			"$PG_BINDIR/pgbench" -n -M prepared -f "$T/lat.sql" -D "rate=$rate" -R "$rate" \
+			-T "$LAT_SECS" -c 4 -j 2 -h "$T" -p "$PGPORT" -U postgres postgres ||
+			{ cat "$T/pgbench.$rate.err" >&2; die "pgbench at $rate/s failed"; }
+		n=$(psql_q -c "SELECT count(*) FROM public.outbox")
+		for _ in $(seq 1 600); do
+			x=$(rcli XLEN outbox:lat)
+			[ "$x" -ge "$n" ] && break
+			sleep 0.1
+		done
+		log "    $rate/s: $(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$OUT/pgbench.$rate.log") tps (pgbench), stream holds $x of $n"
+		sleep 1
+	done
+	kill -TERM "$cons_pid"
+	wait "$cons_pid" || die "latency consumer failed"
+	kill -TERM "$relay_pid"
+	wait "$relay_pid" || die "relay (latency run) exited with $?"
+	cp "$T/lat.relay.log" "$OUT/latency.relay.log"
+	: >"$OUT/latency.jsonl"
+	"$PY" "$BENCH_PY" latency "$RSOCK" outbox:lat "$T/receipts" "$OUT/latency.jsonl" "$OUT/latency_runs.jsonl"
+}
+
+# ---------------------------------------------------------------------------
+# main
+# ---------------------------------------------------------------------------
+wait_idle "$WAIT_IDLE"
+log "relay: $RELAY_BIN; temp dir $T; results in $OUT"
+: >"$OUT/drains.jsonl"
+: >"$OUT/backlogs.jsonl"
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+T_START=$(date +%s)
+pg_start
+for MODE in $MODES; do
+	redis_start "$MODE"
+	for shape in $SHAPES; do
+		run_shape "$shape"
+	done
+	redis_stop
+done
+if [ "$LATENCY" = 1 ]; then
+	redis_start noaof
+	run_latency
+	redis_stop
+fi
+LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
+{
+	echo "## Environment"
+	echo
+	describe_env
+	echo "- load average (1/5/15 min): $LOAD_START at start, $LOAD_END at the end; total run time $(($(date +%s) - T_START)) s"
+	echo
+	echo "## Results"
+	echo
+	"$PY" "$BENCH_PY" report "$OUT/drains.jsonl" "$OUT/backlogs.jsonl" \
+		"$([ "$LATENCY" = 1 ] && echo "$OUT/latency.jsonl")"
+} >"$OUT/report.md"
+cat "$OUT/report.md"
+log "report: $OUT/report.md (raw data: drains.jsonl, backlogs.jsonl, latency*.jsonl)"
