@@ -610,20 +610,41 @@ static void log_stats(struct relay *r, int64_t now)
 	r->last_stats_published = s->published;
 }
 
+/*
+ * Peak RSS in kB: VmHWM from /proc/self/status. getrusage()'s ru_maxrss is
+ * not used: Linux carries the parent's high-water mark across execve().
+ */
+static long peak_rss_kb(void)
+{
+	char line[256];
+	long kb = -1;
+	FILE *f = fopen("/proc/self/status", "r");
+
+	if (!f) {
+		struct rusage ru;
+
+		getrusage(RUSAGE_SELF, &ru);
+		return ru.ru_maxrss;
+	}
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmHWM: %ld kB", &kb) == 1)
+			break;
+	fclose(f);
+	return kb;
+}
+
 static void log_final(struct relay *r, const char *why)
 {
 	const struct sink_stats *s = sink_redis_stats(r->sink);
-	struct rusage ru;
 	char c[LSN_STRLEN];
 
-	getrusage(RUSAGE_SELF, &ru);
 	log_info("stopped (%s): confirmed=%s published=%llu replays=%llu duplicates=%llu "
 		 "dead_lettered=%llu transactions=%llu ask_redirects=%llu peak_rss_kb=%ld",
 		 why, lsn_format(r->confirmed, c), (unsigned long long)s->published,
 		 (unsigned long long)s->replays, (unsigned long long)s->duplicates,
 		 (unsigned long long)s->dead_lettered,
 		 (unsigned long long)atomic_load(&r->m->transactions),
-		 (unsigned long long)s->ask_redirects, ru.ru_maxrss);
+		 (unsigned long long)s->ask_redirects, peak_rss_kb());
 }
 
 static bool split_table(struct relay *r)
