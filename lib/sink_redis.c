@@ -138,6 +138,7 @@ struct node {
 	struct u64q waitq;   /* what each coming reply answers */
 	struct u64q durable; /* executed seqs that the next WAIT must cover */
 	bool staged_publish; /* a publish was staged since the last WAIT */
+	bool wblocked;       /* the socket was full: write again only after POLLOUT */
 	int64_t wait_since_us;
 };
 
@@ -467,6 +468,7 @@ static void node_close(struct node *n)
 	buf_reset(&n->wbuf);
 	n->wsent = 0;
 	n->staged_publish = false;
+	n->wblocked = false;
 }
 
 /* "host:port" or the unix socket path, for messages. */
@@ -1492,8 +1494,10 @@ static bool node_write(struct sink_redis *s, struct node *n)
 		}
 		if (w < 0 && errno == EINTR)
 			continue;
-		if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			n->wblocked = true; /* poll() says when there is room again */
 			return true;
+		}
 		snprintf(s->errmsg, sizeof(s->errmsg), "could not send to Redis: %s",
 			 w == 0 ? "short write" : strerror(errno));
 		return false;
@@ -1561,11 +1565,13 @@ bool sink_redis_io(struct sink_redis *s, const struct pollfd *pfd, int npfd)
 	for (int i = 0; pfd && i < npfd && i < s->npoll; i++) {
 		struct node *n = &s->nodes[s->poll_node[i]];
 
+		if (n->c && (pfd[i].revents & POLLOUT))
+			n->wblocked = false;
 		if (n->c && (pfd[i].revents & (POLLIN | POLLERR | POLLHUP)) && !node_read(s, n))
 			return false;
 	}
 	for (int i = 0; i < s->nnodes; i++)
-		if (s->nodes[i].c && !node_write(s, &s->nodes[i]))
+		if (s->nodes[i].c && !s->nodes[i].wblocked && !node_write(s, &s->nodes[i]))
 			return false;
 	advance_head(s);
 	return true;
