@@ -831,6 +831,17 @@ cluster_live_port() {
 # shellcheck disable=SC2120 # PORT is optional
 cluster_nodes() { rcli "${1:-$(cluster_live_port)}" cluster nodes; }
 
+# _all_nodes_see_replicas N PORT...: every node's CLUSTER NODES lists N replicas
+# (gossip reaches the nodes one by one).
+_all_nodes_see_replicas() {
+	local want=$1 p
+	shift
+	for p in "$@"; do
+		# flags are field 3: "slave", or "myself,slave" on a replica's own line
+		[ "$(cluster_nodes "$p" | awk '$3 ~ /slave/' | wc -l)" -ge "$want" ] || return 1
+	done
+}
+
 # cluster_masters: ports of the current masters that own slots and are not
 # failed, as seen by a live node; sorted.
 cluster_masters() {
@@ -922,8 +933,8 @@ cluster_start() {
 	# "cluster create" assigns replicas with CLUSTER REPLICATE; every node
 	# learns of it by gossip, a moment later on a busy machine.
 	if [ "$replicas" -gt 0 ]; then
-		wait_for "[ \$(cluster_nodes '${ports[0]}' | grep -c ' slave ') -ge $((masters * replicas)) ]" 30 \
-			"replicas to attach" || fail "replicas not attached 30 s after creation: $(cluster_nodes | tr '\n' ';')"
+		wait_for "_all_nodes_see_replicas $((masters * replicas)) ${ports[*]}" 30 "replicas to attach" ||
+			fail "replicas not attached 30 s after creation: $(cluster_nodes | tr '\n' ';')"
 	fi
 	CLUSTER_MASTER_PORTS=$(cluster_masters | tr '\n' ' ' | sed 's/ $//')
 	CLUSTER_REPLICA_PORTS=
