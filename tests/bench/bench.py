@@ -2,6 +2,7 @@
 """bench.py - measurement helpers for tests/bench/bench.sh (python3 stdlib only).
 
   bench.py run --json FILE [--meta K=V ...] [--pid NAME=PID ...] [--postmaster PID]
+               [--redis SOCK|HOST:PORT ... [--xlen KEY|PATTERN [--check-ids]]]
                [--stdout FILE] [--stderr FILE] -- CMD ARGS...
       Run CMD, wait for it with wait4() and append one JSON object to FILE:
       wall_s (monotonic clock), user_s, sys_s and maxrss_kb of CMD (getrusage of
@@ -11,6 +12,11 @@
       --postmaster summed (NAME "postgres_other") and the whole machine
       (/proc/stat, NAME "machine", in core-seconds). For each: cpu_s over the run
       and peak_pct, the highest utilisation over any 1 s window (100 = one core).
+      Several --pid with the same NAME are summed (e.g. the masters of a cluster).
+      With --redis (repeatable: every master of a cluster), the INFO stats /
+      commandstats deltas summed over the servers; with --xlen, the summed XLEN
+      of KEY or of every stream matching PATTERN, and the first / last XADD;
+      with --check-ids, also the number of distinct "id" fields in those streams.
 
   bench.py redis-stats SOCK
       One JSON object from INFO stats + INFO commandstats: calls per command
@@ -56,9 +62,14 @@ class RespError(Exception):
 
 class Redis:
     def __init__(self, path, timeout=60):
-        self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.s.settimeout(timeout)
-        self.s.connect(path)
+        """path: a unix socket path, or HOST:PORT for TCP (e.g. a cluster node)."""
+        if not path.startswith("/") and ":" in path:
+            host, port = path.rsplit(":", 1)
+            self.s = socket.create_connection((host, int(port)), timeout=timeout)
+        else:
+            self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.s.settimeout(timeout)
+            self.s.connect(path)
         self.buf = b""
 
     def _fill(self):
@@ -142,6 +153,79 @@ def redis_stats(sock):
     return out
 
 
+def redis_stats_sum(endpoints):
+    """redis_stats summed over several servers (the masters of a cluster)."""
+    tot = None
+    for e in endpoints:
+        st = redis_stats(e)
+        if tot is None:
+            tot = st
+            continue
+        for k, v in st.items():
+            if k == "calls":
+                for c, n in v.items():
+                    tot["calls"][c] = tot["calls"].get(c, 0) + n
+            else:
+                tot[k] += v
+    return tot
+
+
+def stream_keys(c, pattern):
+    """Stream keys of one server matching PATTERN (a plain key name when it
+    has no glob character)."""
+    if not any(ch in pattern for ch in "*?["):
+        return [pattern] if c.call("EXISTS", pattern) else []
+    keys, cur = set(), "0"
+    while True:
+        cur, batch = c.call("SCAN", cur, "MATCH", pattern, "COUNT", 1000, "TYPE", "stream")
+        keys.update(batch)
+        if cur == "0":
+            return sorted(keys)
+
+
+def streams_summary(endpoints, pattern, t0_wall, ids=False):
+    """Over every stream matching PATTERN on every server: total XLEN, number
+    of streams, first and last XADD (from the entry ids' millisecond
+    timestamps, relative to t0_wall) and, with ids, how many entries carry an
+    "id" field and how many distinct ids there are (exactly-once check)."""
+    out = {"xlen": 0, "streams": 0}
+    first = last = None
+    seen, with_id = set(), 0
+    for e in endpoints:
+        c = Redis(e)
+        for k in stream_keys(c, pattern):
+            out["xlen"] += c.call("XLEN", k)
+            out["streams"] += 1
+            f = c.call("XRANGE", k, "-", "+", "COUNT", 1)
+            l = c.call("XREVRANGE", k, "+", "-", "COUNT", 1)
+            if f:
+                ms = int(f[0][0].split("-")[0])
+                first = ms if first is None else min(first, ms)
+            if l:
+                ms = int(l[0][0].split("-")[0])
+                last = ms if last is None else max(last, ms)
+            if ids:
+                start = "-"
+                while True:
+                    batch = c.call("XRANGE", k, start, "+", "COUNT", 10000)
+                    for eid, kv in batch:
+                        for i in range(0, len(kv), 2):
+                            if kv[i] == "id":
+                                seen.add(kv[i + 1])
+                                with_id += 1
+                                break
+                    if len(batch) < 10000:
+                        break
+                    start = "(" + batch[-1][0]
+    if first is not None:
+        out["first_xadd_s"] = round(first / 1000 - t0_wall, 3)
+        out["last_xadd_s"] = round(last / 1000 - t0_wall, 3)
+    if ids:
+        out["entries_with_id"] = with_id
+        out["distinct_ids"] = len(seen)
+    return out
+
+
 # ---------------------------------------------------------------------------
 # run: timed child + /proc sampler
 # ---------------------------------------------------------------------------
@@ -184,7 +268,8 @@ class Sampler(threading.Thread):
 
     def __init__(self, pids, postmaster, period=0.1):
         super().__init__(daemon=True)
-        self.fixed = dict(pids)          # name -> pid
+        self.fixed = list(pids)          # (name, pid); one name may have several pids (summed)
+        self.child = None                # pid of the timed child
         self.postmaster = postmaster
         self.period = period
         self.stop_ev = threading.Event()
@@ -207,7 +292,7 @@ class Sampler(threading.Thread):
         k = len(self.times)
         self.times.append(time.monotonic())
         self.machine.append(machine_ticks())
-        pid = self.fixed.get("child")
+        pid = self.child
         if pid:
             try:
                 with open("/proc/%d/status" % pid) as f:
@@ -221,8 +306,9 @@ class Sampler(threading.Thread):
                             self.child_io[name] = max(self.child_io.get(name, 0), int(val))
             except (OSError, ValueError):
                 pass
-        for name, pid in list(self.fixed.items()):
-            self._track(("fixed", name), name, pid, k)
+        fixed = list(self.fixed) + ([("child", self.child)] if self.child else [])
+        for name, pid in fixed:
+            self._track(("fixed", name, pid), name, pid, k)
         if self.postmaster:
             for d in os.listdir("/proc"):
                 if not d.isdigit():
@@ -279,8 +365,8 @@ class Sampler(threading.Thread):
 
 
 def cmd_run(argv):
-    jf, meta, pids, postmaster, so, se = None, {}, {}, None, None, None
-    redis_sock, xlen_key = None, None
+    jf, meta, pids, postmaster, so, se = None, {}, [], None, None, None
+    redis_socks, xlen_key, check_ids = [], None, False
     i = 0
     while i < len(argv) and argv[i] != "--":
         a = argv[i]
@@ -291,13 +377,16 @@ def cmd_run(argv):
             meta[k] = v
         elif a == "--pid":
             k, v = argv[i + 1].split("=", 1)
-            pids[k] = int(v)
+            pids.append((k, int(v)))
         elif a == "--postmaster":
             postmaster = int(argv[i + 1])
         elif a == "--redis":
-            redis_sock = argv[i + 1]
+            redis_socks.append(argv[i + 1])
         elif a == "--xlen":
             xlen_key = argv[i + 1]
+        elif a == "--check-ids":
+            check_ids = True
+            i -= 1
         elif a == "--stdout":
             so = argv[i + 1]
         elif a == "--stderr":
@@ -308,7 +397,7 @@ def cmd_run(argv):
     cmd = argv[i + 1:]
     if not cmd or not jf:
         sys.exit("bench.py run: need --json FILE -- CMD")
-    before = redis_stats(redis_sock) if redis_sock else None
+    before = redis_stats_sum(redis_socks) if redis_socks else None
     sampler = Sampler(pids, postmaster)
     sampler.sample()  # baseline before the child exists
     sampler.start()
@@ -317,7 +406,7 @@ def cmd_run(argv):
     t0 = time.monotonic()
     t0_wall = time.time()
     p = subprocess.Popen(cmd, stdout=fo, stderr=fe, stdin=subprocess.DEVNULL)
-    sampler.fixed["child"] = p.pid
+    sampler.child = p.pid
     # forward SIGTERM/SIGINT to the child
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, lambda sig, _f: p.send_signal(sig))
@@ -344,21 +433,16 @@ def cmd_run(argv):
         "syscr": sampler.child_io.get("syscr"), "syscw": sampler.child_io.get("syscw"),
         "procs": sampler.summary(wall),
     })
-    if redis_sock:
-        after = redis_stats(redis_sock)
+    if redis_socks:
+        after = redis_stats_sum(redis_socks)
         delta = {k: after[k] - before[k] for k in after if k != "calls"}
         delta["calls"] = {k: v - before["calls"].get(k, 0) for k, v in after["calls"].items()
                           if v - before["calls"].get(k, 0)}
         if xlen_key:
-            rc = Redis(redis_sock)
-            delta["xlen"] = rc.call("XLEN", xlen_key)
-            # first and last XADD, from the entry ids' millisecond timestamps
-            # (same host clock), relative to the start of the child
-            first = rc.call("XRANGE", xlen_key, "-", "+", "COUNT", 1)
-            last = rc.call("XREVRANGE", xlen_key, "+", "-", "COUNT", 1)
-            if first and last:
-                delta["first_xadd_s"] = round(int(first[0][0].split("-")[0]) / 1000 - t0_wall, 3)
-                delta["last_xadd_s"] = round(int(last[0][0].split("-")[0]) / 1000 - t0_wall, 3)
+            # XLEN summed over the matching streams of every server; first and
+            # last XADD, from the entry ids' millisecond timestamps (same host
+            # clock), relative to the start of the child
+            delta.update(streams_summary(redis_socks, xlen_key, t0_wall, check_ids))
         rec["redis"] = delta
     with open(jf, "a") as f:
         f.write(json.dumps(rec) + "\n")
@@ -548,9 +632,11 @@ def cmd_latency(sock, stream, receipts_file, out_json, runs_json=None):
 # ---------------------------------------------------------------------------
 # report
 # ---------------------------------------------------------------------------
-CONTENDER_ORDER = ["pg_recvlogical", "relay", "relay_nodedup"]
+CONTENDER_ORDER = ["pg_recvlogical", "relay", "relay_nodedup", "relay_tcp", "relay_cluster"]
 CONTENDER_LABEL = {"pg_recvlogical": "pg_recvlogical", "relay": "outbox-relay (defaults)",
-                   "relay_nodedup": "outbox-relay --dedup-window 0"}
+                   "relay_nodedup": "outbox-relay --dedup-window 0",
+                   "relay_tcp": "outbox-relay, single node over TCP",
+                   "relay_cluster": "outbox-relay, 3-master cluster"}
 
 
 def med(xs):
@@ -560,6 +646,54 @@ def med(xs):
 
 def fmt(x, spec):
     return "–" if x is None else format(x, spec)
+
+
+def cluster_summary(mrows, shapes, blog):
+    """Compact table of the cluster comparison: throughput, CPU of walsender /
+    client / redis-server(s), events per FCALL and the exactly-once check."""
+    out = ["### Summary: Redis Cluster vs single node\n",
+           "| shape | contender | events/s (median) | min–max | vs pg_recvlogical | "
+           "CPU % walsender / client / redis-server(s) / machine | CPU µs/event walsender / client / redis | "
+           "events per FCALL | delivered: Σ XLEN / distinct ids / streams |",
+           "|---|---|---:|---:|---:|---|---|---:|---|"]
+    for shape in shapes:
+        srows = [r for r in mrows if r["shape"] == shape]
+        base = None
+        for cont in CONTENDER_ORDER:
+            cr = [r for r in srows if r["contender"] == cont]
+            if not cr:
+                continue
+            ev = int(cr[0]["events"])
+            rates = [ev / r["wall_s"] for r in cr]
+            rate = med(rates)
+            if cont == "pg_recvlogical":
+                base = rate
+            red = [r["redis"] for r in cr if r.get("redis")]
+            pct = lambda n: fmt(med([r["procs"].get(n, {}).get("pct") for r in cr]), ".0f")
+            us = lambda n: fmt(med([r["procs"].get(n, {}).get("cpu_s", 0) / ev * 1e6 for r in cr]), ".1f")
+            cpu_ev = fmt(med([(r["user_s"] + r["sys_s"]) / ev * 1e6 for r in cr]), ".1f")
+            if red:
+                xl = sorted({x.get("xlen") for x in red})
+                di = sorted({x.get("distinct_ids") for x in red})
+                st = sorted({x.get("streams") for x in red})
+                j = lambda v: "/".join(format(a, ",") if isinstance(a, int) else "?" for a in v)
+                ok = "✓" if xl == [ev] and di == [ev] else "✗"
+                delivered = "%s %s / %s / %s" % (ok, j(xl), j(di), j(st))
+                fc = fmt(med([ev / max(x["calls"].get("fcall", 0), 1) for x in red]), ".1f")
+            else:
+                delivered, fc = "–", "–"
+            out.append("| %s (%s events) | %s | %s | %s–%s | %s | %s / %s / %s / %s | %s / %s / %s | %s | %s |" % (
+                shape, format(ev, ","), CONTENDER_LABEL[cont], fmt(rate, ",.0f"),
+                fmt(min(rates), ",.0f"), fmt(max(rates), ",.0f"),
+                fmt(rate / base, ".2f") if base else "–",
+                pct("walsender"), pct("child"), pct("redis") if red else "–", pct("machine"),
+                us("walsender"), cpu_ev, us("redis") if red else "–", fc, delivered))
+    out.append("")
+    out.append("(redis-server CPU is the sum of the 3 masters for the cluster; \"delivered\" is "
+               "checked for every round: XLEN summed over every outbox stream on every server, "
+               "and the number of distinct event ids among those entries, must both equal the "
+               "backlog; ✓ = all rounds did.)\n")
+    return out
 
 
 def cmd_report(results, backlogs=None, latency=None):
@@ -582,7 +716,10 @@ def cmd_report(results, backlogs=None, latency=None):
             if r["shape"] not in shapes:
                 shapes.append(r["shape"])
         title = {"noaof": "Redis without persistence (appendonly no)",
-                 "aof": "Redis with appendonly yes, appendfsync everysec"}.get(mode, mode)
+                 "aof": "Redis with appendonly yes, appendfsync everysec",
+                 "cluster": "Redis Cluster (3 masters, loopback TCP) vs single node, appendonly no"}.get(mode, mode)
+        if mode == "cluster":
+            out.extend(cluster_summary(mrows, shapes, blog))
         out.append("### Drain throughput: %s\n" % title)
         out.append("| shape | events | backlog write s / WAL | contender | events/s (median) | min–max | "
                    "wall s (median) | vs pg_recvlogical | events/s to last XADD | vs pg_recvlogical |")

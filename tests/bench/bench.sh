@@ -3,11 +3,12 @@
 # pg_recvlogical (the physical limit of wal2json decoding). See README.md.
 #
 #   tests/bench/bench.sh [--quick] [--out DIR] [--rounds N] [--shapes a,b,..]
-#                        [--modes noaof,aof] [--no-latency] [--wait-idle MIN] [--keep]
+#                        [--modes noaof,aof,cluster] [--no-latency] [--wait-idle MIN] [--keep]
 #
 # Installs nothing. Builds the relay in release mode (build-bench/) unless
 # RELAY_BIN is set. Starts its own PostgreSQL 15 + wal2json and redis-server on
-# unix sockets in a temp dir and stops them on exit, whatever happens.
+# unix sockets (mode cluster: also 127.0.0.1 TCP ports and a 3-master Redis
+# Cluster) in a temp dir and stops them on exit, whatever happens.
 set -Eeuo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -48,37 +49,53 @@ while [ $# -gt 0 ]; do
 	shift
 done
 
-# Shapes: name -> "events rows_per_tx pad_bytes" (pad = incompressible hex text
-# inside the jsonb payload, so TOAST compression does not shrink it).
+# Shapes: name -> "events rows_per_tx pad_bytes streams" (pad = incompressible
+# hex text inside the jsonb payload, so TOAST compression does not shrink it;
+# streams = 1: aggregate_type 'bench', stream outbox:bench; 64: aggregate_type
+# 'agg' || (i % 64), streams outbox:agg0 .. outbox:agg63).
 declare -A SHAPE
 if [ "$QUICK" = 1 ]; then
-	SHAPE[tx1]="20000 1 64"
-	SHAPE[tx10]="20000 10 64"
-	SHAPE[tx1M]="100000 100000 64"
-	SHAPE[p1k]="20000 1 1000"
-	SHAPE[p16k]="4000 1 16000"
+	SHAPE[tx1]="20000 1 64 1"
+	SHAPE[tx10]="20000 10 64 1"
+	SHAPE[tx1M]="100000 100000 64 1"
+	SHAPE[p1k]="20000 1 1000 1"
+	SHAPE[p16k]="4000 1 16000 1"
+	SHAPE[tx1x64]="20000 1 64 64"
+	SHAPE[tx10x64]="20000 10 64 64"
 	LAT_SECS=5
 else
-	SHAPE[tx1]="100000 1 64"
-	SHAPE[tx10]="100000 10 64"
-	SHAPE[tx1M]="1000000 1000000 64"
-	SHAPE[p1k]="100000 1 1000"
-	SHAPE[p16k]="20000 1 16000"
+	SHAPE[tx1]="100000 1 64 1"
+	SHAPE[tx10]="100000 10 64 1"
+	SHAPE[tx1M]="1000000 1000000 64 1"
+	SHAPE[p1k]="100000 1 1000 1"
+	SHAPE[p16k]="20000 1 16000 1"
+	SHAPE[tx1x64]="100000 1 64 64"
+	SHAPE[tx10x64]="100000 10 64 64"
 	LAT_SECS=10
 fi
-ALL_SHAPES="tx1 tx10 tx1M p1k p16k"
-SHAPES=${SHAPES:-$ALL_SHAPES}
-SHAPES=${SHAPES//,/ }
+ALL_SHAPES="tx1 tx10 tx1M p1k p16k"    # default shapes of modes noaof and aof
+CLUSTER_SHAPES="tx1x64 tx10x64"         # default shapes of mode cluster
+USER_SHAPES=${SHAPES//,/ }              # --shapes: these shapes in every mode
 MODES=${MODES//,/ }
-for s in $SHAPES; do
-	[ -n "${SHAPE[$s]:-}" ] || { echo "bench.sh: unknown shape $s (known: $ALL_SHAPES)" >&2; exit 2; }
+for s in $USER_SHAPES; do
+	[ -n "${SHAPE[$s]:-}" ] || { echo "bench.sh: unknown shape $s (known: $ALL_SHAPES $CLUSTER_SHAPES)" >&2; exit 2; }
 done
 for m in $MODES; do
-	case $m in noaof | aof) ;; *) echo "bench.sh: unknown mode $m (noaof, aof)" >&2; exit 2 ;; esac
+	case $m in noaof | aof | cluster) ;; *) echo "bench.sh: unknown mode $m (noaof, aof, cluster)" >&2; exit 2 ;; esac
 done
-CONTENDERS="pg_recvlogical relay relay_nodedup"
+shapes_for() { # shapes_for MODE
+	if [ -n "$USER_SHAPES" ]; then echo "$USER_SHAPES"
+	elif [ "$1" = cluster ]; then echo "$CLUSTER_SHAPES"
+	else echo "$ALL_SHAPES"; fi
+}
+contenders_for() { # contenders_for MODE
+	if [ "$1" = cluster ]; then echo "pg_recvlogical relay relay_tcp relay_cluster"
+	else echo "pg_recvlogical relay relay_nodedup"; fi
+}
 # One slot per contender and round, all created before the backlog is written.
-[ $((3 * ROUNDS)) -le 9 ] || { echo "bench.sh: at most 3 rounds (9 slots of max_replication_slots=10)" >&2; exit 2; }
+MAX_SLOTS=16
+[ "$ROUNDS" -ge 1 ] && [ "$ROUNDS" -le 3 ] && [ $((4 * ROUNDS)) -lt $MAX_SLOTS ] ||
+	{ echo "bench.sh: --rounds must be 1..3" >&2; exit 2; }
 
 log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 die() { printf '[bench] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -152,6 +169,11 @@ PGDATA=$T/pg
 RDIR=$T/redis
 RSOCK=$RDIR/redis.sock
 PGPORT=5433
+CDIR=$T/cluster       # mode cluster: one dir per node, $CDIR/PORT
+CLUSTER_PORTS=()
+CLUSTER_PIDS=()
+CLUSTER_URL=
+SPORT=                # mode cluster: TCP port of the single node (besides its unix socket)
 DSN="host=$T port=$PGPORT user=postgres dbname=postgres"
 PSQL=("$PG_BINDIR/psql" -X -q -A -t -v ON_ERROR_STOP=1 -h "$T" -p "$PGPORT" -U postgres -d postgres)
 BG_PIDS=() # background processes we started (relay, consumer)
@@ -165,6 +187,11 @@ kill_everything() {
 		p=$(cat "$RDIR/redis.pid" 2>/dev/null || true)
 		[ -n "$p" ] && kill -9 "$p" 2>/dev/null || true
 	fi
+	for pm in "$CDIR"/*/redis.pid; do
+		[ -f "$pm" ] || continue
+		p=$(cat "$pm" 2>/dev/null || true)
+		[ -n "$p" ] && kill -9 "$p" 2>/dev/null || true
+	done
 	if [ -f "$PGDATA/postmaster.pid" ]; then
 		pm=$(head -n 1 "$PGDATA/postmaster.pid" 2>/dev/null || true)
 		if [ -n "$pm" ] && kill -0 "$pm" 2>/dev/null; then
@@ -195,13 +222,14 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # If this shell is SIGKILLed the EXIT trap never runs: a detached watchdog stops
-# the servers once we are gone (PostgreSQL via its postmaster.pid, Redis via its
-# pidfile).
+# the servers once we are gone (PostgreSQL via its postmaster.pid, Redis and the
+# cluster nodes via their pidfiles).
 (
 	trap '' HUP INT
 	parent=$$
 	while kill -0 "$parent" 2>/dev/null; do sleep 2; done
 	[ -f "$RDIR/redis.pid" ] && kill -9 "$(cat "$RDIR/redis.pid")" 2>/dev/null
+	for f in "$CDIR"/*/redis.pid; do [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null; done
 	[ -f "$PGDATA/postmaster.pid" ] && kill -QUIT "$(head -n 1 "$PGDATA/postmaster.pid")" 2>/dev/null
 	[ -f "$T/bg.pids" ] && while read -r p; do kill -9 "$p" 2>/dev/null; done <"$T/bg.pids"
 	true
@@ -224,7 +252,7 @@ pg_start() {
 		port = $PGPORT
 		wal_level = logical
 		max_wal_senders = 10
-		max_replication_slots = 10
+		max_replication_slots = $MAX_SLOTS
 		$extra
 		fsync = off
 		synchronous_commit = on
@@ -242,11 +270,12 @@ pg_start() {
 	psql_q -f "$ROOT/sql/outbox.sql" >/dev/null
 }
 
-redis_start() { # redis_start noaof|aof
-	local aof=no
+redis_start() { # redis_start noaof|aof [TCP_PORT]
+	local aof=no tcp=(--port 0)
 	[ "$1" = aof ] && aof=yes
+	[ -n "${2:-}" ] && tcp=(--bind 127.0.0.1 --port "$2")
 	mkdir -p "$RDIR"
-	redis-server --port 0 --unixsocket "$RSOCK" --unixsocketperm 700 --save '' \
+	redis-server "${tcp[@]}" --unixsocket "$RSOCK" --unixsocketperm 700 --save '' \
 		--dir "$RDIR" --appendonly "$aof" --appendfsync everysec \
 		--daemonize yes --pidfile "$RDIR/redis.pid" --logfile "$RDIR/redis.log" >/dev/null
 	for _ in $(seq 1 100); do
@@ -270,6 +299,107 @@ redis_stop() {
 }
 
 rcli() { redis-cli -s "$RSOCK" "$@"; }
+
+# ---------------------------------------------------------------------------
+# mode cluster: a local 3-master Redis Cluster on loopback TCP
+# ---------------------------------------------------------------------------
+# Ports are random in 11000-22767, so the bus ports (+10000) stay below Linux's
+# ephemeral range; a port taken between the check and the bind is retried.
+tcp_port_free() {
+	"$PY" -c 'import socket, sys
+s = socket.socket()
+try:
+    s.bind(("127.0.0.1", int(sys.argv[1])))
+except OSError:
+    sys.exit(1)' "$1"
+}
+
+free_port() { # free_port [bus]: a free port (with "bus": port + 10000 free too)
+	local p
+	for _ in $(seq 1 200); do
+		p=$((11000 + RANDOM % 11768))
+		tcp_port_free "$p" || continue
+		[ "${1:-}" != bus ] || tcp_port_free $((p + 10000)) || continue
+		echo "$p"
+		return 0
+	done
+	die "no free TCP port found in 11000-22767"
+}
+
+cnode_launch() { # cnode_launch PORT: start a cluster node; 1 if it does not come up
+	local p=$1 d=$CDIR/$1
+	mkdir -p "$d"
+	redis-server --bind 127.0.0.1 --port "$p" --cluster-enabled yes --cluster-config-file nodes.conf \
+		--cluster-node-timeout 5000 --save '' --appendonly no --dir "$d" \
+		--daemonize yes --pidfile "$d/redis.pid" --logfile "$d/redis.log" >/dev/null || return 1
+	for _ in $(seq 1 100); do
+		[ "$(redis-cli -h 127.0.0.1 -p "$p" PING 2>/dev/null)" = PONG ] && [ -s "$d/redis.pid" ] && return 0
+		sleep 0.05
+	done
+	[ -s "$d/redis.pid" ] && kill -9 "$(cat "$d/redis.pid")" 2>/dev/null
+	rm -f "$d/redis.pid"
+	return 1
+}
+
+cluster_state_ok() {
+	local p
+	for p in "${CLUSTER_PORTS[@]}"; do
+		redis-cli -h 127.0.0.1 -p "$p" CLUSTER INFO 2>/dev/null | tr -d '\r' | grep -qx 'cluster_state:ok' || return 1
+	done
+}
+
+cluster_start() {
+	local p addrs=() i ok
+	mkdir -p "$CDIR"
+	CLUSTER_PORTS=()
+	CLUSTER_PIDS=()
+	for i in 1 2 3; do
+		ok=0
+		for _ in 1 2 3 4 5; do
+			p=$(free_port bus)
+			if cnode_launch "$p"; then ok=1; break; fi
+		done
+		[ "$ok" = 1 ] || die "could not start cluster node $i (see $CDIR/*/redis.log)"
+		CLUSTER_PORTS+=("$p")
+		CLUSTER_PIDS+=("$(cat "$CDIR/$p/redis.pid")")
+		addrs+=("127.0.0.1:$p")
+	done
+	redis-cli --cluster create "${addrs[@]}" --cluster-replicas 0 --cluster-yes >"$CDIR/create.log" 2>&1 ||
+		{ cat "$CDIR/create.log" >&2; die "redis-cli --cluster create failed"; }
+	for _ in $(seq 1 300); do
+		cluster_state_ok && break
+		sleep 0.1
+	done
+	cluster_state_ok || die "cluster_state is not ok 30 s after creation"
+	redis-cli --cluster check "${addrs[0]}" >"$CDIR/check.log" 2>&1 &&
+		grep -q 'All 16384 slots covered' "$CDIR/check.log" ||
+		{ cat "$CDIR/check.log" >&2; die "redis-cli --cluster check failed"; }
+	CLUSTER_URL="redis-cluster://${addrs[0]},${addrs[1]}"
+	log "redis cluster: masters on 127.0.0.1 ports ${CLUSTER_PORTS[*]} (pids ${CLUSTER_PIDS[*]}); single node on $RSOCK and 127.0.0.1:$SPORT"
+}
+
+cluster_stop() {
+	local i p
+	for i in "${!CLUSTER_PORTS[@]}"; do
+		p=${CLUSTER_PORTS[$i]}
+		redis-cli -h 127.0.0.1 -p "$p" SHUTDOWN NOSAVE >/dev/null 2>&1 || true
+		for _ in $(seq 1 100); do
+			kill -0 "${CLUSTER_PIDS[$i]}" 2>/dev/null || break
+			sleep 0.05
+		done
+		kill -9 "${CLUSTER_PIDS[$i]}" 2>/dev/null || true
+	done
+	rm -rf "$CDIR"
+	CLUSTER_PORTS=()
+	CLUSTER_PIDS=()
+}
+
+cluster_reset() {
+	local p
+	for p in "${CLUSTER_PORTS[@]}"; do
+		redis-cli -h 127.0.0.1 -p "$p" FLUSHALL SYNC >/dev/null
+	done
+}
 
 # Empty Redis before a relay drain. With AOF, also rewrite the AOF so that every
 # drain starts from a small file, and wait for the rewrite to finish.
@@ -317,6 +447,9 @@ describe_env() {
 	echo "- machine: $(nproc) CPUs ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)), $mem RAM, kernel $(uname -r)"
 	echo "- PostgreSQL: $("$PG_BINDIR/postgres" --version | sed 's/^postgres //'), wal2json $(dpkg-query -W -f '${Version}' postgresql-15-wal2json 2>/dev/null || echo '?')"
 	echo "- Redis: $(redis-server --version | sed -n 's/.*\(v=[^ ]*\).*/\1/p'), unix socket; hiredis $(pkg-config --modversion hiredis 2>/dev/null || echo '?')"
+	case " $MODES " in *" cluster "*)
+		echo "- mode cluster: single node (appendonly no) on a unix socket and on 127.0.0.1 TCP; Redis Cluster of 3 masters, no replicas, 127.0.0.1 TCP, cluster-enabled yes, save '', appendonly no; every server on this machine" ;;
+	esac
 	echo "- relay: $RELAY_BIN ($("$RELAY_BIN" --version 2>&1 | head -n 1)); ${RELAY_SOURCE:-source: working tree of $ROOT at $(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo '?')$(cd "$ROOT" && [ -n "$(git status --porcelain -- lib cmd 2>/dev/null)" ] && echo ' with uncommitted changes in lib/ or cmd/')}"
 	echo "- rounds per contender and shape: $ROUNDS"
 }
@@ -326,10 +459,11 @@ describe_env() {
 # ---------------------------------------------------------------------------
 # backlog_sql NAME: SQL that writes the backlog of shape NAME into public.outbox.
 backlog_sql() {
-	local n rows pad
-	read -r n rows pad <<<"${SHAPE[$1]}"
+	local n rows pad streams agg="'bench'"
+	read -r n rows pad streams <<<"${SHAPE[$1]}"
+	[ "$streams" = 1 ] || agg="'agg' || (i % $streams)"
 	local padexpr="(SELECT left(string_agg(md5(random()::text || g), ''), $pad) FROM generate_series(1, $((pad / 32 + 1))) g)"
-	local row="'bench', i::text, 'created', jsonb_build_object('n', i, 'amount', 1234.5, 'pad', pad)"
+	local row="$agg, i::text, 'created', jsonb_build_object('n', i, 'amount', 1234.5, 'pad', pad)"
 	local cols="public.outbox (aggregate_type, aggregate_id, event_type, payload)"
 	if [ "$rows" = 1 ]; then
 		echo "DO \$\$ DECLARE pad text := $padexpr; BEGIN
@@ -357,11 +491,29 @@ now_ns() { date +%s%N; }
 # drain SHAPE ROUND CONTENDER EVENTS ENDPOS
 drain() {
 	local shape=$1 round=$2 c=$3 events=$4 endpos=$5 slot rc=0 args=() logf
+	local n rows pad streams xpat=outbox:bench check=() rpids=(--pid "redis=$REDIS_PID") rsrv=() url p i
+	read -r n rows pad streams <<<"${SHAPE[$shape]}"
+	[ "$streams" = 1 ] || xpat='outbox:agg*'
+	# mode cluster: also count distinct event ids (exactly-once check)
+	[ "$MODE" = cluster ] && check=(--check-ids)
 	slot=$(slot_name "$c" "$round")
 	logf=$T/$MODE.$shape.$c.$round.log
+	case $c in
+	relay | relay_nodedup) redis_reset; rsrv=(--redis "$RSOCK"); url="unix://$RSOCK" ;;
+	relay_tcp) redis_reset; rsrv=(--redis "127.0.0.1:$SPORT"); url="redis://127.0.0.1:$SPORT" ;;
+	relay_cluster)
+		cluster_reset
+		rpids=()
+		for i in "${!CLUSTER_PORTS[@]}"; do
+			rpids+=(--pid "redis=${CLUSTER_PIDS[$i]}")
+			rsrv+=(--redis "127.0.0.1:${CLUSTER_PORTS[$i]}")
+		done
+		url=$CLUSTER_URL
+		;;
+	esac
 	local common=(--json "$OUT/drains.jsonl" --meta "mode=$MODE" --meta "shape=$shape"
 		--meta "contender=$c" --meta "round=$round" --meta "events=$events"
-		--pid "redis=$REDIS_PID" --postmaster "$PM_PID" --stderr "$logf")
+		"${rpids[@]}" --postmaster "$PM_PID" --stderr "$logf")
 	case $c in
 	pg_recvlogical)
 		"$PY" "$BENCH_PY" run "${common[@]}" -- \
@@ -370,22 +522,24 @@ drain() {
 			-o include-timestamp=1 -o add-tables=public.outbox -o add-msg-prefixes=outbox \
 			-f /dev/null || rc=$?
 		;;
-	relay | relay_nodedup)
-		redis_reset
+	*)
 		[ "$c" = relay_nodedup ] && args=(--dedup-window 0)
-		"$PY" "$BENCH_PY" run "${common[@]}" --redis "$RSOCK" --xlen outbox:bench -- \
+		"$PY" "$BENCH_PY" run "${common[@]}" "${rsrv[@]}" --xlen "$xpat" "${check[@]}" -- \
 			"$RELAY_BIN" --pg-dsn "$DSN" --slot "$slot" --no-create-slot \
-			--redis-url "unix://$RSOCK" --endpos "$endpos" --http-addr "" \
+			--redis-url "$url" --stream 'outbox:{aggregate_type}' --endpos "$endpos" --http-addr "" \
 			--log-level info "${args[@]}" || rc=$?
 		;;
 	esac
 	[ "$rc" = 0 ] || { tail -n 20 "$logf" >&2; die "$c on $shape (round $round) exited with $rc"; }
 	if [ "$c" != pg_recvlogical ]; then
-		local pub xl
+		local pub xl di
 		pub=$(sed -n 's/.*stopped (.*published=\([0-9]*\).*/\1/p' "$logf" | tail -n 1)
-		xl=$(rcli XLEN outbox:bench)
-		[ "$pub" = "$events" ] && [ "$xl" = "$events" ] ||
-			die "$c on $shape (round $round): published=$pub, XLEN=$xl, expected $events"
+		read -r xl di < <(tail -n 1 "$OUT/drains.jsonl" | "$PY" -c '
+import json, sys
+r = json.loads(sys.stdin.read())["redis"]
+print(r.get("xlen"), r.get("distinct_ids", "-"))')
+		[ "$pub" = "$events" ] && [ "$xl" = "$events" ] && { [ "$di" = - ] || [ "$di" = "$events" ]; } ||
+			die "$c on $shape (round $round): published=$pub, XLEN=$xl, distinct ids=$di, expected $events"
 		grep -o 'peak_rss_kb=[0-9]*' "$logf" | tail -n 1 >>"$T/peak_rss.$c" || true
 	fi
 	tail -n 1 "$OUT/drains.jsonl" | "$PY" -c '
@@ -394,15 +548,19 @@ r = json.loads(sys.stdin.read())
 ev = int(r["events"])
 p = r["procs"]
 g = lambda n: p.get(n, {}).get("pct", 0)
-print("    %-15s round %s: %8.2f s  %9.0f events/s  client %4.0f%% (peak %3.0f%%)  walsender %4.0f%% (peak %3.0f%%)  redis %4.0f%%  machine %4.0f%%" % (
+x = r.get("redis", {})
+print("    %-15s round %s: %8.2f s  %9.0f events/s  client %4.0f%% (peak %3.0f%%)  walsender %4.0f%% (peak %3.0f%%)  redis %4.0f%%  machine %4.0f%%%s" % (
     r["contender"], r["round"], r["wall_s"], ev / r["wall_s"], g("child"), p.get("child", {}).get("peak_pct", 0),
-    g("walsender"), p.get("walsender", {}).get("peak_pct", 0), g("redis"), g("machine")))'
+    g("walsender"), p.get("walsender", {}).get("peak_pct", 0), g("redis"), g("machine"),
+    ("  XLEN %s in %s streams, %s distinct ids" % (x["xlen"], x.get("streams"), x["distinct_ids"])) if "distinct_ids" in x else ""))'
 }
 
 run_shape() {
-	local shape=$1 n rows pad r c t0 t1 endpos
-	read -r n rows pad <<<"${SHAPE[$shape]}"
-	log "[$MODE] shape $shape: $n events, $rows per transaction, ~${pad} B pad"
+	local shape=$1 n rows pad streams r c t0 t1 endpos
+	local CONTENDERS
+	CONTENDERS=$(contenders_for "$MODE")
+	read -r n rows pad streams <<<"${SHAPE[$shape]}"
+	log "[$MODE] shape $shape: $n events, $rows per transaction, ~${pad} B pad, $streams stream(s); load $(cut -d" " -f1-3 /proc/loadavg)"
 	drop_all_slots
 	psql_q -c "TRUNCATE public.outbox" -c "CHECKPOINT" >/dev/null
 	# All slots in one psql session, one statement after the other, nothing else
@@ -499,11 +657,18 @@ LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 T_START=$(date +%s)
 pg_start
 for MODE in $MODES; do
-	redis_start "$MODE"
-	for shape in $SHAPES; do
+	if [ "$MODE" = cluster ]; then
+		SPORT=$(free_port)
+		redis_start noaof "$SPORT"
+		cluster_start
+	else
+		redis_start "$MODE"
+	fi
+	for shape in $(shapes_for "$MODE"); do
 		run_shape "$shape"
 	done
 	redis_stop
+	[ "$MODE" != cluster ] || cluster_stop
 done
 if [ "$LATENCY" = 1 ]; then
 	redis_start noaof
