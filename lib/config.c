@@ -742,7 +742,7 @@ static enum num_result parse_int(const char *s, int64_t *ret)
 	return NUM_OK;
 }
 
-static bool parse_bool(const char *s, bool *ret)
+bool config_parse_bool(const char *s, bool *ret)
 {
 	static const char *const yes[] = {"true", "1", "yes", "on"};
 	static const char *const no[] = {"false", "0", "no", "off"};
@@ -1126,7 +1126,7 @@ static bool apply_option(struct relay_config *cf, const struct option_def *o,
 	case OPT_BOOL: {
 		bool b;
 
-		if (!parse_bool(v, &b)) {
+		if (!config_parse_bool(v, &b)) {
 			bad_value(err, errlen, o, &src, v, "expected true or false (or 1/0, yes/no, on/off)");
 			return false;
 		}
@@ -1186,7 +1186,7 @@ static bool is_bool_word(const char *s)
 {
 	bool ignored;
 
-	return parse_bool(s, &ignored);
+	return config_parse_bool(s, &ignored);
 }
 
 /*
@@ -1372,7 +1372,7 @@ static bool check_id_format(const char *value, char *why, size_t whylen)
  * Read the first line of path into *ret (malloc'd, trailing CR/LF removed).
  * The error names the option and the file but never the content.
  */
-static bool read_secret(const char *opt, const char *path, char **ret, char *err, size_t errlen)
+bool config_read_secret(const char *opt, const char *path, char **ret, char *err, size_t errlen)
 {
 	char line[4096];
 	FILE *f = fopen(path, "r");
@@ -1438,12 +1438,12 @@ static bool check_combinations(struct relay_config *cf, char *err, size_t errlen
 static bool load_secret_files(struct relay_config *cf, char *err, size_t errlen)
 {
 	if (cf->pg_password_file && cf->pg_password_file[0] &&
-	    !read_secret("pg-password-file", cf->pg_password_file, &cf->pg_password, err, errlen))
+	    !config_read_secret("pg-password-file", cf->pg_password_file, &cf->pg_password, err, errlen))
 		return false;
 	if (cf->redis_password_file && cf->redis_password_file[0]) {
 		char *pw = NULL;
 
-		if (!read_secret("redis-password-file", cf->redis_password_file, &pw, err, errlen))
+		if (!config_read_secret("redis-password-file", cf->redis_password_file, &pw, err, errlen))
 			return false;
 		free(cf->redis.password);
 		cf->redis.password = pw;

@@ -95,4 +95,13 @@ void config_finish(struct relay_config *cf);
  */
 bool config_parse_duration_ms(const char *s, int64_t *ret_ms);
 
+/* true/false, 1/0, yes/no, on/off (any case). False on anything else. */
+bool config_parse_bool(const char *s, bool *ret);
+
+/*
+ * Read the first line of path into *ret (malloc'd, CR/LF removed) for option
+ * --opt. The one-line error names the option and the file, never the content.
+ */
+bool config_read_secret(const char *opt, const char *path, char **ret, char *err, size_t errlen);
+
 #endif

@@ -247,24 +247,6 @@ static void bad_value(char *err, size_t errlen, const struct copt *o, bool from_
 		       from_env ? "" : "--", from_env ? o->env : o->name, why);
 }
 
-static bool parse_bool(const char *s, bool *ret)
-{
-	static const char *const yes[] = {"true", "1", "yes", "on"};
-	static const char *const no[] = {"false", "0", "no", "off"};
-
-	for (size_t i = 0; i < 4; i++) {
-		if (strcasecmp(s, yes[i]) == 0) {
-			*ret = true;
-			return true;
-		}
-		if (strcasecmp(s, no[i]) == 0) {
-			*ret = false;
-			return true;
-		}
-	}
-	return false;
-}
-
 /* A decimal integer with nothing around it. */
 static bool parse_int64(const char *s, int64_t *ret)
 {
@@ -405,7 +387,7 @@ static bool apply_option(struct consumer_config *cf, const struct copt *o,
 	case COPT_BOOL: {
 		bool b;
 
-		if (!parse_bool(v, &b)) {
+		if (!config_parse_bool(v, &b)) {
 			bad_value(err, errlen, o, from_env, v,
 			          "expected true or false (or 1/0, yes/no, on/off)");
 			return false;
@@ -534,33 +516,6 @@ static void scan_env(struct raw_value *raw, char **envp)
 	}
 }
 
-/* First line of path, malloc'd, into *ret; errors name the file, never its content. */
-static bool read_password_file(const char *path, char **ret, char *err, size_t errlen)
-{
-	char line[4096];
-	FILE *f = fopen(path, "r");
-	size_t n;
-
-	if (!f) {
-		msg_set(err, errlen, "could not read --redis-password-file \"%s\": %s", path,
-		       strerror(errno));
-		return false;
-	}
-	if (!fgets(line, sizeof(line), f))
-		line[0] = '\0';
-	fclose(f);
-	n = strcspn(line, "\r\n");
-	line[n] = '\0';
-	if (n == 0) {
-		msg_set(err, errlen,
-		       "--redis-password-file \"%s\" is empty: put the password on its first line", path);
-		return false;
-	}
-	*ret = strdup(line);
-	explicit_bzero(line, sizeof(line));
-	return *ret ? true : msg_oom(err, errlen);
-}
-
 /* "<hostname>-<pid>" into *ret. */
 static bool default_consumer_name(char **ret, char *err, size_t errlen)
 {
@@ -596,7 +551,7 @@ static bool finish_config(struct consumer_config *cf, char *err, size_t errlen)
 	if (cf->redis_password_file) {
 		char *pw = NULL;
 
-		if (!read_password_file(cf->redis_password_file, &pw, err, errlen))
+		if (!config_read_secret("redis-password-file", cf->redis_password_file, &pw, err, errlen))
 			return false;
 		if (cf->redis.password) {
 			explicit_bzero(cf->redis.password, strlen(cf->redis.password));
