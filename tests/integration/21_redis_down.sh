@@ -16,18 +16,6 @@ redis_start "${AOF[@]}"
 slot_create outbox_relay
 TCK=$(getconf CLK_TCK)
 
-# emit FROM TO [TXSIZE]: rows n = FROM..TO, TXSIZE (default 100) rows per transaction.
-emit() {
-	psql_q "DO \$\$ BEGIN
-	  FOR t IN 0..(($2 - $1 + 1) / ${3:-100} - 1) LOOP
-	    INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
-	      SELECT (ARRAY['order','customer'])[i % 2 + 1], i::text, 'created', jsonb_build_object('n', i)
-	      FROM generate_series($1 + t * ${3:-100}, $1 + t * ${3:-100} + ${3:-100} - 1) i;
-	    COMMIT;
-	  END LOOP;
-	END \$\$;"
-}
-
 # cpu_ticks PID: utime + stime of PID in clock ticks (fields 14 and 15 of
 # /proc/PID/stat, counted after the ")" that ends the command name).
 cpu_ticks() {
@@ -38,7 +26,7 @@ cpu_ticks() {
 }
 
 relay_start --retry-max 1s
-emit 1 1000
+emit_orders_customers 1 1000
 l1=$(current_lsn)
 wait_confirmed outbox_relay "$l1" 30 || fail "batch 1 not confirmed within 30 s"
 assert_eq 1000 "$(sum_xlen)" "batch 1 (1000 events) in Redis"
@@ -53,7 +41,7 @@ t0=$(date +%s%N)
 # Events keep committing during the outage: 20 x 50 rows, one transaction
 # every 0.5 s.
 for i in $(seq 0 19); do
-	emit $((1001 + i * 50)) $((1050 + i * 50)) 50
+	emit_orders_customers $((1001 + i * 50)) $((1050 + i * 50)) 50
 	sleep 0.5
 done
 while [ $(($(date +%s%N) - t0)) -lt 10000000000 ]; do sleep 0.1; done
@@ -84,7 +72,7 @@ redis_start "${AOF[@]}"
 # The relay (retrying every <= 1 s) may already be publishing again, so only a
 # lower bound here; exactly once is checked at the end.
 assert_ge "$(sum_xlen)" 1000 "AOF reload: Redis holds batch 1 again"
-emit 2001 2200
+emit_orders_customers 2001 2200
 l3=$(current_lsn)
 wait_confirmed outbox_relay "$l3" 30 || fail "relay did not deliver and confirm $l3 within 30 s of Redis coming back"
 ok "the same relay process delivered and confirmed everything after Redis came back"

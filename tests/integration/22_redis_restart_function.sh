@@ -13,32 +13,10 @@ AOF=(--appendonly yes --appendfsync always)
 redis_start "${AOF[@]}"
 slot_create outbox_relay
 
-# emit FROM TO [TXSIZE]: rows n = FROM..TO, TXSIZE (default 100) rows per transaction.
-emit() {
-	psql_q "DO \$\$ BEGIN
-	  FOR t IN 0..(($2 - $1 + 1) / ${3:-100} - 1) LOOP
-	    INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
-	      SELECT (ARRAY['order','customer'])[i % 2 + 1], i::text, 'created', jsonb_build_object('n', i)
-	      FROM generate_series($1 + t * ${3:-100}, $1 + t * ${3:-100} + ${3:-100} - 1) i;
-	    COMMIT;
-	  END LOOP;
-	END \$\$;"
-}
-
-check_once() { # check_once WHAT
-	psql_q "SELECT id FROM outbox" >"$T/expected"
-	assert_exactly_once "$T/expected"
-	for t in order customer; do
-		psql_q "SELECT id FROM outbox WHERE aggregate_type = '$t' ORDER BY aggregate_id::int" >"$T/order.$t"
-		assert_stream_ids "outbox:$t" "$T/order.$t"
-	done
-	ok "$1"
-}
-
 library_loaded() { redis_cli FUNCTION LIST LIBRARYNAME outbox_relay | grep -qx outbox_relay; }
 
 relay_start --retry-max 1s
-emit 1 2000
+emit_orders_customers 1 2000
 wait_confirmed outbox_relay "$(current_lsn)" 30 || fail "first batch not confirmed"
 library_loaded || fail "FUNCTION LIST does not show the outbox_relay library"
 ok "relay loaded the outbox_relay library"
@@ -49,7 +27,7 @@ ok "relay loaded the outbox_relay library"
 # flight.
 emit_bg() {
 	for i in $(seq 0 19); do
-		emit $((2001 + i * 500)) $((2500 + i * 500)) 500
+		emit_orders_customers $((2001 + i * 500)) $((2500 + i * 500)) 500
 		sleep 0.05
 	done
 }
@@ -61,18 +39,18 @@ ok "redis shut down mid-stream ($(psql_q "SELECT count(*) FROM outbox") rows com
 sleep 1.5
 redis_start "${AOF[@]}"
 wait "$writer" || fail "writer failed"
-emit 12001 12100
+emit_orders_customers 12001 12100
 wait_confirmed outbox_relay "$(current_lsn)" 30 || fail "relay did not catch up within 30 s after the Redis restart"
 relay_alive || fail "relay exited across the Redis restart"
 assert_eq 1 "$(grep -c 'Redis: reconnected' "$RELAY_LOG" || true)" "one 'Redis: reconnected' line after the restart"
-check_once "exactly once across a Redis restart (AOF) under a running relay"
+check_orders_customers_once "exactly once across a Redis restart (AOF) under a running relay"
 library_loaded || fail "outbox_relay library missing after the AOF restart"
 ok "outbox_relay library still loaded after the AOF restart"
 
 # ---- (2) FUNCTION FLUSH on the live server -------------------------------
 assert_eq OK "$(redis_cli FUNCTION FLUSH)" "FUNCTION FLUSH"
 library_loaded && fail "FUNCTION FLUSH left the library in place (test bug)"
-emit 12101 13100
+emit_orders_customers 12101 13100
 wait_confirmed outbox_relay "$(current_lsn)" 30 || fail "relay did not deliver after FUNCTION FLUSH within 30 s"
 relay_alive || fail "relay exited after FUNCTION FLUSH"
 flush_line=$(grep 'Function not found' "$RELAY_LOG" | head_n 1)
@@ -81,7 +59,7 @@ ok "relay logged the failed publish: ${flush_line#* warn: }"
 assert_eq 2 "$(grep -c 'Redis: reconnected' "$RELAY_LOG" || true)" "a second 'Redis: reconnected' line after FUNCTION FLUSH"
 library_loaded || fail "FUNCTION LIST does not show outbox_relay after the relay reconnected"
 ok "FUNCTION LIST shows outbox_relay again (reloaded by the relay)"
-check_once "exactly once after FUNCTION FLUSH"
+check_orders_customers_once "exactly once after FUNCTION FLUSH"
 
 relay_stop
 assert_eq 0 "$RELAY_RC" "relay exit code after SIGTERM"

@@ -16,28 +16,6 @@ redis_start
 slot_create outbox_relay
 STREAMS=(outbox:order outbox:customer)
 
-# emit FROM TO [TXSIZE]: rows n = FROM..TO, TXSIZE (default 100) rows per transaction.
-emit() {
-	psql_q "DO \$\$ BEGIN
-	  FOR t IN 0..(($2 - $1 + 1) / ${3:-100} - 1) LOOP
-	    INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
-	      SELECT (ARRAY['order','customer'])[i % 2 + 1], i::text, 'created', jsonb_build_object('n', i)
-	      FROM generate_series($1 + t * ${3:-100}, $1 + t * ${3:-100} + ${3:-100} - 1) i;
-	    COMMIT;
-	  END LOOP;
-	END \$\$;"
-}
-
-check_once() { # check_once WHAT
-	psql_q "SELECT id FROM outbox" >"$T/expected"
-	assert_exactly_once "$T/expected"
-	for t in order customer; do
-		psql_q "SELECT id FROM outbox WHERE aggregate_type = '$t' ORDER BY aggregate_id::int" >"$T/order.$t"
-		assert_stream_ids "outbox:$t" "$T/order.$t"
-	done
-	ok "$1"
-}
-
 # final_field NAME: NAME=value from the relay's "stopped" line.
 final_field() { grep 'stopped (' "$RELAY_LOG" | tail -n 1 | grep -o " $1=[^ ]*" | cut -d= -f2; }
 
@@ -45,7 +23,7 @@ declare -A REPLAYS
 B=40000
 from=1
 for mode in fast immediate; do
-	emit "$from" $((from + B - 1))
+	emit_orders_customers "$from" $((from + B - 1))
 	end=$(current_lsn)
 	relay_start --retry-max 1s
 	# Restart once a quarter of this backlog is in Redis.
@@ -66,7 +44,7 @@ for mode in fast immediate; do
 	assert_eq "$(slot_confirmed_lsn outbox_relay)" "$(final_field confirmed)" "-m $mode: confirmed_flush_lsn equals the relay's final confirmed="
 	REPLAYS[$mode]=$(final_field replays)
 	log "-m $mode: $(grep 'stopped (' "$RELAY_LOG" | tail -n 1 | sed 's/.*stopped //')"
-	check_once "exactly once across a -m $mode restart"
+	check_orders_customers_once "exactly once across a -m $mode restart"
 	from=$((from + B))
 done
 

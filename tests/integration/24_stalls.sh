@@ -27,33 +27,11 @@ load_schema
 redis_start
 slot_create outbox_relay
 
-# emit FROM TO [TXSIZE]: rows n = FROM..TO, TXSIZE (default 100) rows per transaction.
-emit() {
-	psql_q "DO \$\$ BEGIN
-	  FOR t IN 0..(($2 - $1 + 1) / ${3:-100} - 1) LOOP
-	    INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
-	      SELECT (ARRAY['order','customer'])[i % 2 + 1], i::text, 'created', jsonb_build_object('n', i)
-	      FROM generate_series($1 + t * ${3:-100}, $1 + t * ${3:-100} + ${3:-100} - 1) i;
-	    COMMIT;
-	  END LOOP;
-	END \$\$;"
-}
-
-check_once() { # check_once WHAT
-	psql_q "SELECT id FROM outbox" >"$T/expected"
-	assert_exactly_once "$T/expected"
-	for t in order customer; do
-		psql_q "SELECT id FROM outbox WHERE aggregate_type = '$t' ORDER BY aggregate_id::int" >"$T/order.$t"
-		assert_stream_ids "outbox:$t" "$T/order.$t"
-	done
-	ok "$1"
-}
-
 # emit_for FROM SECONDS: one 50-row transaction every 0.25 s; prints the next FROM.
 emit_for() {
 	local n=$1 end=$(($(date +%s%N) + $2 * 1000000000))
 	while [ "$(date +%s%N)" -lt "$end" ]; do
-		emit "$n" $((n + 49)) 50 >/dev/null
+		emit_orders_customers "$n" $((n + 49)) 50 >/dev/null
 		n=$((n + 50))
 		sleep 0.25
 	done
@@ -64,7 +42,7 @@ walsender_pid() { psql_q "SELECT active_pid FROM pg_replication_slots WHERE slot
 
 # ---- (a) Redis frozen -------------------------------------------------------
 relay_start --redis-timeout 1s --retry-max 1s
-emit 1 1000
+emit_orders_customers 1 1000
 wait_confirmed outbox_relay "$(current_lsn)" 30 || fail "first batch not confirmed"
 kill -STOP "$REDIS_PID"
 STOPPED="$REDIS_PID"
@@ -78,13 +56,13 @@ relay_alive || fail "relay exited while Redis was frozen"
 kill -CONT "$REDIS_PID"
 STOPPED=
 log "redis-server continued (SIGCONT)"
-emit "$next" $((next + 99))
+emit_orders_customers "$next" $((next + 99))
 next=$((next + 100))
 wait_confirmed outbox_relay "$(current_lsn)" 30 || fail "relay did not catch up within 30 s after SIGCONT"
 assert_match "$(cat "$RELAY_LOG")" 'Redis: (reconnected|recovered)' "relay reconnected to Redis"
 first_lsn=$(rx fields outbox:customer aggregate_id _lsn | awk -F'\t' '$1 == 1001 { print $2 }')
 assert_lsn_lt "$conf_frozen" "$first_lsn" "confirmed_flush_lsn while Redis was frozen stays below the first unacknowledged commit"
-check_once "(a) exactly once after Redis was frozen for 4 s"
+check_orders_customers_once "(a) exactly once after Redis was frozen for 4 s"
 relay_stop
 assert_eq 0 "$RELAY_RC" "(a) relay exit code after SIGTERM"
 log "(a) $(grep 'stopped (' "$RELAY_LOG" | tail -n 1 | sed 's/.*stopped //')"
@@ -105,7 +83,7 @@ STOPPED=
 log "walsender continued (SIGCONT)"
 wait_confirmed outbox_relay "$(current_lsn)" 30 || fail "relay did not deliver within 30 s after the walsender's SIGCONT"
 relay_alive || fail "relay exited"
-check_once "(b) exactly once after the walsender was frozen for 5 s ($((next - start_n)) events committed meanwhile)"
+check_orders_customers_once "(b) exactly once after the walsender was frozen for 5 s ($((next - start_n)) events committed meanwhile)"
 relay_stop
 assert_eq 0 "$RELAY_RC" "(b) relay exit code after SIGTERM"
 
@@ -134,7 +112,7 @@ wait_for "[ -n \"\$(walsender_pid)\" ] && [ \"\$(walsender_pid)\" != $ws ]" 20 |
 ok "a new walsender (pid $(walsender_pid)) serves the relay"
 wait_confirmed outbox_relay "$(current_lsn)" 30 || fail "relay did not deliver within 30 s after taking the slot back"
 assert_match "$(cat "$RELAY_LOG")" 'slot "outbox_relay" is free now' "relay logged that it took the slot back"
-check_once "(c) exactly once after a --pg-timeout reconnect ($((next - start_n)) events committed while frozen)"
+check_orders_customers_once "(c) exactly once after a --pg-timeout reconnect ($((next - start_n)) events committed while frozen)"
 relay_stop
 assert_eq 0 "$RELAY_RC" "(c) relay exit code after SIGTERM"
 log "(c) $(grep 'stopped (' "$RELAY_LOG" | tail -n 1 | sed 's/.*stopped //')"

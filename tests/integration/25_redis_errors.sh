@@ -25,18 +25,6 @@ redis_start
 slot_create outbox_relay
 TCK=$(getconf CLK_TCK)
 
-# emit FROM TO [TXSIZE]: rows n = FROM..TO, TXSIZE (default 100) rows per transaction.
-emit() {
-	psql_q "DO \$\$ BEGIN
-	  FOR t IN 0..(($2 - $1 + 1) / ${3:-100} - 1) LOOP
-	    INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
-	      SELECT (ARRAY['order','customer'])[i % 2 + 1], i::text, 'created', jsonb_build_object('n', i)
-	      FROM generate_series($1 + t * ${3:-100}, $1 + t * ${3:-100} + ${3:-100} - 1) i;
-	    COMMIT;
-	  END LOOP;
-	END \$\$;"
-}
-
 # check_once WHAT [MIN_N]: events with aggregate_id >= MIN_N (default 1) are in
 # Redis exactly once and in order, and nothing else is.
 check_once() {
@@ -64,7 +52,7 @@ lsn_of_event() { rx fields "$1" aggregate_id _lsn | awk -F'\t' -v a="$2" '$1 == 
 count_log() { grep -cE -- "$1" "${2:-$RELAY_LOG}" || true; }
 
 relay_start --retry-max 1s
-emit 1 200
+emit_orders_customers 1 200
 wait_confirmed outbox_relay "$(current_lsn)" 30 || fail "first batch not confirmed"
 
 # ---- (a) OOM -----------------------------------------------------------------
@@ -74,7 +62,7 @@ redis_cli CONFIG SET maxmemory 1mb >/dev/null
 used=$(redis_cli INFO memory | sed -n 's/^used_memory:\([0-9]*\).*/\1/p')
 assert_ge "$used" 1048577 "Redis uses more than maxmemory (bytes)"
 warn0=$(count_log ' warn: ')
-emit 2001 2500
+emit_orders_customers 2001 2500
 l_a=$(current_lsn)
 wait_for "grep -q 'OOM command not allowed' '$RELAY_LOG'" 10 || fail "the relay did not log OOM within 10 s"
 cpu0=$(cpu_ticks "$RELAY_PID")
@@ -122,7 +110,7 @@ wait_for "redis_cli INFO replication | grep -q 'master_link_status:up'" 20 || fa
 ok "replica of 127.0.0.1:$port is up (unix socket $REDIS_SOCK)"
 
 relay_start --retry-max 1s
-emit 3001 3200
+emit_orders_customers 3001 3200
 l_c=$(current_lsn)
 wait_for "grep -q READONLY '$RELAY_LOG'" 10 || fail "the relay did not log READONLY within 10 s"
 sleep 3
@@ -150,7 +138,7 @@ wait_for slot_active\ outbox_relay 15 || fail "relay did not start streaming"
 
 # ---- (b) WRONGTYPE -----------------------------------------------------------
 assert_eq OK "$(redis_cli SET outbox:order 'not a stream')" "outbox:order is a string"
-emit 4001 4200
+emit_orders_customers 4001 4200
 l_b=$(current_lsn)
 wait_for "grep -q WRONGTYPE '$RELAY_LOG'" 10 || fail "the relay did not log WRONGTYPE within 10 s"
 sleep 4 # several retries

@@ -13,18 +13,6 @@ load_schema
 redis_start
 slot_create outbox_relay
 
-# emit FROM TO [TXSIZE]: rows n = FROM..TO, TXSIZE (default 100) rows per transaction.
-emit() {
-	psql_q "DO \$\$ BEGIN
-	  FOR t IN 0..(($2 - $1 + 1) / ${3:-100} - 1) LOOP
-	    INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
-	      SELECT (ARRAY['order','customer'])[i % 2 + 1], i::text, 'created', jsonb_build_object('n', i)
-	      FROM generate_series($1 + t * ${3:-100}, $1 + t * ${3:-100} + ${3:-100} - 1) i;
-	    COMMIT;
-	  END LOOP;
-	END \$\$;"
-}
-
 active_pid() { psql_q "SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'outbox_relay'"; }
 # slot_app: application_name of the walsender holding the slot.
 slot_app() {
@@ -34,7 +22,7 @@ slot_app() {
 relay_start --pg-dsn "$PG_DSN application_name=relay_a"
 A_PID=$RELAY_PID
 A_LOG=$RELAY_LOG
-emit 1 1000
+emit_orders_customers 1 1000
 wait_confirmed outbox_relay "$(current_lsn)" 30 || fail "relay A did not deliver the first batch"
 a_ws=$(active_pid)
 assert_eq relay_a "$(slot_app)" "the slot is held by relay A's walsender (pid $a_ws)"
@@ -44,7 +32,7 @@ B_PID=$RELAY_PID
 B_LOG=$RELAY_LOG
 wait_for "grep -q 'standby: slot' '$B_LOG'" 10 || fail "relay B did not report standby within 10 s"
 ok "relay B: $(grep -m1 -o 'standby: slot.*' "$B_LOG" | cut -c1-200)"
-emit 1001 2000 # flows through A meanwhile
+emit_orders_customers 1001 2000 # flows through A meanwhile
 sleep 5
 pid_alive "$B_PID" || fail "relay B exited while waiting as a standby (see $B_LOG)"
 ok "relay B still running after 5 s as a standby"
@@ -55,7 +43,7 @@ assert_eq 1 "$(grep -c 'standby: slot' "$B_LOG")" "relay B logs standby once, no
 
 # A dies right after a commit, likely with part of it unacknowledged or
 # unconfirmed: B must deliver the rest without duplicating anything.
-emit 2001 3000 1000
+emit_orders_customers 2001 3000 1000
 kill -9 "$A_PID"
 t0=$(date +%s%N)
 wait_for "! pid_alive $A_PID" 10 || fail "relay A survives SIGKILL"
@@ -70,7 +58,7 @@ assert_lt "$takeover_ms" 10000 "takeover time (ms)"
 wait_for "grep -q 'is free now: active, streaming' '$B_LOG'" 5 || fail "relay B did not log the takeover"
 ok "relay B: $(grep -m1 -o 'slot "outbox_relay" is free now.*' "$B_LOG")"
 
-emit 3001 4000
+emit_orders_customers 3001 4000
 wait_confirmed outbox_relay "$(current_lsn)" 30 || fail "events after the takeover were not delivered by relay B"
 relay_stop
 assert_eq 0 "$RELAY_RC" "relay B exit code after SIGTERM"

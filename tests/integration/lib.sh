@@ -664,6 +664,34 @@ wait_entries() {
 	done
 }
 
+# ---------------------------------------------------------------------------
+# shared workload of the fault tests: rows alternating between two streams
+# ---------------------------------------------------------------------------
+
+# emit_orders_customers FROM TO [TXSIZE]: rows n = FROM..TO, TXSIZE (default 100) rows per transaction.
+emit_orders_customers() {
+	psql_q "DO \$\$ BEGIN
+	  FOR t IN 0..(($2 - $1 + 1) / ${3:-100} - 1) LOOP
+	    INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+	      SELECT (ARRAY['order','customer'])[i % 2 + 1], i::text, 'created', jsonb_build_object('n', i)
+	      FROM generate_series($1 + t * ${3:-100}, $1 + t * ${3:-100} + ${3:-100} - 1) i;
+	    COMMIT;
+	  END LOOP;
+	END \$\$;"
+}
+
+# check_orders_customers_once WHAT: every outbox row exactly once in the streams, and
+# outbox:order / outbox:customer each in aggregate_id order.
+check_orders_customers_once() {
+	psql_q "SELECT id FROM outbox" >"$T/expected"
+	assert_exactly_once "$T/expected"
+	for t in order customer; do
+		psql_q "SELECT id FROM outbox WHERE aggregate_type = '$t' ORDER BY aggregate_id::int" >"$T/order.$t"
+		assert_stream_ids "outbox:$t" "$T/order.$t"
+	done
+	ok "$1"
+}
+
 # ===========================================================================
 # Redis Cluster and replicas (loopback TCP)
 # ===========================================================================
