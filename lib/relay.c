@@ -69,11 +69,6 @@ struct backoff {
 	int64_t next_us; /* monotonic time of the next attempt */
 };
 
-struct counters {
-	uint64_t events_queued;
-	uint64_t dead_letters_queued;
-};
-
 struct relay {
 	const struct relay_config *cf;
 	struct pgrepl *pg;
@@ -110,7 +105,6 @@ struct relay {
 	struct backoff pg_bo, redis_bo;
 	bool pg_down, redis_down, standby;
 
-	struct counters n;
 	int64_t last_stats_us;
 	uint64_t last_stats_published;
 };
@@ -217,10 +211,6 @@ static bool queue_event(struct relay *r, const struct event *ev, bool dead)
 		log_error("out of memory queueing an event for Redis");
 		return false;
 	}
-	if (dead)
-		r->n.dead_letters_queued++;
-	else
-		r->n.events_queued++;
 	return true;
 }
 
