@@ -31,7 +31,10 @@
 #include <string.h>
 #include <strings.h>
 
+#include <hiredis/hiredis.h>
 #include <libpq-fe.h>
+
+#include "redis_tls.h"
 
 #if defined(__has_include)
 #if __has_include("relay_build.h")
@@ -261,8 +264,10 @@ static const struct option_def option_table[] = {
         .defval = "redis://127.0.0.1:6379",
         .metavar = "URL",
         .help = "Redis server: redis://[[user]:password@]host[:port][/db], rediss://... "
-                "for TLS, unix:///path/to/redis.sock[?db=N] or /path/to/redis.sock; "
-                "percent-encode @ and : in credentials (%40, %3A)",
+                "for TLS, unix:///path/to/redis.sock[?db=N] or /path/to/redis.sock, or "
+                "Redis Cluster seeds redis-cluster://host:port[,host:port...] "
+                "(rediss-cluster:// for TLS); percent-encode @ and : in credentials "
+                "(%40, %3A)",
     },
     {
         .name = "stream",
@@ -356,6 +361,46 @@ static const struct option_def option_table[] = {
         .max = 10 * MS_MINUTE,
         .metavar = "DURATION",
         .help = "timeout for connecting to Redis and for each reply",
+    },
+    {
+        .name = "redis-tls-ca-file",
+        .env = "OUTBOX_RELAY_REDIS_TLS_CA_FILE",
+        .kind = OPT_STRING,
+        .group = GROUP_REDIS,
+        FIELD(redis_tls_ca_file),
+        .metavar = "PATH",
+        .help = "rediss:// only: PEM bundle of the CA(s) that signed the Redis server's "
+                "certificate; by default the system's trust store",
+    },
+    {
+        .name = "redis-tls-cert-file",
+        .env = "OUTBOX_RELAY_REDIS_TLS_CERT_FILE",
+        .kind = OPT_STRING,
+        .group = GROUP_REDIS,
+        FIELD(redis_tls_cert_file),
+        .metavar = "PATH",
+        .help = "rediss:// only: client certificate (PEM) for servers with tls-auth-clients "
+                "yes; needs --redis-tls-key-file",
+    },
+    {
+        .name = "redis-tls-key-file",
+        .env = "OUTBOX_RELAY_REDIS_TLS_KEY_FILE",
+        .kind = OPT_STRING,
+        .group = GROUP_REDIS,
+        FIELD(redis_tls_key_file),
+        .metavar = "PATH",
+        .help = "rediss:// only: private key (PEM, unencrypted) of --redis-tls-cert-file",
+    },
+    {
+        .name = "redis-tls-server-name",
+        .env = "OUTBOX_RELAY_REDIS_TLS_SERVER_NAME",
+        .kind = OPT_STRING,
+        .group = GROUP_REDIS,
+        FIELD(redis_tls_server_name),
+        .metavar = "NAME",
+        .help = "rediss:// only: the name the server's certificate must carry (also sent "
+                "as SNI); by default the host of --redis-url (or each cluster node's "
+                "address)",
     },
 
     /* Flow control and lifecycle */
@@ -1256,7 +1301,11 @@ static enum config_result scan_argv(struct raw_value *raw, int argc, char **argv
 			return CONFIG_HELP;
 		}
 		if (strcmp(a, "--version") == 0 || strcmp(a, "-V") == 0) {
-			printf("%s %s\n", PROGNAME, OUTBOX_RELAY_VERSION);
+			printf("%s %s\nhiredis %d.%d.%d, Redis TLS: %s%s%s\n", PROGNAME,
+			       OUTBOX_RELAY_VERSION, HIREDIS_MAJOR, HIREDIS_MINOR, HIREDIS_PATCH,
+			       redis_tls_available() ? "yes (" : "no (built without hiredis_ssl",
+			       redis_tls_available() ? redis_tls_library() : "",
+			       ")");
 			return CONFIG_VERSION;
 		}
 		if (strcmp(a, "--") == 0) {
@@ -1423,6 +1472,9 @@ static bool check_combinations(struct relay_config *cf, char *err, size_t errlen
 		cf->redis.nseeds = 1;
 		cf->redis.cluster = true;
 	}
+	if (!redis_target_set_tls(&cf->redis, cf->redis_tls_ca_file, cf->redis_tls_cert_file,
+	                          cf->redis_tls_key_file, cf->redis_tls_server_name, err, errlen))
+		return false;
 	if (cf->redis.cluster && cf->redis.db != 0) {
 		msg_set(err, errlen, "a Redis Cluster has only database 0: drop the /DB part of --redis-url");
 		return false;

@@ -42,6 +42,10 @@ struct relay_config {
 	bool redis_functions;     /* --redis-functions / --no-redis-functions (EVAL fallback), default true */
 	int redis_timeout_ms;     /* --redis-timeout, default 5s: connect and reply timeout */
 	bool redis_cluster;       /* --redis-cluster: treat --redis-url's host as a cluster seed */
+	char *redis_tls_ca_file;     /* --redis-tls-ca-file: copied into redis.tls_ca_file */
+	char *redis_tls_cert_file;   /* --redis-tls-cert-file */
+	char *redis_tls_key_file;    /* --redis-tls-key-file */
+	char *redis_tls_server_name; /* --redis-tls-server-name */
 	int64_t wait_replicas;    /* --wait-replicas N, default 0: WAIT N after each write round */
 	int wait_timeout_ms;      /* --wait-timeout, default 1s */
 	char *wait_aof;           /* --wait-aof none|local|local,replicas (WAITAOF, Redis >= 7.2) */

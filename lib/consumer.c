@@ -53,6 +53,7 @@
 #include "exitcode.h"
 #include "log.h"
 #include "lsn.h"
+#include "redis_tls.h"
 #include "relay_build.h"
 
 #define PROGNAME "outbox-consume"
@@ -124,6 +125,39 @@ static const struct copt copt_table[] = {
         .metavar = "PATH",
         .help = "read the Redis password from the first line of this file; it overrides a "
                 "password in --redis-url",
+    },
+    {
+        .name = "redis-tls-ca-file",
+        .env = ENV_PREFIX "REDIS_TLS_CA_FILE",
+        .kind = COPT_STRING,
+        CFIELD(tls_ca_file),
+        .metavar = "PATH",
+        .help = "rediss:// only: CA bundle (PEM) for the server's certificate; default: the "
+                "system's trust store",
+    },
+    {
+        .name = "redis-tls-cert-file",
+        .env = ENV_PREFIX "REDIS_TLS_CERT_FILE",
+        .kind = COPT_STRING,
+        CFIELD(tls_cert_file),
+        .metavar = "PATH",
+        .help = "rediss:// only: client certificate (PEM); needs --redis-tls-key-file",
+    },
+    {
+        .name = "redis-tls-key-file",
+        .env = ENV_PREFIX "REDIS_TLS_KEY_FILE",
+        .kind = COPT_STRING,
+        CFIELD(tls_key_file),
+        .metavar = "PATH",
+        .help = "rediss:// only: private key (PEM) of --redis-tls-cert-file",
+    },
+    {
+        .name = "redis-tls-server-name",
+        .env = ENV_PREFIX "REDIS_TLS_SERVER_NAME",
+        .kind = COPT_STRING,
+        CFIELD(tls_server_name),
+        .metavar = "NAME",
+        .help = "rediss:// only: the name the certificate must carry; default: the URL's host",
     },
     {
         .name = "stream",
@@ -559,7 +593,8 @@ static bool finish_config(struct consumer_config *cf, char *err, size_t errlen)
 		}
 		cf->redis.password = pw;
 	}
-	return true;
+	return redis_target_set_tls(&cf->redis, cf->tls_ca_file, cf->tls_cert_file, cf->tls_key_file,
+	                            cf->tls_server_name, err, errlen);
 }
 
 /* See consumer.h. */
@@ -646,6 +681,10 @@ void consumer_config_finish(struct consumer_config *cf)
 	free(cf->redis_url);
 	redis_target_finish(&cf->redis);
 	free(cf->redis_password_file);
+	free(cf->tls_ca_file);
+	free(cf->tls_cert_file);
+	free(cf->tls_key_file);
+	free(cf->tls_server_name);
 	for (size_t i = 0; i < cf->nstreams; i++)
 		free(cf->streams[i]);
 	free(cf->streams);
@@ -926,21 +965,22 @@ bool consumer_redis_auth_error(const char *msg)
 
 /* See consumer.h. */
 redisContext *consumer_redis_connect(const struct redis_target *t, int timeout_ms,
-                                     bool *ret_permanent, char *err, size_t errlen)
+                                     void **ret_ssl, bool *ret_permanent, char *err,
+                                     size_t errlen)
 {
 	struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
 	char desc[300];
+	char why[600];
 	redisContext *c;
 	redisReply *r;
+	void *ssl = NULL; /* owned by c; hiredis's own reads and writes use it */
 
 	*ret_permanent = false;
+	if (ret_ssl)
+		*ret_ssl = NULL;
 	(void)redis_target_describe(t, desc, sizeof(desc));
-	if (t->tls) {
-		msg_set(err, errlen,
-		       "rediss:// (TLS) is not supported by this build (hiredis %d.%d without "
-		       "hiredis_ssl); use redis:// or unix://",
-		       HIREDIS_MAJOR, HIREDIS_MINOR);
-		*ret_permanent = true;
+	if (t->tls && !redis_tls_available()) {
+		(void)redis_tls_start(NULL, t, t->host, &ssl, ret_permanent, err, errlen);
 		return NULL;
 	}
 	if (t->unix_path)
@@ -958,6 +998,10 @@ redisContext *consumer_redis_connect(const struct redis_target *t, int timeout_m
 	if (redisSetTimeout(c, tv) != REDIS_OK ||
 	    (!t->unix_path && redisEnableKeepAlive(c) != REDIS_OK)) {
 		msg_set(err, errlen, "could not set socket options for Redis at %s: %s", desc, c->errstr);
+		goto fail;
+	}
+	if (t->tls && !redis_tls_start(c, t, t->host, &ssl, ret_permanent, why, sizeof(why))) {
+		msg_set(err, errlen, "TLS to Redis at %s: %s", desc, why);
 		goto fail;
 	}
 	if (t->password) {
@@ -999,6 +1043,8 @@ redisContext *consumer_redis_connect(const struct redis_target *t, int timeout_m
 		}
 		freeReplyObject(r);
 	}
+	if (ret_ssl)
+		*ret_ssl = ssl;
 	return c;
 fail:
 	redisFree(c);
@@ -1068,6 +1114,7 @@ struct cstream {
 struct consumer {
 	const struct consumer_config *cf;
 	redisContext *ctx;
+	void *ssl;      /* ctx's TLS session, NULL for plain connections */
 	char desc[300]; /* Redis target without credentials, for messages */
 
 	struct cstream *streams;
@@ -1174,6 +1221,15 @@ static redisReply *command(struct consumer *c, int argc, const char **argv, cons
 		}
 		if (reply)
 			return reply;
+		/* TLS may hold bytes it already read off the socket: poll() cannot see them. */
+		if (c->ssl && redis_tls_pending(c->ssl)) {
+			if (redisBufferRead(ctx) != REDIS_OK) {
+				*st = fail(c, STEP_RETRY, 0, "lost the connection to Redis at %s: %s", c->desc,
+				           ctx->errstr);
+				return NULL;
+			}
+			continue;
+		}
 		left = ms_until(deadline, time_mono_us());
 		if (left <= 0) {
 			*st = fail(c, STEP_RETRY, 0, "no reply to %s from Redis at %s within %" PRId64 " ms",
@@ -1850,6 +1906,7 @@ static void disconnect(struct consumer *c)
 	if (c->ctx) {
 		redisFree(c->ctx);
 		c->ctx = NULL;
+		c->ssl = NULL;
 	}
 }
 
@@ -1909,7 +1966,8 @@ int consumer_run(const struct consumer_config *cf)
 			int64_t delay;
 
 			c.ctx =
-			    consumer_redis_connect(&cf->redis, CMD_TIMEOUT_MS, &permanent, err, sizeof(err));
+			    consumer_redis_connect(&cf->redis, CMD_TIMEOUT_MS, &c.ssl, &permanent, err,
+			                           sizeof(err));
 			if (!c.ctx) {
 				if (permanent) {
 					log_error("%s", err);

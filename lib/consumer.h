@@ -34,6 +34,10 @@ struct consumer_config {
 	char *redis_url;           /* --redis-url, default "redis://127.0.0.1:6379" */
 	struct redis_target redis; /* parsed from redis_url (password file applied) */
 	char *redis_password_file; /* --redis-password-file */
+	char *tls_ca_file;         /* --redis-tls-ca-file (copied into redis) */
+	char *tls_cert_file;       /* --redis-tls-cert-file */
+	char *tls_key_file;        /* --redis-tls-key-file */
+	char *tls_server_name;     /* --redis-tls-server-name */
 	char **streams;            /* --stream KEY (repeatable; env: comma list) */
 	size_t nstreams;
 	char *stream_pattern;  /* --stream-pattern GLOB (SCAN MATCH ... TYPE stream) */
@@ -111,10 +115,13 @@ struct redisContext;
  * SELECT as t asks. Returns the context (free with redisFree) or NULL with a
  * one-line reason in err (never the password); *ret_permanent says whether
  * retrying cannot help (rejected credentials or ACL, TLS requested from a
- * build without TLS). Shared with status.c.
+ * build without TLS). *ret_ssl (when not NULL) is the TLS session or NULL:
+ * a caller that polls the socket must first ask redis_tls_pending() for bytes
+ * TLS already took off it. Shared with status.c.
  */
 struct redisContext *consumer_redis_connect(const struct redis_target *t, int timeout_ms,
-                                            bool *ret_permanent, char *err, size_t errlen);
+                                            void **ret_ssl, bool *ret_permanent, char *err,
+                                            size_t errlen);
 
 /* True for error replies that no retry fixes: credentials and ACL denials. */
 bool consumer_redis_auth_error(const char *msg);

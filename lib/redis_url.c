@@ -15,6 +15,7 @@
 #include "msg.h"
 #include "redis_url.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -153,7 +154,7 @@ static bool parse_uint(const char *s, size_t len, long max, long *ret)
 
 static bool parse_db(const char *s, size_t len, struct redis_target *t, char *err, size_t errlen)
 {
-	char q[QUOTE_MAX + 8];
+	char q[MSG_QUOTE_MAX + 8];
 	long v;
 
 	if (!parse_uint(s, len, INT32_MAX, &v)) {
@@ -182,7 +183,7 @@ static bool ipv6_char_ok(char c)
  */
 static bool parse_tcp(const char *s, size_t len, struct redis_target *t, char *err, size_t errlen)
 {
-	char q[QUOTE_MAX + 8];
+	char q[MSG_QUOTE_MAX + 8];
 	const char *end = s + len, *p, *host, *slash;
 	size_t hostlen;
 
@@ -284,7 +285,7 @@ static bool parse_tcp(const char *s, size_t len, struct redis_target *t, char *e
 /* Parse "/path[?db=N]" (s[0..len), after any credentials) into t. */
 static bool parse_unix(const char *s, size_t len, struct redis_target *t, char *err, size_t errlen)
 {
-	char q[QUOTE_MAX + 8];
+	char q[MSG_QUOTE_MAX + 8];
 	const char *query = memchr(s, '?', len);
 	size_t pathlen = query ? (size_t)(query - s) : len;
 
@@ -405,18 +406,21 @@ bool redis_url_parse(const char *url, struct redis_target *ret, char *err, size_
 			is_unix = true;
 		} else if (slen == 13 && strncasecmp(url, "redis-cluster", 13) == 0) {
 			is_cluster = true;
+		} else if (slen == 14 && strncasecmp(url, "rediss-cluster", 14) == 0) {
+			is_cluster = true;
+			t.tls = true;
 		} else {
-			char q[QUOTE_MAX + 8];
+			char q[MSG_QUOTE_MAX + 8];
 			bool plain = slen > 0 && slen <= 16;
 
 			/* Quote the scheme only if it looks like one (no credentials). */
 			for (size_t i = 0; plain && i < slen; i++)
 				plain = host_char_ok(url[i]) || url[i] == '+';
 			if (plain)
-				msg_set(err, errlen, "unsupported scheme \"%s\": use redis://, rediss://, unix:// or redis-cluster://",
+				msg_set(err, errlen, "unsupported scheme \"%s\": use redis://, rediss://, unix://, redis-cluster:// or rediss-cluster://",
 				       msg_quote(url, slen, q, sizeof(q)));
 			else
-				msg_set(err, errlen, "unsupported scheme: use redis://, rediss://, unix:// or redis-cluster://");
+				msg_set(err, errlen, "unsupported scheme: use redis://, rediss://, unix://, redis-cluster:// or rediss-cluster://");
 			return false;
 		}
 	}
@@ -470,7 +474,75 @@ void redis_target_finish(struct redis_target *t)
 	free(t->unix_path);
 	free(t->user);
 	free(t->password);
+	free(t->tls_ca_file);
+	free(t->tls_cert_file);
+	free(t->tls_key_file);
+	free(t->tls_server_name);
 	memset(t, 0, sizeof(*t));
+}
+
+/* Copy an option value into *dst (NULL when absent or empty); false on OOM. */
+static bool set_opt(char **dst, const char *v)
+{
+	free(*dst);
+	*dst = NULL;
+	if (!v || !*v)
+		return true;
+	*dst = strdup(v);
+	return *dst != NULL;
+}
+
+static bool readable(const char *opt, const char *path, char *err, size_t errlen)
+{
+	FILE *f;
+	char q[MSG_QUOTE_MAX + 8];
+
+	if (!path || !*path)
+		return true;
+	f = fopen(path, "r");
+	if (!f) {
+		msg_set(err, errlen, "cannot read --%s %s: %s", opt,
+		       msg_quote(path, strlen(path), q, sizeof(q)), strerror(errno));
+		return false;
+	}
+	fclose(f);
+	return true;
+}
+
+/* See redis_url.h. */
+bool redis_target_set_tls(struct redis_target *t, const char *ca_file, const char *cert_file,
+                          const char *key_file, const char *server_name, char *err,
+                          size_t errlen)
+{
+	const char *given = ca_file && *ca_file         ? "redis-tls-ca-file"
+	                    : cert_file && *cert_file   ? "redis-tls-cert-file"
+	                    : key_file && *key_file     ? "redis-tls-key-file"
+	                    : server_name && *server_name ? "redis-tls-server-name"
+	                                                : NULL;
+
+	if (given && !t->tls) {
+		msg_set(err, errlen,
+		       "--%s applies only to TLS: use a rediss:// (or rediss-cluster://) --redis-url, "
+		       "or drop --%s",
+		       given, given);
+		return false;
+	}
+	if (!(cert_file && *cert_file) != !(key_file && *key_file)) {
+		msg_set(err, errlen,
+		       "--redis-tls-cert-file and --redis-tls-key-file go together: give both "
+		       "(a client certificate and its key) or neither");
+		return false;
+	}
+	if (!readable("redis-tls-ca-file", ca_file, err, errlen) ||
+	    !readable("redis-tls-cert-file", cert_file, err, errlen) ||
+	    !readable("redis-tls-key-file", key_file, err, errlen))
+		return false;
+	if (!set_opt(&t->tls_ca_file, ca_file) || !set_opt(&t->tls_cert_file, cert_file) ||
+	    !set_opt(&t->tls_key_file, key_file) || !set_opt(&t->tls_server_name, server_name)) {
+		msg_set(err, errlen, "out of memory");
+		return false;
+	}
+	return true;
 }
 
 /* "host:port/db", "[v6]:port/db" or "unix:/path" (plus "?db=N" when not 0). */
@@ -485,11 +557,13 @@ char *redis_target_describe(const struct redis_target *t, char *buf, size_t len)
 	else if (t->unix_path)
 		(void)snprintf(buf, len, "unix:%s", t->unix_path);
 	else if (t->cluster)
-		(void)snprintf(buf, len, "cluster via %s:%d (%zu seed%s)", t->host, t->port, t->nseeds,
-			       t->nseeds == 1 ? "" : "s");
+		(void)snprintf(buf, len, "cluster via %s:%d (%zu seed%s)%s", t->host, t->port,
+			       t->nseeds, t->nseeds == 1 ? "" : "s", t->tls ? " over TLS" : "");
 	else if (strchr(t->host, ':'))
-		(void)snprintf(buf, len, "[%s]:%d/%d", t->host, t->port, t->db);
+		(void)snprintf(buf, len, "[%s]:%d/%d%s", t->host, t->port, t->db,
+			       t->tls ? " over TLS" : "");
 	else
-		(void)snprintf(buf, len, "%s:%d/%d", t->host, t->port, t->db);
+		(void)snprintf(buf, len, "%s:%d/%d%s", t->host, t->port, t->db,
+			       t->tls ? " over TLS" : "");
 	return buf;
 }

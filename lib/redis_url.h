@@ -7,8 +7,9 @@
  *   unix://[[user]:password@]/path/to/redis.sock[?db=N]
  *   /path/to/redis.sock                             (shorthand for unix://)
  *   redis-cluster://[[user]:password@]host:port[,host:port...]   (cluster seeds; db 0 only)
- * User and password are percent-decoded. "rediss://" is recognised and sets
- * tls=true (the sink refuses it when the build has no TLS support).
+ *   rediss://..., rediss-cluster://...              (the same over TLS: tls = true)
+ * User and password are percent-decoded. A build without TLS support refuses
+ * tls targets when it connects (see redis_tls.h).
  */
 #ifndef RELAY_REDIS_URL_H
 #define RELAY_REDIS_URL_H
@@ -29,6 +30,11 @@ struct redis_target {
 	char *password;  /* NULL when absent */
 	int db;
 	bool tls;
+	/* TLS files and name, set by redis_target_set_tls (NULL: not given). */
+	char *tls_ca_file;     /* CA bundle; default: the system's trust store */
+	char *tls_cert_file;   /* client certificate (with tls_key_file) */
+	char *tls_key_file;
+	char *tls_server_name; /* name the certificate must carry; default: the host */
 	bool cluster;             /* redis-cluster://: host/port is the first seed */
 	struct redis_seed *seeds; /* cluster seed nodes (nseeds >= 1 when cluster) */
 	size_t nseeds;
@@ -41,6 +47,14 @@ struct redis_target {
  */
 bool redis_url_parse(const char *url, struct redis_target *ret, char *err, size_t errlen);
 void redis_target_finish(struct redis_target *t);
+/*
+ * Attach the --redis-tls-* options (each may be NULL or empty) to *t. Fails
+ * with a one-line reason when one is given for a target without TLS, when
+ * only one of cert and key is given, or when a file cannot be read.
+ */
+bool redis_target_set_tls(struct redis_target *t, const char *ca_file, const char *cert_file,
+                          const char *key_file, const char *server_name, char *err,
+                          size_t errlen);
 /* "host:port/db" or "unix:/path" with no credentials, for logs. Returns buf. */
 char *redis_target_describe(const struct redis_target *t, char *buf, size_t len);
 

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "buf.h"
+#include "redis_tls.h"
 
 #define FUNCTION_NAME "outbox_relay_publish"
 #define MAX_NODES 64
@@ -139,6 +140,9 @@ struct node {
 	struct u64q durable; /* executed seqs that the next WAIT must cover */
 	bool staged_publish; /* a publish was staged since the last WAIT */
 	bool wblocked;       /* the socket was full: write again only after POLLOUT */
+	void *ssl;           /* TLS session (owned by c), NULL for plain sockets */
+	bool w_wants_read;   /* TLS: the blocked write waits for the socket to be readable */
+	bool r_wants_write;  /* TLS: a read waits for the socket to be writable */
 	int64_t wait_since_us;
 };
 
@@ -198,7 +202,7 @@ struct sink_redis {
 	struct buf wait_cmd;   /* encoded WAIT or WAITAOF */
 	struct sink_stats stats;
 	enum sink_error_kind errkind;
-	char errmsg[512];
+	char errmsg[1024];
 };
 
 /* ---- small string set (streams already given their consumer groups) ---- */
@@ -469,6 +473,8 @@ static void node_close(struct node *n)
 	n->wsent = 0;
 	n->staged_publish = false;
 	n->wblocked = false;
+	n->ssl = NULL;
+	n->w_wants_read = n->r_wants_write = false;
 }
 
 /* "host:port" or the unix socket path, for messages. */
@@ -566,7 +572,13 @@ bool sink_redis_connected(const struct sink_redis *s)
 
 static bool node_wants_write(const struct node *n)
 {
-	return n->c && (n->sendq.len > 0 || n->wsent < n->wbuf.len);
+	if (!n->c)
+		return false;
+	if (n->r_wants_write)
+		return true;
+	if (n->w_wants_read)
+		return false; /* POLLIN wakes the blocked TLS write */
+	return n->sendq.len > 0 || n->wsent < n->wbuf.len;
 }
 
 bool sink_redis_want_write(const struct sink_redis *s)
@@ -802,6 +814,20 @@ static enum sink_status check_server(struct sink_redis *s, struct node *n)
 	return SINK_OK;
 }
 
+/* TLS on a fresh connection to host:port; false with errmsg and *st set. */
+static bool start_tls(struct sink_redis *s, redisContext *c, const char *host, int port,
+		      void **ssl, enum sink_status *st)
+{
+	char why[700];
+	bool permanent;
+
+	if (redis_tls_start(c, &s->cf->redis, host, ssl, &permanent, why, sizeof(why)))
+		return true;
+	snprintf(s->errmsg, sizeof(s->errmsg), "TLS to %s:%d: %s", host, port, why);
+	*st = permanent ? SINK_FATAL : SINK_RETRY;
+	return false;
+}
+
 /* Connect n and prepare it: AUTH, SELECT, checks, function library, non-blocking. */
 static enum sink_status node_connect(struct sink_redis *s, struct node *n)
 {
@@ -833,6 +859,8 @@ static enum sink_status node_connect(struct sink_redis *s, struct node *n)
 			 n->c->errstr);
 		goto fail;
 	}
+	if (t->tls && !start_tls(s, n->c, n->host, n->port, &n->ssl, &st))
+		goto fail;
 	if (t->password) {
 		const char *argv[] = {"AUTH", t->user ? t->user : t->password, t->password};
 
@@ -913,7 +941,7 @@ static enum sink_status discover_cluster(struct sink_redis *s)
 {
 	const struct redis_target *t = &s->cf->redis;
 	enum sink_status st = SINK_RETRY;
-	char first_err[512] = "";
+	char first_err[sizeof(s->errmsg)] = "";
 
 	for (int i = 0; i < s->nnodes; i++)
 		node_finish(&s->nodes[i]);
@@ -937,6 +965,12 @@ static enum sink_status discover_cluster(struct sink_redis *s)
 			continue;
 		}
 		(void)redisSetTimeout(seed.c, tv);
+		if (t->tls && !start_tls(s, seed.c, seed.host, seed.port, &seed.ssl, &st)) {
+			redisFree(seed.c);
+			if (st == SINK_FATAL)
+				return st;
+			continue;
+		}
 		if (t->password) {
 			const char *av[] = {"AUTH", t->user ? t->user : t->password, t->password};
 
@@ -1028,12 +1062,11 @@ enum sink_status sink_redis_connect(struct sink_redis *s)
 
 	sink_redis_disconnect(s);
 	s->errmsg[0] = '\0';
-	if (t->tls) {
-		snprintf(s->errmsg, sizeof(s->errmsg),
-			 "rediss:// (TLS) is not supported by this build: it was built with hiredis "
-			 "%d.%d without hiredis_ssl; use redis:// or build against hiredis >= 1.0 "
-			 "with TLS",
-			 HIREDIS_MAJOR, HIREDIS_MINOR);
+	if (t->tls && !redis_tls_available()) {
+		void *none;
+		bool permanent;
+
+		(void)redis_tls_start(NULL, t, t->host, &none, &permanent, s->errmsg, sizeof(s->errmsg));
 		return SINK_FATAL;
 	}
 	if (t->cluster) {
@@ -1487,7 +1520,11 @@ static bool node_write(struct sink_redis *s, struct node *n)
 			if (n->wbuf.len == 0)
 				return true;
 		}
-		w = write(n->c->fd, n->wbuf.data + n->wsent, n->wbuf.len - n->wsent);
+		if (n->ssl)
+			w = redis_tls_write(n->ssl, n->wbuf.data + n->wsent, n->wbuf.len - n->wsent,
+					    &n->w_wants_read, s->errmsg, sizeof(s->errmsg));
+		else
+			w = write(n->c->fd, n->wbuf.data + n->wsent, n->wbuf.len - n->wsent);
 		if (w > 0) {
 			n->wsent += (size_t)w;
 			continue;
@@ -1498,6 +1535,8 @@ static bool node_write(struct sink_redis *s, struct node *n)
 			n->wblocked = true; /* poll() says when there is room again */
 			return true;
 		}
+		if (n->ssl && w < 0 && errno == EIO)
+			return false; /* errmsg names the TLS error */
 		snprintf(s->errmsg, sizeof(s->errmsg), "could not send to Redis: %s",
 			 w == 0 ? "short write" : strerror(errno));
 		return false;
@@ -1508,8 +1547,14 @@ static bool node_read(struct sink_redis *s, struct node *n)
 {
 	for (;;) {
 		char rbuf[65536];
-		ssize_t got = read(n->c->fd, rbuf, sizeof(rbuf));
+		ssize_t got;
 		void *reply;
+
+		if (n->ssl)
+			got = redis_tls_read(n->ssl, rbuf, sizeof(rbuf), &n->r_wants_write, s->errmsg,
+					     sizeof(s->errmsg));
+		else
+			got = read(n->c->fd, rbuf, sizeof(rbuf));
 
 		if (got == 0) {
 			snprintf(s->errmsg, sizeof(s->errmsg), "connection closed by Redis");
@@ -1520,8 +1565,9 @@ static bool node_read(struct sink_redis *s, struct node *n)
 				continue;
 			if (errno == EAGAIN || errno == EWOULDBLOCK)
 				return true;
-			snprintf(s->errmsg, sizeof(s->errmsg), "could not read from Redis: %s",
-				 strerror(errno));
+			if (!n->ssl || errno != EIO)
+				snprintf(s->errmsg, sizeof(s->errmsg), "could not read from Redis: %s",
+					 strerror(errno));
 			return false;
 		}
 		if (redisReaderFeed(n->c->reader, rbuf, (size_t)got) != REDIS_OK) {
@@ -1550,7 +1596,8 @@ static bool node_read(struct sink_redis *s, struct node *n)
 			snprintf(s->errmsg, sizeof(s->errmsg), "out of memory");
 			return false;
 		}
-		if ((size_t)got < sizeof(rbuf))
+		/* TLS hands out one record per read: read on until it would block. */
+		if (!n->ssl && (size_t)got < sizeof(rbuf))
 			return true;
 	}
 }
@@ -1565,9 +1612,16 @@ bool sink_redis_io(struct sink_redis *s, const struct pollfd *pfd, int npfd)
 	for (int i = 0; pfd && i < npfd && i < s->npoll; i++) {
 		struct node *n = &s->nodes[s->poll_node[i]];
 
-		if (n->c && (pfd[i].revents & POLLOUT))
+		short ev = pfd[i].revents;
+
+		if (n->c && (ev & POLLOUT) && !n->w_wants_read)
 			n->wblocked = false;
-		if (n->c && (pfd[i].revents & (POLLIN | POLLERR | POLLHUP)) && !node_read(s, n))
+		if (n->c && n->w_wants_read && (ev & (POLLIN | POLLERR | POLLHUP))) {
+			n->w_wants_read = false;
+			n->wblocked = false;
+		}
+		if (n->c && ((ev & (POLLIN | POLLERR | POLLHUP)) || (n->r_wants_write && (ev & POLLOUT))) &&
+		    !node_read(s, n))
 			return false;
 	}
 	for (int i = 0; i < s->nnodes; i++)

@@ -572,7 +572,7 @@ static int redis_section(const struct relay_config *cf, const char *pattern, FIL
 
 	(void)redis_target_describe(&cf->redis, desc, sizeof(desc));
 	fprintf(out, "\nRedis: %s\n", desc);
-	c = consumer_redis_connect(&cf->redis, cf->redis_timeout_ms, &permanent, err, sizeof(err));
+	c = consumer_redis_connect(&cf->redis, cf->redis_timeout_ms, NULL, &permanent, err, sizeof(err));
 	if (!c) {
 		fprintf(out, "  error: %s\n", err);
 		return EXIT_REDIS_SETUP;

@@ -20,22 +20,10 @@ setup_tmp
 TLS=$T/tls
 mkdir -p "$TLS"
 chmod 755 "$TLS"
-EC=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
-openssl req -x509 "${EC[@]}" -days 2 -subj "/CN=outbox-relay test CA" \
-	-keyout "$TLS/ca.key" -out "$TLS/ca.crt" 2>"$TLS/openssl.log" || fail "openssl: CA: $(cat "$TLS/openssl.log")"
-openssl req -x509 "${EC[@]}" -days 2 -subj "/CN=outbox-relay other CA" \
-	-keyout "$TLS/ca2.key" -out "$TLS/ca2.crt" 2>"$TLS/openssl.log" || fail "openssl: CA 2: $(cat "$TLS/openssl.log")"
-openssl req -new "${EC[@]}" -subj "/CN=localhost" \
-	-keyout "$TLS/server.key" -out "$TLS/server.csr" 2>"$TLS/openssl.log" || fail "openssl: CSR: $(cat "$TLS/openssl.log")"
-printf '%s\n' "subjectAltName = DNS:localhost" "basicConstraints = CA:FALSE" \
-	"keyUsage = digitalSignature, keyEncipherment" "extendedKeyUsage = serverAuth" >"$TLS/server.ext"
-openssl x509 -req -in "$TLS/server.csr" -CA "$TLS/ca.crt" -CAkey "$TLS/ca.key" -CAcreateserial \
-	-days 2 -extfile "$TLS/server.ext" -out "$TLS/server.crt" 2>"$TLS/openssl.log" ||
-	fail "openssl: signing: $(cat "$TLS/openssl.log")"
-openssl verify -CAfile "$TLS/ca.crt" "$TLS/server.crt" >/dev/null || fail "server.crt does not verify against ca.crt (test bug)"
+tls_ca "$TLS" ca "outbox-relay test CA"
+tls_ca "$TLS" ca2 "outbox-relay other CA"
+tls_cert "$TLS" server ca localhost DNS:localhost serverAuth
 ! openssl verify -CAfile "$TLS/ca2.crt" "$TLS/server.crt" >/dev/null 2>&1 || fail "server.crt verifies against ca2.crt (test bug)"
-chmod 600 "$TLS/server.key"
-chmod 644 "$TLS/server.crt" "$TLS/ca.crt" "$TLS/ca2.crt"
 if is_root; then
 	chown postgres:postgres "$TLS/server.key" "$TLS/server.crt"
 fi

@@ -665,6 +665,36 @@ wait_entries() {
 }
 
 # ---------------------------------------------------------------------------
+# throwaway certificates (openssl; EC P-256, valid for 2 days)
+# ---------------------------------------------------------------------------
+
+# tls_ca DIR NAME "CN": a self-signed CA, DIR/NAME.crt and DIR/NAME.key.
+tls_ca() {
+	mkdir -p "$1"
+	openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+		-subj "/CN=$3" -keyout "$1/$2.key" -out "$1/$2.crt" 2>"$1/openssl.log" ||
+		fail "openssl: CA $2: $(cat "$1/openssl.log")"
+	chmod 644 "$1/$2.crt"
+}
+
+# tls_cert DIR NAME CA "CN" SAN USAGE: DIR/NAME.crt (+ .key, mode 600) for
+# subjectAltName SAN (e.g. "DNS:localhost,IP:127.0.0.1"), extendedKeyUsage
+# USAGE (serverAuth or clientAuth), signed by DIR/CA; checked with openssl verify.
+tls_cert() {
+	local d=$1 n=$2 ca=$3
+	openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -subj "/CN=$4" \
+		-keyout "$d/$n.key" -out "$d/$n.csr" 2>"$d/openssl.log" || fail "openssl: CSR $n: $(cat "$d/openssl.log")"
+	printf '%s\n' "subjectAltName = $5" "basicConstraints = CA:FALSE" \
+		"keyUsage = digitalSignature, keyEncipherment" "extendedKeyUsage = $6" >"$d/$n.ext"
+	openssl x509 -req -in "$d/$n.csr" -CA "$d/$ca.crt" -CAkey "$d/$ca.key" -CAcreateserial \
+		-days 2 -extfile "$d/$n.ext" -out "$d/$n.crt" 2>"$d/openssl.log" ||
+		fail "openssl: signing $n: $(cat "$d/openssl.log")"
+	openssl verify -CAfile "$d/$ca.crt" "$d/$n.crt" >/dev/null || fail "$n.crt does not verify against $ca.crt (test bug)"
+	chmod 600 "$d/$n.key"
+	chmod 644 "$d/$n.crt"
+}
+
+# ---------------------------------------------------------------------------
 # shared workload of the fault tests: rows alternating between two streams
 # ---------------------------------------------------------------------------
 

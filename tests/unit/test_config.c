@@ -7,6 +7,7 @@
  * after failed loads, so a leak on any error path fails the run.
  */
 #include "config.h"
+#include "redis_tls.h"
 
 #include <ctype.h>
 #include <unistd.h>
@@ -676,7 +677,7 @@ TEST(redis_url_option)
 
 	CHECK(load_fails_exactly(ARGS("--pg-dsn", DSN, "--redis-url", "http://x"), NOENV,
 	                         "invalid --redis-url: unsupported scheme \"http\": use redis://, "
-	                         "rediss://, unix:// or redis-cluster://"));
+	                         "rediss://, unix://, redis-cluster:// or rediss-cluster://"));
 	CHECK(load_fails(ARGS("--pg-dsn", DSN, "--redis-url", "redis://u:hunter2@h:99999"), NOENV,
 	                 "invalid --redis-url: invalid port", "hunter2"));
 	CHECK(load_fails(ARGS("--pg-dsn", DSN, "--redis-url", "redis://u:hunter2"), NOENV,
@@ -921,12 +922,18 @@ TEST(help_and_version)
 
 	out = capture_stdout(ARGS("--version"), &r);
 	CHECK_INT(r, CONFIG_VERSION);
-	CHECK_STR(out, "outbox-relay " OUTBOX_RELAY_VERSION "\n");
+	/* The version, then the hiredis it was built with and whether TLS is in. */
+	CHECK(out && strncmp(out, "outbox-relay " OUTBOX_RELAY_VERSION "\nhiredis ",
+	                     strlen("outbox-relay " OUTBOX_RELAY_VERSION "\nhiredis ")) == 0);
+	CHECK(out && strstr(out, redis_tls_available() ? "Redis TLS: yes" : "Redis TLS: no"));
 	free(out);
 
 	out = capture_stdout(ARGS("-V"), &r);
 	CHECK_INT(r, CONFIG_VERSION);
-	CHECK_STR(out, "outbox-relay " OUTBOX_RELAY_VERSION "\n");
+	/* The version, then the hiredis it was built with and whether TLS is in. */
+	CHECK(out && strncmp(out, "outbox-relay " OUTBOX_RELAY_VERSION "\nhiredis ",
+	                     strlen("outbox-relay " OUTBOX_RELAY_VERSION "\nhiredis ")) == 0);
+	CHECK(out && strstr(out, redis_tls_available() ? "Redis TLS: yes" : "Redis TLS: no"));
 	free(out);
 
 	/* Nothing is printed on errors. */

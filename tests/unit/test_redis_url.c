@@ -141,6 +141,53 @@ TEST(tls)
 	CHECK(redis_url_parse("redis://h", &t, err, sizeof(err)));
 	CHECK(!t.tls);
 	redis_target_finish(&t);
+
+	CHECK(redis_url_parse("rediss-cluster://a.example:7000,b.example:7001", &t, err, sizeof(err)));
+	CHECK(t.tls);
+	CHECK(t.cluster);
+	CHECK_INT((int)t.nseeds, 2);
+	CHECK_STR(t.seeds[1].host, "b.example");
+	CHECK_INT(t.seeds[1].port, 7001);
+	redis_target_finish(&t);
+}
+
+TEST(tls_options)
+{
+	struct redis_target t;
+	char err[256];
+	const char *readable = "/dev/null"; /* any file that opens */
+
+	/* Attached to a rediss:// target, copied, freed by redis_target_finish. */
+	CHECK(redis_url_parse("rediss://h:6380", &t, err, sizeof(err)));
+	CHECK(redis_target_set_tls(&t, readable, readable, readable, "redis.internal", err, sizeof(err)));
+	CHECK_STR(t.tls_ca_file, readable);
+	CHECK_STR(t.tls_cert_file, readable);
+	CHECK_STR(t.tls_key_file, readable);
+	CHECK_STR(t.tls_server_name, "redis.internal");
+	/* Empty values mean "not given". */
+	CHECK(redis_target_set_tls(&t, "", NULL, NULL, "", err, sizeof(err)));
+	CHECK(t.tls_ca_file == NULL && t.tls_cert_file == NULL && t.tls_server_name == NULL);
+	/* Cert and key go together. */
+	CHECK(!redis_target_set_tls(&t, NULL, readable, NULL, NULL, err, sizeof(err)));
+	CHECK(strstr(err, "--redis-tls-cert-file and --redis-tls-key-file go together") != NULL);
+	CHECK(!redis_target_set_tls(&t, NULL, NULL, readable, NULL, err, sizeof(err)));
+	/* A file that cannot be read is named with the option. */
+	CHECK(!redis_target_set_tls(&t, "/nonexistent/ca.pem", NULL, NULL, NULL, err, sizeof(err)));
+	CHECK(strstr(err, "cannot read --redis-tls-ca-file \"/nonexistent/ca.pem\"") != NULL ||
+	      strstr(err, "cannot read --redis-tls-ca-file /nonexistent/ca.pem") != NULL);
+	CHECK(strstr(err, "No such file") != NULL);
+	redis_target_finish(&t);
+
+	/* Any TLS option on a plain target is refused, naming it. */
+	CHECK(redis_url_parse("redis://h", &t, err, sizeof(err)));
+	CHECK(redis_target_set_tls(&t, NULL, NULL, NULL, NULL, err, sizeof(err)));
+	CHECK(!redis_target_set_tls(&t, NULL, NULL, NULL, "x", err, sizeof(err)));
+	CHECK(strstr(err, "--redis-tls-server-name applies only to TLS") != NULL);
+	redis_target_finish(&t);
+	CHECK(redis_url_parse("unix:///s.sock", &t, err, sizeof(err)));
+	CHECK(!redis_target_set_tls(&t, readable, NULL, NULL, NULL, err, sizeof(err)));
+	CHECK(strstr(err, "--redis-tls-ca-file applies only to TLS") != NULL);
+	redis_target_finish(&t);
 }
 
 TEST(credentials)
@@ -246,7 +293,7 @@ TEST(describe)
 	char err[256], buf[128], tiny[6];
 
 	CHECK(redis_url_parse("rediss://admin:" SECRET "@db.example:6390/4", &t, err, sizeof(err)));
-	CHECK_STR(redis_target_describe(&t, buf, sizeof(buf)), "db.example:6390/4");
+	CHECK_STR(redis_target_describe(&t, buf, sizeof(buf)), "db.example:6390/4 over TLS");
 	CHECK(!strstr(buf, SECRET));
 	CHECK(!strstr(buf, "admin"));
 	/* Truncates, stays NUL-terminated. */
@@ -266,7 +313,8 @@ TEST(describe)
 TEST(errors_scheme)
 {
 	CHECK(
-	    fails_with("http://x", "unsupported scheme \"http\": use redis://, rediss://, unix:// or redis-cluster://"));
+	    fails_with("http://x", "unsupported scheme \"http\": use redis://, rediss://, unix://, "
+	                           "redis-cluster:// or rediss-cluster://"));
 	CHECK(fails_with("http://u:" SECRET "@x", "unsupported scheme \"http\""));
 	CHECK(fails_with("redis+sentinel://h", "unsupported scheme \"redis+sentinel\""));
 	CHECK(fails_with("localhost:6379", "expected a URL such as redis://127.0.0.1:6379"));
@@ -392,6 +440,7 @@ int main(void)
 	RUN(tcp_port_db);
 	RUN(ipv6);
 	RUN(tls);
+	RUN(tls_options);
 	RUN(credentials);
 	RUN(percent_decoding);
 	RUN(unix_sockets);
