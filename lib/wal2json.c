@@ -25,6 +25,10 @@
 #include <yajl/yajl_gen.h>
 #include <yajl/yajl_parse.h>
 
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
 /* Marks an absent string in the offset records. */
 #define NO_OFF ((size_t)-1)
 
@@ -136,6 +140,9 @@ struct w2j_decoder {
 	size_t fields_cap;
 	char *scratch; /* private copy of input that lies inside the arena */
 	size_t scratch_cap;
+	char *unesc; /* the fast path's unescaped copy of one string */
+	size_t unesc_cap;
+	bool yajl_only; /* w2j_set_fast_path(d, false): always parse with yajl */
 
 	/* yajl */
 	yajl_alloc_funcs afs;
@@ -509,6 +516,315 @@ static bool run_parser(struct w2j_decoder *d, const yajl_callbacks *cb, const ch
 	}
 	yajl_free(h);
 	return false;
+}
+
+/* --- the fast path ---------------------------------------------------- */
+
+/*
+ * A JSON tokenizer for what wal2json prints, driving the same callbacks as
+ * yajl. It exists for speed: most of an outbox row is its payload, a jsonb
+ * value that wal2json prints as one long escaped string, and yajl lexes that
+ * byte by byte. Here the next '"', '\\' or control byte is found 16 bytes at a
+ * time (SSE2) and the runs between escapes are copied with memcpy.
+ *
+ * It accepts a subset of JSON and gives up (FAST_FALLBACK) on anything else
+ * (\\u escapes, raw control bytes, unusual numbers, trailing bytes, deep
+ * nesting, any syntax error); the caller then resets and parses the same
+ * input with yajl, so yajl stays the judge of everything unusual and its
+ * error messages are kept. tests/fuzz/fuzz_decode.c checks that both paths
+ * give the same result.
+ */
+enum fast_result { FAST_OK, FAST_FAILED, FAST_FALLBACK };
+
+#define FAST_MAX_DEPTH 64
+
+/* The first byte of p[0..end) that is '"', '\\' or below 0x20; end if none. */
+static const unsigned char *find_special(const unsigned char *p, const unsigned char *end)
+{
+#ifdef __SSE2__
+	const __m128i quote = _mm_set1_epi8('"');
+	const __m128i bslash = _mm_set1_epi8('\\');
+	const __m128i ctl = _mm_set1_epi8(0x1f);
+
+	while (end - p >= 16) {
+		__m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
+		__m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, bslash)),
+		                           _mm_cmpeq_epi8(_mm_min_epu8(v, ctl), v));
+		int mask = _mm_movemask_epi8(hit);
+
+		if (mask)
+			return p + __builtin_ctz((unsigned)mask);
+		p += 16;
+	}
+#endif
+	while (p < end && *p != '"' && *p != '\\' && *p >= 0x20)
+		p++;
+	return p;
+}
+
+/*
+ * The string whose opening quote is at *pp: on FAST_OK *s and *n are its content
+ * (in the input when it has no escapes, else in d->unesc) and *pp is past the
+ * closing quote.
+ */
+static enum fast_result fast_string(struct w2j_decoder *d, const unsigned char **pp,
+                                    const unsigned char *end, const unsigned char **s, size_t *n)
+{
+	const unsigned char *start = *pp + 1;
+	const unsigned char *p = find_special(start, end);
+	char *o;
+
+	if (p == end || *p < 0x20)
+		return FAST_FALLBACK;
+	if (*p == '"') {
+		*s = start;
+		*n = (size_t)(p - start);
+		*pp = p + 1;
+		return FAST_OK;
+	}
+	/* Unescaping never lengthens: the rest of the input bounds the result. */
+	if ((size_t)(end - start) > d->unesc_cap) {
+		size_t cap = (size_t)(end - start);
+		char *nb = realloc(d->unesc, cap);
+
+		if (!nb) {
+			set_error(d, "out of memory");
+			return FAST_FAILED;
+		}
+		d->unesc = nb;
+		d->unesc_cap = cap;
+	}
+	o = d->unesc;
+	memcpy(o, start, (size_t)(p - start));
+	o += p - start;
+	for (;;) {
+		const unsigned char *q;
+
+		/* *p is a backslash */
+		if (end - p < 2)
+			return FAST_FALLBACK;
+		switch (p[1]) {
+		case '"':
+		case '\\':
+		case '/':
+			*o++ = (char)p[1];
+			break;
+		case 'b':
+			*o++ = '\b';
+			break;
+		case 'f':
+			*o++ = '\f';
+			break;
+		case 'n':
+			*o++ = '\n';
+			break;
+		case 'r':
+			*o++ = '\r';
+			break;
+		case 't':
+			*o++ = '\t';
+			break;
+		default: /* \\u (rare from wal2json) and invalid escapes: yajl's call */
+			return FAST_FALLBACK;
+		}
+		p += 2;
+		q = find_special(p, end);
+		if (q == end || *q < 0x20)
+			return FAST_FALLBACK;
+		memcpy(o, p, (size_t)(q - p));
+		o += q - p;
+		p = q;
+		if (*p == '"')
+			break;
+	}
+	*s = (const unsigned char *)d->unesc;
+	*n = (size_t)(o - d->unesc);
+	*pp = p + 1;
+	return FAST_OK;
+}
+
+static bool fast_delim(const unsigned char *p, const unsigned char *end)
+{
+	return p == end || *p == ',' || *p == '}' || *p == ']' || *p == ' ' || *p == '\n' ||
+	       *p == '\t' || *p == '\r';
+}
+
+static bool is_digit(unsigned char c)
+{
+	return c >= '0' && c <= '9';
+}
+
+/* A JSON number at *pp, strictly by the grammar; *pp moves past it. */
+static bool fast_number(const unsigned char **pp, const unsigned char *end)
+{
+	const unsigned char *p = *pp;
+
+	if (p < end && *p == '-')
+		p++;
+	if (p == end || !is_digit(*p))
+		return false;
+	if (*p == '0')
+		p++;
+	else
+		while (p < end && is_digit(*p))
+			p++;
+	if (p < end && *p == '.') {
+		p++;
+		if (p == end || !is_digit(*p))
+			return false;
+		while (p < end && is_digit(*p))
+			p++;
+	}
+	if (p < end && (*p == 'e' || *p == 'E')) {
+		p++;
+		if (p < end && (*p == '+' || *p == '-'))
+			p++;
+		if (p == end || !is_digit(*p))
+			return false;
+		while (p < end && is_digit(*p))
+			p++;
+	}
+	if (!fast_delim(p, end))
+		return false;
+	*pp = p;
+	return true;
+}
+
+static const unsigned char *skip_ws(const unsigned char *p, const unsigned char *end)
+{
+	while (p < end && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r'))
+		p++;
+	return p;
+}
+
+/* Tokenize buf[0..len) into cb's callbacks (see above). */
+static enum fast_result fast_parse(struct w2j_decoder *d, const yajl_callbacks *cb, const char *buf,
+                                   size_t len)
+{
+	enum { S_VALUE, S_VALUE_OR_CLOSE, S_KEY, S_KEY_OR_CLOSE, S_AFTER } st = S_VALUE;
+	const unsigned char *p = (const unsigned char *)buf, *end = p + len;
+	char stack[FAST_MAX_DEPTH];
+	int depth = 0;
+
+	for (;;) {
+		const unsigned char *s;
+		size_t n;
+		enum fast_result r;
+		int ok;
+
+		p = skip_ws(p, end);
+		if (p == end)
+			return st == S_AFTER && depth == 0 ? FAST_OK : FAST_FALLBACK;
+		switch (st) {
+		case S_KEY_OR_CLOSE:
+		case S_VALUE_OR_CLOSE:
+			if (*p == (st == S_KEY_OR_CLOSE ? '}' : ']'))
+				goto close;
+			st = st == S_KEY_OR_CLOSE ? S_KEY : S_VALUE;
+			continue;
+		case S_KEY:
+			if (*p != '"')
+				return FAST_FALLBACK;
+			r = fast_string(d, &p, end, &s, &n);
+			if (r != FAST_OK)
+				return r;
+			p = skip_ws(p, end);
+			if (p == end || *p != ':')
+				return FAST_FALLBACK;
+			p++;
+			if (!cb->yajl_map_key(d, s, n))
+				return FAST_FAILED;
+			st = S_VALUE;
+			continue;
+		case S_AFTER:
+			if (depth == 0)
+				return FAST_FALLBACK; /* bytes after the value */
+			if (*p == ',') {
+				p++;
+				st = stack[depth - 1] == '{' ? S_KEY : S_VALUE;
+				continue;
+			}
+			if (*p == (stack[depth - 1] == '{' ? '}' : ']'))
+				goto close;
+			return FAST_FALLBACK;
+		case S_VALUE:
+			break;
+		}
+
+		/* A value. */
+		switch (*p) {
+		case '{':
+		case '[':
+			if (depth == FAST_MAX_DEPTH)
+				return FAST_FALLBACK;
+			stack[depth++] = (char)*p;
+			ok = *p == '{' ? cb->yajl_start_map(d) : cb->yajl_start_array(d);
+			p++;
+			if (!ok)
+				return FAST_FAILED;
+			st = stack[depth - 1] == '{' ? S_KEY_OR_CLOSE : S_VALUE_OR_CLOSE;
+			continue;
+		case '"':
+			r = fast_string(d, &p, end, &s, &n);
+			if (r != FAST_OK)
+				return r;
+			ok = cb->yajl_string(d, s, n);
+			break;
+		case 't':
+			if (end - p < 4 || memcmp(p, "true", 4) != 0 || !fast_delim(p + 4, end))
+				return FAST_FALLBACK;
+			p += 4;
+			ok = cb->yajl_boolean(d, 1);
+			break;
+		case 'f':
+			if (end - p < 5 || memcmp(p, "false", 5) != 0 || !fast_delim(p + 5, end))
+				return FAST_FALLBACK;
+			p += 5;
+			ok = cb->yajl_boolean(d, 0);
+			break;
+		case 'n':
+			if (end - p < 4 || memcmp(p, "null", 4) != 0 || !fast_delim(p + 4, end))
+				return FAST_FALLBACK;
+			p += 4;
+			ok = cb->yajl_null(d);
+			break;
+		default:
+			s = p;
+			if (!fast_number(&p, end))
+				return FAST_FALLBACK;
+			ok = cb->yajl_number(d, (const char *)s, (size_t)(p - s));
+			break;
+		}
+		if (!ok)
+			return FAST_FAILED;
+		st = S_AFTER;
+		continue;
+close:
+		depth--;
+		ok = stack[depth] == '{' ? cb->yajl_end_map(d) : cb->yajl_end_array(d);
+		p++;
+		if (!ok)
+			return FAST_FAILED;
+		st = S_AFTER;
+	}
+}
+
+/* Parse with the fast path, and with yajl when it gives up. */
+static bool parse(struct w2j_decoder *d, const yajl_callbacks *cb, const char *buf, size_t len)
+{
+	if (!d->yajl_only) {
+		switch (fast_parse(d, cb, buf, len)) {
+		case FAST_OK:
+			return true;
+		case FAST_FAILED:
+			return false;
+		case FAST_FALLBACK:
+			break;
+		}
+		if (!begin_call(d, len)) /* forget what the callbacks saw */
+			return false;
+	}
+	return run_parser(d, cb, buf, len);
 }
 
 /* --- w2j_decode() callbacks ------------------------------------------- */
@@ -1067,6 +1383,7 @@ void w2j_destroy(struct w2j_decoder *d)
 		yajl_gen_free(d->gen);
 	pool_clear(&d->pool);
 	free(d->scratch);
+	free(d->unesc);
 	free(d->fields);
 	free(d->slots);
 	free(d->arena);
@@ -1083,7 +1400,7 @@ bool w2j_decode(struct w2j_decoder *d, const char *buf, size_t len, struct w2j_c
 {
 	if (!detach_input(d, &buf, len) || !begin_call(d, len))
 		return false;
-	if (!run_parser(d, &decode_callbacks, buf, len))
+	if (!parse(d, &decode_callbacks, buf, len))
 		return false;
 	if (!d->has_action)
 		return set_error(d, "missing \"action\"");
@@ -1130,7 +1447,7 @@ bool w2j_decode_object(struct w2j_decoder *d, const char *buf, size_t len,
 		if (!yajl_gen_config(d->gen, yajl_gen_print_callback, gen_print, (void *)d))
 			return set_error(d, "could not configure JSON generator");
 	}
-	if (!run_parser(d, &object_callbacks, buf, len))
+	if (!parse(d, &object_callbacks, buf, len))
 		return false;
 	if (!build_fields(d))
 		return false;
@@ -1140,6 +1457,11 @@ bool w2j_decode_object(struct w2j_decoder *d, const char *buf, size_t len,
 }
 
 /* Why the last call failed ("" after a success); valid until the next call. */
+void w2j_set_fast_path(struct w2j_decoder *d, bool on)
+{
+	d->yajl_only = !on;
+}
+
 const char *w2j_errmsg(const struct w2j_decoder *d)
 {
 	return d->errmsg;

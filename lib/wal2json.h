@@ -3,8 +3,9 @@
  *
  * Pure: no I/O, no logging. Each XLogData payload of a wal2json v2 stream is
  * exactly one JSON object; w2j_decode() turns one into a struct w2j_change.
- * Built on yajl's callback parser, so no document tree is built and numbers
- * keep their exact text (numeric scale, values beyond 64 bits).
+ * Callback-driven (a fast tokenizer of its own for what wal2json prints, yajl
+ * for everything else), so no document tree is built and numbers keep their
+ * exact text (numeric scale, values beyond 64 bits).
  *
  * Ownership: every pointer inside a w2j_change (and inside the fields of
  * w2j_decode_object) points into memory owned by the decoder and stays valid
@@ -96,6 +97,13 @@ bool w2j_decode_object(struct w2j_decoder *d, const char *buf, size_t len,
 
 /* True when buf[0..len) is exactly one valid JSON value; touches no decoder. */
 bool w2j_json_valid(const char *buf, size_t len);
+
+/*
+ * w2j_decode() and w2j_decode_object() tokenize with a fast path of their own and hand anything
+ * unusual to yajl. Off (false), yajl parses everything: for tests that
+ * compare the two, and for profiling.
+ */
+void w2j_set_fast_path(struct w2j_decoder *d, bool on);
 
 /* Why the last call failed; valid until the next call. */
 const char *w2j_errmsg(const struct w2j_decoder *d);

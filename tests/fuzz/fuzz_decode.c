@@ -3,9 +3,13 @@
  * mapper: whatever bytes arrive as an XLogData payload, the relay must decode
  * them or reject them with a message, and map what it decodes (or
  * dead-letter it), without crashing, leaking or reading out of bounds.
+ * Differential: a second decoder with the fast path off (yajl for
+ * everything) must reach the same verdict, the same message on failure and
+ * the same change on success.
  *
  * Built and run by tests/fuzz/run.sh (clang -fsanitize=fuzzer,address,undefined).
  */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +20,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static struct w2j_decoder *dec;
+static struct w2j_decoder *ref; /* yajl only */
 static struct mapper *map;
 static struct relay_config cf;
 
@@ -29,9 +34,72 @@ static void setup(void)
 	cf.id_format = "any";
 	cf.slot = "fuzz";
 	dec = w2j_create();
+	ref = w2j_create();
 	map = mapper_create(&cf, err, sizeof(err));
-	if (!dec || !map)
+	if (!dec || !ref || !map)
 		abort();
+	w2j_set_fast_path(ref, false);
+}
+
+static bool same_text(const char *a, size_t alen, const char *b, size_t blen)
+{
+	if (!a || !b)
+		return a == b && alen == blen;
+	return alen == blen && memcmp(a, b, alen) == 0;
+}
+
+/* The fast path and yajl must agree on buf: abort() where they do not. */
+static void compare_paths(const char *buf, size_t size, bool ok, const struct w2j_change *a)
+{
+	struct w2j_change b;
+	bool ref_ok = w2j_decode(ref, buf, size, &b);
+
+	if (ok != ref_ok)
+		abort();
+	if (!ok) {
+		if (strcmp(w2j_errmsg(dec), w2j_errmsg(ref)) != 0)
+			abort();
+		return;
+	}
+	if (a->action != b.action || a->has_xid != b.has_xid || a->xid != b.xid || a->lsn != b.lsn ||
+	    a->nextlsn != b.nextlsn || a->transactional != b.transactional ||
+	    !same_text(a->timestamp, a->timestamp_len, b.timestamp, b.timestamp_len) ||
+	    !same_text(a->schema, a->schema_len, b.schema, b.schema_len) ||
+	    !same_text(a->table, a->table_len, b.table, b.table_len) ||
+	    !same_text(a->prefix, a->prefix_len, b.prefix, b.prefix_len) ||
+	    !same_text(a->content, a->content_len, b.content, b.content_len) ||
+	    a->ncolumns != b.ncolumns)
+		abort();
+	for (size_t i = 0; i < a->ncolumns; i++) {
+		const struct w2j_field *x = &a->columns[i], *y = &b.columns[i];
+
+		if (x->kind != y->kind || !same_text(x->name, x->name_len, y->name, y->name_len) ||
+		    !same_text(x->type, x->type_len, y->type, y->type_len) ||
+		    !same_text(x->value, x->value_len, y->value, y->value_len))
+			abort();
+	}
+}
+
+/* The same for w2j_decode_object(). */
+static void compare_objects(const char *buf, size_t size, bool ok, const struct w2j_field *a, size_t na)
+{
+	struct w2j_field *b;
+	size_t nb;
+	bool ref_ok = w2j_decode_object(ref, buf, size, &b, &nb);
+
+	if (ok != ref_ok)
+		abort();
+	if (!ok) {
+		if (strcmp(w2j_errmsg(dec), w2j_errmsg(ref)) != 0)
+			abort();
+		return;
+	}
+	if (na != nb)
+		abort();
+	for (size_t i = 0; i < na; i++)
+		if (a[i].kind != b[i].kind || !same_text(a[i].name, a[i].name_len, b[i].name, b[i].name_len) ||
+		    !same_text(a[i].value, a[i].value_len, b[i].value, b[i].value_len))
+			abort();
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -44,9 +112,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct event ev;
 	const char *reason;
 
+	bool ok;
+
 	if (!dec)
 		setup();
-	if (w2j_decode(dec, buf, size, &ch)) {
+	ok = w2j_decode(dec, buf, size, &ch);
+	compare_paths(buf, size, ok, &ch);
+	if (ok) {
 		if (ch.ncolumns > 0) {
 			(void)mapper_map(map, &tx, 0, ch.columns, ch.ncolumns, buf, size, &ev, &reason);
 			/* Touch every byte the event points at, as the sink would. */
@@ -61,7 +133,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	} else if (w2j_errmsg(dec)[0] == '\0') {
 		abort(); /* a rejection must say why */
 	}
-	if (w2j_decode_object(dec, buf, size, &fields, &n))
+	ok = w2j_decode_object(dec, buf, size, &fields, &n);
+	compare_objects(buf, size, ok, fields, n);
+	if (ok)
 		(void)mapper_map(map, &tx, 2, fields, n, buf, size, &ev, &reason);
 	(void)w2j_json_valid(buf, size);
 	return 0;

@@ -999,9 +999,155 @@ TEST(decode_object_empty_content_from_arena)
 	w2j_destroy(d);
 }
 
+/* True when a and b hold the same bytes (or are both absent). */
+static bool same(const char *a, size_t alen, const char *b, size_t blen)
+{
+	if (!a || !b)
+		return a == b && alen == blen;
+	return alen == blen && memcmp(a, b, alen) == 0;
+}
+
+/* Decode s with the fast path and with yajl alone; true when both agree. */
+static bool paths_agree(struct w2j_decoder *fast, struct w2j_decoder *slow, const char *s, size_t len)
+{
+	struct w2j_change a, b;
+	bool ok = w2j_decode(fast, s, len, &a);
+
+	if (ok != w2j_decode(slow, s, len, &b)) {
+		fprintf(stderr, "# verdicts differ on %.80s: fast %s (%s)\n", s, ok ? "ok" : "fails",
+		        w2j_errmsg(ok ? slow : fast));
+		return false;
+	}
+	if (!ok) {
+		if (strcmp(w2j_errmsg(fast), w2j_errmsg(slow)) == 0)
+			return true;
+		fprintf(stderr, "# messages differ on %.80s: \"%s\" vs \"%s\"\n", s, w2j_errmsg(fast),
+		        w2j_errmsg(slow));
+		return false;
+	}
+	if (a.action != b.action || a.xid != b.xid || a.lsn != b.lsn || a.nextlsn != b.nextlsn ||
+	    !same(a.timestamp, a.timestamp_len, b.timestamp, b.timestamp_len) ||
+	    !same(a.table, a.table_len, b.table, b.table_len) ||
+	    !same(a.content, a.content_len, b.content, b.content_len) || a.ncolumns != b.ncolumns)
+		return false;
+	for (size_t i = 0; i < a.ncolumns; i++)
+		if (a.columns[i].kind != b.columns[i].kind ||
+		    !same(a.columns[i].name, a.columns[i].name_len, b.columns[i].name, b.columns[i].name_len) ||
+		    !same(a.columns[i].type, a.columns[i].type_len, b.columns[i].type, b.columns[i].type_len) ||
+		    !same(a.columns[i].value, a.columns[i].value_len, b.columns[i].value, b.columns[i].value_len))
+			return false;
+	return true;
+}
+
+/*
+ * The fast tokenizer must give what yajl gives, on every fixture line and on
+ * inputs made to hit its edges: escapes on both sides of a 16-byte block,
+ * \u escapes and control bytes (handed to yajl), numbers, literals, trailing
+ * bytes, nesting deeper than the fast path's stack, truncation at every byte.
+ */
+TEST(fast_path_agrees_with_yajl)
+{
+	static const char *const files[] = {"txn_insert.jsonl", "messages.jsonl", "changes.jsonl",
+	                                    "minimal.jsonl", "extra_keys.jsonl", "escapes.jsonl"};
+	static const char *const cases[] = {
+	    "{\"action\":\"I\",\"lsn\":\"0/1\",\"columns\":[{\"name\":\"p\",\"type\":\"jsonb\",\"value\":\"{\\\"a\\\": \\\"0123456789abc\\\\\\\"\\\"}\"}]}",
+	    "{\"action\":\"I\",\"columns\":[{\"name\":\"x\",\"value\":\"0123456789abcde\\n0123456789abcdef\\t\\/\\b\\f\\r\\\\\"}]}",
+	    "{\"action\":\"I\",\"columns\":[{\"name\":\"x\",\"value\":\"\\u00e9\\ud83d\\ude00 \\u0001\"}]}",
+	    "{\"action\":\"I\",\"columns\":[{\"name\":\"x\",\"value\":\"tab\there\"}]}",
+	    "{\"action\":\"I\",\"columns\":[{\"name\":\"x\",\"value\":\"bad \\x escape\"}]}",
+	    "{\"action\":\"I\",\"columns\":[{\"name\":\"n\",\"value\":-0.5e+10},{\"name\":\"m\",\"value\":12.5000},"
+	    "{\"name\":\"b\",\"value\":true},{\"name\":\"c\",\"value\":false},{\"name\":\"z\",\"value\":null}]}",
+	    "{\"action\":\"I\",\"columns\":[{\"name\":\"n\",\"value\":01}]}",
+	    "{\"action\":\"I\",\"columns\":[{\"name\":\"n\",\"value\":1.}]}",
+	    "{\"action\":\"I\",\"columns\":[{\"name\":\"n\",\"value\":-}]}",
+	    "{\"action\":\"I\",\"columns\":[{\"name\":\"n\",\"value\":truex}]}",
+	    "{\"action\":\"I\",\"columns\":[{\"name\":\"n\",\"value\":nul}]}",
+	    "{\"action\":\"B\",\"xid\":5} x",
+	    "{\"action\":\"B\",\"xid\":5}  \n",
+	    "{\"action\":\"B\",\"xid\":5,}",
+	    "{\"action\":\"B\" \"xid\":5}",
+	    "{\"action\":\"B\",\"xid\":5]",
+	    "[1,2]",
+	    "\"B\"",
+	    "",
+	    " { \"action\" : \"C\" , \"lsn\" : \"0/2\" , \"identity\" : [ { \"a\" : [ ] } , { } ] } ",
+	    "{\"action\":\"U\",\"columns\":[],\"identity\":[{\"name\":\"i\",\"value\":1}]}",
+	    "{\"action\":\"Q\"}",
+	    "{\"action\":\"I\",\"columns\":[{\"name\":\"x\"}]}",
+	    "{\"action\":\"I\",\"columns\":{}}",
+	};
+	struct w2j_decoder *fast = w2j_create(), *slow = w2j_create();
+	char deep[400];
+	size_t k = 0;
+
+	CHECK(fast && slow);
+	w2j_set_fast_path(slow, false);
+	for (size_t f = 0; f < sizeof(files) / sizeof(files[0]); f++) {
+		struct lines ls;
+
+		CHECK(read_fixture(files[f], &ls));
+		for (size_t i = 0; i < ls.n; i++)
+			CHECK(paths_agree(fast, slow, ls.line[i], ls.len[i]));
+		free_fixture(&ls);
+	}
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		size_t len = strlen(cases[i]);
+
+		CHECK(paths_agree(fast, slow, cases[i], len));
+		for (size_t cut = 0; cut < len; cut++) /* every truncation */
+			CHECK(paths_agree(fast, slow, cases[i], cut));
+	}
+	/* w2j_decode_object(): flat and nested values, escapes, errors. */
+	{
+		static const char *const objs[] = {
+		    "{\"id\":\"e1\",\"n\":12.50,\"ok\":true,\"none\":null,\"s\":\"a\\\"b\\\\c\\n\"}",
+		    "{\"payload\":{\"a\":[1,{\"b\":\"x\\ty\"},[]],\"c\":{}},\"list\":[true,false,null,-1e3]}",
+		    "{\"u\":\"\\u00e9\"}",
+		    "{\"a\":1,}",
+		    "[1]",
+		    "{\"a\":{\"b\":1}} trailing",
+		};
+
+		for (size_t i = 0; i < sizeof(objs) / sizeof(objs[0]); i++) {
+			size_t len = strlen(objs[i]);
+
+			for (size_t cut = 0; cut <= len; cut++) {
+				struct w2j_field *fa, *fb;
+				size_t na = 0, nb = 0;
+				bool oka = w2j_decode_object(fast, objs[i], cut, &fa, &na);
+				bool okb = w2j_decode_object(slow, objs[i], cut, &fb, &nb);
+
+				CHECK(oka == okb);
+				if (oka != okb)
+					continue;
+				if (!oka) {
+					CHECK_STR(w2j_errmsg(fast), w2j_errmsg(slow));
+					continue;
+				}
+				CHECK(na == nb);
+				for (size_t j = 0; j < na && j < nb; j++)
+					CHECK(fa[j].kind == fb[j].kind &&
+					      same(fa[j].name, fa[j].name_len, fb[j].name, fb[j].name_len) &&
+					      same(fa[j].value, fa[j].value_len, fb[j].value, fb[j].value_len));
+			}
+		}
+	}
+	/* 70 levels inside an unknown key: deeper than the fast path's stack. */
+	k += (size_t)snprintf(deep, sizeof(deep), "{\"action\":\"B\",\"deep\":");
+	for (int i = 0; i < 70; i++)
+		deep[k++] = '[';
+	for (int i = 0; i < 70; i++)
+		deep[k++] = ']';
+	deep[k++] = '}';
+	CHECK(paths_agree(fast, slow, deep, k));
+	w2j_destroy(fast);
+	w2j_destroy(slow);
+}
+
 int main(void)
 {
 	RUN(create_destroy);
+	RUN(fast_path_agrees_with_yajl);
 	RUN(fixture_begin_insert_commit);
 	RUN(fixture_messages);
 	RUN(fixture_update_delete_truncate);
