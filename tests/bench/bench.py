@@ -632,10 +632,11 @@ def cmd_latency(sock, stream, receipts_file, out_json, runs_json=None):
 # ---------------------------------------------------------------------------
 # report
 # ---------------------------------------------------------------------------
-CONTENDER_ORDER = ["pg_recvlogical", "relay", "relay_nodedup", "relay_tcp", "relay_cluster"]
+CONTENDER_ORDER = ["pg_recvlogical", "relay", "relay_nodedup", "relay_tcp", "relay_tls", "relay_cluster"]
 CONTENDER_LABEL = {"pg_recvlogical": "pg_recvlogical", "relay": "outbox-relay (defaults)",
                    "relay_nodedup": "outbox-relay --dedup-window 0",
                    "relay_tcp": "outbox-relay, single node over TCP",
+                   "relay_tls": "outbox-relay, single node over TLS (rediss://)",
                    "relay_cluster": "outbox-relay, 3-master cluster"}
 
 
@@ -717,7 +718,8 @@ def cmd_report(results, backlogs=None, latency=None):
                 shapes.append(r["shape"])
         title = {"noaof": "Redis without persistence (appendonly no)",
                  "aof": "Redis with appendonly yes, appendfsync everysec",
-                 "cluster": "Redis Cluster (3 masters, loopback TCP) vs single node, appendonly no"}.get(mode, mode)
+                 "cluster": "Redis Cluster (3 masters, loopback TCP) vs single node, appendonly no",
+                 "tls": "one Redis over TCP vs the same Redis over TLS, appendonly no"}.get(mode, mode)
         if mode == "cluster":
             out.extend(cluster_summary(mrows, shapes, blog))
         out.append("### Drain throughput: %s\n" % title)

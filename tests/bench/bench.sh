@@ -3,7 +3,7 @@
 # pg_recvlogical (the physical limit of wal2json decoding). See README.md.
 #
 #   tests/bench/bench.sh [--quick] [--out DIR] [--rounds N] [--shapes a,b,..]
-#                        [--modes noaof,aof,cluster] [--no-latency] [--wait-idle MIN] [--keep]
+#                        [--modes noaof,aof,cluster,tls] [--no-latency] [--wait-idle MIN] [--keep]
 #
 # Installs nothing. Builds the relay in release mode (build-bench/) unless
 # RELAY_BIN is set. Starts its own PostgreSQL 15 + wal2json and redis-server on
@@ -75,21 +75,24 @@ else
 fi
 ALL_SHAPES="tx1 tx10 tx1M p1k p16k"    # default shapes of modes noaof and aof
 CLUSTER_SHAPES="tx1x64 tx10x64"         # default shapes of mode cluster
+TLS_SHAPES="tx1 p1k p16k"               # default shapes of mode tls
 USER_SHAPES=${SHAPES//,/ }              # --shapes: these shapes in every mode
 MODES=${MODES//,/ }
 for s in $USER_SHAPES; do
 	[ -n "${SHAPE[$s]:-}" ] || { echo "bench.sh: unknown shape $s (known: $ALL_SHAPES $CLUSTER_SHAPES)" >&2; exit 2; }
 done
 for m in $MODES; do
-	case $m in noaof | aof | cluster) ;; *) echo "bench.sh: unknown mode $m (noaof, aof, cluster)" >&2; exit 2 ;; esac
+	case $m in noaof | aof | cluster | tls) ;; *) echo "bench.sh: unknown mode $m (noaof, aof, cluster, tls)" >&2; exit 2 ;; esac
 done
 shapes_for() { # shapes_for MODE
 	if [ -n "$USER_SHAPES" ]; then echo "$USER_SHAPES"
 	elif [ "$1" = cluster ]; then echo "$CLUSTER_SHAPES"
+	elif [ "$1" = tls ]; then echo "$TLS_SHAPES"
 	else echo "$ALL_SHAPES"; fi
 }
 contenders_for() { # contenders_for MODE
 	if [ "$1" = cluster ]; then echo "pg_recvlogical relay relay_tcp relay_cluster"
+	elif [ "$1" = tls ]; then echo "pg_recvlogical relay_tcp relay_tls"
 	else echo "pg_recvlogical relay relay_nodedup"; fi
 }
 # One slot per contender and round, all created before the backlog is written.
@@ -173,7 +176,10 @@ CDIR=$T/cluster       # mode cluster: one dir per node, $CDIR/PORT
 CLUSTER_PORTS=()
 CLUSTER_PIDS=()
 CLUSTER_URL=
-SPORT=                # mode cluster: TCP port of the single node (besides its unix socket)
+SPORT=                # modes cluster, tls: TCP port of the single node (besides its unix socket)
+TPORT=                # mode tls: its TLS port
+TLSDIR=$T/tls         # mode tls: throwaway CA and server certificate
+REDIS_EXTRA=()        # more redis-server arguments (mode tls)
 DSN="host=$T port=$PGPORT user=postgres dbname=postgres"
 PSQL=("$PG_BINDIR/psql" -X -q -A -t -v ON_ERROR_STOP=1 -h "$T" -p "$PGPORT" -U postgres -d postgres)
 BG_PIDS=() # background processes we started (relay, consumer)
@@ -277,7 +283,7 @@ redis_start() { # redis_start noaof|aof [TCP_PORT]
 	mkdir -p "$RDIR"
 	redis-server "${tcp[@]}" --unixsocket "$RSOCK" --unixsocketperm 700 --save '' \
 		--dir "$RDIR" --appendonly "$aof" --appendfsync everysec \
-		--daemonize yes --pidfile "$RDIR/redis.pid" --logfile "$RDIR/redis.log" >/dev/null
+		--daemonize yes --pidfile "$RDIR/redis.pid" --logfile "$RDIR/redis.log" "${REDIS_EXTRA[@]}" >/dev/null
 	for _ in $(seq 1 100); do
 		[ "$(redis-cli -s "$RSOCK" PING 2>/dev/null)" = PONG ] && [ -s "$RDIR/redis.pid" ] && break
 		sleep 0.05
@@ -299,6 +305,26 @@ redis_stop() {
 }
 
 rcli() { redis-cli -s "$RSOCK" "$@"; }
+
+# ---------------------------------------------------------------------------
+# mode tls: a throwaway CA and a server certificate for 127.0.0.1
+# ---------------------------------------------------------------------------
+
+tls_setup() {
+	"$RELAY_BIN" --version | grep -q 'Redis TLS: yes' ||
+		die "mode tls needs a relay built with TLS (hiredis_ssl): deploy/build-hiredis-tls.sh DIR, then build with PKG_CONFIG_PATH=DIR/lib/pkgconfig meson setup ... -Dredis_tls=enabled and pass RELAY_BIN"
+	command -v openssl >/dev/null || die "mode tls needs openssl"
+	mkdir -p "$TLSDIR"
+	local ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
+	openssl req -x509 "${ec[@]}" -days 2 -subj "/CN=outbox-relay bench CA" \
+		-keyout "$TLSDIR/ca.key" -out "$TLSDIR/ca.crt" 2>"$TLSDIR/openssl.log" &&
+		openssl req -new "${ec[@]}" -subj "/CN=localhost" -keyout "$TLSDIR/server.key" \
+			-out "$TLSDIR/server.csr" 2>>"$TLSDIR/openssl.log" &&
+		printf '%s\n' "subjectAltName = DNS:localhost,IP:127.0.0.1" "extendedKeyUsage = serverAuth" >"$TLSDIR/server.ext" &&
+		openssl x509 -req -in "$TLSDIR/server.csr" -CA "$TLSDIR/ca.crt" -CAkey "$TLSDIR/ca.key" \
+			-CAcreateserial -days 2 -extfile "$TLSDIR/server.ext" -out "$TLSDIR/server.crt" 2>>"$TLSDIR/openssl.log" ||
+		die "openssl: $(cat "$TLSDIR/openssl.log")"
+}
 
 # ---------------------------------------------------------------------------
 # mode cluster: a local 3-master Redis Cluster on loopback TCP
@@ -446,7 +472,10 @@ describe_env() {
 	echo "- command: \`$CMDLINE\`"
 	echo "- machine: $(nproc) CPUs ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)), $mem RAM, kernel $(uname -r)"
 	echo "- PostgreSQL: $("$PG_BINDIR/postgres" --version | sed 's/^postgres //'), wal2json $(dpkg-query -W -f '${Version}' postgresql-15-wal2json 2>/dev/null || echo '?')"
-	echo "- Redis: $(redis-server --version | sed -n 's/.*\(v=[^ ]*\).*/\1/p'), unix socket; hiredis $(pkg-config --modversion hiredis 2>/dev/null || echo '?')"
+	echo "- Redis: $(redis-server --version | sed -n 's/.*\(v=[^ ]*\).*/\1/p'), unix socket; hiredis $("$RELAY_BIN" --version 2>/dev/null | sed -n 's/^hiredis \([^,]*\),.*/\1/p') (the relay's)"
+	case " $MODES " in *" tls "*)
+		echo "- mode tls: one redis-server (appendonly no) with a plain TCP port and a TLS port on 127.0.0.1 (server certificate from a throwaway EC P-256 CA, tls-auth-clients no); the relay verifies it with --redis-tls-ca-file" ;;
+	esac
 	case " $MODES " in *" cluster "*)
 		echo "- mode cluster: single node (appendonly no) on a unix socket and on 127.0.0.1 TCP; Redis Cluster of 3 masters, no replicas, 127.0.0.1 TCP, cluster-enabled yes, save '', appendonly no; every server on this machine" ;;
 	esac
@@ -501,6 +530,12 @@ drain() {
 	case $c in
 	relay | relay_nodedup) redis_reset; rsrv=(--redis "$RSOCK"); url="unix://$RSOCK" ;;
 	relay_tcp) redis_reset; rsrv=(--redis "127.0.0.1:$SPORT"); url="redis://127.0.0.1:$SPORT" ;;
+	relay_tls)
+		redis_reset
+		rsrv=(--redis "127.0.0.1:$SPORT") # stats over the plain port of the same server
+		url="rediss://127.0.0.1:$TPORT"
+		args=(--redis-tls-ca-file "$TLSDIR/ca.crt")
+		;;
 	relay_cluster)
 		cluster_reset
 		rpids=()
@@ -661,6 +696,15 @@ for MODE in $MODES; do
 		SPORT=$(free_port)
 		redis_start noaof "$SPORT"
 		cluster_start
+	elif [ "$MODE" = tls ]; then
+		tls_setup
+		SPORT=$(free_port)
+		TPORT=$(free_port)
+		REDIS_EXTRA=(--tls-port "$TPORT" --tls-cert-file "$TLSDIR/server.crt" --tls-key-file "$TLSDIR/server.key"
+			--tls-ca-cert-file "$TLSDIR/ca.crt" --tls-auth-clients no)
+		redis_start noaof "$SPORT"
+		REDIS_EXTRA=()
+		log "redis: TCP 127.0.0.1:$SPORT and TLS 127.0.0.1:$TPORT (one server), unix socket $RSOCK"
 	else
 		redis_start "$MODE"
 	fi
