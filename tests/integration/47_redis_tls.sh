@@ -13,7 +13,7 @@
 # redis-server listens on a unix socket (plain, for the test's own checks) and
 # on a TLS port on 127.0.0.1 (no plain TCP port), with a server certificate for
 # localhost / 127.0.0.1 from a throwaway CA and tls-auth-clients yes.
-#   1. CA + client certificate: 3,000 small events and one 20,000-row
+#   1. CA + client certificate (and a Redis password: AUTH inside TLS): 3,000 small events and one 20,000-row
 #      transaction of ~1 KB events (the pipeline fills the socket, so TLS
 #      writes block and resume) arrive exactly once and in order; the slot is
 #      confirmed to the end.
@@ -96,12 +96,13 @@ fi
 # Redis with a TLS port (and the unix socket the test reads through)
 # ---------------------------------------------------------------------------
 TPORT=$(free_tcp_port)
+TLS_PW=tls-S3cret-pw # AUTH goes over the TLS session too
 REDIS_TLS_ARGS=(--tls-port "$TPORT" --bind 127.0.0.1 --tls-cert-file "$TLS/server.crt"
 	--tls-key-file "$TLS/server.key" --tls-ca-cert-file "$TLS/ca.crt" --tls-auth-clients yes
-	--appendonly yes --appendfsync everysec)
+	--appendonly yes --appendfsync everysec --requirepass "$TLS_PW")
 redis_stop
 redis_start "${REDIS_TLS_ARGS[@]}"
-TLS_URL=rediss://localhost:$TPORT
+TLS_URL=rediss://:$TLS_PW@localhost:$TPORT
 CLIENT=(--redis-tls-ca-file "$TLS/ca.crt" --redis-tls-cert-file "$TLS/client.crt"
 	--redis-tls-key-file "$TLS/client.key")
 
@@ -170,7 +171,7 @@ line=$(grep -m1 'certificate' "$RELAY_LOG")
 assert_contains "$line" "\"redis.example\"" "name mismatch: names the expected name"
 assert_contains "$line" "hostname mismatch" "name mismatch: says what is wrong"
 
-REDIS_URL=rediss://127.0.0.1:$TPORT # the certificate carries IP:127.0.0.1 too
+REDIS_URL=rediss://:$TLS_PW@127.0.0.1:$TPORT # the certificate carries IP:127.0.0.1 too
 relay_run --redis-tls-ca-file "$TLS/ca.crt" || true
 assert_eq 5 "$RELAY_RC" "no client certificate for a server with tls-auth-clients yes: exit code"
 assert_contains "$(grep -m1 'client certificate' "$RELAY_LOG")" "--redis-tls-cert-file" \
@@ -180,4 +181,5 @@ assert_eq "$n0" "$(sum_xlen)" "nothing was published"
 
 relay_drain "${CLIENT[@]}"
 check_orders_customers_once "the last 100 events exactly once over rediss://127.0.0.1 (IP in the certificate)"
+assert_eq "" "$(grep -l -- "$TLS_PW" "$T"/relay.*.log "$T"/*.out 2>/dev/null || true)" "the Redis password appears in no log or output"
 pass
