@@ -1065,8 +1065,6 @@ static bool list_append(struct relay_config *cf, const struct option_def *o, con
 {
 	char ***items = field_ptr(cf, o->offset);
 	size_t *count = field_ptr(cf, o->aux_offset);
-	char **grown;
-	char *copy;
 
 	if (len == 0) {
 		bad_value(err, errlen, o, src, whole,
@@ -1083,17 +1081,44 @@ static bool list_append(struct relay_config *cf, const struct option_def *o, con
 			return false;
 		}
 	}
-	copy = strndup(item, len);
+	return config_strv_push(items, count, item, len) || msg_oom(err, errlen);
+}
+
+/* See config.h. */
+bool config_strv_push(char ***items, size_t *count, const char *item, size_t len)
+{
+	char **grown;
+	char *copy = strndup(item, len);
+
 	if (!copy)
-		return msg_oom(err, errlen);
+		return false;
 	grown = realloc(*items, (*count + 1) * sizeof(**items));
 	if (!grown) {
 		free(copy);
-		return msg_oom(err, errlen);
+		return false;
 	}
 	grown[*count] = copy;
 	*items = grown;
 	(*count)++;
+	return true;
+}
+
+/* See config.h. */
+bool config_list_next(const char **cursor, const char **item, size_t *len)
+{
+	const char *p = *cursor, *comma, *end;
+
+	if (!p)
+		return false;
+	comma = strchr(p, ',');
+	end = comma ? comma : p + strlen(p);
+	while (p < end && (*p == ' ' || *p == '\t'))
+		p++;
+	while (end > p && (end[-1] == ' ' || end[-1] == '\t'))
+		end--;
+	*item = p;
+	*len = (size_t)(end - p);
+	*cursor = comma ? comma + 1 : NULL;
 	return true;
 }
 
@@ -1107,6 +1132,7 @@ static bool apply_list(struct relay_config *cf, const struct option_def *o,
 {
 	struct source src;
 	const char *list;
+	size_t len;
 
 	if (raw->nlist > 0) {
 		src = source_of(o, false);
@@ -1121,20 +1147,9 @@ static bool apply_list(struct relay_config *cf, const struct option_def *o,
 	list = raw->env ? raw->env : o->defval;
 	if (!list || list[strspn(list, " \t")] == '\0')
 		return true;
-	for (const char *p = list;;) {
-		const char *comma = strchr(p, ',');
-		const char *end = comma ? comma : p + strlen(p);
-
-		while (p < end && (*p == ' ' || *p == '\t'))
-			p++;
-		while (end > p && (end[-1] == ' ' || end[-1] == '\t'))
-			end--;
-		if (!list_append(cf, o, p, (size_t)(end - p), list, &src, err, errlen))
+	for (const char *cursor = list, *item; config_list_next(&cursor, &item, &len);)
+		if (!list_append(cf, o, item, len, list, &src, err, errlen))
 			return false;
-		if (!comma)
-			break;
-		p = comma + 1;
-	}
 	return true;
 }
 

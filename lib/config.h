@@ -103,6 +103,17 @@ bool config_parse_duration_ms(const char *s, int64_t *ret_ms);
 bool config_parse_bool(const char *s, bool *ret);
 
 /*
+ * Comma-separated lists as the environment gives them ("a, b,c"): each call
+ * yields the next item of *cursor with blanks around it trimmed (possibly
+ * empty) and advances *cursor; false when the list is exhausted. Start with
+ * *cursor = the list.
+ */
+bool config_list_next(const char **cursor, const char **item, size_t *len);
+
+/* Append a copy of item[0..len) to the string vector *items (*count entries); false on OOM. */
+bool config_strv_push(char ***items, size_t *count, const char *item, size_t len);
+
+/*
  * Read the first line of path into *ret (malloc'd, CR/LF removed) for option
  * --opt. The one-line error names the option and the file, never the content.
  */

@@ -310,7 +310,6 @@ static bool list_append(struct consumer_config *cf, const struct copt *o, const 
 {
 	char ***items = field_ptr(cf, o->offset);
 	size_t *count = field_ptr(cf, o->aux_offset);
-	char **grown, *copy;
 
 	if (len == 0) {
 		bad_value(err, errlen, o, from_env, "", "a stream name cannot be empty");
@@ -320,18 +319,7 @@ static bool list_append(struct consumer_config *cf, const struct copt *o, const 
 		if (strlen((*items)[i]) == len && memcmp((*items)[i], item, len) == 0)
 			return true; /* listed twice: read it once */
 	}
-	copy = strndup(item, len);
-	if (!copy)
-		return msg_oom(err, errlen);
-	grown = realloc(*items, (*count + 1) * sizeof(**items));
-	if (!grown) {
-		free(copy);
-		return msg_oom(err, errlen);
-	}
-	grown[*count] = copy;
-	*items = grown;
-	(*count)++;
-	return true;
+	return config_strv_push(items, count, item, len) || msg_oom(err, errlen);
 }
 
 /* COPT_LIST: every flag occurrence, else the variable's comma-separated list. */
@@ -339,6 +327,7 @@ static bool apply_list(struct consumer_config *cf, const struct copt *o,
                        const struct raw_value *raw, char *err, size_t errlen)
 {
 	const char *list = raw->env;
+	size_t len;
 
 	if (raw->nlist > 0) {
 		for (size_t i = 0; i < raw->nlist; i++) {
@@ -349,20 +338,9 @@ static bool apply_list(struct consumer_config *cf, const struct copt *o,
 	}
 	if (!list || list[strspn(list, " \t")] == '\0')
 		return true;
-	for (const char *p = list;;) {
-		const char *comma = strchr(p, ',');
-		const char *end = comma ? comma : p + strlen(p);
-
-		while (p < end && (*p == ' ' || *p == '\t'))
-			p++;
-		while (end > p && (end[-1] == ' ' || end[-1] == '\t'))
-			end--;
-		if (!list_append(cf, o, p, (size_t)(end - p), true, err, errlen))
+	for (const char *cursor = list, *item; config_list_next(&cursor, &item, &len);)
+		if (!list_append(cf, o, item, len, true, err, errlen))
 			return false;
-		if (!comma)
-			break;
-		p = comma + 1;
-	}
 	return true;
 }
 

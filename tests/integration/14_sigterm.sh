@@ -43,27 +43,7 @@ log "after SIGTERM: $n of $N entries in Redis, slot confirmed $conf (started at 
 assert_lt "$n" "$N" "SIGTERM landed mid-drain (the relay stopped instead of finishing the backlog)"
 # Final feedback: every transaction whole in Redis (100 entries) must be
 # confirmed, i.e. its _lsn <= confirmed_flush_lsn.
-for t in order customer invoice; do rx fields "outbox:$t" _xid _lsn; done >"$T/meta"
-last=$(python3 - "$T/meta" <<'PY'
-import collections, sys
-n, lsn = collections.Counter(), {}
-for line in open(sys.argv[1]):
-    xid, l = line.rstrip("\n").split("\t")
-    n[xid] += 1
-    lsn[xid] = l
-def key(l):
-    hi, lo = l.split("/")
-    return (int(hi, 16) << 32) | int(lo, 16)
-# The relay stops reading WAL at the signal: the newest transaction may have
-# all its rows in Redis (rows go out before their commit arrives) without its
-# commit having been received, so only the one before it must be confirmed.
-done = sorted((lsn[x] for x in n if n[x] == 100), key=key)
-print(done[-2] if len(done) >= 2 else "")
-PY
-)
-if [ -n "$last" ]; then
-	assert_lsn_ge "$conf" "$last" "the last transaction whole in Redis is confirmed (final feedback before exit)"
-fi
+assert_whole_tx_confirmed 100 "$conf" "the last transaction whole in Redis is confirmed (final feedback before exit)"
 
 relay_drain
 psql_q "SELECT id FROM outbox" >"$T/expected"

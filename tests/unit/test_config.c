@@ -688,6 +688,33 @@ TEST(redis_url_option)
 	                 "invalid --redis-url: empty URL", NULL));
 }
 
+/* The list helpers both option engines (relay and outbox-consume) use. */
+TEST(list_helpers)
+{
+	const char *cursor = " a ,b,\t, c d ", *item;
+	const char *want[] = {"a", "b", "", "c d"};
+	char **v = NULL;
+	size_t len, n = 0, k = 0;
+
+	while (config_list_next(&cursor, &item, &len)) {
+		CHECK(k < 4);
+		if (k < 4)
+			CHECK(len == strlen(want[k]) && memcmp(item, want[k], len) == 0);
+		CHECK(config_strv_push(&v, &n, item, len));
+		k++;
+	}
+	CHECK_INT(k, 4);
+	CHECK_INT(n, 4);
+	CHECK_STR(v[3], "c d");
+	CHECK_STR(v[2], "");
+	for (size_t i = 0; i < n; i++)
+		free(v[i]);
+	free(v);
+	cursor = "";
+	CHECK(config_list_next(&cursor, &item, &len) && len == 0); /* one empty item */
+	CHECK(!config_list_next(&cursor, &item, &len));
+}
+
 TEST(groups)
 {
 	struct relay_config cf;
@@ -1066,6 +1093,7 @@ int main(void)
 	RUN(pg_dsn_forms);
 	RUN(malformed_pg_dsn_hides_password);
 	RUN(redis_url_option);
+	RUN(list_helpers);
 	RUN(groups);
 	RUN(table_names);
 	RUN(slot_names);
