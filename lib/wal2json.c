@@ -690,6 +690,17 @@ static bool fast_number(const unsigned char **pp, const unsigned char *end)
 	return true;
 }
 
+/* The literal word at *pp, followed by a delimiter; *pp moves past it. */
+static bool fast_literal(const unsigned char **pp, const unsigned char *end, const char *word)
+{
+	size_t n = strlen(word);
+
+	if ((size_t)(end - *pp) < n || memcmp(*pp, word, n) != 0 || !fast_delim(*pp + n, end))
+		return false;
+	*pp += n;
+	return true;
+}
+
 static const unsigned char *skip_ws(const unsigned char *p, const unsigned char *end)
 {
 	while (p < end && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r'))
@@ -771,22 +782,16 @@ static enum fast_result fast_parse(struct w2j_decoder *d, const yajl_callbacks *
 			ok = cb->yajl_string(d, s, n);
 			break;
 		case 't':
-			if (end - p < 4 || memcmp(p, "true", 4) != 0 || !fast_delim(p + 4, end))
-				return FAST_FALLBACK;
-			p += 4;
-			ok = cb->yajl_boolean(d, 1);
-			break;
 		case 'f':
-			if (end - p < 5 || memcmp(p, "false", 5) != 0 || !fast_delim(p + 5, end))
-				return FAST_FALLBACK;
-			p += 5;
-			ok = cb->yajl_boolean(d, 0);
-			break;
 		case 'n':
-			if (end - p < 4 || memcmp(p, "null", 4) != 0 || !fast_delim(p + 4, end))
+			if (fast_literal(&p, end, "true"))
+				ok = cb->yajl_boolean(d, 1);
+			else if (fast_literal(&p, end, "false"))
+				ok = cb->yajl_boolean(d, 0);
+			else if (fast_literal(&p, end, "null"))
+				ok = cb->yajl_null(d);
+			else
 				return FAST_FALLBACK;
-			p += 4;
-			ok = cb->yajl_null(d);
 			break;
 		default:
 			s = p;

@@ -48,19 +48,21 @@ static bool same_text(const char *a, size_t alen, const char *b, size_t blen)
 	return alen == blen && memcmp(a, b, alen) == 0;
 }
 
+/* Both decoders accepted, or both rejected with the same message (abort() otherwise). */
+static bool same_verdict(bool ok, bool ref_ok)
+{
+	if (ok != ref_ok || (!ok && strcmp(w2j_errmsg(dec), w2j_errmsg(ref)) != 0))
+		abort();
+	return ok;
+}
+
 /* The fast path and yajl must agree on buf: abort() where they do not. */
 static void compare_paths(const char *buf, size_t size, bool ok, const struct w2j_change *a)
 {
 	struct w2j_change b;
-	bool ref_ok = w2j_decode(ref, buf, size, &b);
 
-	if (ok != ref_ok)
-		abort();
-	if (!ok) {
-		if (strcmp(w2j_errmsg(dec), w2j_errmsg(ref)) != 0)
-			abort();
+	if (!same_verdict(ok, w2j_decode(ref, buf, size, &b)))
 		return;
-	}
 	if (a->action != b.action || a->has_xid != b.has_xid || a->xid != b.xid || a->lsn != b.lsn ||
 	    a->nextlsn != b.nextlsn || a->transactional != b.transactional ||
 	    !same_text(a->timestamp, a->timestamp_len, b.timestamp, b.timestamp_len) ||
@@ -85,15 +87,9 @@ static void compare_objects(const char *buf, size_t size, bool ok, const struct 
 {
 	struct w2j_field *b;
 	size_t nb;
-	bool ref_ok = w2j_decode_object(ref, buf, size, &b, &nb);
 
-	if (ok != ref_ok)
-		abort();
-	if (!ok) {
-		if (strcmp(w2j_errmsg(dec), w2j_errmsg(ref)) != 0)
-			abort();
+	if (!same_verdict(ok, w2j_decode_object(ref, buf, size, &b, &nb)))
 		return;
-	}
 	if (na != nb)
 		abort();
 	for (size_t i = 0; i < na; i++)
