@@ -12,49 +12,28 @@ redis_start
 slot_create outbox_relay
 slot_create s_nodedup
 
-emit() { # emit FROM TO: 100-row transactions
-	psql_q "DO \$\$ BEGIN
-	  FOR t IN 0..(($2 - $1 + 1) / 100 - 1) LOOP
-	    INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
-	      SELECT (ARRAY['order','customer'])[i % 2 + 1], i::text, 'created', jsonb_build_object('n', i)
-	      FROM generate_series($1 + t * 100, $1 + t * 100 + 99) i;
-	    COMMIT;
-	  END LOOP;
-	END \$\$;"
-}
-
-check_once() { # check_once WHAT
-	psql_q "SELECT id FROM outbox" >"$T/expected"
-	assert_exactly_once "$T/expected"
-	for t in order customer; do
-		psql_q "SELECT id FROM outbox WHERE aggregate_type = '$t' ORDER BY (payload->>'n')::int" >"$T/order.$t"
-		assert_stream_ids "outbox:$t" "$T/order.$t"
-	done
-	ok "$1"
-}
-
-emit 1 5000
+emit_orders_customers 1 5000
 relay_drain
 before=$(slot_confirmed_lsn outbox_relay)
 pg_restart immediate
 after=$(slot_confirmed_lsn outbox_relay)
 log "confirmed_flush_lsn $before before the immediate restart, $after after"
 relay_drain
-check_once "no duplicates after an immediate restart (slot went back from $before to $after)"
+check_orders_customers_once "no duplicates after an immediate restart (slot went back from $before to $after)"
 
 # A relay running across a fast restart reconnects and goes on publishing.
 relay_start
-emit 5001 6000
+emit_orders_customers 5001 6000
 wait_confirmed outbox_relay "$(current_lsn)" 30 || fail "batch before the restart not confirmed"
 pg_restart fast
-emit 6001 7000
+emit_orders_customers 6001 7000
 l=$(current_lsn)
 wait_confirmed outbox_relay "$l" 60 || fail "relay did not reconnect and confirm $l within 60 s after the restart"
 relay_alive || fail "relay exited on the PostgreSQL restart instead of reconnecting"
 ok "relay reconnected after the restart and confirmed $l"
 relay_stop
 assert_eq 0 "$RELAY_RC" "relay exit code"
-check_once "exactly once across a restart under a running relay"
+check_orders_customers_once "exactly once across a restart under a running relay"
 
 # Watermark only: --dedup-window 0 on a fresh Redis, replay after a restart.
 redis_stop
@@ -65,5 +44,5 @@ assert_eq 7000 "$(sum_xlen)" "--dedup-window 0: all events published"
 pg_restart immediate
 log "s_nodedup confirmed $(slot_confirmed_lsn s_nodedup) after the immediate restart"
 relay_drain --slot s_nodedup --dedup-window 0
-check_once "--dedup-window 0: the watermark alone prevents duplicates on replay"
+check_orders_customers_once "--dedup-window 0: the watermark alone prevents duplicates on replay"
 pass

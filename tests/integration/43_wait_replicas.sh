@@ -22,17 +22,6 @@ HP=$(free_tcp_port)
 metrics() { python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen("http://127.0.0.1:%s/metrics" % sys.argv[1], timeout=5).read().decode())' "$HP"; }
 wait_errors() { metrics | sed -n 's/^outbox_relay_redis_errors_total{.*kind="wait".*} \([0-9]*\)$/\1/p'; }
 
-# emit FROM TO: rows n = FROM..TO, 50 per transaction.
-emit() {
-	psql_q "DO \$\$ BEGIN
-	  FOR t IN 0..(($2 - $1 + 1) / 50 - 1) LOOP
-	    INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
-	      SELECT (ARRAY['order','customer'])[i % 2 + 1], i::text, 'created', jsonb_build_object('n', i)
-	      FROM generate_series($1 + t * 50, $1 + t * 50 + 49) i;
-	    COMMIT;
-	  END LOOP;
-	END \$\$;"
-}
 # on NODE_PORT: the number of entries in outbox:* there.
 entries_on() {
 	local k total=0
@@ -67,7 +56,7 @@ stays_below() {
 relay_start --wait-replicas 1 --wait-timeout 500ms --retry-max 1s --http-addr "127.0.0.1:$HP"
 
 # 1. events flow
-emit 1 500
+emit_orders_customers 1 500 50
 l1=$(current_lsn)
 wait_confirmed outbox_relay "$l1" 30 || fail "not confirmed with the replica up ($(slot_confirmed_lsn outbox_relay), want $l1)"
 ok "replica up: 500 events confirmed up to $l1"
@@ -79,7 +68,7 @@ assert_eq 0 "$(wait_errors)" "no WAIT shortfall while the replica is up"
 # 2. replica shut down
 replica_stop
 wait_for '[ "$(primary_replicas)" = 0 ]' 10 || fail "the primary still counts a replica"
-emit 501 800
+emit_orders_customers 501 800 50
 l2=$(current_lsn)
 wait_for "[ \"\$(entries_on $PRIMARY_PORT)\" -ge 800 ]" 15 || fail "the new events were not XADDed on the primary ($(entries_on "$PRIMARY_PORT") entries)"
 ok "replica down: events 501-800 are XADDed on the primary"
@@ -104,7 +93,7 @@ exactly_once_on "$REPLICA_PORT" "replica"
 
 # 4. replica frozen (SIGSTOP), then thawed
 replica_pause
-emit 801 1000
+emit_orders_customers 801 1000 50
 l3=$(current_lsn)
 wait_for "[ \"\$(entries_on $PRIMARY_PORT)\" -ge 1000 ]" 15 || fail "events 801-1000 were not XADDed on the primary"
 f3=$(first_new_lsn 801)

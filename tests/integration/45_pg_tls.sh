@@ -57,24 +57,12 @@ assert_eq "t" "$(psql -X -At -c "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_back
 	"$TLS_DSN sslmode=verify-full sslrootcert=$TLS/ca.crt")" "psql with verify-full and the CA connects over SSL"
 redis_start
 
-# emit FROM TO: rows n = FROM..TO, 50 per transaction.
-emit() {
-	psql_q "DO \$\$ BEGIN
-	  FOR t IN 0..(($2 - $1 + 1) / 50 - 1) LOOP
-	    INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
-	      SELECT (ARRAY['order','customer'])[i % 2 + 1], i::text, 'created', jsonb_build_object('n', i)
-	      FROM generate_series($1 + t * 50, $1 + t * 50 + 49) i;
-	    COMMIT;
-	  END LOOP;
-	END \$\$;"
-}
-
 # ---------------------------------------------------------------------------
 # 1. verify-full with the right CA
 # ---------------------------------------------------------------------------
 PG_DSN="$TLS_DSN sslmode=verify-full sslrootcert=$TLS/ca.crt"
 relay_start --retry-max 1s
-emit 1 300
+emit_orders_customers 1 300 50
 l1=$(current_lsn)
 wait_confirmed outbox_relay "$l1" 30 || fail "not confirmed over TLS within 30 s (slot at $(slot_confirmed_lsn outbox_relay), want $l1)"
 ok "300 events confirmed over TLS up to $l1"
@@ -90,7 +78,7 @@ assert_exactly_once "$T/expected"
 # ---------------------------------------------------------------------------
 # 2. the wrong CA; the right CA but a host name the certificate does not name
 # ---------------------------------------------------------------------------
-emit 301 400
+emit_orders_customers 301 400 50
 l2=$(current_lsn)
 c0=$(slot_confirmed_lsn outbox_relay)
 assert_lsn_lt "$c0" "$l2" "events 301-400 not confirmed yet"
@@ -135,10 +123,5 @@ ssl=$(psql_q "SELECT s.ssl::int FROM pg_replication_slots r JOIN pg_stat_ssl s O
 assert_eq 1 "$ssl" "sslmode=require: the walsender uses SSL"
 relay_stop
 assert_eq 0 "$RELAY_RC" "relay (require) exit code after SIGTERM"
-psql_q "SELECT id FROM outbox" >"$T/expected"
-assert_exactly_once "$T/expected"
-for t in order customer; do
-	psql_q "SELECT id FROM outbox WHERE aggregate_type = '$t' ORDER BY (payload->>'n')::int" >"$T/order.$t"
-	assert_stream_ids "outbox:$t" "$T/order.$t"
-done
+check_orders_customers_once "exactly once and in order over TLS"
 pass
