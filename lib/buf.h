@@ -62,17 +62,35 @@ static inline void buf_putc(struct buf *b, char c)
 	buf_append(b, &c, 1);
 }
 
+/* Write v in decimal so that it ends just before end; returns its first digit (at most 20 bytes back). */
+static inline char *u64_to_dec(char *end, uint64_t v)
+{
+	do {
+		*--end = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	return end;
+}
+
 /* Append the decimal rendering of v. */
 static inline void buf_put_u64(struct buf *b, uint64_t v)
 {
-	char tmp[24];
-	int i = (int)sizeof(tmp);
+	char tmp[20];
+	char *s = u64_to_dec(tmp + sizeof(tmp), v);
 
-	do {
-		tmp[--i] = (char)('0' + v % 10);
-		v /= 10;
-	} while (v);
-	buf_append(b, tmp + i, sizeof(tmp) - (size_t)i);
+	buf_append(b, s, (size_t)(tmp + sizeof(tmp) - s));
+}
+
+/* The value of hex digit c, or -1. */
+static inline int hex_value(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
 }
 
 static inline void buf_reset(struct buf *b)

@@ -3,22 +3,13 @@
  */
 #include "lsn.h"
 
+#include "buf.h"
+
 #include <stdio.h>
 #include <time.h>
 
 /* Seconds between 1970-01-01 and 2000-01-01, the PostgreSQL epoch. */
 #define PG_EPOCH_OFFSET_US INT64_C(946684800000000)
-
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
 
 /* Parse 1..8 hex digits from s[*pos..end) into *out, stopping at stop. */
 static bool parse_half(const char *s, size_t *pos, size_t end, char stop, uint32_t *out)
@@ -27,7 +18,7 @@ static bool parse_half(const char *s, size_t *pos, size_t end, char stop, uint32
 	size_t start = *pos;
 
 	while (*pos < end && s[*pos] != stop) {
-		int h = hexval(s[*pos]);
+		int h = hex_value(s[*pos]);
 
 		if (h < 0 || *pos - start >= 8)
 			return false;

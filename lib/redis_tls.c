@@ -297,22 +297,31 @@ bool redis_tls_pending(void *ssl)
 	return false;
 }
 
-ssize_t redis_tls_read(void *ssl, void *buf, size_t len, bool *want_other, char *err,
-                       size_t errlen)
+/* Never called: without TLS no session exists to read or write. */
+static ssize_t no_tls_io(bool *want_other, char *err, size_t errlen)
 {
-	(void)ssl;
-	(void)buf;
-	(void)len;
 	*want_other = false;
 	msg_set(err, errlen, "no TLS in this build");
 	errno = EIO;
 	return -1;
 }
 
+ssize_t redis_tls_read(void *ssl, void *buf, size_t len, bool *want_other, char *err,
+                       size_t errlen)
+{
+	(void)ssl;
+	(void)buf;
+	(void)len;
+	return no_tls_io(want_other, err, errlen);
+}
+
 ssize_t redis_tls_write(void *ssl, const void *buf, size_t len, bool *want_other, char *err,
                         size_t errlen)
 {
-	return redis_tls_read(ssl, (void *)(uintptr_t)buf, len, want_other, err, errlen);
+	(void)ssl;
+	(void)buf;
+	(void)len;
+	return no_tls_io(want_other, err, errlen);
 }
 
 #endif

@@ -12,6 +12,7 @@
  * scheme, host, port, database and socket path but never the user-info part.
  * Pure: no I/O, no logging.
  */
+#include "buf.h"
 #include "msg.h"
 #include "redis_url.h"
 
@@ -39,17 +40,6 @@ static char *dup_range(const char *s, size_t len)
 	return p;
 }
 
-static int hexval(char c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 enum decode_result { DECODE_OK, DECODE_BAD, DECODE_NUL, DECODE_OOM };
 
 /*
@@ -75,8 +65,8 @@ static enum decode_result percent_decode(const char *s, size_t len, char **ret)
 				free(out);
 				return DECODE_BAD;
 			}
-			hi = hexval(s[i + 1]);
-			lo = hexval(s[i + 2]);
+			hi = hex_value(s[i + 1]);
+			lo = hex_value(s[i + 2]);
 			if (hi < 0 || lo < 0) {
 				free(out);
 				return DECODE_BAD;
@@ -174,7 +164,7 @@ static bool host_char_ok(char c)
 
 static bool ipv6_char_ok(char c)
 {
-	return hexval(c) >= 0 || c == ':' || c == '.';
+	return hex_value(c) >= 0 || c == ':' || c == '.';
 }
 
 /*

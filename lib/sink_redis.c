@@ -1110,14 +1110,10 @@ static void put_hex(char *out, uint64_t v, int width)
 
 static void resp_u64(struct buf *b, uint64_t v)
 {
-	char tmp[24];
-	int i = (int)sizeof(tmp);
+	char tmp[20];
+	char *d = u64_to_dec(tmp + sizeof(tmp), v);
 
-	do {
-		tmp[--i] = (char)('0' + v % 10);
-		v /= 10;
-	} while (v);
-	resp_bulk(b, tmp + i, sizeof(tmp) - (size_t)i);
+	resp_bulk(b, d, (size_t)(tmp + sizeof(tmp) - d));
 }
 
 /* Queue a command whose bytes are out[start..], and route it when connected. */
