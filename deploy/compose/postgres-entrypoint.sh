@@ -27,12 +27,16 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
 		wal_level = logical
 		max_wal_senders = 10
 		max_replication_slots = 10
-		# Debian 15.19+ only lets listed plugins decode; wal2json must be here.
-		output_plugin_libraries = 'pgoutput, test_decoding, wal2json'
 		# Disk cap for WAL retained by an unconsumed slot (the slot is lost past it).
 		max_slot_wal_keep_size = '1GB'
 		password_encryption = 'scram-sha-256'
 	CONF
+	# Debian's 15.19+ and 17+ builds only let listed plugins decode, so wal2json
+	# must be in output_plugin_libraries there; 15.18 and upstream builds have
+	# no such setting and refuse to start with it. Ask the server.
+	if postgres --describe-config 2>/dev/null | cut -f1 | grep -qx output_plugin_libraries; then
+		echo "output_plugin_libraries = 'pgoutput, test_decoding, wal2json'" >>"$PGDATA/postgresql.conf"
+	fi
 	cat >>"$PGDATA/pg_hba.conf" <<-HBA
 		# --- outbox-relay compose stack ---
 		# The relay's role, by password, on the application database only: its

@@ -299,6 +299,15 @@ wait_for() {
 # ---------------------------------------------------------------------------
 
 PG_DSN=
+_PG_GUCS= # postgres --describe-config names, read once (pg_has_setting)
+
+# pg_has_setting NAME: succeeds when this server binary knows the setting.
+# Debian's 15.19+ and 17 builds have output_plugin_libraries; 15.18 and
+# upstream do not, and refuse to start with it in postgresql.conf.
+pg_has_setting() {
+	[ -n "$_PG_GUCS" ] || _PG_GUCS=$("$PG_BINDIR/postgres" --describe-config 2>/dev/null | cut -f1)
+	grep -qx "$1" <<<"$_PG_GUCS"
+}
 
 # pg_start [EXTRA -c settings...]: initdb (first time) and start PostgreSQL 15
 # with logical decoding enabled. Extra args are passed as "-c name=value".
@@ -323,11 +332,13 @@ pg_start() {
 			timezone = 'UTC'
 			shared_buffers = 32MB
 			max_connections = 30
-			output_plugin_libraries = 'pgoutput,test_decoding,wal2json'
 			log_line_prefix = '%m [%p] %q%a '
 			log_min_messages = warning
 			log_connections = off
 		EOF
+		if pg_has_setting output_plugin_libraries; then
+			echo "output_plugin_libraries = 'pgoutput,test_decoding,wal2json'" >>"$PGDATA/postgresql.conf"
+		fi
 	fi
 	opts=""
 	for a in "$@"; do
