@@ -98,6 +98,7 @@ static const char *const redis_err_names[RERR_NKINDS] = {
     [RERR_READONLY] = "readonly", [RERR_BUSY] = "busy",           [RERR_OTHER] = "other",
     [RERR_IO] = "io",             [RERR_TIMEOUT] = "timeout",
     [RERR_CLUSTER] = "cluster_redirect", [RERR_WAIT] = "wait",
+    [RERR_ORDER] = "order",       [RERR_STATE] = "state",
 };
 
 #define NSTATES (STATE_STOPPING + 1)

@@ -50,6 +50,8 @@ enum redis_err_kind {
 	RERR_TIMEOUT,  /* no reply within --redis-timeout */
 	RERR_CLUSTER,  /* MOVED, ASK, TRYAGAIN, CLUSTERDOWN */
 	RERR_WAIT,     /* WAIT/WAITAOF: fewer replicas or fsyncs than asked for */
+	RERR_ORDER,    /* a call refused: an earlier one for its stream had not run */
+	RERR_STATE,    /* watermark of another database, or acknowledged writes lost */
 	RERR_NKINDS
 };
 

@@ -21,6 +21,8 @@ struct pgrepl {
 	bool streaming;
 	bool created_slot;
 	lsn_t slot_confirmed; /* the slot's confirmed_flush_lsn when streaming started */
+	char system_id[32];   /* IDENTIFY_SYSTEM's systemid */
+	char dbname[128];     /* and dbname */
 	char *copybuf; /* last PQgetCopyData buffer, freed on the next call */
 	char errmsg[1024];
 };
@@ -68,6 +70,16 @@ bool pgrepl_streaming(const struct pgrepl *p)
 bool pgrepl_created_slot(const struct pgrepl *p)
 {
 	return p->created_slot;
+}
+
+const char *pgrepl_system_id(const struct pgrepl *p)
+{
+	return p->system_id;
+}
+
+const char *pgrepl_dbname(const struct pgrepl *p)
+{
+	return p->dbname;
 }
 
 lsn_t pgrepl_slot_confirmed(const struct pgrepl *p)
@@ -399,6 +411,8 @@ enum pg_status pgrepl_start(struct pgrepl *p)
 		st = PG_FATAL_SETUP;
 		goto fail;
 	}
+	snprintf(p->system_id, sizeof(p->system_id), "%s", PQgetvalue(res, 0, 0));
+	snprintf(p->dbname, sizeof(p->dbname), "%s", PQgetvalue(res, 0, 3));
 	PQclear(res);
 
 	/* Commit timestamps in UTC, and bytea in hex (wal2json corrupts escape output). */

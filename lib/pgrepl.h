@@ -49,6 +49,9 @@ int pgrepl_fd(const struct pgrepl *p);
 bool pgrepl_created_slot(const struct pgrepl *p);
 /* The slot's confirmed_flush_lsn as read before START_REPLICATION (LSN_INVALID when new). */
 lsn_t pgrepl_slot_confirmed(const struct pgrepl *p);
+/* IDENTIFY_SYSTEM's system identifier and database of the last start ("" before). */
+const char *pgrepl_system_id(const struct pgrepl *p);
+const char *pgrepl_dbname(const struct pgrepl *p);
 
 /* Read what the socket has (after poll said readable). False on a broken connection. */
 bool pgrepl_consume(struct pgrepl *p);

@@ -98,6 +98,9 @@ struct relay {
 	lsn_t confirmed;  /* highest flush LSN sent to PostgreSQL */
 	uint64_t acked_seq_seen;
 	uint64_t redis_fail_seq; /* Redis counts as recovered once this seq is acknowledged */
+	bool redis_fatal;        /* Redis state no retry can fix (sink_error_is_fatal) */
+	uint64_t rejected_seen;  /* sink's rejected count already logged */
+	int64_t rejected_log_us; /* when it was last logged (one line per stats interval) */
 	int64_t last_status_us;
 	int64_t last_pg_msg_us; /* when the server last sent anything */
 	bool pg_ever_started;
@@ -429,6 +432,11 @@ static enum redis_err_kind err_kind(enum sink_error_kind k)
 		return RERR_CLUSTER;
 	case SINK_ERR_WAIT:
 		return RERR_WAIT;
+	case SINK_ERR_ORDER:
+		return RERR_ORDER;
+	case SINK_ERR_FOREIGN:
+	case SINK_ERR_LOST:
+		return RERR_STATE;
 	case SINK_ERR_IO:
 	case SINK_ERR_NONE:
 		return RERR_IO;
@@ -443,6 +451,12 @@ static void redis_lost(struct relay *r, const char *why)
 	int64_t delay = backoff_next(&r->redis_bo, r->cf->retry_max_ms);
 
 	count(&r->m->redis_errors[err_kind(sink_redis_errkind(r->sink))]);
+	if (sink_error_is_fatal(sink_redis_errkind(r->sink))) {
+		log_error("Redis: %s", why);
+		r->redis_fatal = true;
+		sink_redis_disconnect(r->sink);
+		return;
+	}
 	if (!r->redis_down) /* everything queued so far must go through */
 		r->redis_fail_seq = sink_redis_last_seq(r->sink);
 	if (!r->redis_down && sink_redis_errkind(r->sink) == SINK_ERR_CLUSTER)
@@ -468,6 +482,10 @@ static int try_pg(struct relay *r)
 
 	switch (st) {
 	case PG_OK:
+		if (!sink_redis_set_owner(r->sink, pgrepl_system_id(r->pg), pgrepl_dbname(r->pg))) {
+			log_error("database name \"%s\" is too long", pgrepl_dbname(r->pg));
+			return EXIT_PG_SETUP;
+		}
 		if (r->standby)
 			log_info("slot \"%s\" is free now: active, streaming", r->cf->slot);
 		else if (r->pg_down && r->pg_ever_started)
@@ -727,6 +745,11 @@ int relay_run(const struct relay_config *cf)
 		bool more = false;
 		int code;
 
+		if (r.redis_fatal) {
+			rc = EXIT_REDIS_STATE;
+			final_reason = "Redis state contradicts this relay";
+			break;
+		}
 		if (stop_requested && !stopping) {
 			stopping = true;
 			stop_deadline = now + (int64_t)cf->shutdown_timeout_ms * 1000;
@@ -839,6 +862,19 @@ int relay_run(const struct relay_config *cf)
 		if (now - r.last_stats_us >= STATS_INTERVAL_US)
 			log_stats(&r, now);
 
+		/* Entries a stream key refused went to the dead-letter stream. */
+		if (sink_redis_stats(r.sink)->rejected > r.rejected_seen &&
+		    now - r.rejected_log_us >= STATS_INTERVAL_US) {
+			uint64_t n = sink_redis_stats(r.sink)->rejected - r.rejected_seen;
+
+			r.rejected_seen += n;
+			r.rejected_log_us = now;
+			log_warn("Redis refused %llu entr%s for a stream key that holds another type "
+				 "(WRONGTYPE): dead-lettered to %s (in a Redis Cluster, to %s{<tag>} when "
+				 "that is in another slot)",
+				 (unsigned long long)n, n == 1 ? "y" : "ies", cf->dead_letter_stream,
+				 cf->dead_letter_stream);
+		}
 		/* What /metrics and the probes see while we sleep. */
 		publish_gauges(&r, now, stopping);
 
@@ -891,6 +927,10 @@ int relay_run(const struct relay_config *cf)
 	}
 
 	advance_confirm(&r);
+	/* After Redis lost acknowledged writes, confirm nothing more: what is
+	 * not confirmed yet is sent again by the next start. */
+	if (r.redis_fatal)
+		r.acked = r.confirmed;
 	if (pgrepl_streaming(r.pg))
 		pgrepl_stop(r.pg, r.received, r.acked > r.confirmed ? r.acked : r.confirmed);
 	if (r.acked > r.confirmed)

@@ -42,31 +42,55 @@
 
 /*
  * One call publishes a batch: consecutive events of one stream.
- * KEYS: stream, watermark key, then one dedup key per event (all in the
- * stream's cluster slot). ARGV: dedup TTL seconds ("0": no dedup), MAXLEN
- * ("0": no trimming), then per event: position "<commit lsn hex16>:<index
- * hex8>", field count N, and N field/value pairs.
- * Returns one result per event, in order: 0 for a replay (the watermark is at
- * or past its position), 1 for a duplicate id inside the window, or the new
- * entry's id. The watermark is read once and written once per batch.
- * Redis does not undo a script's writes when a later command fails, so a
- * failing XADD (e.g. WRONGTYPE) is caught: that event's dedup key is removed
- * and the watermark covers only the events before it, then the error is
- * returned. A retry then publishes exactly what is missing.
+ * KEYS: stream, watermark, legacy watermark (the pre-0.2 per-hash-tag key, or
+ * the watermark again), dead-letter stream, then one dedup key per event (all
+ * in the stream's cluster slot).
+ * ARGV: dedup TTL seconds ("0": no dedup), MAXLEN ("0": no trimming), owner
+ * ("<system id>/<database>" of the PostgreSQL database the relay streams
+ * from), expect (the position the previous call of this relay for this
+ * stream left the watermark at, "" for none), slot name, then per event:
+ * position "<commit lsn hex16>:<index hex8>", field count N, and N
+ * field/value pairs.
+ *
+ * The watermark's value is "<position> <owner>". The call refuses, writing
+ * nothing, when the watermark belongs to another database (OUTBOX_FOREIGN) or
+ * is behind expect (OUTBOX_BEHIND: an earlier call did not run, or Redis lost
+ * it). Returns one result per event, in order: 0 for a replay (the watermark
+ * is at or past its position), 1 for a duplicate id inside the window, 2 for
+ * an entry the stream key cannot take (WRONGTYPE), written instead to the
+ * dead-letter stream in the same call, or the new entry's id.
+ * The dedup key is written only after its XADD succeeded, so a failing XADD
+ * leaves nothing to undo: the watermark then covers the events before it and
+ * the error is returned; a retry publishes exactly what is missing.
+ * The watermark is written by every call, so each call replicates a write
+ * that WAIT can wait for even when all its events were replays.
  */
 #define PUBLISH_BODY                                                                               \
 	"local function publish(keys, args)\n"                                                     \
-	"  local ttl, maxlen = args[1], args[2]\n"                                                 \
-	"  local wm = redis.call('GET', keys[2])\n"                                                \
-	"  local res, last, a = {}, nil, 3\n"                                                      \
-	"  for i = 3, #keys do\n"                                                                  \
+	"  local ttl, maxlen, owner, expect = args[1], args[2], args[3], args[4]\n"                \
+	"  local raw = redis.call('GET', keys[2])\n"                                               \
+	"  if not raw and keys[3] ~= keys[2] then raw = redis.call('GET', keys[3]) end\n"          \
+	"  local wm = ''\n"                                                                        \
+	"  if raw then\n"                                                                          \
+	"    wm = string.sub(raw, 1, 25)\n"                                                        \
+	"    local o = string.sub(raw, 27)\n"                                                      \
+	"    if o ~= '' and o ~= owner then\n"                                                     \
+	"      return redis.error_reply('OUTBOX_FOREIGN ' .. keys[2] .. ' belongs to ' .. o)\n"    \
+	"    end\n"                                                                                \
+	"  end\n"                                                                                  \
+	"  if wm < expect then\n"                                                                  \
+	"    return redis.error_reply('OUTBOX_BEHIND ' .. keys[2] .. ' is at ' ..\n"               \
+	"      (wm == '' and 'nothing' or wm) .. ', expected ' .. expect)\n"                       \
+	"  end\n"                                                                                  \
+	"  local res, top, a = {}, wm, 6\n"                                                        \
+	"  for i = 5, #keys do\n"                                                                  \
 	"    local pos, first = args[a], a + 2\n"                                                  \
 	"    a = first + 2 * tonumber(args[a + 1])\n"                                              \
-	"    if wm and wm >= pos then\n"                                                           \
+	"    if wm >= pos then\n"                                                                  \
 	"      res[#res + 1] = 0\n"                                                                \
-	"    elseif ttl ~= '0' and not redis.call('SET', keys[i], '1', 'NX', 'EX', ttl) then\n"    \
+	"    elseif ttl ~= '0' and redis.call('EXISTS', keys[i]) == 1 then\n"                      \
 	"      res[#res + 1] = 1\n"                                                                \
-	"      wm, last = pos, pos\n"                                                              \
+	"      top = pos\n"                                                                        \
 	"    else\n"                                                                               \
 	"      local id\n"                                                                         \
 	"      if maxlen ~= '0' then\n"                                                            \
@@ -75,16 +99,23 @@
 	"      else\n"                                                                             \
 	"        id = redis.pcall('XADD', keys[1], '*', unpack(args, first, a - 1))\n"             \
 	"      end\n"                                                                              \
+	"      if type(id) == 'table' and id.err and string.sub(id.err, 1, 9) == 'WRONGTYPE' then\n" \
+	"        local f = {}\n"                                                                   \
+	"        for j = first, a - 1, 2 do f[args[j]] = args[j + 1] end\n"                        \
+	"        id = redis.pcall('XADD', keys[4], '*', 'reason', 'redis rejected the entry: ' ..\n" \
+	"          id.err, 'stream', keys[1], 'slot', args[5], 'raw', cjson.encode(f))\n"          \
+	"        if type(id) ~= 'table' or not id.err then id = 2 end\n"                           \
+	"      end\n"                                                                              \
 	"      if type(id) == 'table' and id.err then\n"                                           \
-	"        if ttl ~= '0' then redis.call('DEL', keys[i]) end\n"                              \
-	"        if last then redis.call('SET', keys[2], last) end\n"                              \
+	"        if top ~= wm then redis.call('SET', keys[2], top .. ' ' .. owner) end\n"          \
 	"        return id\n"                                                                      \
 	"      end\n"                                                                              \
+	"      if ttl ~= '0' and id ~= 2 then redis.call('SET', keys[i], '1', 'EX', ttl) end\n"    \
 	"      res[#res + 1] = id\n"                                                               \
-	"      wm, last = pos, pos\n"                                                              \
+	"      top = pos\n"                                                                        \
 	"    end\n"                                                                                \
 	"  end\n"                                                                                  \
-	"  if last then redis.call('SET', keys[2], last) end\n"                                    \
+	"  redis.call('SET', keys[2], top .. ' ' .. owner)\n"                                      \
 	"  return res\n"                                                                           \
 	"end\n"
 
@@ -116,6 +147,7 @@ struct qent {
 	uint8_t state;      /* enum qstate */
 	uint8_t dead_reason;
 	bool asking;        /* send ASKING first (after an ASK redirect) */
+	uint64_t prev_seq;  /* this relay's previous call for the same stream, 0 none */
 };
 
 /* A FIFO of 64-bit values: sequence numbers, or the markers below. */
@@ -148,6 +180,26 @@ struct node {
 
 struct strset {
 	char **slots;
+	size_t cap; /* power of two */
+	size_t used;
+};
+
+/*
+ * Per stream: where this relay's last queued call for it leaves the
+ * watermark, and that call's seq. The next call for the stream states that
+ * position as the watermark it expects, so a call that runs while an earlier
+ * one for the same stream was rejected (OOM, BUSY, a cluster redirect) is
+ * refused instead of moving the watermark past events never written.
+ */
+struct lastpos {
+	char *stream; /* NULL: free */
+	size_t len;
+	uint64_t seq;
+	char pos[26]; /* "<lsn hex16>:<index hex8>" */
+};
+
+struct posmap {
+	struct lastpos *v;
 	size_t cap; /* power of two */
 	size_t used;
 };
@@ -194,7 +246,12 @@ struct sink_redis {
 	uint32_t b_stream_id;
 	uint8_t b_dead_reason;
 	uint64_t b_args_count; /* ARGV entries after ttl and maxlen */
-	struct buf b_prefix;   /* "<prefix>:dedup:{tag}:" of the open batch */
+	struct buf b_prefix;   /* dedup key prefix of the open batch (see dedup_prefix) */
+	uint64_t b_prev_seq;   /* previous call for the batch's stream, 0 none */
+	char b_expect[26];     /* where that call leaves the watermark, "" none */
+	char b_last[26];       /* position of the batch's last event */
+	struct posmap last_pos;
+	char owner[160];       /* "<system id>/<database>": whose positions the watermarks hold */
 
 	struct strset streams; /* streams that got XGROUP CREATE on this connection set */
 	struct buf key;        /* scratch for key names */
@@ -270,6 +327,93 @@ static int strset_add(struct strset *set, const char *s, size_t n)
 		return -1;
 	set->used++;
 	return 1;
+}
+
+/* ---- last position per stream ---- */
+
+#define POSMAP_MAX 65536 /* streams remembered before done ones are forgotten */
+
+static struct lastpos *posmap_find(const struct posmap *pm, const char *s, size_t n)
+{
+	size_t i;
+
+	if (!pm->v)
+		return NULL;
+	for (i = hash_bytes(s, n) & (pm->cap - 1); pm->v[i].stream; i = (i + 1) & (pm->cap - 1))
+		if (pm->v[i].len == n && memcmp(pm->v[i].stream, s, n) == 0)
+			return &pm->v[i];
+	return NULL;
+}
+
+static void posmap_finish(struct posmap *pm)
+{
+	for (size_t i = 0; i < pm->cap; i++)
+		free(pm->v[i].stream);
+	free(pm->v);
+	*pm = (struct posmap){0};
+}
+
+/*
+ * Rebuild into cap slots, keeping the entries whose call is not yet done
+ * (seq > acked), or all of them when acked is UINT64_MAX. Forgetting a done
+ * call is safe: Redis already moved the watermark to its position, so the
+ * next call for that stream simply states no expectation.
+ */
+static bool posmap_rebuild(struct posmap *pm, size_t cap, uint64_t acked)
+{
+	struct posmap n = {calloc(cap, sizeof(struct lastpos)), cap, 0};
+
+	if (!n.v)
+		return false;
+	for (size_t i = 0; i < pm->cap; i++) {
+		struct lastpos *e = &pm->v[i];
+		size_t j;
+
+		if (!e->stream)
+			continue;
+		if (acked != UINT64_MAX && e->seq <= acked) {
+			free(e->stream);
+			continue;
+		}
+		for (j = hash_bytes(e->stream, e->len) & (cap - 1); n.v[j].stream; j = (j + 1) & (cap - 1))
+			;
+		n.v[j] = *e;
+		n.used++;
+	}
+	free(pm->v);
+	*pm = n;
+	return true;
+}
+
+/* The entry for stream s, created empty when absent; NULL when out of memory. */
+static struct lastpos *posmap_get(struct posmap *pm, const char *s, size_t n, uint64_t acked)
+{
+	struct lastpos *e = posmap_find(pm, s, n);
+	size_t i;
+
+	if (e)
+		return e;
+	if (!pm->v && !posmap_rebuild(pm, 1024, UINT64_MAX))
+		return NULL;
+	if ((pm->used + 1) * 2 > pm->cap) {
+		size_t cap = pm->cap < POSMAP_MAX ? pm->cap * 2 : pm->cap;
+
+		if (!posmap_rebuild(pm, cap, pm->cap < POSMAP_MAX ? UINT64_MAX : acked))
+			return NULL;
+		if ((pm->used + 1) * 2 > pm->cap && !posmap_rebuild(pm, pm->cap * 2, UINT64_MAX))
+			return NULL;
+	}
+	for (i = hash_bytes(s, n) & (pm->cap - 1); pm->v[i].stream; i = (i + 1) & (pm->cap - 1))
+		;
+	pm->v[i].stream = malloc(n ? n : 1);
+	if (!pm->v[i].stream)
+		return NULL;
+	memcpy(pm->v[i].stream, s, n);
+	pm->v[i].len = n;
+	pm->v[i].seq = 0;
+	pm->v[i].pos[0] = '\0';
+	pm->used++;
+	return &pm->v[i];
 }
 
 /* ---- RESP encoding ---- */
@@ -515,8 +659,16 @@ void sink_redis_destroy(struct sink_redis *s)
 	buf_finish(&s->b_args);
 	buf_finish(&s->b_prefix);
 	strset_finish(&s->streams);
+	posmap_finish(&s->last_pos);
 	free(s->q);
 	free(s);
+}
+
+bool sink_redis_set_owner(struct sink_redis *s, const char *system_id, const char *dbname)
+{
+	int n = snprintf(s->owner, sizeof(s->owner), "%s/%s", system_id, dbname);
+
+	return n > 0 && (size_t)n < sizeof(s->owner);
 }
 
 const char *sink_redis_errmsg(const struct sink_redis *s)
@@ -556,6 +708,10 @@ static enum sink_error_kind classify_reply_error(const char *msg)
 	for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
 		if (strncmp(msg, map[i].prefix, strlen(map[i].prefix)) == 0)
 			return map[i].kind;
+	if (strstr(msg, "OUTBOX_BEHIND"))
+		return SINK_ERR_ORDER;
+	if (strstr(msg, "OUTBOX_FOREIGN"))
+		return SINK_ERR_FOREIGN;
 	if (strstr(msg, "Function not found") || strstr(msg, "NOSCRIPT"))
 		return SINK_ERR_NOSCRIPT;
 	if (strstr(msg, "WRONGTYPE"))
@@ -1116,6 +1272,23 @@ static void resp_u64(struct buf *b, uint64_t v)
 	resp_bulk(b, d, (size_t)(tmp + sizeof(tmp) - d));
 }
 
+/*
+ * Append to b what follows "{tag}" in the names of a stream's auxiliary keys:
+ * nothing when the tag is the whole stream name (the keys are per stream as
+ * they are), and "#<length>:<stream>" when the stream carries its own hash
+ * tag, so that streams sharing a tag ("{orders}:a", "{orders}:b") keep their
+ * own watermark and dedup keys. s->tag must hold stream's tag.
+ */
+static void put_stream_suffix(struct sink_redis *s, struct buf *b, const char *stream, size_t len)
+{
+	if (s->tag.len == len + 2 && memcmp(s->tag.data + 1, stream, len) == 0)
+		return;
+	buf_putc(b, '#');
+	buf_put_u64(b, len);
+	buf_putc(b, ':');
+	buf_append(b, stream, len);
+}
+
 /* Queue a command whose bytes are out[start..], and route it when connected. */
 static bool push_command(struct sink_redis *s, struct qent *ent, size_t start)
 {
@@ -1140,15 +1313,19 @@ static bool close_batch(struct sink_redis *s)
 {
 	const struct relay_config *cf = s->cf;
 	struct buf *b = &s->out;
-	size_t start = b->len;
+	size_t start = b->len, dl_len = strlen(cf->dead_letter_stream);
+	uint16_t slot;
+	struct lastpos *lp;
 	struct qent ent;
 
 	if (!s->b_open)
 		return true;
 	s->b_open = false;
-	(void)stream_hash_tag(s->b_stream.data, s->b_stream.len, &s->tag); /* checked when routed */
-	/* FCALL name numkeys | stream wm dedup... | ttl maxlen args... */
-	resp_array(b, 3 + (2 + s->b_n) + 2 + s->b_args_count);
+	(void)stream_hash_tag(s->b_stream.data, s->b_stream.len, &s->tag); /* checked when opened */
+	slot = stream_slot(s, s->b_stream.data, s->b_stream.len);
+	/* FCALL name numkeys | stream wm legacy-wm dead-letter dedup... |
+	 * ttl maxlen owner expect slot args... */
+	resp_array(b, 3 + (4 + s->b_n) + 5 + s->b_args_count);
 	if (s->use_functions) {
 		resp_str(b, "FCALL");
 		resp_str(b, FUNCTION_NAME);
@@ -1156,29 +1333,65 @@ static bool close_batch(struct sink_redis *s)
 		resp_str(b, "EVALSHA");
 		resp_str(b, s->sha);
 	}
-	resp_u64(b, 2 + s->b_n);
+	resp_u64(b, 4 + s->b_n);
 	resp_bulk(b, s->b_stream.data, s->b_stream.len);
-	buf_reset(&s->key); /* watermark: <prefix>:wm:{tag}:<slot> */
+	buf_reset(&s->key); /* watermark: <prefix>:wm:{tag}[#<len>:<stream>]:<slot> */
+	buf_puts(&s->key, cf->key_prefix);
+	buf_puts(&s->key, ":wm:");
+	buf_append(&s->key, s->tag.data, s->tag.len);
+	put_stream_suffix(s, &s->key, s->b_stream.data, s->b_stream.len);
+	buf_putc(&s->key, ':');
+	buf_puts(&s->key, cf->slot);
+	resp_bulk(b, s->key.data, s->key.len);
+	buf_reset(&s->key); /* legacy (per tag) watermark: <prefix>:wm:{tag}:<slot> */
 	buf_puts(&s->key, cf->key_prefix);
 	buf_puts(&s->key, ":wm:");
 	buf_append(&s->key, s->tag.data, s->tag.len);
 	buf_putc(&s->key, ':');
 	buf_puts(&s->key, cf->slot);
 	resp_bulk(b, s->key.data, s->key.len);
+	/* Where entries the stream key refuses go, in the same call: the
+	 * dead-letter stream, or in a cluster where that lives in another slot,
+	 * "<dead-letter stream>{tag}" beside the stream ("{tag}<dead-letter
+	 * stream>" when that name carries a tag of its own). */
+	buf_reset(&s->key);
+	if (s->slot_node && stream_slot(s, cf->dead_letter_stream, dl_len) != slot) {
+		bool own_tag = !(s->tag.len == dl_len + 2 &&
+				 memcmp(s->tag.data + 1, cf->dead_letter_stream, dl_len) == 0);
+
+		(void)stream_hash_tag(s->b_stream.data, s->b_stream.len, &s->tag);
+		if (own_tag)
+			buf_append(&s->key, s->tag.data, s->tag.len);
+		buf_append(&s->key, cf->dead_letter_stream, dl_len);
+		if (!own_tag)
+			buf_append(&s->key, s->tag.data, s->tag.len);
+	} else {
+		buf_append(&s->key, cf->dead_letter_stream, dl_len);
+	}
+	resp_bulk(b, s->key.data, s->key.len);
 	buf_append(b, s->b_keys.data, s->b_keys.len);
 	resp_u64(b, s->b_dead ? 0 : (uint64_t)cf->dedup_window_s);
 	resp_u64(b, s->b_dead ? 0 : (uint64_t)cf->maxlen);
+	resp_str(b, s->owner);
+	resp_str(b, s->b_expect);
+	resp_str(b, cf->slot);
 	buf_append(b, s->b_args.data, s->b_args.len);
 	if (s->key.failed || s->tag.failed)
 		return false;
+	lp = posmap_get(&s->last_pos, s->b_stream.data, s->b_stream.len, s->acked_seq);
+	if (!lp)
+		return false;
+	memcpy(lp->pos, s->b_last, sizeof(lp->pos));
+	lp->seq = s->b_seq;
 	ent = (struct qent){
 		.seq = s->b_seq,
 		.nevents = s->b_n,
 		.commit_us = s->b_commit_us,
 		.stream_id = s->b_stream_id,
-		.slot = stream_slot(s, s->b_stream.data, s->b_stream.len),
+		.slot = slot,
 		.kind = s->b_dead ? Q_DEAD : Q_PUBLISH,
 		.dead_reason = s->b_dead_reason,
+		.prev_seq = s->b_prev_seq,
 	};
 	return push_command(s, &ent, start);
 }
@@ -1230,6 +1443,7 @@ static bool queue_groups(struct sink_redis *s, const char *stream, size_t len)
 
 bool sink_redis_publish(struct sink_redis *s, const struct event *ev, bool dead_letter)
 {
+	struct lastpos *lp;
 	char pos[26];
 
 	if (s->b_open && (dead_letter || s->b_dead || s->b_n >= BATCH_MAX_EVENTS ||
@@ -1261,11 +1475,16 @@ bool sink_redis_publish(struct sink_redis *s, const struct event *ev, bool dead_
 					 : 0;
 		if (!stream_hash_tag(ev->stream, ev->stream_len, &s->tag))
 			return false;
-		buf_reset(&s->b_prefix); /* dedup key prefix: <prefix>:dedup:{tag}: */
+		/* dedup key prefix: <prefix>:dedup:{tag}[#<len>:<stream>]: */
+		buf_reset(&s->b_prefix);
 		buf_puts(&s->b_prefix, s->cf->key_prefix);
 		buf_puts(&s->b_prefix, ":dedup:");
 		buf_append(&s->b_prefix, s->tag.data, s->tag.len);
+		put_stream_suffix(s, &s->b_prefix, ev->stream, ev->stream_len);
 		buf_putc(&s->b_prefix, ':');
+		lp = posmap_find(&s->last_pos, ev->stream, ev->stream_len);
+		s->b_prev_seq = lp ? lp->seq : 0;
+		memcpy(s->b_expect, lp ? lp->pos : "", lp ? sizeof(s->b_expect) : 1);
 	}
 	/* KEYS: the dedup key; ARGV: position, field count, fields. */
 	buf_putc(&s->b_keys, '$');
@@ -1279,6 +1498,8 @@ bool sink_redis_publish(struct sink_redis *s, const struct event *ev, bool dead_
 	put_hex(pos, ev->commit_lsn, 16);
 	pos[16] = ':';
 	put_hex(pos + 17, ev->index, 8);
+	pos[25] = '\0';
+	memcpy(s->b_last, pos, sizeof(s->b_last));
 	resp_bulk(&s->b_args, pos, 25);
 	resp_u64(&s->b_args, ev->nfields);
 	for (size_t i = 0; i < ev->nfields; i++) {
@@ -1308,6 +1529,12 @@ static void count_result(struct sink_redis *s, const struct qent *e, const redis
 	if (r->type == REDIS_REPLY_INTEGER && r->integer == 0) {
 		s->stats.replays++;
 		c = s->m ? &s->m->replays_skipped : NULL;
+	} else if (r->type == REDIS_REPLY_INTEGER && r->integer == 2) {
+		/* The stream key refused it (WRONGTYPE): the function wrote it to
+		 * the dead-letter stream instead. */
+		s->stats.dead_lettered++;
+		s->stats.rejected++;
+		c = s->m ? &s->m->dead_lettered[DEAD_REDIS_REJECTED] : NULL;
 	} else if (r->type == REDIS_REPLY_INTEGER) {
 		s->stats.duplicates++;
 		c = s->m ? &s->m->duplicates_skipped : NULL;
@@ -1364,6 +1591,33 @@ static bool follow_ask(struct sink_redis *s, struct qent *e, const char *msg)
 	e->node = (int8_t)idx;
 	e->state = QS_ROUTED;
 	return true;
+}
+
+/*
+ * The function refused e because its stream's watermark is behind where this
+ * relay's previous call for the stream should have left it. While that call
+ * is not done (rejected, or not yet run), resending everything in order
+ * fixes it. When it is done, Redis acknowledged writes it no longer has.
+ */
+static bool refused_behind(struct sink_redis *s, const struct qent *e, const char *msg)
+{
+	const struct qent *prev = e->prev_seq ? ent_of(s, e->prev_seq) : NULL;
+
+	if (e->prev_seq && e->prev_seq > s->acked_seq && (!prev || prev->state != QS_DONE)) {
+		snprintf(s->errmsg, sizeof(s->errmsg),
+			 "%s refused (%s): an earlier call for the same stream did not run; sending "
+			 "both again in order",
+			 kind_name(e->kind), msg);
+		return false;
+	}
+	s->errkind = SINK_ERR_LOST;
+	snprintf(s->errmsg, sizeof(s->errmsg),
+		 "Redis lost acknowledged writes: %s (a failover without --wait-replicas, a restart "
+		 "without persistence, or a deleted key). Events acknowledged since are not in "
+		 "Redis: those not yet confirmed to PostgreSQL are sent again when the relay "
+		 "restarts; confirmed ones must be republished from the outbox table",
+		 msg);
+	return false;
 }
 
 /* Match one reply against what n's oldest outstanding request was. */
@@ -1439,10 +1693,21 @@ static bool handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 		}
 		s->stats.error_replies++;
 		s->errkind = classify_reply_error(r->str);
-		if (s->errkind == SINK_ERR_WRONGTYPE)
+		if (s->errkind == SINK_ERR_ORDER)
+			return refused_behind(s, e, r->str);
+		if (s->errkind == SINK_ERR_FOREIGN)
 			snprintf(s->errmsg, sizeof(s->errmsg),
-				 "%s failed: %s (a key the relay writes holds another type: rename or "
-				 "delete it; the relay retries until then)",
+				 "%s refused: the watermark %s, not to this database (%s): another "
+				 "database publishes through this Redis with the same --slot and "
+				 "--key-prefix; give this relay its own --key-prefix or --slot (if this "
+				 "database replaced that one on purpose, delete that database's "
+				 "\"%s:wm:*\" keys)",
+				 kind_name(e->kind), r->str + strlen("OUTBOX_FOREIGN "), s->owner,
+				 s->cf->key_prefix);
+		else if (s->errkind == SINK_ERR_WRONGTYPE)
+			snprintf(s->errmsg, sizeof(s->errmsg),
+				 "%s failed: %s (a watermark, dedup or dead-letter key the relay writes "
+				 "holds another type: rename or delete it; the relay retries until then)",
 				 kind_name(e->kind), r->str);
 		else
 			snprintf(s->errmsg, sizeof(s->errmsg), "%s failed: %s", kind_name(e->kind), r->str);

@@ -37,8 +37,17 @@ enum sink_error_kind {
 	SINK_ERR_IO,        /* connection failed or closed */
 	SINK_ERR_TIMEOUT,   /* no reply within --redis-timeout */
 	SINK_ERR_CLUSTER,   /* MOVED, TRYAGAIN, CLUSTERDOWN: slot map refreshed, everything re-routed */
-	SINK_ERR_WAIT       /* WAIT/WAITAOF fell short: nothing counted, everything sent again */
+	SINK_ERR_WAIT,      /* WAIT/WAITAOF fell short: nothing counted, everything sent again */
+	SINK_ERR_ORDER,     /* a call ran while an earlier one for its stream had not: resent in order */
+	SINK_ERR_FOREIGN,   /* the watermark belongs to another database: permanent */
+	SINK_ERR_LOST       /* Redis lost writes it had acknowledged: permanent */
 };
+
+/* Failures no retry can fix: the relay stops (see relay.c). */
+static inline bool sink_error_is_fatal(enum sink_error_kind k)
+{
+	return k == SINK_ERR_FOREIGN || k == SINK_ERR_LOST;
+}
 
 struct sink_stats {
 	uint64_t published;      /* new stream entries */
@@ -48,6 +57,7 @@ struct sink_stats {
 	uint64_t error_replies;  /* error replies that forced a resend */
 	uint64_t reconnects;     /* successful connects after the first */
 	uint64_t ask_redirects;  /* ASK replies followed (cluster slot migrations) */
+	uint64_t rejected;       /* entries a stream key refused (WRONGTYPE), dead-lettered */
 };
 
 struct sink_redis;
@@ -120,6 +130,14 @@ enum sink_error_kind sink_redis_errkind(const struct sink_redis *s);
 
 /* Bytes the publish command for ev would take (to enforce --max-event-bytes). */
 size_t sink_redis_event_size(const struct event *ev);
+
+/*
+ * Whose positions the watermarks hold: PostgreSQL's system identifier and the
+ * database (IDENTIFY_SYSTEM). Set before the first sink_redis_publish(); a
+ * watermark owned by another database makes publishing fail for good
+ * (SINK_ERR_FOREIGN). Returns false when the text does not fit.
+ */
+bool sink_redis_set_owner(struct sink_redis *s, const char *system_id, const char *dbname);
 
 /* Lua source of the publish function (FUNCTION LOAD body), for docs and tests. */
 extern const char sink_redis_function_library[];

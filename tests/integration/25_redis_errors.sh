@@ -2,8 +2,8 @@
 # 25_redis_errors: error replies from a live Redis. The documented rule: OOM,
 # READONLY, BUSY and other error replies are retried with capped backoff
 # (never a hot loop) and nothing past the rejected events is confirmed;
-# WRONGTYPE is retried too (the relay cannot fix a key that holds another
-# type, it says how: "rename or delete it"); NOSCRIPT / "Function not found"
+# a stream key that holds another type (WRONGTYPE) refuses its entries for
+# good, so they are dead-lettered by the function itself; NOSCRIPT / "Function not found"
 # reload the function (22_redis_restart_function). In this order:
 # (a) OOM: maxmemory 1mb, noeviction, Redis already over it: one warning per
 #     state change, little CPU, no confirm past the rejected events;
@@ -11,11 +11,10 @@
 # (c) READONLY: the relay points at a replica (replicaof a primary on
 #     127.0.0.1): READONLY logged once, nothing confirmed; REPLICAOF NO ONE
 #     -> delivered exactly once.
-# (b) WRONGTYPE: outbox:order is a string when order events commit; the log
-#     names WRONGTYPE and the fix, once; nothing confirmed past the rejected
-#     events; after DEL every event is delivered exactly once (none may be
-#     lost to the dedup key of the failed attempt: before cf74f4a all 100
-#     order events were dropped as "duplicates").
+# (b) WRONGTYPE: outbox:order is a string when order events commit: each
+#     order event is in the dead-letter stream exactly once (reason, stream,
+#     raw), customer events flow meanwhile, the slot confirms past them, the
+#     string key is untouched; after DEL order events flow to the stream.
 RELAY_LOG_LEVEL=${RELAY_LOG_LEVEL:-debug}
 . "$(dirname "$0")/lib.sh"
 setup_tmp
@@ -137,31 +136,44 @@ relay_start --retry-max 1s
 wait_for slot_active\ outbox_relay 15 || fail "relay did not start streaming"
 
 # ---- (b) WRONGTYPE -----------------------------------------------------------
+# A stream key that holds another type refuses every entry for good: the
+# function writes those entries to the dead-letter stream in the same call
+# (reason, stream, raw fields), the watermark moves past them, and every
+# other stream goes on. Nothing is lost, nothing stalls.
 assert_eq OK "$(redis_cli SET outbox:order 'not a stream')" "outbox:order is a string"
+dl0=$(xlen outbox:dead-letter)
 emit_orders_customers 4001 4200
 l_b=$(current_lsn)
-wait_for "grep -q WRONGTYPE '$RELAY_LOG'" 10 || fail "the relay did not log WRONGTYPE within 10 s"
-sleep 4 # several retries
-line=$(grep -m1 WRONGTYPE "$RELAY_LOG")
-log "relay: ${line#* warn: }"
-assert_contains "$line" "rename or delete it" "the WRONGTYPE message says how to fix it"
-conf_b=$(slot_confirmed_lsn outbox_relay)
+wait_confirmed outbox_relay "$l_b" 30 || fail "(b) the relay did not confirm past the refused entries within 30 s (stalled)"
 relay_alive || fail "relay exited on WRONGTYPE"
-nwarn=$(count_log ' warn: .*WRONGTYPE')
-log "(b) WRONGTYPE: $nwarn warning line(s), $(count_log 'WRONGTYPE') log line(s) mention it, $(count_log 'Redis: reconnected') 'reconnected' line(s) in about 4 s"
 assert_eq string "$(redis_cli TYPE outbox:order)" "the relay did not touch the string key"
+nwarn=$(count_log ' warn: .*WRONGTYPE.*dead-lettered')
+assert_ge "$nwarn" 1 "(b) the log says the refused entries were dead-lettered"
+log "relay: $(grep -m1 'WRONGTYPE' "$RELAY_LOG" | sed 's/.* warn: //')"
+# The dead letters: one per order event, each id once, with the reason and the stream.
+rx entries outbox:dead-letter | tail -n +"$((dl0 + 1))" >"$T/dl_b"
+python3 - "$T/dl_b" >"$T/dl_b.ids" <<'PY' || fail "(b) dead-letter entries are malformed: $(head -c 600 "$T/dl_b")"
+import json, sys
+for line in open(sys.argv[1]):
+    f = dict(json.loads(line)["fields"])
+    assert f["stream"] == "outbox:order", f
+    assert f["reason"].startswith("redis rejected the entry: WRONGTYPE"), f
+    assert f["slot"] == "outbox_relay", f
+    print(json.loads(f["raw"])["id"])
+PY
+psql_q "SELECT id FROM outbox WHERE aggregate_type = 'order' AND aggregate_id::int >= 4001" >"$T/exp_b"
+ids_exactly_once "$T/exp_b" "$T/dl_b.ids" "(b) order events in the dead-letter stream"
+psql_q "SELECT id FROM outbox WHERE aggregate_type = 'customer' AND aggregate_id::int >= 4001 ORDER BY aggregate_id::int" >"$T/cust_b"
+rx fields outbox:customer id | tail -n "$(wc -l <"$T/cust_b")" >"$T/cust_b.got"
+assert_eq "$(cat "$T/cust_b")" "$(cat "$T/cust_b.got")" "(b) customer events published in order while outbox:order refused"
+# Once the key is a stream again, order events flow to it.
 redis_cli DEL outbox:order >/dev/null
 ok "DEL outbox:order"
-wait_confirmed outbox_relay "$l_b" 30 || fail "relay did not deliver within 30 s after DEL"
+emit_orders_customers 4201 4400
+wait_confirmed outbox_relay "$(current_lsn)" 30 || fail "relay did not deliver within 30 s after DEL"
 relay_stop
 assert_eq 0 "$RELAY_RC" "relay exit code after SIGTERM"
 log "(b) $(grep 'stopped (' "$RELAY_LOG" | tail -n 1 | sed 's/.*stopped //')"
-check_once "(b) exactly once after the WRONGTYPE key was deleted" 4001
-# 4001 (customer) is in the same transaction as 4002, the first order event.
-first_b=$(lsn_of_event outbox:customer 4001)
-assert_lsn_lt "$conf_b" "$first_b" "(b) nothing confirmed past the first rejected commit while the key was a string"
-# README: transient failures are logged "one line per state change rather than per attempt".
-# (A retry that gets the events before the blocked one acknowledged is not a
-# recovery: the blocked event itself must go through.)
-assert_eq 1 "$nwarn" "(b) one WRONGTYPE warning for the whole episode (one line per state change)"
+psql_q "SELECT id FROM outbox WHERE aggregate_type = 'order' AND aggregate_id::int >= 4201 ORDER BY aggregate_id::int" >"$T/order_b2"
+assert_stream_ids outbox:order "$T/order_b2"
 pass
