@@ -30,9 +30,9 @@ relay_acl_user() {
 	line=$(grep '^user outbox-relay ' "$ACL_FILE") || fail "no outbox-relay user in $ACL_FILE"
 	line=${line#user outbox-relay }
 	line=${line//\#RELAY_PASSWORD_SHA256/\#$(sha256 "$RELAY_PW")}
-	redis_cli ACL DELUSER outbox-relay >/dev/null
+	# One command (reset first), so the relay never finds the user missing.
 	# shellcheck disable=SC2086 # the rules are words
-	assert_eq OK "$(redis_cli ACL SETUSER outbox-relay $line "$@")" "ACL SETUSER outbox-relay from users.acl $*"
+	assert_eq OK "$(redis_cli ACL SETUSER outbox-relay reset $line "$@")" "ACL SETUSER outbox-relay from users.acl $*"
 }
 
 # want PART: run this part (all by default; ONLY="b c" runs those, e.g. to
@@ -61,11 +61,10 @@ if want a; then
 	relay_stop
 	assert_eq 0 "$RELAY_RC" "(a) relay exit code after SIGTERM"
 	assert_eq 0 "$(grep -c NOPERM "$RELAY_LOG" || true)" "(a) no NOPERM: the shipped ACL grants what the function sends"
-	dl_entries_since 0 | python3 -c '
-	import json, sys
-	for line in sys.stdin:
-	    f = dict(json.loads(line)["fields"])
-	    print(json.loads(f["raw"])["id"])' >"$T/a.dl"
+	dl_entries_since 0 | python3 -c 'import json, sys
+for line in sys.stdin:
+    f = dict(json.loads(line)["fields"])
+    print(json.loads(f["raw"])["id"])' >"$T/a.dl"
 	{ rx fields outbox:order id; cat "$T/a.dl"; } >"$T/a.got"
 	psql_q "SELECT id FROM outbox WHERE aggregate_type = 'order' AND aggregate_id::int > 100" >"$T/a.exp"
 	ids_exactly_once "$T/a.exp" "$T/a.got" "(a) order events: stream or dead letter"
