@@ -114,13 +114,18 @@ psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
         SELECT 'big', i::text, 'created', jsonb_build_object('n', i, 'pad', repeat('x', 1000))
         FROM generate_series(1, 20000) i"
 REDIS_URL=$TLS_URL
+end1=$(current_lsn)
 relay_drain "${CLIENT[@]}"
 assert_contains "$(cat "$RELAY_LOG")" "over TLS" "the relay's log says the connection is TLS"
 assert_eq 23000 "$(sum_xlen)" "23,000 entries"
 check_orders_customers_once "3,000 small events exactly once and in order over TLS"
 psql_q "SELECT id FROM outbox WHERE aggregate_type = 'big' ORDER BY aggregate_id::int" >"$T/order.big"
 assert_stream_ids outbox:big "$T/order.big"
-assert_eq "$(current_lsn)" "$(slot_confirmed_lsn outbox_relay)" "slot confirmed to the end"
+# Against the WAL end before the drain: background records (running_xacts
+# from the bgwriter, autovacuum) may be written after it.
+c1=$(slot_confirmed_lsn outbox_relay)
+lsn_ge "$c1" "$end1" || fail "slot confirmed to the end: $c1 < $end1"
+ok "slot confirmed to the end ($c1 >= $end1)"
 ok "20,000 events of ~1 KB in one transaction arrive in order over TLS"
 
 # ---------------------------------------------------------------------------
