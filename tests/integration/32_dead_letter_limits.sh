@@ -13,8 +13,9 @@
 #                  about 4,000): dead-lettered "event has 5006 fields ... more
 #                  than the 2000"; its raw (over 64 KiB) is cut; the events
 #                  before and after it on the same stream arrive exactly once,
-#                  in order; the slot confirms past it. Run with the default
-#                  dedup window and with --dedup-window 0.
+#                  in order; one with exactly 2,000 fields is published; the
+#                  slot confirms past it. Run with the default dedup window
+#                  and with --dedup-window 0.
 #   big_null_id    a 3 MiB row with a NULL id: its dead letter carries 64 KiB of
 #                  raw at most, raw_truncated "true" and raw_bytes (the original
 #                  size); Redis keeps the connection (no reconnect); everything
@@ -133,11 +134,19 @@ case_wide_message() {
 	        '{\"id\": \"' || gen_random_uuid() || '\", \"aggregate_type\": \"$s\", \"aggregate_id\": \"p-$s-5000\"'
 	        || (SELECT string_agg(format(', \"k%s\": %s', i, i), '') FROM generate_series(1, 5000) i) || '}')" >/dev/null
 	good_msg "$s" after-1
+	# Exactly at the limit: 1,997 keys + _lsn, _xid, _committed_at = 2,000 fields, published.
+	psql_q "SELECT gen_random_uuid()" >"$T/at_limit"
+	psql_q "SELECT pg_logical_emit_message(true, 'outbox',
+	        '{\"id\": \"$(cat "$T/at_limit")\", \"aggregate_type\": \"$s\", \"aggregate_id\": \"at-limit\"'
+	        || (SELECT string_agg(format(', \"k%s\": %s', i, i), '') FROM generate_series(1, 1994) i) || '}')" >/dev/null
+	cat "$T/at_limit" >>"$T/good.$s"
 	good "$s" after-2
 	end=$(current_lsn)
 	case_relay "$s" "$@"
 	confirmed_past "$s" "$end" "5,000-key message"
 	assert_stream_ids "outbox:$s" "$T/good.$s"
+	assert_eq 2000 "$(rx entries "outbox:$s" | python3 -c 'import json, sys; print(max(len(json.loads(l)["fields"]) for l in sys.stdin))')" \
+		"the event with 2,000 fields is published whole"
 	dl=$(dead_letter "p-$s-5000") || fail "the 5,000-key message is not dead-lettered once: $dl"
 	reason=$(jfield "$dl" reason)
 	assert_eq "event has 5006 fields (with _lsn, _xid, _committed_at), more than the 2000 a stream entry may have" \
