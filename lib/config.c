@@ -34,6 +34,7 @@
 #include <hiredis/hiredis.h>
 #include <libpq-fe.h>
 
+#include "event.h"
 #include "redis_tls.h"
 
 #if defined(__has_include)
@@ -122,6 +123,7 @@ static bool check_conninfo(const char *value, char *why, size_t whylen);
 static bool check_slot(const char *value, char *why, size_t whylen);
 static bool check_table(const char *value, char *why, size_t whylen);
 static bool check_key_prefix(const char *value, char *why, size_t whylen);
+static bool check_stream_name(const char *value, char *why, size_t whylen);
 static bool check_id_format(const char *value, char *why, size_t whylen);
 static bool check_wait_aof(const char *value, char *why, size_t whylen);
 
@@ -288,6 +290,7 @@ static const struct option_def option_table[] = {
         .flags = OPT_F_NONEMPTY,
         FIELD(dead_letter_stream),
         .defval = "outbox:dead-letter",
+        .check = check_stream_name,
         .metavar = "KEY",
         .help = "stream that receives events which cannot be published as they are",
     },
@@ -951,6 +954,21 @@ static bool check_key_prefix(const char *value, char *why, size_t whylen)
 		return false;
 	}
 	return true;
+}
+
+/*
+ * --dead-letter-stream: the rule rendered stream names follow
+ * (stream_name_check): otherwise the first dead letter would fail to be
+ * queued, or corrupt /metrics, long after startup.
+ */
+static bool check_stream_name(const char *value, char *why, size_t whylen)
+{
+	const char *problem = stream_name_check(value, strlen(value));
+
+	if (!problem)
+		return true;
+	(void)snprintf(why, whylen, "the stream name %s", problem);
+	return false;
 }
 
 /* ---- Conversion of one winning value ---- */

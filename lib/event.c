@@ -3,8 +3,8 @@
  *
  * The mapper routes each row through the stream template, checks the event
  * id, and lays out the entry's fields. Rows it cannot map become dead-letter
- * events carrying the reason and the raw wal2json object, so nothing is
- * skipped silently.
+ * events carrying the reason and (a bounded prefix of) the raw wal2json
+ * object, so nothing is skipped silently.
  */
 #include "event.h"
 
@@ -37,8 +37,17 @@ struct mapper {
 	struct buf scratch;   /* _lsn, _xid texts */
 	struct event_field *fields;
 	size_t fields_cap;
+	char raw_bytes[24]; /* a cut dead letter's original raw size, decimal */
 	bool failed;
 };
+
+#define XSTR(x) STR(x)
+#define STR(x) #x
+
+static bool is_ctrl(unsigned char c)
+{
+	return c < 0x20 || c == 0x7f;
+}
 
 static bool tmpl_push(struct stream_tmpl *t, enum part_kind kind, const char *s, size_t len)
 {
@@ -117,6 +126,13 @@ struct stream_tmpl *stream_tmpl_compile(const char *spec, char *err, size_t errl
 				 "unmatched \"}\" at position %zu in stream template \"%s\": "
 				 "write }} for a literal brace",
 				 i + 1, spec);
+			goto fail;
+		} else if (is_ctrl((unsigned char)c)) {
+			/* Every name rendered from it would be dead-lettered (see render). */
+			snprintf(err, errlen,
+				 "stream template has control byte 0x%02x at position %zu: stream "
+				 "names must not contain bytes below 0x20 or 0x7f",
+				 (unsigned char)c, i + 1);
 			goto fail;
 		} else {
 			buf_putc(&lit, c);
@@ -201,11 +217,39 @@ bool stream_hash_tag(const char *s, size_t len, struct buf *out)
 	return true;
 }
 
+size_t stream_name_ctrl(const char *s, size_t len)
+{
+	for (size_t i = 0; i < len; i++)
+		if (is_ctrl((unsigned char)s[i]))
+			return i;
+	return len;
+}
+
+const char *stream_name_check(const char *s, size_t len)
+{
+	struct buf tag = {0};
+	bool ok;
+
+	if (len == 0)
+		return "is empty";
+	if (len > STREAM_NAME_MAX)
+		return "is longer than " XSTR(STREAM_NAME_MAX) " bytes";
+	if (stream_name_ctrl(s, len) < len)
+		return "contains a control byte (below 0x20, or 0x7f): use printable characters only";
+	ok = stream_hash_tag(s, len, &tag);
+	buf_finish(&tag);
+	if (!ok)
+		return "contains \"}\" outside a {hash tag}: no key could share its Redis Cluster "
+		       "slot; drop the \"}\" or wrap a non-empty tag in braces, e.g. outbox:{dead-letter}";
+	return NULL;
+}
+
 bool stream_tmpl_render(const struct stream_tmpl *t, const struct w2j_field *fields, size_t n,
 			struct buf *out, const char **reason)
 {
 	static char why[256];
 	struct buf tag = {0};
+	size_t ctrl;
 	bool ok;
 
 	buf_reset(out);
@@ -226,6 +270,18 @@ bool stream_tmpl_render(const struct stream_tmpl *t, const struct w2j_field *fie
 		if (f->kind == W2J_KIND_NULL || f->value_len == 0) {
 			snprintf(why, sizeof(why), "routing column \"%s\" is %s", p->text,
 				 f->kind == W2J_KIND_NULL ? "NULL" : "empty");
+			*reason = why;
+			return false;
+		}
+		/* A NUL cuts the name short for every C-string reader (metrics
+		 * labels, outbox-consume's stream set); \n and friends break log
+		 * lines and label values. Literals were checked at compile time. */
+		ctrl = stream_name_ctrl(f->value, f->value_len);
+		if (ctrl < f->value_len) {
+			snprintf(why, sizeof(why),
+				 "routing column \"%s\" holds control byte 0x%02x (at byte %zu); "
+				 "stream names must not contain bytes below 0x20 or 0x7f",
+				 p->text, (unsigned char)f->value[ctrl], ctrl);
 			*reason = why;
 			return false;
 		}
@@ -339,17 +395,41 @@ static size_t add_meta(struct mapper *m, const struct txn_info *tx, size_t nf)
 	return nf;
 }
 
+/*
+ * How much of a raw object of len bytes a dead letter keeps: all of it up to
+ * DEAD_RAW_MAX, else DEAD_RAW_MAX bytes less a UTF-8 character that would
+ * straddle the cut (at most 3 continuation bytes).
+ */
+static size_t raw_keep(const char *raw, size_t len)
+{
+	size_t keep = DEAD_RAW_MAX;
+
+	if (len <= DEAD_RAW_MAX)
+		return len;
+	while (keep > DEAD_RAW_MAX - 3 && ((unsigned char)raw[keep] & 0xc0) == 0x80)
+		keep--;
+	return keep;
+}
+
 void mapper_dead_letter(struct mapper *m, const struct txn_info *tx, uint32_t index,
 			enum dead_reason kind, const char *reason, const char *raw, size_t rawlen,
 			struct event *ret)
 {
-	size_t nf = 0;
+	size_t nf = 0, keep = raw_keep(raw, rawlen);
 
 	*ret = (struct event){0};
 	if (!ensure_fields(m, 8))
 		return;
 	m->fields[nf++] = (struct event_field){"reason", 6, reason, strlen(reason)};
-	m->fields[nf++] = (struct event_field){"raw", 3, raw, rawlen};
+	m->fields[nf++] = (struct event_field){"raw", 3, raw, keep};
+	if (keep < rawlen) {
+		/* Redis drops a connection sending a bulk over proto-max-bulk-len:
+		 * an uncut raw could stall the relay for good. */
+		snprintf(m->raw_bytes, sizeof(m->raw_bytes), "%zu", rawlen);
+		m->fields[nf++] = (struct event_field){"raw_truncated", 13, "true", 4};
+		m->fields[nf++] =
+			(struct event_field){"raw_bytes", 9, m->raw_bytes, strlen(m->raw_bytes)};
+	}
 	m->fields[nf++] = (struct event_field){"slot", 4, m->cf->slot, strlen(m->cf->slot)};
 	nf = add_meta(m, tx, nf);
 	ret->stream = m->cf->dead_letter_stream;
@@ -412,7 +492,7 @@ enum map_result mapper_map(struct mapper *m, const struct txn_info *tx, uint32_t
 	static char why[256];
 	const struct w2j_field *idf;
 	enum dead_reason kind = DEAD_ID_MISSING;
-	size_t nf = 0;
+	size_t nf = 0, total;
 
 	idf = find_field(fields, nfields, m->id_column, m->id_column_len);
 	if (!idf || idf->kind == W2J_KIND_NULL || idf->value_len == 0) {
@@ -450,6 +530,19 @@ enum map_result mapper_map(struct mapper *m, const struct txn_info *tx, uint32_t
 	kind = DEAD_ROUTING;
 	if (!stream_tmpl_render(m->tmpl, fields, nfields, &m->stream, reason))
 		goto dead;
+	/* What XADD gets: the non-null fields plus _lsn, _xid, _committed_at. */
+	total = 1 + tx->has_xid + (tx->committed_at != NULL);
+	for (size_t i = 0; i < nfields; i++)
+		total += fields[i].kind != W2J_KIND_NULL;
+	if (total > EVENT_MAX_FIELDS) {
+		kind = DEAD_TOO_LARGE;
+		snprintf(why, sizeof(why),
+			 "event has %zu fields (with _lsn, _xid, _committed_at), more than the %d "
+			 "a stream entry may have",
+			 total, EVENT_MAX_FIELDS);
+		*reason = why;
+		goto dead;
+	}
 	kind = DEAD_OTHER;
 	if (!ensure_fields(m, nfields + 3)) {
 		*reason = "out of memory";

@@ -27,6 +27,25 @@
 /* Longest stream name accepted; longer ones are dead-lettered. */
 #define STREAM_NAME_MAX 512
 
+/*
+ * Most fields one event may have: its non-null columns (or the message
+ * object's keys) plus _lsn, _xid and _committed_at. The Redis function hands
+ * an entry's field/value pairs to XADD through Lua's unpack(), which fails
+ * beyond about 8,000 values (4,000 fields); an event over the limit is
+ * dead-lettered instead. 2000 is above PostgreSQL's 1600 columns per table,
+ * so only a logical message can reach it.
+ */
+#define EVENT_MAX_FIELDS 2000
+
+/*
+ * Most bytes of the raw wal2json object a dead-letter entry carries. A longer
+ * one is cut to this many bytes (less, to end on a UTF-8 character boundary)
+ * and the entry gets raw_truncated "true" and raw_bytes (the original size):
+ * the entry must stay well below Redis's proto-max-bulk-len (512 MB by
+ * default, 1 MB at least) whatever the row was.
+ */
+#define DEAD_RAW_MAX 65536
+
 struct event_field {
 	const char *name;
 	size_t name_len;
@@ -76,8 +95,9 @@ bool stream_tmpl_is_fixed(const struct stream_tmpl *t);
 /*
  * Render t over fields into out (replacing its content). Returns false and
  * sets *reason (a static or out-owned string) when a placeholder's column is
- * absent or NULL, or the result is empty, longer than STREAM_NAME_MAX, or
- * cannot carry a cluster hash tag (see stream_hash_tag).
+ * absent or NULL, holds a control byte (see stream_name_check), or the result
+ * is empty, longer than STREAM_NAME_MAX, or cannot carry a cluster hash tag
+ * (see stream_hash_tag).
  */
 struct buf;
 bool stream_tmpl_render(const struct stream_tmpl *t, const struct w2j_field *fields, size_t n,
@@ -90,6 +110,17 @@ bool stream_tmpl_render(const struct stream_tmpl *t, const struct w2j_field *fie
  * no valid tag but contains '}' (no auxiliary key could match its slot).
  */
 bool stream_hash_tag(const char *s, size_t len, struct buf *out);
+
+/* Index of the first control byte (below 0x20, or 0x7f) in s[0..len), or len if none. */
+size_t stream_name_ctrl(const char *s, size_t len);
+
+/*
+ * Whether s[0..len) can be a stream name: not empty, at most STREAM_NAME_MAX
+ * bytes, no control byte (it would cut or corrupt /metrics labels, log lines
+ * and C-string consumers), and able to carry a hash tag (stream_hash_tag).
+ * Returns NULL when it can, else a static one-line reason ("contains ...").
+ */
+const char *stream_name_check(const char *s, size_t len);
 
 struct mapper;
 
@@ -104,13 +135,18 @@ enum map_result {
 /*
  * Map one outbox row (columns of an INSERT) or one message object (its keys)
  * to an event. raw/rawlen is the original wal2json object, carried into a
- * dead-letter entry when the row cannot be mapped.
+ * dead-letter entry (at most DEAD_RAW_MAX bytes of it) when the row cannot be
+ * mapped: id problems, routing problems, text payload/headers not JSON, or
+ * more than EVENT_MAX_FIELDS fields (DEAD_TOO_LARGE).
  */
 enum map_result mapper_map(struct mapper *m, const struct txn_info *tx, uint32_t index,
 			   const struct w2j_field *fields, size_t nfields, const char *raw,
 			   size_t rawlen, struct event *ret, const char **reason);
 
-/* Build a dead-letter event for raw with the given reason. */
+/*
+ * Build a dead-letter event for raw with the given reason. Every dead letter
+ * is built here, so the DEAD_RAW_MAX cap on raw holds for all of them.
+ */
 void mapper_dead_letter(struct mapper *m, const struct txn_info *tx, uint32_t index,
 			enum dead_reason kind, const char *reason, const char *raw, size_t rawlen,
 			struct event *ret);

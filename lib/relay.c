@@ -43,7 +43,6 @@
 #define RETRY_BASE_MS 200
 #define STATS_INTERVAL_US 30000000
 #define MAX_REDIS_FDS 64 /* one per Redis Cluster master */
-#define RAW_KEEP_TOO_LARGE 65536 /* bytes of raw wal2json kept in a too-large dead letter */
 
 static volatile sig_atomic_t stop_requested;
 
@@ -264,12 +263,11 @@ static bool map_and_queue(struct relay *r, const struct w2j_field *fields, size_
 	if (mr == MAP_EVENT && (int64_t)sink_redis_event_size(&ev) > r->cf->max_event_bytes) {
 		char why[200];
 
-		snprintf(why, sizeof(why), "event is %zu bytes, over --max-event-bytes %lld%s",
-			 sink_redis_event_size(&ev), (long long)r->cf->max_event_bytes,
-			 len > RAW_KEEP_TOO_LARGE ? " (raw cut to its first 64 KiB)" : "");
+		snprintf(why, sizeof(why), "event is %zu bytes, over --max-event-bytes %lld",
+			 sink_redis_event_size(&ev), (long long)r->cf->max_event_bytes);
 		r->next_index--; /* the dead letter takes the event's own position */
-		return dead_letter(r, DEAD_TOO_LARGE, why, raw,
-				   len > RAW_KEEP_TOO_LARGE ? RAW_KEEP_TOO_LARGE : len);
+		/* mapper_dead_letter keeps at most DEAD_RAW_MAX bytes of raw. */
+		return dead_letter(r, DEAD_TOO_LARGE, why, raw, len);
 	}
 	if (mr == MAP_DEAD_LETTER)
 		warn_dead_letter(r, reason);

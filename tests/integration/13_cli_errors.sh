@@ -49,6 +49,23 @@ assert_eq 2 "$RC" "--log-level loud: exit code"
 cli badendpos --pg-dsn "$DSN" --redis-url "$URL" --endpos nonsense
 assert_eq 2 "$RC" "--endpos nonsense: exit code"
 
+# --dead-letter-stream must be a usable stream name: with "}" outside a tag the
+# relay used to start, then exit with "out of memory" at the first dead letter
+# (and crash-loop under a supervisor); a control byte would corrupt /metrics.
+cli dlbrace --pg-dsn "$DSN" --redis-url "$URL" --dead-letter-stream 'dl}x'
+assert_eq 2 "$RC" "--dead-letter-stream 'dl}x': exit code"
+assert_eq 1 "$(grep -c . "$T/dlbrace.err")" "--dead-letter-stream 'dl}x': exactly one stderr line [$ERR]"
+assert_contains "$ERR" "--dead-letter-stream" "--dead-letter-stream 'dl}x': message names the option"
+assert_contains "$ERR" 'outside a {hash tag}' "--dead-letter-stream 'dl}x': message says what is wrong"
+assert_contains "$ERR" 'e.g. outbox:{dead-letter}' "--dead-letter-stream 'dl}x': message shows the fix"
+cli dlctrl --pg-dsn "$DSN" --redis-url "$URL" --dead-letter-stream "$(printf 'dl\tx')"
+assert_eq 2 "$RC" "--dead-letter-stream with a tab: exit code"
+assert_eq 1 "$(grep -c . "$T/dlctrl.err")" "--dead-letter-stream with a tab: exactly one stderr line [$ERR]"
+assert_contains "$ERR" "--dead-letter-stream: the stream name contains a control byte" "--dead-letter-stream with a tab: message says why"
+cli dlempty --pg-dsn "$DSN" --redis-url "$URL" --dead-letter-stream ''
+assert_eq 2 "$RC" "--dead-letter-stream '': exit code"
+assert_contains "$ERR" "--dead-letter-stream: must not be empty" "--dead-letter-stream '': message says why"
+
 # The environment is configuration too: a bad value there is also exit 2.
 RC=0
 env OUTBOX_RELAY_PG_DSN="$DSN" OUTBOX_RELAY_DEDUP_WINDOW=abc timeout -k 2 10 "$RELAY_BIN" --redis-url "$URL" \

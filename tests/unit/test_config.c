@@ -828,6 +828,41 @@ TEST(other_strings)
 	                 "for --dead-letter-stream: must not be empty", NULL));
 }
 
+TEST(dead_letter_stream)
+{
+	struct relay_config cf;
+	char big[600];
+
+	static const char *const good[] = {"outbox:dead-letter", "dl:{orders}", "a{b", "dead letters"};
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		CHECK_INT(load(&cf, ARGS("--pg-dsn", DSN, "--dead-letter-stream", good[i]), NOENV),
+		          CONFIG_OK);
+		CHECK_STR(cf.dead_letter_stream, good[i]);
+		config_finish(&cf);
+	}
+	/* "}" outside a tag: no key could share its cluster slot (it used to end
+	 * in "out of memory" at the first dead letter). */
+	CHECK(load_fails_exactly(
+	    ARGS("--pg-dsn", DSN, "--dead-letter-stream", "dl}x"), NOENV,
+	    "invalid value \"dl}x\" for --dead-letter-stream: the stream name contains \"}\" outside "
+	    "a {hash tag}: no key could share its Redis Cluster slot; drop the \"}\" or wrap a "
+	    "non-empty tag in braces, e.g. outbox:{dead-letter}"));
+	CHECK(load_fails(ARGS("--pg-dsn", DSN, "--dead-letter-stream", "dl:{}"), NOENV,
+	                 "outside a {hash tag}", NULL));
+	CHECK(load_fails(ARGS("--pg-dsn", DSN), ENV("OUTBOX_RELAY_DEAD_LETTER_STREAM=a}"),
+	                 "in OUTBOX_RELAY_DEAD_LETTER_STREAM: the stream name contains", NULL));
+	static const char *const ctrl[] = {"dl\tx", "dl\n", "\x7f", "\x01dl"};
+	for (size_t i = 0; i < sizeof(ctrl) / sizeof(ctrl[0]); i++)
+		CHECK(load_fails(ARGS("--pg-dsn", DSN, "--dead-letter-stream", ctrl[i]), NOENV,
+		                 "for --dead-letter-stream: the stream name contains a control byte "
+		                 "(below 0x20, or 0x7f): use printable characters only",
+		                 NULL));
+	memset(big, 'x', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	CHECK(load_fails(ARGS("--pg-dsn", DSN, "--dead-letter-stream", big), NOENV,
+	                 "for --dead-letter-stream: the stream name is longer than 512 bytes", NULL));
+}
+
 TEST(endpos)
 {
 	struct relay_config cf;
@@ -1098,6 +1133,7 @@ int main(void)
 	RUN(table_names);
 	RUN(slot_names);
 	RUN(other_strings);
+	RUN(dead_letter_stream);
 	RUN(endpos);
 	RUN(logging);
 	RUN(quoted_values_are_one_bounded_line);

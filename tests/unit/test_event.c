@@ -211,6 +211,156 @@ TEST(mapper_rejects_bad_template)
 	CHECK(err[0] != '\0');
 }
 
+/* A field whose value is a length-counted byte string (may hold NUL). */
+static struct w2j_field colb(const char *name, const char *value, size_t len)
+{
+	return (struct w2j_field){name, strlen(name), "text", 4, W2J_KIND_STRING, value, len};
+}
+
+TEST(render_control_bytes)
+{
+	static const struct {
+		const char *v;
+		size_t len;
+		const char *byte;
+	} bad[] = {
+		{"a\0b", 3, "0x00 (at byte 1)"}, {"a\nb", 3, "0x0a"}, {"\tab", 3, "0x09 (at byte 0)"},
+		{"ab\x1f", 3, "0x1f (at byte 2)"}, {"a\x7f", 2, "0x7f"}, {"\r", 1, "0x0d"},
+	};
+	struct w2j_field f[2];
+	const char *reason;
+	char err[256];
+
+	f[0] = col("id", W2J_KIND_STRING, "x");
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		f[1] = colb("aggregate_type", bad[i].v, bad[i].len);
+		reason = NULL;
+		CHECK(render("outbox:{aggregate_type}", f, 2, &reason) == NULL);
+		CHECK(reason && strstr(reason, "routing column \"aggregate_type\" holds control byte"));
+		CHECK(reason && strstr(reason, bad[i].byte));
+	}
+	/* Bytes >= 0x80 (UTF-8) and the rest of printable ASCII are fine. */
+	f[1] = col("aggregate_type", W2J_KIND_STRING, "caf\xc3\xa9 ~!$%");
+	CHECK_STR(render("outbox:{aggregate_type}", f, 2, &reason), "outbox:caf\xc3\xa9 ~!$%");
+	/* A control byte in the template's literal text is a configuration error. */
+	CHECK(stream_tmpl_compile("outbox\n{aggregate_type}", err, sizeof(err)) == NULL);
+	CHECK(strstr(err, "control byte 0x0a at position 7") != NULL);
+	CHECK(stream_tmpl_compile("\x7f", err, sizeof(err)) == NULL);
+}
+
+TEST(stream_name_rules)
+{
+	char big[STREAM_NAME_MAX + 1];
+
+	CHECK(stream_name_check("outbox:dead-letter", 18) == NULL);
+	CHECK(stream_name_check("dl:{x}", 6) == NULL);
+	CHECK(stream_name_check("a{b", 3) == NULL);
+	CHECK_STR(stream_name_check("", 0), "is empty");
+	CHECK(strstr(stream_name_check("a}b", 3), "outside a {hash tag}") != NULL);
+	CHECK(strstr(stream_name_check("a{}b", 4), "outside a {hash tag}") != NULL);
+	CHECK(strstr(stream_name_check("a\0b", 3), "control byte") != NULL);
+	CHECK(strstr(stream_name_check("a\x7f", 2), "control byte") != NULL);
+	memset(big, 'x', sizeof(big));
+	CHECK(stream_name_check(big, STREAM_NAME_MAX) == NULL);
+	CHECK_STR(stream_name_check(big, STREAM_NAME_MAX + 1), "is longer than 512 bytes");
+	CHECK_INT(stream_name_ctrl("ab\ncd", 5), 2);
+	CHECK_INT(stream_name_ctrl("abcd", 4), 4);
+}
+
+/* The value of field name in ev, or NULL. */
+static const struct event_field *ev_field(const struct event *ev, const char *name)
+{
+	for (size_t i = 0; i < ev->nfields; i++)
+		if (ev->fields[i].name_len == strlen(name) &&
+		    memcmp(ev->fields[i].name, name, ev->fields[i].name_len) == 0)
+			return &ev->fields[i];
+	return NULL;
+}
+
+TEST(map_field_limit)
+{
+	struct relay_config cf = test_config();
+	char err[256];
+	struct mapper *m = mapper_create(&cf, err, sizeof(err));
+	struct txn_info tx = {.commit_lsn = 0x10, .has_xid = true, .xid = 7,
+			      .committed_at = "2026-11-21 23:51:54+00", .committed_at_len = 22};
+	struct txn_info bare = {.commit_lsn = 0x10}; /* only _lsn is added */
+	size_t n = EVENT_MAX_FIELDS + 2;
+	struct w2j_field *f = calloc(n, sizeof(*f));
+	struct event ev;
+	const char *reason = NULL;
+
+	f[0] = col("id", W2J_KIND_STRING, "e-1");
+	f[1] = col("aggregate_type", W2J_KIND_STRING, "order");
+	for (size_t i = 2; i < n; i++)
+		f[i] = col("k", W2J_KIND_NUMBER, "1");
+	/* 2000 columns + 3 metadata fields: over. */
+	CHECK_INT(mapper_map(m, &tx, 0, f, EVENT_MAX_FIELDS, "RAW", 3, &ev, &reason), MAP_DEAD_LETTER);
+	CHECK_STR(reason, "event has 2003 fields (with _lsn, _xid, _committed_at), more than the "
+			  "2000 a stream entry may have");
+	CHECK_INT(ev.dead_reason, DEAD_TOO_LARGE);
+	CHECK_MEM(ev.stream, ev.stream_len, "outbox:dead-letter");
+	/* Exactly at the limit: 1997 columns + 3. */
+	CHECK_INT(mapper_map(m, &tx, 1, f, EVENT_MAX_FIELDS - 3, "RAW", 3, &ev, &reason), MAP_EVENT);
+	CHECK_INT(ev.nfields, EVENT_MAX_FIELDS);
+	/* The metadata counts: without _xid and _committed_at two more columns fit. */
+	CHECK_INT(mapper_map(m, &bare, 2, f, EVENT_MAX_FIELDS - 1, "RAW", 3, &ev, &reason), MAP_EVENT);
+	CHECK_INT(mapper_map(m, &bare, 3, f, EVENT_MAX_FIELDS, "RAW", 3, &ev, &reason), MAP_DEAD_LETTER);
+	/* NULL columns are not published, so they do not count. */
+	f[5] = col("k", W2J_KIND_NULL, NULL);
+	CHECK_INT(mapper_map(m, &tx, 4, f, EVENT_MAX_FIELDS - 2, "RAW", 3, &ev, &reason), MAP_EVENT);
+	CHECK_INT(ev.nfields, EVENT_MAX_FIELDS);
+	free(f);
+	mapper_destroy(m);
+}
+
+TEST(dead_letter_raw_cap)
+{
+	struct relay_config cf = test_config();
+	char err[256];
+	struct mapper *m = mapper_create(&cf, err, sizeof(err));
+	struct txn_info tx = {.commit_lsn = 0x10, .has_xid = true, .xid = 7};
+	struct w2j_field nullid[] = {col("id", W2J_KIND_NULL, NULL), col("aggregate_type", W2J_KIND_STRING, "o")};
+	size_t big = 3 * 1024 * 1024;
+	char *raw = malloc(big);
+	struct event ev;
+	const struct event_field *f;
+	const char *reason = NULL;
+
+	memset(raw, 'z', big);
+	/* Up to the cap: raw as it is, no extra fields. */
+	mapper_dead_letter(m, &tx, 0, DEAD_UNDECODABLE, "why", raw, DEAD_RAW_MAX, &ev);
+	CHECK_INT(ev_field(&ev, "raw")->value_len, DEAD_RAW_MAX);
+	CHECK(ev_field(&ev, "raw_truncated") == NULL);
+	CHECK(ev_field(&ev, "raw_bytes") == NULL);
+	CHECK_INT(ev.dead_reason, DEAD_UNDECODABLE);
+	/* Over it, on every path: cut, flagged, original size kept. */
+	mapper_dead_letter(m, &tx, 1, DEAD_UNDECODABLE, "why", raw, big, &ev);
+	f = ev_field(&ev, "raw");
+	CHECK(f && f->value == raw && f->value_len == DEAD_RAW_MAX);
+	f = ev_field(&ev, "raw_truncated");
+	CHECK(f && f->value_len == 4 && memcmp(f->value, "true", 4) == 0);
+	f = ev_field(&ev, "raw_bytes");
+	CHECK(f && f->value_len == 7 && memcmp(f->value, "3145728", 7) == 0);
+	CHECK(ev_field(&ev, "slot") && ev_field(&ev, "_lsn") && ev_field(&ev, "_xid"));
+	CHECK_MEM(ev.fields[0].name, ev.fields[0].name_len, "reason");
+	CHECK_MEM(ev.fields[1].name, ev.fields[1].name_len, "raw");
+	CHECK_INT(mapper_map(m, &tx, 2, nullid, 2, raw, big, &ev, &reason), MAP_DEAD_LETTER);
+	CHECK_INT(ev_field(&ev, "raw")->value_len, DEAD_RAW_MAX);
+	CHECK(ev_field(&ev, "raw_truncated") != NULL);
+	/* A UTF-8 character across the cut is dropped whole ("é" at 65535-65536). */
+	raw[DEAD_RAW_MAX - 1] = '\xc3';
+	raw[DEAD_RAW_MAX] = '\xa9';
+	mapper_dead_letter(m, &tx, 3, DEAD_OTHER, "why", raw, big, &ev);
+	CHECK_INT(ev_field(&ev, "raw")->value_len, DEAD_RAW_MAX - 1);
+	/* A 4-byte one: cut before its lead byte. */
+	memcpy(raw + DEAD_RAW_MAX - 2, "\xf0\x9f\x98\x80", 4);
+	mapper_dead_letter(m, &tx, 4, DEAD_OTHER, "why", raw, big, &ev);
+	CHECK_INT(ev_field(&ev, "raw")->value_len, DEAD_RAW_MAX - 2);
+	free(raw);
+	mapper_destroy(m);
+}
+
 int main(void)
 {
 	RUN(template_default);
@@ -222,5 +372,9 @@ int main(void)
 	RUN(map_dead_letters);
 	RUN(map_id_format_and_text_payload);
 	RUN(mapper_rejects_bad_template);
+	RUN(render_control_bytes);
+	RUN(stream_name_rules);
+	RUN(map_field_limit);
+	RUN(dead_letter_raw_cap);
 	return test_done();
 }
