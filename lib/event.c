@@ -217,6 +217,25 @@ bool stream_hash_tag(const char *s, size_t len, struct buf *out)
 	return true;
 }
 
+bool stream_key_base(struct buf *out, const char *prefix, const char *kind, const char *s,
+		     size_t len, bool per_stream, struct buf *tag)
+{
+	if (!stream_hash_tag(s, len, tag))
+		return false;
+	buf_puts(out, prefix);
+	buf_putc(out, ':');
+	buf_puts(out, kind);
+	buf_putc(out, ':');
+	buf_append(out, tag->data, tag->len);
+	if (per_stream && !(tag->len == len + 2 && memcmp(tag->data + 1, s, len) == 0)) {
+		buf_putc(out, '#');
+		buf_put_u64(out, len);
+		buf_putc(out, ':');
+		buf_append(out, s, len);
+	}
+	return !out->failed && !tag->failed;
+}
+
 size_t stream_name_ctrl(const char *s, size_t len)
 {
 	for (size_t i = 0; i < len; i++)

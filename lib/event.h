@@ -111,6 +111,18 @@ bool stream_tmpl_render(const struct stream_tmpl *t, const struct w2j_field *fie
  */
 bool stream_hash_tag(const char *s, size_t len, struct buf *out);
 
+/*
+ * Append to out the base of the name of one of the relay's auxiliary keys
+ * for stream s[0..len): "<prefix>:<kind>:{tag}" followed, when the stream
+ * carries a hash tag of its own and per_stream is set, by "#<len>:<stream>",
+ * so that streams sharing a tag ("{orders}:a", "{orders}:b") keep keys of
+ * their own in the stream's cluster slot. The watermark is this base +
+ * ":<slot>" (kind "wm"); per_stream false gives the pre-0.2 per-tag key.
+ * tag is scratch space. Returns false when s cannot carry a hash tag.
+ */
+bool stream_key_base(struct buf *out, const char *prefix, const char *kind, const char *s,
+		     size_t len, bool per_stream, struct buf *tag);
+
 /* Index of the first control byte (below 0x20, or 0x7f) in s[0..len), or len if none. */
 size_t stream_name_ctrl(const char *s, size_t len);
 

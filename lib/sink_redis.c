@@ -1272,23 +1272,6 @@ static void resp_u64(struct buf *b, uint64_t v)
 	resp_bulk(b, d, (size_t)(tmp + sizeof(tmp) - d));
 }
 
-/*
- * Append to b what follows "{tag}" in the names of a stream's auxiliary keys:
- * nothing when the tag is the whole stream name (the keys are per stream as
- * they are), and "#<length>:<stream>" when the stream carries its own hash
- * tag, so that streams sharing a tag ("{orders}:a", "{orders}:b") keep their
- * own watermark and dedup keys. s->tag must hold stream's tag.
- */
-static void put_stream_suffix(struct sink_redis *s, struct buf *b, const char *stream, size_t len)
-{
-	if (s->tag.len == len + 2 && memcmp(s->tag.data + 1, stream, len) == 0)
-		return;
-	buf_putc(b, '#');
-	buf_put_u64(b, len);
-	buf_putc(b, ':');
-	buf_append(b, stream, len);
-}
-
 /* Queue a command whose bytes are out[start..], and route it when connected. */
 static bool push_command(struct sink_redis *s, struct qent *ent, size_t start)
 {
@@ -1336,17 +1319,14 @@ static bool close_batch(struct sink_redis *s)
 	resp_u64(b, 4 + s->b_n);
 	resp_bulk(b, s->b_stream.data, s->b_stream.len);
 	buf_reset(&s->key); /* watermark: <prefix>:wm:{tag}[#<len>:<stream>]:<slot> */
-	buf_puts(&s->key, cf->key_prefix);
-	buf_puts(&s->key, ":wm:");
-	buf_append(&s->key, s->tag.data, s->tag.len);
-	put_stream_suffix(s, &s->key, s->b_stream.data, s->b_stream.len);
+	(void)stream_key_base(&s->key, cf->key_prefix, "wm", s->b_stream.data, s->b_stream.len,
+			      true, &s->tag);
 	buf_putc(&s->key, ':');
 	buf_puts(&s->key, cf->slot);
 	resp_bulk(b, s->key.data, s->key.len);
 	buf_reset(&s->key); /* legacy (per tag) watermark: <prefix>:wm:{tag}:<slot> */
-	buf_puts(&s->key, cf->key_prefix);
-	buf_puts(&s->key, ":wm:");
-	buf_append(&s->key, s->tag.data, s->tag.len);
+	(void)stream_key_base(&s->key, cf->key_prefix, "wm", s->b_stream.data, s->b_stream.len,
+			      false, &s->tag);
 	buf_putc(&s->key, ':');
 	buf_puts(&s->key, cf->slot);
 	resp_bulk(b, s->key.data, s->key.len);
@@ -1473,14 +1453,11 @@ bool sink_redis_publish(struct sink_redis *s, const struct event *ev, bool dead_
 		s->b_stream_id = !dead_letter && s->m
 					 ? metrics_stream_id(s->m, ev->stream, ev->stream_len)
 					 : 0;
-		if (!stream_hash_tag(ev->stream, ev->stream_len, &s->tag))
-			return false;
 		/* dedup key prefix: <prefix>:dedup:{tag}[#<len>:<stream>]: */
 		buf_reset(&s->b_prefix);
-		buf_puts(&s->b_prefix, s->cf->key_prefix);
-		buf_puts(&s->b_prefix, ":dedup:");
-		buf_append(&s->b_prefix, s->tag.data, s->tag.len);
-		put_stream_suffix(s, &s->b_prefix, ev->stream, ev->stream_len);
+		if (!stream_key_base(&s->b_prefix, s->cf->key_prefix, "dedup", ev->stream,
+				     ev->stream_len, true, &s->tag))
+			return false;
 		buf_putc(&s->b_prefix, ':');
 		lp = posmap_find(&s->last_pos, ev->stream, ev->stream_len);
 		s->b_prev_seq = lp ? lp->seq : 0;

@@ -418,57 +418,63 @@ static bool scan_streams(redisContext *c, const char *pattern, struct keylist *l
 /*
  * The relay's watermark for stream key and the slot, as "LSN:index" (the
  * stored value is "<commit LSN, 16 hex digits>:<index in the transaction,
- * 8 hex digits>"); NULL when there is none. Other values are shown as they are.
+ * 8 hex digits> <system id>/<database>"; before 0.2 it had no owner and was
+ * kept per hash tag); NULL when there is none. Other values are shown as
+ * they are.
  */
 static const char *watermark(redisContext *c, const struct relay_config *cf, const char *key,
                              char *buf, size_t len, char *err, size_t errlen, bool *failed)
 {
 	struct buf tag = {0}, wm = {0};
-	const char *argv[2] = {"GET", NULL};
-	redisReply *r;
 	const char *shown = NULL;
 
 	*failed = false;
-	if (!stream_hash_tag(key, strlen(key), &tag)) {
-		buf_finish(&tag);
-		return "(no hash tag)";
-	}
-	buf_puts(&wm, cf->key_prefix);
-	buf_puts(&wm, ":wm:");
-	buf_append(&wm, tag.data, tag.len);
-	buf_putc(&wm, ':');
-	buf_puts(&wm, cf->slot);
-	buf_finish(&tag);
-	if (wm.failed) {
-		buf_finish(&wm);
-		(void)snprintf(err, errlen, "out of memory");
-		*failed = true;
-		return NULL;
-	}
-	argv[1] = wm.data;
-	r = redisCommandArgv(c, 2, argv, NULL);
-	buf_finish(&wm);
-	if (!r) {
-		(void)snprintf(err, errlen, "GET failed: %s", c->errstr[0] ? c->errstr : "connection lost");
-		*failed = true;
-		return NULL;
-	}
-	if (r->type == REDIS_REPLY_STRING) {
-		unsigned long long pos;
-		unsigned idx;
-		char tail, lsn[LSN_STRLEN];
+	for (int legacy = 0; legacy < 2 && !shown; legacy++) {
+		const char *argv[2] = {"GET", NULL};
+		redisReply *r;
 
-		if (r->len == 25 && sscanf(r->str, "%16llx:%8x%c", &pos, &idx, &tail) == 2) {
-			(void)snprintf(buf, len, "%s:%u", lsn_format((lsn_t)pos, lsn), idx);
-		} else {
-			(void)snprintf(buf, len, "%.*s", (int)(r->len < len ? r->len : len - 1), r->str);
+		buf_reset(&wm);
+		if (!stream_key_base(&wm, cf->key_prefix, "wm", key, strlen(key), !legacy, &tag)) {
+			shown = wm.failed || tag.failed ? NULL : "(no hash tag)";
+			if (!shown) {
+				(void)snprintf(err, errlen, "out of memory");
+				*failed = true;
+			}
+			break;
 		}
-		shown = buf;
-	} else if (r->type == REDIS_REPLY_ERROR) {
-		(void)snprintf(buf, len, "(error: %s)", r->str);
-		shown = buf;
+		buf_putc(&wm, ':');
+		buf_puts(&wm, cf->slot);
+		argv[1] = wm.data;
+		r = wm.failed ? NULL : redisCommandArgv(c, 2, argv, NULL);
+		if (!r) {
+			(void)snprintf(err, errlen, "GET failed: %s",
+			               wm.failed ? "out of memory"
+			               : c->errstr[0] ? c->errstr : "connection lost");
+			*failed = true;
+			break;
+		}
+		if (r->type == REDIS_REPLY_STRING) {
+			unsigned long long pos;
+			unsigned idx;
+			int used = 0;
+			char lsn[LSN_STRLEN];
+
+			if (r->len >= 25 && sscanf(r->str, "%16llx:%8x%n", &pos, &idx, &used) == 2 &&
+			    used == 25 && (r->len == 25 || r->str[25] == ' ')) {
+				(void)snprintf(buf, len, "%s:%u", lsn_format((lsn_t)pos, lsn), idx);
+			} else {
+				(void)snprintf(buf, len, "%.*s",
+				               (int)(r->len < len ? r->len : len - 1), r->str);
+			}
+			shown = buf;
+		} else if (r->type == REDIS_REPLY_ERROR) {
+			(void)snprintf(buf, len, "(error: %s)", r->str);
+			shown = buf;
+		}
+		freeReplyObject(r);
 	}
-	freeReplyObject(r);
+	buf_finish(&tag);
+	buf_finish(&wm);
 	return shown;
 }
 
