@@ -23,6 +23,8 @@ struct pgrepl {
 	lsn_t slot_confirmed; /* the slot's confirmed_flush_lsn when streaming started */
 	char system_id[32];   /* IDENTIFY_SYSTEM's systemid */
 	char dbname[128];     /* and dbname */
+	char *tbl_schema;     /* the outbox table's real schema and name, as */
+	char *tbl_name;       /* PostgreSQL resolved --table (case folded, quotes gone) */
 	char *copybuf; /* last PQgetCopyData buffer, freed on the next call */
 	char errmsg[1024];
 };
@@ -54,6 +56,8 @@ void pgrepl_destroy(struct pgrepl *p)
 	if (!p)
 		return;
 	pgrepl_close(p);
+	free(p->tbl_schema);
+	free(p->tbl_name);
 	free(p);
 }
 
@@ -75,6 +79,16 @@ bool pgrepl_created_slot(const struct pgrepl *p)
 const char *pgrepl_system_id(const struct pgrepl *p)
 {
 	return p->system_id;
+}
+
+const char *pgrepl_table_schema(const struct pgrepl *p)
+{
+	return p->tbl_schema;
+}
+
+const char *pgrepl_table_name(const struct pgrepl *p)
+{
+	return p->tbl_name;
 }
 
 const char *pgrepl_dbname(const struct pgrepl *p)
@@ -251,15 +265,17 @@ static void put_literal(struct buf *b, const char *s)
 	buf_putc(b, '\'');
 }
 
-/* wal2json's add-tables syntax: schema.table, with space ' , . * escaped by a backslash. */
-static void put_table_filter(struct buf *b, const char *qualified)
+/* wal2json's add-tables entry for schema.name: escape space ' , . * with a backslash. */
+static void put_table_filter(struct buf *b, const char *schema, const char *name)
 {
-	const char *dot = strchr(qualified, '.');
-
-	for (const char *s = qualified; *s; s++) {
-		if (s != dot && strchr(" ',.*", *s))
-			buf_putc(b, '\\');
-		buf_putc(b, *s);
+	for (int part = 0; part < 2; part++) {
+		for (const char *s = part ? name : schema; *s; s++) {
+			if (strchr(" ',.*\\", *s))
+				buf_putc(b, '\\');
+			buf_putc(b, *s);
+		}
+		if (!part)
+			buf_putc(b, '.');
 	}
 }
 
@@ -329,10 +345,10 @@ static enum pg_status ensure_slot(struct pgrepl *p)
 	return PG_OK;
 }
 
-/* Is name among the column names of res (column 0)? */
+/* Is name among the column names of res (column 0, from row 1 on)? */
 static bool has_column(const PGresult *res, const char *name)
 {
-	for (int i = 0; i < PQntuples(res); i++)
+	for (int i = 1; i < PQntuples(res); i++)
 		if (strcmp(PQgetvalue(res, i, 0), name) == 0)
 			return true;
 	return false;
@@ -351,24 +367,52 @@ static enum pg_status check_table(struct pgrepl *p)
 	char err[256];
 	const char *missing = NULL, *from = NULL;
 
-	buf_puts(&q, "SELECT a.attname FROM pg_catalog.pg_attribute a WHERE a.attrelid = "
+	/* Row 0: the table's real schema and name (NULLs when it does not
+	 * exist); then its column names. to_regclass folds case and strips
+	 * quotes like SQL does, but wal2json's add-tables and the change
+	 * objects carry the real names, so those are what the relay uses. */
+	buf_puts(&q, "SELECT n.nspname, c.relname, 0 AS o FROM pg_catalog.pg_class c JOIN "
+		     "pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = "
 		     "pg_catalog.to_regclass(");
 	put_literal(&q, p->cf->table);
-	buf_puts(&q, ") AND a.attnum > 0 AND NOT a.attisdropped UNION ALL SELECT NULL WHERE "
-		     "pg_catalog.to_regclass(");
+	buf_puts(&q, ") UNION ALL SELECT a.attname, NULL, 1 FROM pg_catalog.pg_attribute a WHERE "
+		     "a.attrelid = pg_catalog.to_regclass(");
 	put_literal(&q, p->cf->table);
-	buf_puts(&q, ") IS NULL");
-	res = run(p, q.data, PGRES_TUPLES_OK, &st);
+	buf_puts(&q, ") AND a.attnum > 0 AND NOT a.attisdropped ORDER BY 3");
+	res = PQexec(p->conn, q.data);
 	buf_finish(&q);
-	if (!res)
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+
+		if (state && strcmp(state, "42602") == 0) { /* invalid_name */
+			PQclear(res);
+			snprintf(p->errmsg, sizeof(p->errmsg),
+				 "invalid --table %s: not an SQL table name; quote names with spaces or "
+				 "upper case, e.g. --table 'public.\"My Outbox\"'",
+				 p->cf->table);
+			return PG_FATAL_USAGE;
+		}
+		set_err(p, "", PQerrorMessage(p->conn));
+		st = classify_command_error(p, res);
+		PQclear(res);
 		return st == PG_STANDBY ? PG_RETRY : st;
-	if (PQntuples(res) == 1 && PQgetisnull(res, 0, 0)) {
+	}
+	if (PQntuples(res) < 1 || PQgetisnull(res, 0, 1)) {
 		PQclear(res);
 		snprintf(p->errmsg, sizeof(p->errmsg),
 			 "outbox table \"%s\" does not exist: create it (see sql/outbox.sql) or point "
 			 "--table at your outbox table",
 			 p->cf->table);
 		return PG_FATAL_SCHEMA;
+	}
+	free(p->tbl_schema);
+	free(p->tbl_name);
+	p->tbl_schema = strdup(PQgetvalue(res, 0, 0));
+	p->tbl_name = strdup(PQgetvalue(res, 0, 1));
+	if (!p->tbl_schema || !p->tbl_name) {
+		PQclear(res);
+		set_err(p, "", "out of memory");
+		return PG_RETRY;
 	}
 	if (!has_column(res, p->cf->id_column)) {
 		missing = p->cf->id_column;
@@ -442,7 +486,7 @@ enum pg_status pgrepl_start(struct pgrepl *p)
 	{
 		struct buf filt = {0};
 
-		put_table_filter(&filt, p->cf->table);
+		put_table_filter(&filt, p->tbl_schema, p->tbl_name);
 		put_literal(&q, filt.data ? filt.data : "");
 		buf_finish(&filt);
 	}

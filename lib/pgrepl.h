@@ -52,6 +52,12 @@ lsn_t pgrepl_slot_confirmed(const struct pgrepl *p);
 /* IDENTIFY_SYSTEM's system identifier and database of the last start ("" before). */
 const char *pgrepl_system_id(const struct pgrepl *p);
 const char *pgrepl_dbname(const struct pgrepl *p);
+/*
+ * The outbox table as PostgreSQL resolved --table on the last start (case
+ * folded, quotes removed): what wal2json's change objects carry. NULL before.
+ */
+const char *pgrepl_table_schema(const struct pgrepl *p);
+const char *pgrepl_table_name(const struct pgrepl *p);
 
 /* Read what the socket has (after poll said readable). False on a broken connection. */
 bool pgrepl_consume(struct pgrepl *p);

@@ -77,8 +77,6 @@ struct relay {
 	struct w2j_decoder *dec;
 	struct mapper *map;
 
-	char *schema;           /* --table split */
-	char *table;
 
 	/* Current transaction (between B and C). */
 	bool in_txn;
@@ -276,8 +274,9 @@ static bool map_and_queue(struct relay *r, const struct w2j_field *fields, size_
 
 static bool is_outbox_table(const struct relay *r, const struct w2j_change *ch)
 {
-	return ch->schema && ch->table && strcmp(ch->schema, r->schema) == 0 &&
-	       strcmp(ch->table, r->table) == 0;
+	/* The names PostgreSQL resolved --table to: what wal2json prints. */
+	return ch->schema && ch->table && strcmp(ch->table, pgrepl_table_name(r->pg)) == 0 &&
+	       strcmp(ch->schema, pgrepl_table_schema(r->pg)) == 0;
 }
 
 static void begin_txn(struct relay *r, const struct w2j_change *ch, lsn_t data_start)
@@ -484,6 +483,17 @@ static int try_pg(struct relay *r)
 			log_error("database name \"%s\" is too long", pgrepl_dbname(r->pg));
 			return EXIT_PG_SETUP;
 		}
+		if (!r->pg_ever_started) {
+			struct buf real = {0};
+
+			buf_puts(&real, pgrepl_table_schema(r->pg));
+			buf_putc(&real, '.');
+			buf_puts(&real, pgrepl_table_name(r->pg));
+			if (!real.failed && strcmp(real.data, r->cf->table) != 0)
+				log_info("--table %s is the table %s: publishing its inserts",
+					 r->cf->table, real.data);
+			buf_finish(&real);
+		}
 		if (r->standby)
 			log_info("slot \"%s\" is free now: active, streaming", r->cf->slot);
 		else if (r->pg_down && r->pg_ever_started)
@@ -653,17 +663,6 @@ static void log_final(struct relay *r, const char *why)
 		 (unsigned long long)s->ask_redirects, peak_rss_kb());
 }
 
-static bool split_table(struct relay *r)
-{
-	const char *dot = strchr(r->cf->table, '.');
-
-	if (!dot)
-		return false;
-	r->schema = strndup(r->cf->table, (size_t)(dot - r->cf->table));
-	r->table = strdup(dot + 1);
-	return r->schema && r->table;
-}
-
 static void install_signals(void)
 {
 	struct sigaction sa;
@@ -688,8 +687,6 @@ static void relay_free(struct relay *r)
 	mapper_destroy(r->map);
 	free(r->marks);
 	buf_finish(&r->content);
-	free(r->schema);
-	free(r->table);
 }
 
 /* ---- the loop ---- */
@@ -715,7 +712,7 @@ int relay_run(const struct relay_config *cf)
 	r.pg = pgrepl_create(cf);
 	r.sink = sink_redis_create(cf, r.m);
 	r.dec = w2j_create();
-	if (!r.m || !r.pg || !r.sink || !r.dec || !split_table(&r)) {
+	if (!r.m || !r.pg || !r.sink || !r.dec) {
 		log_error("out of memory at startup");
 		relay_free(&r);
 		return EXIT_FAILURE_RUNTIME;
