@@ -9,6 +9,7 @@
 #include "pgrepl.h"
 
 #include <libpq-fe.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -607,20 +608,41 @@ bool pgrepl_send_status(struct pgrepl *p, lsn_t received, lsn_t confirmed, bool 
 	return true;
 }
 
-void pgrepl_stop(struct pgrepl *p, lsn_t received, lsn_t confirmed)
+void pgrepl_stop(struct pgrepl *p, lsn_t received, lsn_t confirmed, int timeout_ms)
 {
-	if (p->conn && p->streaming) {
-		(void)pgrepl_send_status(p, received, confirmed, false);
-		(void)PQsetnonblocking(p->conn, 0);
-		if (PQputCopyEnd(p->conn, NULL) == 1 && PQflush(p->conn) == 0) {
-			PGresult *res;
-			char *buf;
+	int64_t deadline = time_mono_us() + (int64_t)timeout_ms * 1000;
 
-			/* Drain what the server still sends until it ends the COPY. */
-			while (PQgetCopyData(p->conn, &buf, 0) > 0)
+	/* Non-blocking throughout: on a dead network neither the final status,
+	 * the CopyDone nor the drain may hold the process past timeout_ms. */
+	if (p->conn && p->streaming && pgrepl_send_status(p, received, confirmed, false) &&
+	    PQputCopyEnd(p->conn, NULL) == 1) {
+		for (;;) {
+			int64_t left = deadline - time_mono_us();
+			int flushed = PQflush(p->conn), n;
+			char *buf;
+			struct pollfd pfd = {.fd = PQsocket(p->conn), .events = POLLIN};
+
+			if (flushed < 0)
+				break;
+			while ((n = PQgetCopyData(p->conn, &buf, 1)) > 0)
 				PQfreemem(buf);
-			while ((res = PQgetResult(p->conn)) != NULL)
-				PQclear(res);
+			if (n == -1) { /* the server ended the COPY: collect its results */
+				PGresult *res;
+
+				while (!PQisBusy(p->conn) && (res = PQgetResult(p->conn)) != NULL)
+					PQclear(res);
+				if (!PQisBusy(p->conn))
+					break;
+			} else if (n < -1) {
+				break;
+			}
+			if (left <= 0)
+				break;
+			if (flushed == 1)
+				pfd.events |= POLLOUT;
+			if (poll(&pfd, 1, (int)((left + 999) / 1000)) <= 0 ||
+			    PQconsumeInput(p->conn) == 0)
+				break;
 		}
 	}
 	pgrepl_close(p);

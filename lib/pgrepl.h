@@ -71,8 +71,11 @@ int pgrepl_next(struct pgrepl *p, struct pg_msg *ret);
 /* Send a standby status update: write = received, flush = apply = confirmed. */
 bool pgrepl_send_status(struct pgrepl *p, lsn_t received, lsn_t confirmed, bool reply_requested);
 
-/* Final status update, CopyDone, drain, close. Best effort. */
-void pgrepl_stop(struct pgrepl *p, lsn_t received, lsn_t confirmed);
+/*
+ * Final status update, CopyDone, drain, close. Best effort, and bounded: it
+ * gives up after timeout_ms (a dead network must not hold the shutdown).
+ */
+void pgrepl_stop(struct pgrepl *p, lsn_t received, lsn_t confirmed, int timeout_ms);
 /* Drop the connection without ceremony. */
 void pgrepl_close(struct pgrepl *p);
 

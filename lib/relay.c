@@ -926,8 +926,14 @@ int relay_run(const struct relay_config *cf)
 	 * not confirmed yet is sent again by the next start. */
 	if (r.redis_fatal)
 		r.acked = r.confirmed;
-	if (pgrepl_streaming(r.pg))
-		pgrepl_stop(r.pg, r.received, r.acked > r.confirmed ? r.acked : r.confirmed);
+	if (pgrepl_streaming(r.pg)) {
+		/* What is left of --shutdown-timeout, but at least 1 s: enough for
+		 * the server's answer to CopyDone on a live connection. */
+		int64_t left = stopping ? (stop_deadline - time_mono_us()) / 1000 : 0;
+
+		pgrepl_stop(r.pg, r.received, r.acked > r.confirmed ? r.acked : r.confirmed,
+			    left > 1000 ? (int)left : 1000);
+	}
 	if (r.acked > r.confirmed)
 		r.confirmed = r.acked;
 	log_final(&r, final_reason);

@@ -11,6 +11,10 @@
 # (3) a second SIGTERM right after the first (Redis frozen again, so the
 #     first one is still waiting): exit code 1 at once, without draining; a
 #     restart delivers everything exactly once.
+# (4) SIGTERM while the walsender is frozen (SIGSTOP: a dead network as the
+#     relay sees it, no reset): the final status and CopyDone get no answer,
+#     yet the relay exits 0 within --shutdown-timeout 2s + 2 s (before the
+#     fix it waited for the server forever).
 RELAY_LOG_LEVEL=${RELAY_LOG_LEVEL:-info}
 . "$(dirname "$0")/lib.sh"
 setup_tmp
@@ -121,4 +125,22 @@ kill -CONT "$REDIS_PID"
 STOPPED=
 relay_drain
 check_once "(3) a restart delivered everything exactly once" $((2 * B + 1))
+
+# ---- (4) SIGTERM while the walsender is frozen -----------------------------
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+        SELECT 'order', i::text, 'created', '{}' FROM generate_series($((3 * B + 1)), $((3 * B + 10))) i"
+relay_start --shutdown-timeout 2s
+wait_entries 10 30 outbox:order || fail "relay did not publish the 10 events"
+ws=$(psql_q "SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'outbox_relay'")
+[ -n "$ws" ] || fail "no walsender holds the slot"
+kill -STOP "$ws"
+STOPPED=$ws
+stop_timed 1
+log "(4) relay exited ${STOP_MS} ms after SIGTERM (walsender frozen)"
+kill -CONT "$ws"
+STOPPED=
+assert_eq 0 "$RELAY_RC" "(4) exit code after SIGTERM with the walsender frozen"
+assert_lt "$STOP_MS" 4000 "(4) exit within --shutdown-timeout 2s + 2 s (ms)"
+relay_drain
+check_once "(4) a restart delivered everything exactly once" $((3 * B + 1))
 pass
