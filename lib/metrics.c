@@ -52,9 +52,24 @@ _Static_assert(METRICS_MAX_STREAMS < UINT16_MAX, "stream ids must fit the uint16
 
 /* First allocation for the rendered text; a typical scrape fits in it. */
 #define RENDER_INITIAL_CAP 16384
-/* HTTP limits: scrapers and probes need few connections, and none should linger. */
-#define HTTP_CONNECTION_LIMIT 32
-#define HTTP_CONNECTION_TIMEOUT_S 10
+/*
+ * HTTP limits. Scrapers and probes need few connections, and none should
+ * linger. A client address may hold HTTP_PER_IP_LIMIT connections, so one
+ * address (or a few) cannot fill HTTP_CONNECTION_LIMIT and queue everyone
+ * else's probes behind idle sockets. A connection silent for
+ * HTTP_CONNECTION_TIMEOUT_S is closed, so a client sharing the prober's
+ * address (the kubelet probes from the node's) holds its slots for seconds,
+ * not for good. A probe sends its request as soon as it connects, so the
+ * short timeout only ever closes idle sockets and kept-alive ones between
+ * scrapes. MHD's one internal polling thread (epoll) serves every
+ * connection: an idle one costs a descriptor and its memory pool, not a
+ * thread. Test 63_http_starvation.
+ */
+#define HTTP_CONNECTION_LIMIT 128
+#define HTTP_PER_IP_LIMIT 8
+#define HTTP_CONNECTION_TIMEOUT_S 3
+_Static_assert(HTTP_CONNECTION_LIMIT >= 8 * HTTP_PER_IP_LIMIT,
+	       "a few client addresses must not fill the HTTP connection limit");
 /* Longest part of a user-supplied address quoted back in an error message. */
 #define QUOTE_MAX MSG_QUOTE_MAX
 
@@ -892,7 +907,8 @@ struct metrics_server *metrics_server_start(struct metrics *m, const char *addr,
 	s->daemon = MHD_start_daemon(flags | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO, 0, NULL,
 				     NULL, handle_request, s, MHD_OPTION_SOCK_ADDR,
 				     (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_LIMIT,
-				     (unsigned int)HTTP_CONNECTION_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT,
+				     (unsigned int)HTTP_CONNECTION_LIMIT, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+				     (unsigned int)HTTP_PER_IP_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT,
 				     (unsigned int)HTTP_CONNECTION_TIMEOUT_S, MHD_OPTION_END);
 	if (!s->daemon) {
 		saved_errno = errno;
