@@ -253,6 +253,18 @@ static const struct option_def option_table[] = {
         .help = "exit 0 once the relay has confirmed this WAL position (e.g. 0/16B3748) "
                 "to PostgreSQL; by default the relay runs until stopped",
     },
+    {
+        .name = "accept-gap",
+        .env = "OUTBOX_RELAY_ACCEPT_GAP",
+        .kind = OPT_LSN,
+        .group = GROUP_PG,
+        FIELD(accept_gap),
+        .metavar = "LSN",
+        .help = "after the relay refused to start (exit 8) because its slot is missing, "
+                "invalidated or recreated: the position that refusal printed, to accept the "
+                "gap and stream from the slot's new position (republish the gap first). It "
+                "matches only that gap, so leaving it set cannot hide a later one",
+    },
 
     /* Redis */
     {

@@ -28,6 +28,7 @@ struct relay_config {
 	int status_interval_ms;   /* --status-interval, default 10s */
 	int pg_timeout_ms;        /* --pg-timeout, default 0 = off: reconnect when the server is silent that long */
 	lsn_t endpos;             /* --endpos LSN, LSN_INVALID when unset */
+	lsn_t accept_gap;         /* --accept-gap LSN: the refused gap to accept, LSN_INVALID when unset */
 
 	/* Redis */
 	char *redis_url;          /* --redis-url, default "redis://127.0.0.1:6379" */

@@ -14,8 +14,10 @@ enum relay_exit {
 	EXIT_SLOT = 4,         /* replication slot unusable: other plugin, missing with --no-create-slot, no free slots */
 	EXIT_REDIS_SETUP = 5,  /* Redis refuses us permanently: auth, ACL, server too old */
 	EXIT_OUTBOX_SCHEMA = 6, /* outbox table or a mapped column is missing */
-	EXIT_REDIS_STATE = 7    /* Redis state contradicts this relay: watermarks of another
+	EXIT_REDIS_STATE = 7,   /* Redis state contradicts this relay: watermarks of another
 				   database, or acknowledged writes lost */
+	EXIT_SLOT_GAP = 8       /* the slot is not the one the relay streamed (missing,
+				   invalidated, recreated): events may be missing; see --accept-gap */
 };
 
 #endif

@@ -26,6 +26,14 @@ struct pgrepl {
 	char dbname[128];     /* and dbname */
 	char *tbl_schema;     /* the outbox table's real schema and name, as */
 	char *tbl_name;       /* PostgreSQL resolved --table (case folded, quotes gone) */
+	struct slot_guard guard; /* pgrepl_set_guard; guard.owner is copied to guard_owner */
+	char guard_owner[160];
+	char gap[256];         /* the gap the last start accepted ("" none) */
+	struct {               /* the slot as the last start found it */
+		bool known, exists, invalidated;
+		lsn_t confirmed;
+		char invalid_why[64];
+	} facts;
 	char *copybuf; /* last PQgetCopyData buffer, freed on the next call */
 	char errmsg[1024];
 };
@@ -80,6 +88,18 @@ bool pgrepl_created_slot(const struct pgrepl *p)
 const char *pgrepl_system_id(const struct pgrepl *p)
 {
 	return p->system_id;
+}
+
+void pgrepl_set_guard(struct pgrepl *p, const struct slot_guard *g)
+{
+	p->guard = *g;
+	snprintf(p->guard_owner, sizeof(p->guard_owner), "%s", g->owner ? g->owner : "");
+	p->guard.owner = p->guard_owner;
+}
+
+const char *pgrepl_gap_accepted(const struct pgrepl *p)
+{
+	return p->gap;
 }
 
 const char *pgrepl_table_schema(const struct pgrepl *p)
@@ -280,23 +300,95 @@ static void put_table_filter(struct buf *b, const char *schema, const char *name
 	}
 }
 
+/*
+ * Is the slot, as the last start found it (p->facts), the one this relay
+ * streamed before, as far as the slot record (p->guard) tells? NULL when it
+ * is, or when there is no record; otherwise what is wrong with it, into why.
+ */
+static const char *slot_gap(const struct pgrepl *p, char *why, size_t whylen)
+{
+	char a[LSN_STRLEN], b[LSN_STRLEN];
+
+	if (!p->guard.active || !p->facts.known)
+		return NULL;
+	if (!p->facts.exists)
+		snprintf(why, whylen, "does not exist%s",
+			 p->created_slot ? " (this relay created it while Redis was unreachable)" : "");
+	else if (p->facts.invalidated)
+		snprintf(why, whylen, "was invalidated (%s)", p->facts.invalid_why);
+	else if (p->facts.confirmed > p->guard.confirmed)
+		snprintf(why, whylen,
+			 "stands at %s, past %s, the last position this relay confirmed: it was "
+			 "created again or advanced by something else",
+			 lsn_format(p->facts.confirmed, a), lsn_format(p->guard.confirmed, b));
+	else
+		return NULL;
+	return why;
+}
+
+/* The slot record must be this database's (IDENTIFY_SYSTEM of the last start). */
+static enum pg_status check_owner(struct pgrepl *p)
+{
+	char ours[sizeof(p->guard_owner)];
+
+	if (!p->guard.active || !p->guard_owner[0] || !p->system_id[0])
+		return PG_OK;
+	snprintf(ours, sizeof(ours), "%s/%s", p->system_id, p->dbname);
+	if (strcmp(ours, p->guard_owner) == 0)
+		return PG_OK;
+	snprintf(p->errmsg, sizeof(p->errmsg),
+		 "Redis holds the record of a slot \"%s\" that belongs to database %s, not to "
+		 "this one (%s)",
+		 p->cf->slot, p->guard_owner, ours);
+	return PG_FATAL_FOREIGN;
+}
+
+enum pg_status pgrepl_recheck(struct pgrepl *p)
+{
+	char why[200], a[LSN_STRLEN];
+	const char *gap;
+	enum pg_status st = check_owner(p);
+
+	if (st != PG_OK)
+		return st;
+	gap = slot_gap(p, why, sizeof(why));
+	p->gap[0] = '\0';
+	if (!gap)
+		return PG_OK;
+	if (p->guard.accept != p->guard.confirmed) {
+		snprintf(p->errmsg, sizeof(p->errmsg), "replication slot \"%s\" %s", p->cf->slot, gap);
+		return PG_FATAL_GAP;
+	}
+	snprintf(p->gap, sizeof(p->gap), "replication slot \"%s\" %s; --accept-gap %s", p->cf->slot,
+		 gap, lsn_format(p->guard.accept, a));
+	return PG_OK;
+}
+
 static enum pg_status ensure_slot(struct pgrepl *p)
 {
 	enum pg_status st = PG_RETRY;
 	struct buf q = {0};
 	PGresult *res;
+	bool exists;
 
-	buf_puts(&q, "SELECT plugin, slot_type, database, temporary, confirmed_flush_lsn "
-		     "FROM pg_catalog.pg_replication_slots WHERE slot_name = ");
+	p->gap[0] = '\0';
+	p->facts.known = false;
+	buf_puts(&q, "SELECT plugin, slot_type, database, temporary, confirmed_flush_lsn, "
+		     "coalesce(wal_status, ''), ");
+	/* invalidation_reason is new in PostgreSQL 17 */
+	buf_puts(&q, PQserverVersion(p->conn) >= 170000 ? "coalesce(invalidation_reason, '')" : "''");
+	buf_puts(&q, " FROM pg_catalog.pg_replication_slots WHERE slot_name = ");
 	put_literal(&q, p->cf->slot);
 	res = run(p, q.data, PGRES_TUPLES_OK, &st);
 	buf_finish(&q);
 	if (!res)
 		return st;
-	if (PQntuples(res) == 1) {
+	exists = PQntuples(res) == 1;
+	if (exists) {
 		const char *plugin = PQgetvalue(res, 0, 0);
 		const char *type = PQgetvalue(res, 0, 1);
 		const char *db = PQgetvalue(res, 0, 2);
+		lsn_t confirmed = LSN_INVALID;
 
 		if (strcmp(type, "logical") != 0 || strcmp(plugin, "wal2json") != 0) {
 			snprintf(p->errmsg, sizeof(p->errmsg),
@@ -317,11 +409,40 @@ static enum pg_status ensure_slot(struct pgrepl *p)
 		}
 		if (!PQgetisnull(res, 0, 4))
 			(void)lsn_parse(PQgetvalue(res, 0, 4), strlen(PQgetvalue(res, 0, 4)),
-					&p->slot_confirmed);
-		PQclear(res);
-		return PG_OK;
+					&confirmed);
+		p->slot_confirmed = confirmed;
+		p->facts.confirmed = confirmed;
+		if (PQgetvalue(res, 0, 6)[0])
+			snprintf(p->facts.invalid_why, sizeof(p->facts.invalid_why),
+				 "invalidation_reason %s", PQgetvalue(res, 0, 6));
+		else
+			snprintf(p->facts.invalid_why, sizeof(p->facts.invalid_why), "wal_status %s",
+				 PQgetvalue(res, 0, 5));
+		p->facts.invalidated =
+			PQgetvalue(res, 0, 6)[0] || strcmp(PQgetvalue(res, 0, 5), "lost") == 0;
 	}
 	PQclear(res);
+	p->facts.known = true;
+	p->facts.exists = exists;
+	p->created_slot = false;
+	st = pgrepl_recheck(p);
+	if (st != PG_OK)
+		return st;
+	if (p->gap[0]) { /* the user accepted this gap: go on from what the slot offers */
+		if (p->facts.invalidated) { /* it can never stream again: replace it */
+			buf_puts(&q, "DROP_REPLICATION_SLOT \"");
+			buf_puts(&q, p->cf->slot);
+			buf_puts(&q, "\"");
+			res = run(p, q.data, PGRES_COMMAND_OK, &st);
+			buf_finish(&q);
+			if (!res)
+				return st;
+			PQclear(res);
+			exists = false;
+		}
+	}
+	if (exists)
+		return PG_OK;
 	if (!p->cf->create_slot) {
 		snprintf(p->errmsg, sizeof(p->errmsg),
 			 "replication slot \"%s\" does not exist and --no-create-slot is set: create it "
@@ -341,6 +462,10 @@ static enum pg_status ensure_slot(struct pgrepl *p)
 			return PG_RETRY;
 		return st;
 	}
+	p->slot_confirmed = LSN_INVALID;
+	if (PQntuples(res) == 1 && PQnfields(res) >= 2 && !PQgetisnull(res, 0, 1))
+		(void)lsn_parse(PQgetvalue(res, 0, 1), strlen(PQgetvalue(res, 0, 1)),
+				&p->slot_confirmed);
 	PQclear(res);
 	p->created_slot = true;
 	return PG_OK;
@@ -459,6 +584,9 @@ enum pg_status pgrepl_start(struct pgrepl *p)
 	snprintf(p->system_id, sizeof(p->system_id), "%s", PQgetvalue(res, 0, 0));
 	snprintf(p->dbname, sizeof(p->dbname), "%s", PQgetvalue(res, 0, 3));
 	PQclear(res);
+	st = check_owner(p);
+	if (st != PG_OK)
+		goto fail;
 
 	/* Commit timestamps in UTC, and bytea in hex (wal2json corrupts escape output). */
 	res = run(p, "SET TimeZone = 'UTC'", PGRES_COMMAND_OK, &st);

@@ -19,7 +19,9 @@ enum pg_status {
 	PG_FATAL_SETUP, /* exit EXIT_PG_SETUP: auth, privileges, wal_level, plugin */
 	PG_FATAL_SLOT,  /* exit EXIT_SLOT: other plugin, missing with --no-create-slot, no free slot */
 	PG_FATAL_SCHEMA, /* exit EXIT_OUTBOX_SCHEMA */
-	PG_FATAL_USAGE   /* exit EXIT_USAGE: --pg-dsn holds a value libpq rejects */
+	PG_FATAL_USAGE,  /* exit EXIT_USAGE: --pg-dsn holds a value libpq rejects */
+	PG_FATAL_GAP,    /* exit EXIT_SLOT_GAP: the slot is not the one the relay streamed */
+	PG_FATAL_FOREIGN /* exit EXIT_REDIS_STATE: Redis's slot record is another database's */
 };
 
 struct pg_msg {
@@ -47,7 +49,7 @@ bool pgrepl_streaming(const struct pgrepl *p);
 int pgrepl_fd(const struct pgrepl *p);
 /* True when the slot was created by this process (first pgrepl_start). */
 bool pgrepl_created_slot(const struct pgrepl *p);
-/* The slot's confirmed_flush_lsn as read before START_REPLICATION (LSN_INVALID when new). */
+/* The slot's confirmed_flush_lsn as read before START_REPLICATION (a new slot: its consistent point). */
 lsn_t pgrepl_slot_confirmed(const struct pgrepl *p);
 /* IDENTIFY_SYSTEM's system identifier and database of the last start ("" before). */
 const char *pgrepl_system_id(const struct pgrepl *p);
@@ -58,6 +60,32 @@ const char *pgrepl_dbname(const struct pgrepl *p);
  */
 const char *pgrepl_table_schema(const struct pgrepl *p);
 const char *pgrepl_table_name(const struct pgrepl *p);
+
+/*
+ * What Redis's slot record (sink_redis.h) says about the slot, checked by
+ * every pgrepl_start before it uses or creates the slot: with active set, a
+ * database other than owner is PG_FATAL_FOREIGN, and a slot that is
+ * missing, invalidated or stands past confirmed is PG_FATAL_GAP -- unless
+ * accept equals confirmed (the user accepted that gap): then an invalidated
+ * slot is dropped, a missing one created, and pgrepl_gap_accepted() says
+ * what was accepted.
+ */
+struct slot_guard {
+	bool active;
+	lsn_t confirmed;
+	const char *owner; /* copied */
+	lsn_t accept;      /* --accept-gap, LSN_INVALID when not given */
+};
+void pgrepl_set_guard(struct pgrepl *p, const struct slot_guard *g);
+/* The gap the last pgrepl_start (or pgrepl_recheck) accepted, one line; "" when none. */
+const char *pgrepl_gap_accepted(const struct pgrepl *p);
+/*
+ * Judge the slot as the last pgrepl_start found it against the guard as it
+ * is now (after a fresher record was read): PG_OK, or PG_FATAL_FOREIGN /
+ * PG_FATAL_GAP with pgrepl_errmsg(). A slot the last start created counts as
+ * missing.
+ */
+enum pg_status pgrepl_recheck(struct pgrepl *p);
 
 /* Read what the socket has (after poll said readable). False on a broken connection. */
 bool pgrepl_consume(struct pgrepl *p);

@@ -15,7 +15,14 @@
  *   - a skipped non-transactional message outside a transaction.
  * A mark becomes confirmable when Redis has replied to every command up to
  * its sequence number. advance_confirm() is the only place that moves the
- * flush position, and it only ever moves it forward.
+ * acknowledged position, and it only ever moves it forward.
+ *
+ * The slot record. Before a position is confirmed to PostgreSQL, Redis must
+ * have acknowledged the slot record (sink_redis.h) at or past it: the flush
+ * sent is min(acked, rec_acked), never below what was sent before. So the
+ * slot this relay streams never stands past the record, and a start that
+ * finds the slot missing, invalidated or past the record refuses (exit 8)
+ * instead of streaming on over a gap (see gap_refuse()).
  */
 #include "relay.h"
 
@@ -26,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "buf.h"
@@ -61,6 +69,8 @@ static void on_stop_signal(int sig)
 struct mark {
 	uint64_t seq;
 	lsn_t lsn;
+	lsn_t commit_lsn;  /* the last commit with events up to here, 0 none */
+	int64_t commit_us; /* its commit time */
 };
 
 struct backoff {
@@ -93,6 +103,17 @@ struct relay {
 	lsn_t server_wal_end; /* newest keepalive walEnd: how far the server has read WAL */
 	lsn_t acked;      /* highest LSN that Redis has fully acknowledged */
 	lsn_t confirmed;  /* highest flush LSN sent to PostgreSQL */
+	lsn_t commit_lsn; /* the last commit with events Redis acknowledged, and */
+	int64_t commit_us; /* its commit time (from the slot record at start) */
+
+	/* Slot record (see the top of this file). */
+	bool guard_set;      /* the record was read and handed to pgrepl */
+	lsn_t rec_acked;     /* the record position Redis acknowledged */
+	lsn_t rec_pending;   /* the position of the record write in flight */
+	uint64_t rec_seq;    /* its sequence number, 0 when none */
+	int64_t rec_last_us; /* when the last one was queued */
+	bool gap_wait;       /* a start found a gap: re-reading the record */
+	uint64_t gap_gen;    /* sink_redis_record_gen() when that read was queued */
 	uint64_t acked_seq_seen;
 	uint64_t redis_fail_seq; /* Redis counts as recovered once this seq is acknowledged */
 	bool redis_fatal;        /* Redis state no retry can fix (sink_error_is_fatal) */
@@ -136,7 +157,9 @@ static int64_t backoff_next(struct backoff *b, int cap_ms)
 	return delay;
 }
 
-static bool push_mark(struct relay *r, uint64_t seq, lsn_t lsn)
+/* commit_lsn: a commit that carried events (0 for other marks), committed at commit_us. */
+static bool push_mark(struct relay *r, uint64_t seq, lsn_t lsn, lsn_t commit_lsn,
+		      int64_t commit_us)
 {
 	if (r->m_len > 0) {
 		struct mark *tail = &r->marks[(r->m_head + r->m_len - 1) % r->m_cap];
@@ -144,6 +167,10 @@ static bool push_mark(struct relay *r, uint64_t seq, lsn_t lsn)
 		if (tail->seq == seq) { /* nothing queued since: just move it forward */
 			if (lsn > tail->lsn)
 				tail->lsn = lsn;
+			if (commit_lsn > tail->commit_lsn) {
+				tail->commit_lsn = commit_lsn;
+				tail->commit_us = commit_us;
+			}
 			return true;
 		}
 	}
@@ -160,7 +187,7 @@ static bool push_mark(struct relay *r, uint64_t seq, lsn_t lsn)
 		r->m_cap = cap;
 		r->m_head = 0;
 	}
-	r->marks[(r->m_head + r->m_len) % r->m_cap] = (struct mark){seq, lsn};
+	r->marks[(r->m_head + r->m_len) % r->m_cap] = (struct mark){seq, lsn, commit_lsn, commit_us};
 	r->m_len++;
 	return true;
 }
@@ -181,16 +208,56 @@ static void advance_confirm(struct relay *r)
 		}
 	}
 	while (r->m_len > 0 && r->marks[r->m_head].seq <= acked_seq) {
-		if (r->marks[r->m_head].lsn > r->acked)
-			r->acked = r->marks[r->m_head].lsn;
+		const struct mark *mk = &r->marks[r->m_head];
+
+		if (mk->lsn > r->acked)
+			r->acked = mk->lsn;
+		if (mk->commit_lsn > r->commit_lsn) {
+			r->commit_lsn = mk->commit_lsn;
+			r->commit_us = mk->commit_us;
+		}
 		r->m_head = (r->m_head + 1) % r->m_cap;
 		r->m_len--;
 	}
+	if (r->rec_seq && acked_seq >= r->rec_seq) {
+		if (r->rec_pending > r->rec_acked)
+			r->rec_acked = r->rec_pending;
+		r->rec_seq = 0;
+	}
+}
+
+/* The position PostgreSQL may be told: acknowledged by Redis and covered by
+ * the acknowledged slot record; never below what was sent before. */
+static lsn_t flush_pos(const struct relay *r)
+{
+	lsn_t f = r->acked < r->rec_acked ? r->acked : r->rec_acked;
+
+	return f > r->confirmed ? f : r->confirmed;
+}
+
+/*
+ * Queue a slot record write for the acknowledged position when it is ahead
+ * of the record, none is in flight, and the last one is at least
+ * STATUS_MIN_GAP_US old (or now). Returns false only when out of memory.
+ */
+static bool queue_record(struct relay *r, bool now)
+{
+	int64_t t = time_mono_us();
+
+	if (!r->guard_set || r->rec_seq || r->acked <= r->rec_acked ||
+	    (!now && t - r->rec_last_us < STATUS_MIN_GAP_US))
+		return true;
+	if (!sink_redis_queue_record(r->sink, r->acked, r->commit_lsn, r->commit_us))
+		return false;
+	r->rec_seq = sink_redis_last_seq(r->sink);
+	r->rec_pending = r->acked;
+	r->rec_last_us = t;
+	return true;
 }
 
 static bool send_status(struct relay *r, bool reply_requested)
 {
-	lsn_t flush = r->acked > r->confirmed ? r->acked : r->confirmed; /* never backwards */
+	lsn_t flush = flush_pos(r); /* never backwards */
 
 	if (!pgrepl_send_status(r->pg, r->received, flush, reply_requested))
 		return false;
@@ -338,7 +405,9 @@ static bool handle_xlogdata(struct relay *r, const struct pg_msg *m)
 		r->in_txn = false;
 		count(&r->m->transactions);
 		/* dataStart of C is the commit record's end: the LSN to confirm. */
-		return push_mark(r, sink_redis_last_seq(r->sink), m->data_start);
+		return push_mark(r, sink_redis_last_seq(r->sink), m->data_start,
+				 r->next_index > 0 ? m->data_start : LSN_INVALID,
+				 r->tx.committed_unix_us);
 	case W2J_INSERT:
 		if (!is_outbox_table(r, &ch))
 			return true;
@@ -365,7 +434,7 @@ static bool handle_xlogdata(struct relay *r, const struct pg_msg *m)
 				 "%s: only pg_logical_emit_message(true, ...) is delivered",
 				 ch.prefix ? ch.prefix : "", lsn_format(m->data_start, lsnbuf));
 			if (!r->in_txn)
-				return push_mark(r, sink_redis_last_seq(r->sink), m->data_start);
+				return push_mark(r, sink_redis_last_seq(r->sink), m->data_start, 0, 0);
 			return true;
 		} else {
 			struct w2j_field *fields;
@@ -471,6 +540,87 @@ static void redis_lost(struct relay *r, const char *why)
 	sink_redis_disconnect(r->sink);
 }
 
+/* "2026-11-24T12:00:00.123456Z" for Unix microseconds us; "an unknown time" for 0. */
+static const char *format_us(int64_t us, char *buf, size_t len)
+{
+	time_t sec = (time_t)(us / 1000000);
+	struct tm tm;
+
+	if (us <= 0 || !gmtime_r(&sec, &tm) || strftime(buf, len, "%Y-%m-%dT%H:%M:%S", &tm) == 0)
+		return "an unknown time";
+	snprintf(buf + strlen(buf), len - strlen(buf), ".%06dZ", (int)(us % 1000000));
+	return buf;
+}
+
+/*
+ * One line for a slot that is not the one this relay streamed (pgrepl's
+ * message says which way): what Redis has, what may be missing, and the two
+ * ways forward. Returns the exit code.
+ */
+static int gap_refuse(struct relay *r)
+{
+	char conf[LSN_STRLEN], commit[LSN_STRLEN], when[64];
+
+	log_error("%s; the slot record in Redis (%s:slot:%s) says this relay confirmed up to %s "
+		  "and published events up to the commit at %s (committed %s): events committed "
+		  "after that may be missing from the streams. Republish the outbox rows committed "
+		  "since then (README, \"Gaps\"), then start once with --accept-gap %s to stream "
+		  "from the slot's position",
+		  pgrepl_errmsg(r->pg), r->cf->key_prefix, r->cf->slot,
+		  lsn_format(r->rec_acked, conf),
+		  r->commit_lsn ? lsn_format(r->commit_lsn, commit) : "(none recorded)",
+		  format_us(r->commit_us, when, sizeof(when)), conf);
+	return EXIT_SLOT_GAP;
+}
+
+static int foreign_refuse(struct relay *r)
+{
+	log_error("%s: give this relay its own --key-prefix or --slot (if this database replaced "
+		  "that one on purpose, delete the key %s:slot:%s and that database's \"%s:wm:*\" "
+		  "keys)",
+		  pgrepl_errmsg(r->pg), r->cf->key_prefix, r->cf->slot, r->cf->key_prefix);
+	return EXIT_REDIS_STATE;
+}
+
+/* Hand the slot record Redis has (the last read) to pgrepl, and take its position. */
+static void set_guard(struct relay *r)
+{
+	const struct slot_record *rec = sink_redis_record(r->sink);
+	struct slot_guard g = {.active = rec != NULL, .accept = r->cf->accept_gap};
+
+	if (rec) {
+		g.confirmed = rec->confirmed;
+		g.owner = rec->owner;
+		if (rec->confirmed > r->rec_acked)
+			r->rec_acked = rec->confirmed;
+		if (rec->commit_lsn > r->commit_lsn) {
+			r->commit_lsn = rec->commit_lsn;
+			r->commit_us = rec->commit_us;
+		}
+	}
+	pgrepl_set_guard(r->pg, &g);
+	r->guard_set = true;
+}
+
+/*
+ * The user accepted a gap (--accept-gap): what is before the slot's position
+ * counts as done, and the record moves there before anything is confirmed.
+ */
+static bool accept_gap(struct relay *r)
+{
+	lsn_t at = pgrepl_slot_confirmed(r->pg);
+	char lsnbuf[LSN_STRLEN];
+
+	log_warn("%s: accepted; streaming from %s, events committed between the record and that "
+		 "position are not published by this relay",
+		 pgrepl_gap_accepted(r->pg), lsn_format(at, lsnbuf));
+	if (at > r->acked)
+		r->acked = at;
+	if (at > r->confirmed)
+		r->confirmed = at;
+	return queue_record(r, true);
+}
+
 /* Returns an exit code for a permanent failure, or -1 to go on. */
 static int try_pg(struct relay *r)
 {
@@ -482,6 +632,10 @@ static int try_pg(struct relay *r)
 		if (!sink_redis_set_owner(r->sink, pgrepl_system_id(r->pg), pgrepl_dbname(r->pg))) {
 			log_error("database name \"%s\" is too long", pgrepl_dbname(r->pg));
 			return EXIT_PG_SETUP;
+		}
+		if (pgrepl_gap_accepted(r->pg)[0] && !accept_gap(r)) {
+			log_error("out of memory");
+			return EXIT_FAILURE_RUNTIME;
 		}
 		if (!r->pg_ever_started) {
 			struct buf real = {0};
@@ -535,6 +689,50 @@ static int try_pg(struct relay *r)
 	case PG_FATAL_USAGE:
 		log_error("%s", pgrepl_errmsg(r->pg));
 		return EXIT_USAGE;
+	case PG_FATAL_GAP:
+		/* Judge it against a record read after the slot was: another relay
+		 * on this slot (this one was its standby) may have moved both. */
+		if (!sink_redis_queue_record_read(r->sink)) {
+			log_error("out of memory");
+			return EXIT_FAILURE_RUNTIME;
+		}
+		log_debug("%s; reading the slot record again before deciding", pgrepl_errmsg(r->pg));
+		r->gap_wait = true;
+		r->gap_gen = sink_redis_record_gen(r->sink);
+		return -1;
+	case PG_FATAL_FOREIGN:
+		return foreign_refuse(r);
+	}
+	return -1;
+}
+
+/*
+ * The slot record arrived (the first connect's read, or a re-read after a
+ * suspected gap): hand it to pgrepl and judge the slot the last start found
+ * against it. Returns an exit code, or -1 to go on.
+ */
+static int record_arrived(struct relay *r)
+{
+	bool recheck = r->gap_wait || pgrepl_streaming(r->pg);
+	enum pg_status st;
+
+	set_guard(r);
+	r->gap_wait = false;
+	if (!recheck)
+		return -1; /* the next start checks against it */
+	st = pgrepl_recheck(r->pg);
+	if (st == PG_FATAL_FOREIGN)
+		return foreign_refuse(r);
+	if (st == PG_FATAL_GAP)
+		return gap_refuse(r);
+	if (!pgrepl_streaming(r->pg)) { /* the fresh record clears it: start again */
+		r->pg_bo.next_us = time_mono_us();
+		return -1;
+	}
+	/* PostgreSQL was started while Redis was unreachable, and the slot passes */
+	if (pgrepl_gap_accepted(r->pg)[0] && !accept_gap(r)) {
+		log_error("out of memory");
+		return EXIT_FAILURE_RUNTIME;
 	}
 	return -1;
 }
@@ -764,7 +962,18 @@ int relay_run(const struct relay_config *cf)
 				break;
 			}
 		}
-		if (!stopping && !pgrepl_streaming(r.pg) && now >= r.pg_bo.next_us) {
+		/* The slot record, read at the first connect or again after a start
+		 * found a gap: judge the slot against it before going on. */
+		if (sink_redis_record_read(r.sink) &&
+		    (!r.guard_set || (r.gap_wait && sink_redis_record_gen(r.sink) != r.gap_gen))) {
+			code = record_arrived(&r);
+			if (code >= 0) {
+				rc = code;
+				final_reason = "the slot is not the one this relay streamed";
+				break;
+			}
+		}
+		if (!stopping && !pgrepl_streaming(r.pg) && !r.gap_wait && now >= r.pg_bo.next_us) {
 			code = try_pg(&r);
 			if (code >= 0) {
 				rc = code;
@@ -794,7 +1003,8 @@ int relay_run(const struct relay_config *cf)
 						r.received = m.wal_end;
 					if (m.wal_end > r.server_wal_end)
 						r.server_wal_end = m.wal_end;
-					if (!r.in_txn && !push_mark(&r, sink_redis_last_seq(r.sink), m.wal_end))
+					if (!r.in_txn &&
+					    !push_mark(&r, sink_redis_last_seq(r.sink), m.wal_end, 0, 0))
 						goto oom;
 					if (m.reply_requested) {
 						advance_confirm(&r);
@@ -816,10 +1026,12 @@ int relay_run(const struct relay_config *cf)
 		    !sink_redis_io(r.sink, NULL, 0))
 			redis_lost(&r, sink_redis_errmsg(r.sink));
 
-		/* Confirm what Redis acknowledged. */
+		/* Confirm what Redis acknowledged, once the slot record covers it. */
 		advance_confirm(&r);
+		if (!queue_record(&r, stopping || cf->endpos != LSN_INVALID))
+			goto oom;
 		if (pgrepl_streaming(r.pg)) {
-			bool moved = r.acked > r.confirmed;
+			bool moved = flush_pos(&r) > r.confirmed;
 			int64_t since = now - r.last_status_us;
 
 			int64_t silent = now - r.last_pg_msg_us;
@@ -842,12 +1054,14 @@ int relay_run(const struct relay_config *cf)
 		}
 		/* Past --endpos once Redis acknowledged it: the final status update
 		 * below confirms it, so there is no need to wait for the next one. */
-		if (cf->endpos != LSN_INVALID && r.acked >= cf->endpos) {
+		if (cf->endpos != LSN_INVALID && flush_pos(&r) >= cf->endpos) {
 			log_info("reached --endpos %s", lsn_format(cf->endpos, lsnbuf));
 			final_reason = "endpos reached";
 			break;
 		}
-		if (stopping && (sink_redis_inflight_events(r.sink) == 0 || now >= stop_deadline)) {
+		if (stopping && ((sink_redis_inflight_events(r.sink) == 0 &&
+				  (!r.guard_set || r.acked <= r.rec_acked)) ||
+				 now >= stop_deadline)) {
 			if (sink_redis_inflight_events(r.sink) > 0)
 				log_warn("shutdown timeout: %llu event(s) unacknowledged; they are not "
 					 "confirmed and will be delivered after restart",
@@ -891,9 +1105,13 @@ int relay_run(const struct relay_config *cf)
 			if (pgrepl_streaming(r.pg)) {
 				int64_t due = r.last_status_us + (int64_t)cf->status_interval_ms * 1000;
 
-				if (r.acked > r.confirmed)
+				if (flush_pos(&r) > r.confirmed)
 					due = r.last_status_us + STATUS_MIN_GAP_US;
 				if (due < next)
+					next = due;
+				/* the next slot record write, when one is due */
+				due = r.rec_last_us + STATUS_MIN_GAP_US;
+				if (r.guard_set && !r.rec_seq && r.acked > r.rec_acked && due < next)
 					next = due;
 			} else if (!stopping && r.pg_bo.next_us < next) {
 				next = r.pg_bo.next_us;
@@ -931,11 +1149,9 @@ int relay_run(const struct relay_config *cf)
 		 * the server's answer to CopyDone on a live connection. */
 		int64_t left = stopping ? (stop_deadline - time_mono_us()) / 1000 : 0;
 
-		pgrepl_stop(r.pg, r.received, r.acked > r.confirmed ? r.acked : r.confirmed,
-			    left > 1000 ? (int)left : 1000);
+		pgrepl_stop(r.pg, r.received, flush_pos(&r), left > 1000 ? (int)left : 1000);
 	}
-	if (r.acked > r.confirmed)
-		r.confirmed = r.acked;
+	r.confirmed = flush_pos(&r);
 	log_final(&r, final_reason);
 	relay_free(&r);
 	return rc;

@@ -125,7 +125,7 @@ const char sink_redis_function_library[] = "#!lua name=outbox_relay\n" PUBLISH_B
 
 static const char eval_script[] = PUBLISH_BODY "return publish(KEYS, ARGV)\n";
 
-enum qkind { Q_PUBLISH, Q_DEAD, Q_GROUP };
+enum qkind { Q_PUBLISH, Q_DEAD, Q_GROUP, Q_RECORD, Q_GETREC };
 enum qstate { QS_QUEUED = 0, QS_ROUTED, QS_EXECUTED, QS_DONE };
 
 /* Most events in one function call, and the size at which a batch is closed. */
@@ -252,6 +252,10 @@ struct sink_redis {
 	char b_last[26];       /* position of the batch's last event */
 	struct posmap last_pos;
 	char owner[160];       /* "<system id>/<database>": whose positions the watermarks hold */
+	bool record_read;      /* the slot record was read (first connect) */
+	bool record_found;
+	struct slot_record record;
+	uint64_t record_gen;   /* counts record reads */
 
 	struct strset streams; /* streams that got XGROUP CREATE on this connection set */
 	struct buf key;        /* scratch for key names */
@@ -565,6 +569,37 @@ static uint16_t stream_slot(struct sink_redis *s, const char *stream, size_t len
 
 /* ---- lifecycle ---- */
 
+/* "<key-prefix>:slot:<slot>": the slot record's key (no hash tag: its own cluster slot). */
+static void record_key(const struct relay_config *cf, struct buf *b)
+{
+	buf_reset(b);
+	buf_puts(b, cf->key_prefix);
+	buf_puts(b, ":slot:");
+	buf_puts(b, cf->slot);
+}
+
+bool slot_record_parse(const char *v, size_t len, struct slot_record *rec)
+{
+	unsigned long long conf, commit;
+	long long us;
+	int used = 0;
+	char text[256];
+
+	if (len >= sizeof(text))
+		return false;
+	memcpy(text, v, len);
+	text[len] = '\0';
+	memset(rec, 0, sizeof(*rec));
+	if (sscanf(text, "%16llx %16llx %lld %n", &conf, &commit, &us, &used) != 3 || used == 0 ||
+	    (size_t)used >= len || strlen(text + used) >= sizeof(rec->owner))
+		return false;
+	rec->confirmed = (lsn_t)conf;
+	rec->commit_lsn = (lsn_t)commit;
+	rec->commit_us = us;
+	memcpy(rec->owner, text + used, strlen(text + used) + 1);
+	return true;
+}
+
 struct sink_redis *sink_redis_create(const struct relay_config *cf, struct metrics *m)
 {
 	struct sink_redis *s = calloc(1, sizeof(*s));
@@ -850,6 +885,57 @@ static redisReply *setup_command(struct sink_redis *s, struct node *n, enum sink
 	return r;
 }
 
+/*
+ * On the first connect, on the node that serves its key: read the slot
+ * record (sink_redis_record). A value that is not a record is an error the
+ * relay cannot decide on: permanent, naming the key.
+ */
+static enum sink_status read_record(struct sink_redis *s, struct node *n)
+{
+	enum sink_status st = SINK_OK;
+	const char *argv[2] = {"GET", NULL};
+	redisReply *r;
+
+	record_key(s->cf, &s->key);
+	if (s->record_read || s->key.failed ||
+	    (s->slot_node && s->slot_node[stream_slot(s, s->key.data, s->key.len)] != n - s->nodes))
+		return s->key.failed ? SINK_RETRY : SINK_OK;
+	argv[1] = s->key.data;
+	r = setup_command(s, n, &st, "GET of the slot record", 2, argv);
+	if (!r || r->type == REDIS_REPLY_ERROR) {
+		freeReplyObject(r);
+		return st == SINK_OK ? SINK_RETRY : st;
+	}
+	s->record_found = r->type == REDIS_REPLY_STRING;
+	if (s->record_found && !slot_record_parse(r->str, r->len, &s->record)) {
+		snprintf(s->errmsg, sizeof(s->errmsg),
+			 "the key \"%s\" does not hold a slot record of outbox-relay; delete it or "
+			 "give the relay another --key-prefix",
+			 s->key.data);
+		freeReplyObject(r);
+		return SINK_FATAL;
+	}
+	freeReplyObject(r);
+	s->record_read = true;
+	s->record_gen++;
+	return SINK_OK;
+}
+
+uint64_t sink_redis_record_gen(const struct sink_redis *s)
+{
+	return s->record_gen;
+}
+
+const struct slot_record *sink_redis_record(const struct sink_redis *s)
+{
+	return s->record_read && s->record_found ? &s->record : NULL;
+}
+
+bool sink_redis_record_read(const struct sink_redis *s)
+{
+	return s->record_read;
+}
+
 static enum sink_status load_function(struct sink_redis *s, struct node *n)
 {
 	enum sink_status st = SINK_OK;
@@ -1043,6 +1129,9 @@ static enum sink_status node_connect(struct sink_redis *s, struct node *n)
 	if (st != SINK_OK)
 		goto fail;
 	st = load_function(s, n);
+	if (st != SINK_OK)
+		goto fail;
+	st = read_record(s, n);
 	if (st != SINK_OK)
 		goto fail;
 
@@ -1421,6 +1510,49 @@ static bool queue_groups(struct sink_redis *s, const char *stream, size_t len)
 	return true;
 }
 
+bool sink_redis_queue_record_read(struct sink_redis *s)
+{
+	size_t start;
+	struct qent ent = {.kind = Q_GETREC};
+
+	if (!close_batch(s))
+		return false;
+	record_key(s->cf, &s->key);
+	if (s->key.failed)
+		return false;
+	start = s->out.len;
+	ent.seq = s->next_seq++;
+	ent.slot = stream_slot(s, s->key.data, s->key.len);
+	resp_array(&s->out, 2);
+	resp_str(&s->out, "GET");
+	resp_bulk(&s->out, s->key.data, s->key.len);
+	return push_command(s, &ent, start);
+}
+
+bool sink_redis_queue_record(struct sink_redis *s, lsn_t confirmed, lsn_t commit_lsn,
+			     int64_t commit_us)
+{
+	char val[256];
+	size_t start;
+	struct qent ent = {.kind = Q_RECORD};
+	int n = snprintf(val, sizeof(val), "%016llX %016llX %lld %s", (unsigned long long)confirmed,
+			 (unsigned long long)commit_lsn, (long long)commit_us, s->owner);
+
+	if (n <= 0 || (size_t)n >= sizeof(val) || !close_batch(s))
+		return false;
+	record_key(s->cf, &s->key);
+	if (s->key.failed)
+		return false;
+	start = s->out.len;
+	ent.seq = s->next_seq++;
+	ent.slot = stream_slot(s, s->key.data, s->key.len);
+	resp_array(&s->out, 3);
+	resp_str(&s->out, "SET");
+	resp_bulk(&s->out, s->key.data, s->key.len);
+	resp_bulk(&s->out, val, (size_t)n);
+	return push_command(s, &ent, start);
+}
+
 bool sink_redis_publish(struct sink_redis *s, const struct event *ev, bool dead_letter)
 {
 	struct lastpos *lp;
@@ -1494,7 +1626,11 @@ bool sink_redis_publish(struct sink_redis *s, const struct event *ev, bool dead_
 
 static const char *kind_name(unsigned k)
 {
-	return k == Q_GROUP ? "XGROUP CREATE" : k == Q_DEAD ? "dead-letter publish" : "publish";
+	return k == Q_GROUP    ? "XGROUP CREATE"
+	       : k == Q_DEAD   ? "dead-letter publish"
+	       : k == Q_RECORD ? "slot record write"
+	       : k == Q_GETREC ? "slot record read"
+			       : "publish";
 }
 
 /* Count one event's result from a publish reply (0 replay, 1 duplicate, entry id). */
@@ -1690,7 +1826,31 @@ static bool handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 			snprintf(s->errmsg, sizeof(s->errmsg), "%s failed: %s", kind_name(e->kind), r->str);
 		return false;
 	}
-	if (e->kind != Q_GROUP) {
+	if ((e->kind == Q_RECORD && r->type != REDIS_REPLY_STATUS) ||
+	    (e->kind == Q_GETREC && r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_NIL)) {
+		snprintf(s->errmsg, sizeof(s->errmsg), "unexpected reply to %s: type %d",
+			 kind_name(e->kind), r->type);
+		return false;
+	}
+	if (e->kind == Q_GETREC) {
+		struct slot_record rec;
+
+		if (r->type == REDIS_REPLY_STRING && !slot_record_parse(r->str, r->len, &rec)) {
+			snprintf(s->errmsg, sizeof(s->errmsg),
+				 "the slot record key of --slot %s does not hold a slot record of "
+				 "outbox-relay",
+				 s->cf->slot);
+			return false;
+		}
+		s->record_found = r->type == REDIS_REPLY_STRING;
+		if (s->record_found)
+			s->record = rec;
+		s->record_read = true;
+		s->record_gen++;
+		e->state = QS_DONE; /* a read: nothing for WAIT to make durable */
+		return true;
+	}
+	if (e->kind != Q_GROUP && e->kind != Q_RECORD) {
 		int64_t now = time_now_us();
 
 		if (r->type != REDIS_REPLY_ARRAY || r->elements != e->nevents) {
