@@ -159,7 +159,8 @@ static bool read_entry(struct cluster_slots_map *map, const redisReply *e, size_
 	}
 	if (start->integer < 0 || end->integer >= CLUSTER_SLOTS_COUNT ||
 	    start->integer > end->integer) {
-		msg_set(err, errlen, "entry %zu: slots %lld-%lld are not a range within 0-%d", i,
+		msg_set(err, errlen,
+			"entry %zu: start slot %lld and end slot %lld are not a range within 0-%d", i,
 			start->integer, end->integer, CLUSTER_SLOTS_COUNT - 1);
 		return false;
 	}
