@@ -37,8 +37,9 @@
 #include "redis_tls.h"
 
 #define FUNCTION_NAME "outbox_relay_publish"
-#define MAX_NODES CLUSTER_SLOTS_MAX_NODES /* int8_t node indexes: at most 127 */
+#define MAX_NODES CLUSTER_SLOTS_MAX_NODES
 #define CLUSTER_SLOTS CLUSTER_SLOTS_COUNT
+_Static_assert(MAX_NODES <= INT8_MAX, "node indexes are int8_t (slot_node, qent.node)");
 #define WBUF_FILL (256 * 1024) /* bytes staged per write round */
 
 /*
