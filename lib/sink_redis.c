@@ -33,11 +33,13 @@
 #include <unistd.h>
 
 #include "buf.h"
+#include "cluster_slots.h"
 #include "redis_tls.h"
 
 #define FUNCTION_NAME "outbox_relay_publish"
-#define MAX_NODES 64
-#define CLUSTER_SLOTS 16384
+#define MAX_NODES CLUSTER_SLOTS_MAX_NODES
+#define CLUSTER_SLOTS CLUSTER_SLOTS_COUNT
+_Static_assert(MAX_NODES <= INT8_MAX, "node indexes are int8_t (slot_node, qent.node)");
 #define WBUF_FILL (256 * 1024) /* bytes staged per write round */
 
 /*
@@ -1004,36 +1006,38 @@ static enum sink_status check_server(struct sink_redis *s, struct node *n)
 	bool want_aof = s->cf->wait_aof && strcmp(s->cf->wait_aof, "none") != 0;
 	enum sink_status st = SINK_OK;
 	redisReply *r = setup_command(s, n, &st, "COMMAND INFO", want_aof ? 6 : 5, argv);
+	size_t missing;
+	char why[160];
 
 	if (!r)
 		return st;
-	if (r->type == REDIS_REPLY_ARRAY) {
-		for (size_t i = 0; i < r->elements; i++) {
-			if (r->element[i]->type != REDIS_REPLY_NIL)
-				continue;
-			if (i + 2 == 5) { /* WAITAOF */
-				const char *iv[] = {"INFO", "server"};
-				redisReply *info = setup_command(s, n, &st, "INFO", 2, iv);
-				char ver[32] = "";
+	if (cluster_slots_command_info(r, (size_t)(want_aof ? 4 : 3), &missing, why, sizeof(why)) ==
+	    CMDINFO_MISSING) {
+		if (missing == 3) { /* WAITAOF */
+			const char *iv[] = {"INFO", "server"};
+			redisReply *info = setup_command(s, n, &st, "INFO", 2, iv);
+			char ver[32] = "";
 
-				if (info && info->type == REDIS_REPLY_STRING)
-					info_field(info->str, "redis_version:", ver, sizeof(ver));
-				freeReplyObject(info);
-				snprintf(s->errmsg, sizeof(s->errmsg),
-					 "--wait-aof needs WAITAOF, which Redis 7.2 introduced; this server "
-					 "is %s: upgrade Redis or drop --wait-aof",
-					 ver[0] ? ver : "older");
-			} else {
-				snprintf(s->errmsg, sizeof(s->errmsg),
-					 "the server does not provide %s: outbox-relay needs Redis 5 or "
-					 "newer with streams and scripting (7.0+ recommended for functions)",
-					 argv[i + 2]);
-			}
-			freeReplyObject(r);
-			return SINK_FATAL;
+			if (info && info->type == REDIS_REPLY_STRING)
+				info_field(info->str, "redis_version:", ver, sizeof(ver));
+			freeReplyObject(info);
+			snprintf(s->errmsg, sizeof(s->errmsg),
+				 "--wait-aof needs WAITAOF, which Redis 7.2 introduced; this server "
+				 "is %s: upgrade Redis or drop --wait-aof",
+				 ver[0] ? ver : "older");
+		} else {
+			snprintf(s->errmsg, sizeof(s->errmsg),
+				 "the server does not provide %s: outbox-relay needs Redis 5 or "
+				 "newer with streams and scripting (7.0+ recommended for functions)",
+				 argv[missing + 2]);
 		}
+		freeReplyObject(r);
+		return SINK_FATAL;
 	}
-	/* An error here (e.g. ACL without COMMAND) is not a verdict: carry on. */
+	/*
+	 * An error here (e.g. ACL without COMMAND) or an unreadable answer is not
+	 * a verdict: carry on; a missing command then fails where it is used.
+	 */
 	freeReplyObject(r);
 	if (want_aof) {
 		const char *iv[] = {"INFO", "persistence"};
@@ -1178,9 +1182,35 @@ static int add_node(struct sink_redis *s, const char *host, int port, const char
 }
 
 /*
- * Ask one seed for CLUSTER SLOTS and rebuild the node list and slot map:
- * [[start, end, [host, port, id], replicas...], ...]. An empty host means
- * "the address you reached me at".
+ * Take a checked slot map (see cluster_slots_parse) as the node list and slot
+ * map. On failure (out of memory) the node list is left empty.
+ */
+static bool use_map(struct sink_redis *s, const struct cluster_slots_map *map, char *err,
+		    size_t errlen)
+{
+	int8_t idx[CLUSTER_SLOTS_MAX_NODES];
+
+	for (int i = 0; i < map->nnodes; i++) {
+		int k = add_node(s, map->nodes[i].host, map->nodes[i].port, NULL);
+
+		if (k < 0) {
+			for (int j = 0; j < s->nnodes; j++)
+				node_finish(&s->nodes[j]);
+			s->nnodes = 0;
+			snprintf(err, errlen, "out of memory");
+			return false;
+		}
+		idx[i] = (int8_t)k;
+	}
+	for (int sl = 0; sl < CLUSTER_SLOTS; sl++)
+		s->slot_node[sl] = map->slot_node[sl] < 0 ? -1 : idx[map->slot_node[sl]];
+	return true;
+}
+
+/*
+ * Ask one seed for CLUSTER SLOTS and rebuild the node list and slot map from
+ * the first reply that passes cluster_slots_parse(). An empty (or nil) host
+ * means "the address you reached me at": the seed's.
  */
 static enum sink_status discover_cluster(struct sink_redis *s)
 {
@@ -1230,38 +1260,18 @@ static enum sink_status discover_cluster(struct sink_redis *s)
 		}
 		r = setup_command(s, &seed, &st, "CLUSTER SLOTS", 2, argv);
 		if (r && r->type == REDIS_REPLY_ARRAY) {
-			bool ok = true;
+			char why[256];
+			struct cluster_slots_map *map = cluster_slots_parse(r, seed.host, why, sizeof(why));
 
-			for (size_t i = 0; ok && i < r->elements; i++) {
-				redisReply *e = r->element[i];
-				redisReply *m;
-				const char *host;
-				int idx;
-
-				if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
-				    e->element[2]->type != REDIS_REPLY_ARRAY || e->element[2]->elements < 2) {
-					ok = false;
-					break;
-				}
-				m = e->element[2];
-				host = m->element[0]->type == REDIS_REPLY_STRING && m->element[0]->len > 0
-					       ? m->element[0]->str
-					       : seed.host;
-				idx = add_node(s, host, (int)m->element[1]->integer, NULL);
-				if (idx < 0) {
-					ok = false;
-					break;
-				}
-				for (long long sl = e->element[0]->integer;
-				     sl <= e->element[1]->integer && sl < CLUSTER_SLOTS; sl++)
-					s->slot_node[sl] = (int8_t)idx;
-			}
 			freeReplyObject(r);
 			redisFree(seed.c);
-			if (ok && s->nnodes > 0)
+			if (map && use_map(s, map, why, sizeof(why))) {
+				cluster_slots_map_free(map);
 				return SINK_OK;
-			snprintf(s->errmsg, sizeof(s->errmsg), "CLUSTER SLOTS from %s:%d is unusable",
-				 t->seeds[k].host, t->seeds[k].port);
+			}
+			cluster_slots_map_free(map);
+			snprintf(s->errmsg, sizeof(s->errmsg), "CLUSTER SLOTS from %s:%d is unusable: %s",
+				 t->seeds[k].host, t->seeds[k].port, why);
 			continue;
 		}
 		if (r && r->type == REDIS_REPLY_ERROR && strstr(r->str, "cluster support disabled"))
