@@ -49,7 +49,8 @@ TEST(text_escapes_message)
 	CHECK(!strchr(out, '\r'));
 	CHECK(!strchr(out, '\x1b'));
 	CHECK(!strchr(out, '\x7f'));
-	CHECK(strstr(out, " warn: dead-lettering: event id \"x\\nFAKE error: relay compromised\\r\\x1b[2J\\x7f\" is not a uuid\n") != NULL);
+	CHECK(strstr(out, " warn: dead-lettering: event id \"x\\nFAKE error: relay "
+	                  "compromised\\r\\x1b[2J\\x7f\" is not a uuid\n") != NULL);
 }
 
 TEST(text_escapes_pairs)
@@ -75,7 +76,8 @@ TEST(json_escapes)
 	CAPTURE(log_warn("id \"%s\"", FORGED));
 	CHECK_INT(count_char(out, '\n'), 1);
 	CHECK(!strchr(out, '\r'));
-	CHECK(strstr(out, "\"msg\":\"id \\\"x\\u000aFAKE error: relay compromised\\u000d\\u001b[2J") != NULL);
+	CHECK(strstr(out, "\"msg\":\"id \\\"x\\u000aFAKE error: relay compromised\\u000d\\u001b[2J") !=
+	      NULL);
 	log_setup(LOG_LEVEL_INFO, LOG_FORMAT_TEXT);
 }
 
