@@ -26,12 +26,22 @@ static inline bool buf_reserve(struct buf *b, size_t extra)
 
 	if (b->failed)
 		return false;
-	need = b->len + extra + 1; /* always room for a terminating NUL */
+	/* Always room for a terminating NUL; a request that wraps size_t fails. */
+	if (extra > SIZE_MAX - 1 - b->len) {
+		b->failed = true;
+		return false;
+	}
+	need = b->len + extra + 1;
 	if (need <= b->cap)
 		return true;
 	cap = b->cap ? b->cap : 256;
-	while (cap < need)
+	while (cap < need) {
+		if (cap > SIZE_MAX / 2) {
+			cap = need; /* doubling would wrap: ask for exactly what is needed */
+			break;
+		}
 		cap *= 2;
+	}
 	p = realloc(b->data, cap);
 	if (!p) {
 		b->failed = true;

@@ -23,6 +23,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -30,10 +31,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <hiredis/hiredis.h>
 #include <libpq-fe.h>
 
+#include "buf.h"
 #include "event.h"
 #include "redis_tls.h"
 
@@ -605,6 +609,7 @@ static const struct option_def option_table[] = {
 /* Raw strings collected in the first pass; all borrowed from argv/envp. */
 struct raw_value {
 	const char *arg;   /* last command-line value, NULL when not given */
+	char *secret;      /* OPT_F_SECRET: arg as a writable part of argv, scrubbed after loading */
 	const char *env;   /* environment value, NULL when not set */
 	const char **list; /* OPT_LIST: every command-line value, in order */
 	size_t nlist;
@@ -1307,12 +1312,21 @@ static void positional_error(const char *a, int i, const struct option_def *prev
 	}
 }
 
-/* Record value for o from the command line. */
+/*
+ * Record value for o from the command line; writable is the same string in
+ * argv. A secret option given again scrubs the value it replaces at once:
+ * nothing reads it any more.
+ */
 static bool record_arg(struct raw_value *raw, const struct option_def *o, const char *value,
-                       int argc, char *err, size_t errlen)
+                       char *writable, int argc, char *err, size_t errlen)
 {
 	struct raw_value *r = &raw[o - option_table];
 
+	if (o->flags & OPT_F_SECRET) {
+		if (r->secret)
+			config_scrub_secret(r->secret);
+		r->secret = writable;
+	}
 	if (o->kind != OPT_LIST) {
 		r->arg = value;
 		return true;
@@ -1406,7 +1420,10 @@ static enum config_result scan_argv(struct raw_value *raw, int argc, char **argv
 			msg_set(err, errlen, "option --%s needs a value", o->name);
 			return CONFIG_ERROR;
 		}
-		if (!record_arg(raw, o, value, argc, err, errlen))
+		/* value is argv[i] or its part after '=' (secret options are never bools). */
+		if (!record_arg(raw, o, value,
+		                (o->flags & OPT_F_SECRET) ? argv[i] + (value - argv[i]) : NULL, argc, err,
+		                errlen))
 			return CONFIG_ERROR;
 		prev = o;
 		prev_bare_bool = o->kind == OPT_BOOL && !eq && !negated;
@@ -1463,36 +1480,234 @@ static bool check_id_format(const char *value, char *why, size_t whylen)
 }
 
 /*
- * Read the first line of path into *ret (malloc'd, trailing CR/LF removed).
- * The error names the option and the file but never the content.
+ * True when path is a file of a Kubernetes Secret (or ConfigMap) volume: the
+ * kubelet publishes every key as a symlink "KEY -> ..data/KEY". Such files
+ * are 0644 unless the pod sets defaultMode, inside a filesystem only the
+ * pod's containers see; warning about them on every start would be noise.
  */
-bool config_read_secret(const char *opt, const char *path, char **ret, char *err, size_t errlen)
+static bool is_kubernetes_volume_file(const char *path)
 {
-	char line[4096];
-	FILE *f = fopen(path, "r");
-	size_t n;
+	char target[PATH_MAX];
+	ssize_t n = readlink(path, target, sizeof(target) - 1);
 
-	if (!f) {
+	if (n <= 0)
+		return false;
+	target[n] = '\0';
+	return strncmp(target, "..data/", 7) == 0;
+}
+
+/*
+ * Read the first line of path into *ret (malloc'd, without the CR/LF): the
+ * whole file is read, up to CONFIG_SECRET_FILE_MAX bytes, so a long secret is
+ * never cut. The error names the option and the file but never the content.
+ * warn gets one line when the file is open to its group or to others.
+ */
+bool config_read_secret(const char *opt, const char *path, char **ret, char *warn, size_t warnlen,
+                        char *err, size_t errlen)
+{
+	struct stat st;
+	char *data;
+	size_t len = 0, n;
+	int fd, saved;
+
+	*ret = NULL;
+	if (warn && warnlen > 0)
+		warn[0] = '\0';
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
 		msg_set(err, errlen, "could not read --%s \"%s\": %s", opt, path, strerror(errno));
 		return false;
 	}
-	if (!fgets(line, sizeof(line), f))
-		line[0] = '\0';
-	fclose(f);
-	n = strcspn(line, "\r\n");
-	line[n] = '\0';
+	data = malloc(CONFIG_SECRET_FILE_MAX + 2);
+	if (!data) {
+		close(fd);
+		return msg_oom(err, errlen);
+	}
+	while (len <= CONFIG_SECRET_FILE_MAX) {
+		ssize_t r = read(fd, data + len, CONFIG_SECRET_FILE_MAX + 1 - len);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			saved = errno;
+			msg_set(err, errlen, "could not read --%s \"%s\": %s", opt, path, strerror(saved));
+			goto fail;
+		}
+		if (r == 0)
+			break;
+		len += (size_t)r;
+	}
+	if (len > CONFIG_SECRET_FILE_MAX) {
+		msg_set(err, errlen, "--%s \"%s\" is larger than %d KiB: put only the password in it", opt,
+		        path, CONFIG_SECRET_FILE_MAX / 1024);
+		goto fail;
+	}
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 077) &&
+	    !is_kubernetes_volume_file(path))
+		msg_set(warn, warnlen,
+		        "--%s \"%s\" is open to %s (mode %04o): make it private with chmod 600 \"%s\"", opt,
+		        path, (st.st_mode & 007) ? "all users" : "its group",
+		        (unsigned)(st.st_mode & 07777), path);
+	for (n = 0; n < len && data[n] != '\n' && data[n] != '\r' && data[n] != '\0'; n++)
+		;
+	if (n < len && data[n] == '\0') {
+		msg_set(err, errlen,
+		        "--%s \"%s\" has a NUL byte in its first line: put the password there as text", opt,
+		        path);
+		goto fail;
+	}
 	if (n == 0) {
-		msg_set(err, errlen, "--%s \"%s\" is empty: put the password on its first line", opt,
-		       path);
-		return false;
+		msg_set(err, errlen, "--%s \"%s\" is empty: put the password on its first line", opt, path);
+		goto fail;
 	}
-	*ret = strdup(line);
-	explicit_bzero(line, sizeof(line));
+	*ret = strndup(data, n);
 	if (!*ret) {
-		msg_set(err, errlen, "out of memory");
-		return false;
+		(void)msg_oom(err, errlen);
+		goto fail;
 	}
+	close(fd);
+	explicit_bzero(data, len);
+	free(data);
 	return true;
+
+fail:
+	close(fd);
+	explicit_bzero(data, len);
+	free(data);
+	if (warn && warnlen > 0)
+		warn[0] = '\0';
+	return false;
+}
+
+/* ---- Scrubbing secrets out of argv ---- */
+
+/*
+ * Replace s[start..end) by at most three '*' and move the rest of the string
+ * up; the bytes freed at its end become NUL, so /proc/PID/cmdline shows
+ * neither the password nor its length. Returns where end's byte is now.
+ */
+static char *redact(char *start, char *end)
+{
+	size_t len = (size_t)(end - start), stars = len < 3 ? len : 3, tail = strlen(end);
+
+	memset(start, '*', stars);
+	memmove(start + stars, end, tail + 1);
+	memset(start + stars + tail + 1, 0, len - stars);
+	return start + stars;
+}
+
+/* The libpq keywords whose values are secrets. */
+static bool is_secret_keyword(const char *kw, size_t len)
+{
+	return (len == 8 && memcmp(kw, "password", 8) == 0) ||
+	       (len == 11 && memcmp(kw, "sslpassword", 11) == 0);
+}
+
+/* libpq conninfo "key = value key='va lue'": redact the password values. */
+static void scrub_conninfo(char *s)
+{
+	char *p = s;
+
+	while (*p) {
+		char *kw, *v, *vend;
+		size_t kwlen;
+		bool quoted;
+
+		while (isspace((unsigned char)*p))
+			p++;
+		if (!*p)
+			break;
+		kw = p;
+		while (*p && *p != '=' && !isspace((unsigned char)*p))
+			p++;
+		kwlen = (size_t)(p - kw);
+		while (isspace((unsigned char)*p))
+			p++;
+		if (*p != '=')
+			return; /* not a conninfo string: libpq refused it */
+		p++;
+		while (isspace((unsigned char)*p))
+			p++;
+		quoted = *p == '\'';
+		if (quoted)
+			p++;
+		v = p;
+		while (*p && (quoted ? *p != '\'' : !isspace((unsigned char)*p))) {
+			if (*p == '\\' && p[1])
+				p++;
+			p++;
+		}
+		vend = p;
+		if (is_secret_keyword(kw, kwlen) && vend > v)
+			p = redact(v, vend);
+		if (quoted && *p == '\'')
+			p++;
+	}
+}
+
+/* URI query "a=b&password=x" (after the '?'): redact the passwords; keys percent-decoded. */
+static void scrub_query(char *q)
+{
+	while (q && *q) {
+		char key[16], *eq, *end;
+		size_t klen = 0;
+
+		end = q + strcspn(q, "&");
+		eq = memchr(q, '=', (size_t)(end - q));
+		for (char *k = q; eq && k < eq && klen < sizeof(key); k++) {
+			if (*k == '%' && k + 2 < eq && hex_value(k[1]) >= 0 && hex_value(k[2]) >= 0) {
+				key[klen++] = (char)(hex_value(k[1]) << 4 | hex_value(k[2]));
+				k += 2;
+			} else {
+				key[klen++] = *k;
+			}
+		}
+		if (eq && end > eq + 1 && is_secret_keyword(key, klen))
+			end = redact(eq + 1, end);
+		q = *end ? end + 1 : NULL;
+	}
+}
+
+/* See config.h. */
+void config_scrub_secret(char *value)
+{
+	const char *sep;
+	char *rest, *at, *colon;
+	size_t slen;
+
+	if (!value)
+		return;
+	sep = strstr(value, "://");
+	slen = sep ? (size_t)(sep - value) : 0;
+	for (size_t i = 0; i < slen; i++) {
+		if (!isalnum((unsigned char)value[i]) && !strchr("+-.", value[i]))
+			slen = 0; /* "host=x options='a://b'": not a scheme */
+	}
+	if (slen == 0) {
+		if (value[0] != '/') /* "/path/redis.sock": a bare socket path */
+			scrub_conninfo(value);
+		return;
+	}
+	rest = value + slen + 3;
+	if ((slen == 10 && strncasecmp(value, "postgresql", 10) == 0) ||
+	    (slen == 8 && strncasecmp(value, "postgres", 8) == 0)) {
+		/* libpq: the user-info ends at an '@' before the first '/'. */
+		at = strpbrk(rest, "@/");
+		if (at && *at != '@')
+			at = NULL;
+	} else if (slen == 4 && strncasecmp(value, "unix", 4) == 0) {
+		at = rest[0] == '/' ? NULL : strstr(rest, "@/"); /* as redis_url_parse */
+	} else {
+		at = rest[0] == '/' ? NULL : strrchr(rest, '@');
+	}
+	if (at) {
+		colon = memchr(rest, ':', (size_t)(at - rest));
+		if (colon && at > colon + 1)
+			at = redact(colon + 1, at);
+		rest = at + 1;
+	}
+	if (slen >= 8 && strncasecmp(value, "postgres", 8) == 0 && (rest = strchr(rest, '?')) != NULL)
+		scrub_query(rest + 1);
 }
 
 /* Rules that involve more than one option. */
@@ -1520,6 +1735,8 @@ static bool check_combinations(struct relay_config *cf, char *err, size_t errlen
 	if (!redis_target_set_tls(&cf->redis, cf->redis_tls_ca_file, cf->redis_tls_cert_file,
 	                          cf->redis_tls_key_file, cf->redis_tls_server_name, err, errlen))
 		return false;
+	if (!redis_target_check_auth(&cf->redis, err, errlen))
+		return false;
 	if (cf->redis.cluster && cf->redis.db != 0) {
 		msg_set(err, errlen, "a Redis Cluster has only database 0: drop the /DB part of --redis-url");
 		return false;
@@ -1531,18 +1748,35 @@ static bool check_combinations(struct relay_config *cf, char *err, size_t errlen
 	return true;
 }
 
+/* Keep the warning in cf->warnings (cmd/ prints them); an empty one is none. */
+static void add_warning(struct relay_config *cf, const char *warn)
+{
+	if (warn[0] && cf->nwarnings < CONFIG_WARNINGS_MAX)
+		(void)snprintf(cf->warnings[cf->nwarnings++], CONFIG_WARNING_LEN, "%s", warn);
+}
+
 /* Apply --pg-password-file and --redis-password-file. */
 static bool load_secret_files(struct relay_config *cf, char *err, size_t errlen)
 {
-	if (cf->pg_password_file && cf->pg_password_file[0] &&
-	    !config_read_secret("pg-password-file", cf->pg_password_file, &cf->pg_password, err, errlen))
-		return false;
+	char warn[CONFIG_WARNING_LEN];
+
+	if (cf->pg_password_file && cf->pg_password_file[0]) {
+		if (!config_read_secret("pg-password-file", cf->pg_password_file, &cf->pg_password, warn,
+		                        sizeof(warn), err, errlen))
+			return false;
+		add_warning(cf, warn);
+	}
 	if (cf->redis_password_file && cf->redis_password_file[0]) {
 		char *pw = NULL;
 
-		if (!config_read_secret("redis-password-file", cf->redis_password_file, &pw, err, errlen))
+		if (!config_read_secret("redis-password-file", cf->redis_password_file, &pw, warn,
+		                        sizeof(warn), err, errlen))
 			return false;
-		free(cf->redis.password);
+		add_warning(cf, warn);
+		if (cf->redis.password) {
+			explicit_bzero(cf->redis.password, strlen(cf->redis.password));
+			free(cf->redis.password);
+		}
 		cf->redis.password = pw;
 	}
 	return true;
@@ -1579,8 +1813,11 @@ enum config_result config_load(struct relay_config *cf, int argc, char **argv, c
 	r = CONFIG_OK;
 
 out:
-	for (size_t i = 0; i < NOPTS; i++)
+	/* Everything is copied by now: take the passwords out of /proc/PID/cmdline. */
+	for (size_t i = 0; i < NOPTS; i++) {
+		config_scrub_secret(raw[i].secret);
 		free(raw[i].list);
+	}
 	config_finish(&built);
 	return r;
 }

@@ -16,6 +16,12 @@
 #include "lsn.h"
 #include "redis_url.h"
 
+/* Warnings config_load has for cmd/ to log (the library never logs). */
+#define CONFIG_WARNINGS_MAX 4
+#define CONFIG_WARNING_LEN 512
+/* Longest file a --*-password-file may name, in bytes. */
+#define CONFIG_SECRET_FILE_MAX (64 * 1024)
+
 struct relay_config {
 	/* PostgreSQL */
 	char *pg_dsn;             /* --pg-dsn / OUTBOX_RELAY_PG_DSN: conninfo or URI (required) */
@@ -71,6 +77,10 @@ struct relay_config {
 	/* Logging */
 	enum log_level log_level;   /* --log-level, default info */
 	enum log_format log_format; /* --log-format text|json, default text */
+
+	/* Lines for cmd/ to log once logging is set up (e.g. a password file open to others). */
+	char warnings[CONFIG_WARNINGS_MAX][CONFIG_WARNING_LEN];
+	size_t nwarnings;
 };
 
 enum config_result {
@@ -85,7 +95,10 @@ enum config_result {
  * "NAME=value" array), then argv. Never prints except for --help/--version
  * (to stdout). On CONFIG_ERROR, err holds one line such as
  * `invalid value "abc" for --dedup-window: expected a duration like 3600, 90s or 1h`.
- * Secrets never appear in err.
+ * Secrets never appear in err. Passwords in the argv values of --pg-dsn and
+ * --redis-url are overwritten in place (config_scrub_secret) once copied, so
+ * argv must be writable; cf keeps its own copies. cf->warnings holds lines
+ * for the caller to log.
  */
 enum config_result config_load(struct relay_config *cf, int argc, char **argv, char **envp,
 			       char *err, size_t errlen);
@@ -116,8 +129,22 @@ bool config_strv_push(char ***items, size_t *count, const char *item, size_t len
 
 /*
  * Read the first line of path into *ret (malloc'd, CR/LF removed) for option
- * --opt. The one-line error names the option and the file, never the content.
+ * --opt. The whole file is read; over CONFIG_SECRET_FILE_MAX bytes, an empty
+ * first line or a NUL byte in it is an error. The one-line error names the
+ * option and the file, never the content. warn (may be NULL) gets one line,
+ * or "", when the file is open to its group or others (mode & 077), unless it
+ * is a Kubernetes Secret volume file (a "..data/" symlink, 0644 by default).
  */
-bool config_read_secret(const char *opt, const char *path, char **ret, char *err, size_t errlen);
+bool config_read_secret(const char *opt, const char *path, char **ret, char *warn, size_t warnlen,
+                        char *err, size_t errlen);
+
+/*
+ * Overwrite in place the passwords in the value of --pg-dsn or --redis-url
+ * (conninfo password=/sslpassword=, URI user:PASSWORD@, postgresql URI
+ * ?password=): each becomes "***" (shorter if it was), the rest moves up and
+ * the freed bytes at the end become NUL. For argv, so /proc/PID/cmdline and
+ * ps show no password. NULL is a no-op; a value without one is unchanged.
+ */
+void config_scrub_secret(char *value);
 
 #endif

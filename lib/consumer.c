@@ -257,6 +257,7 @@ static const struct copt copt_table[] = {
 /* Raw strings collected for one option before conversion. */
 struct raw_value {
 	const char *arg;   /* last command-line value */
+	char *secret;      /* secret options: arg as a writable part of argv, scrubbed after loading */
 	const char *env;   /* environment value */
 	const char **list; /* COPT_LIST: every command-line value */
 	size_t nlist;
@@ -499,7 +500,14 @@ static enum config_result scan_argv(struct raw_value *raw, int argc, char **argv
 			}
 			r->list[r->nlist++] = value;
 		} else {
-			raw[o - copt_table].arg = value;
+			struct raw_value *r = &raw[o - copt_table];
+
+			/* value is argv[i] or its part after '=' (secret options are never bools). */
+			if (o->secret) {
+				config_scrub_secret(r->secret); /* an earlier one nothing reads any more */
+				r->secret = argv[i] + (value - argv[i]);
+			}
+			r->arg = value;
 		}
 	}
 	return CONFIG_OK;
@@ -563,14 +571,19 @@ static bool finish_config(struct consumer_config *cf, char *err, size_t errlen)
 	if (cf->redis_password_file) {
 		char *pw = NULL;
 
-		if (!config_read_secret("redis-password-file", cf->redis_password_file, &pw, err, errlen))
+		if (!config_read_secret("redis-password-file", cf->redis_password_file, &pw,
+		                        cf->warnings[cf->nwarnings], sizeof(cf->warnings[0]), err, errlen))
 			return false;
+		if (cf->warnings[cf->nwarnings][0])
+			cf->nwarnings++;
 		if (cf->redis.password) {
 			explicit_bzero(cf->redis.password, strlen(cf->redis.password));
 			free(cf->redis.password);
 		}
 		cf->redis.password = pw;
 	}
+	if (!redis_target_check_auth(&cf->redis, err, errlen))
+		return false;
 	return redis_target_set_tls(&cf->redis, cf->tls_ca_file, cf->tls_cert_file, cf->tls_key_file,
 	                            cf->tls_server_name, err, errlen);
 }
@@ -604,8 +617,11 @@ enum config_result consumer_config_load(struct consumer_config *cf, int argc, ch
 	memset(&built, 0, sizeof(built));
 	r = CONFIG_OK;
 out:
-	for (size_t i = 0; i < NCOPTS; i++)
+	/* Everything is copied by now: take the password out of /proc/PID/cmdline. */
+	for (size_t i = 0; i < NCOPTS; i++) {
+		config_scrub_secret(raw[i].secret);
 		free(raw[i].list);
+	}
 	consumer_config_finish(&built);
 	return r;
 }

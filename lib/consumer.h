@@ -48,6 +48,9 @@ struct consumer_config {
 	int64_t batch;         /* --batch N (XREADGROUP COUNT), default 100 */
 	int64_t claim_idle_ms; /* --claim-idle MS, default 60000; 0 disables */
 	bool create_group;     /* --create-group */
+	/* Lines for cmd/ to log (a password file open to others); see config.h. */
+	char warnings[CONFIG_WARNINGS_MAX][CONFIG_WARNING_LEN];
+	size_t nwarnings;
 };
 
 /*

@@ -4,6 +4,8 @@
  * Text:  2026-11-22T00:10:38.123Z info: connected to PostgreSQL
  * JSON:  {"ts":"2026-11-22T00:10:38.123Z","level":"info","msg":"connected to PostgreSQL"}
  * Each record is written with a single write(2) so lines never interleave.
+ * Control bytes in the message and the values are escaped (text: \n, \xNN;
+ * JSON: \u00NN), so a record is always exactly one line.
  */
 #include "log.h"
 
@@ -69,6 +71,38 @@ static size_t json_escape(char *buf, size_t pos, size_t cap, const char *s)
 	return pos;
 }
 
+/*
+ * Append s to buf for a text record, bounded: control bytes become \n, \r,
+ * \t or \xNN, so no data-derived string (an event id in a dead-letter
+ * reason, a stream name) can end the line and forge another record.
+ */
+static size_t text_escape(char *buf, size_t pos, size_t cap, const char *s)
+{
+	static const char hex[] = "0123456789abcdef";
+
+	for (; *s && pos + 5 < cap; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (c >= 0x20 && c != 0x7f) {
+			buf[pos++] = (char)c;
+			continue;
+		}
+		buf[pos++] = '\\';
+		if (c == '\n') {
+			buf[pos++] = 'n';
+		} else if (c == '\r') {
+			buf[pos++] = 'r';
+		} else if (c == '\t') {
+			buf[pos++] = 't';
+		} else {
+			buf[pos++] = 'x';
+			buf[pos++] = hex[c >> 4];
+			buf[pos++] = hex[c & 0xf];
+		}
+	}
+	return pos;
+}
+
 static struct log_kv context;
 
 void log_set_context(const char *key, const char *value)
@@ -90,7 +124,10 @@ static size_t put_pairs(char *line, size_t n, size_t cap, const struct log_kv *k
 			n = json_escape(line, n, cap - 4, kv[i].value);
 			line[n++] = '"';
 		} else {
-			n += (size_t)snprintf(line + n, cap - n, " %s=%s", kv[i].key, kv[i].value);
+			n += (size_t)snprintf(line + n, cap - n, " %s=", kv[i].key);
+			if (n >= cap)
+				return cap;
+			n = text_escape(line, n, cap, kv[i].value);
 		}
 		if (n >= cap)
 			return cap;
@@ -123,9 +160,8 @@ static void log_vwrite(enum log_level level, const struct log_kv *kv, size_t nkv
 			n = cap;
 		line[n++] = '}';
 	} else {
-		n = (size_t)snprintf(line, cap, "%s %s: %s", ts, level_names[level], msg);
-		if (n > cap)
-			n = cap;
+		n = (size_t)snprintf(line, cap, "%s %s: ", ts, level_names[level]);
+		n = text_escape(line, n, cap, msg);
 		n = put_pairs(line, n, cap, kv, nkv);
 		if (n > cap)
 			n = cap;

@@ -452,6 +452,19 @@ error:
 	return false;
 }
 
+/* See redis_url.h. */
+bool redis_target_check_auth(const struct redis_target *t, char *err, size_t errlen)
+{
+	if (t->user && !t->password) {
+		msg_set(err, errlen,
+		        "--redis-url names a user but its password is empty (\"user:@\"): put the "
+		        "password after the \":\" or in --redis-password-file, or drop \"user:@\" to "
+		        "connect without AUTH");
+		return false;
+	}
+	return true;
+}
+
 /* Free the strings of *t and zero it; NULL-safe. */
 void redis_target_finish(struct redis_target *t)
 {

@@ -48,6 +48,12 @@ struct redis_target {
 bool redis_url_parse(const char *url, struct redis_target *ret, char *err, size_t errlen);
 void redis_target_finish(struct redis_target *t);
 /*
+ * A user with an empty password ("redis://user:@host"), after any password
+ * file was applied, is an error: AUTH would be skipped and the connection
+ * would run as the default user. False with a one-line reason.
+ */
+bool redis_target_check_auth(const struct redis_target *t, char *err, size_t errlen);
+/*
  * Attach the --redis-tls-* options (each may be NULL or empty) to *t. Fails
  * with a one-line reason when one is given for a target without TLS, when
  * only one of cert and key is given, or when a file cannot be read.

@@ -11,6 +11,7 @@
 #include "config.h"
 #include "consumer.h"
 #include "exitcode.h"
+#include "log.h"
 
 extern char **environ;
 
@@ -31,6 +32,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "outbox-consume: %s\n", err);
 		return EXIT_USAGE;
 	}
+	for (size_t i = 0; i < cf.nwarnings; i++)
+		log_warn("%s", cf.warnings[i]);
 	rc = consumer_run(&cf);
 	consumer_config_finish(&cf);
 	return rc;

@@ -38,6 +38,8 @@ int main(int argc, char **argv)
 		return EXIT_USAGE;
 	}
 	log_setup(cf.log_level, cf.log_format);
+	for (size_t i = 0; i < cf.nwarnings; i++)
+		log_warn("%s", cf.warnings[i]);
 	if (cf.check_config) {
 		rc = relay_check_config(&cf, stdout);
 		config_finish(&cf);

@@ -10,6 +10,7 @@
 #include "redis_tls.h"
 
 #include <ctype.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "test.h"
@@ -34,21 +35,27 @@
 
 static char errbuf[512];
 
-/* config_load with literal argv/envp lists (config_load does not modify them). */
+/* The argv strings of the last load(), writable: config_load scrubs passwords in them. */
+static char argbuf[MAXARGS + 1][1024];
+static char *last_argv[MAXARGS + 1];
+
+/* config_load with literal argv/envp lists; argv is copied to argbuf/last_argv. */
 static enum config_result load(struct relay_config *cf, const char *const *args,
                                const char *const *env)
 {
-	char *argv[MAXARGS + 1], *envp[MAXARGS + 1];
+	char *envp[MAXARGS + 1];
 	int argc = 0, n = 0;
 
-	for (; args[argc] && argc < MAXARGS; argc++)
-		argv[argc] = (char *)args[argc];
-	argv[argc] = NULL;
+	for (; args[argc] && argc < MAXARGS; argc++) {
+		(void)snprintf(argbuf[argc], sizeof(argbuf[argc]), "%s", args[argc]);
+		last_argv[argc] = argbuf[argc];
+	}
+	last_argv[argc] = NULL;
 	for (; env[n] && n < MAXARGS; n++)
 		envp[n] = (char *)env[n];
 	envp[n] = NULL;
 	memset(errbuf, 0, sizeof(errbuf));
-	return config_load(cf, argc, argv, envp, errbuf, sizeof(errbuf));
+	return config_load(cf, argc, last_argv, envp, errbuf, sizeof(errbuf));
 }
 
 /*
@@ -1109,6 +1116,249 @@ TEST(finish_is_safe)
 	CHECK(cf.groups == NULL && cf.ngroups == 0 && cf.pg_dsn == NULL);
 }
 
+/* config_scrub_secret on a copy of in; the result must be want. */
+static bool scrubs_to(const char *in, const char *want)
+{
+	char buf[512];
+	size_t len = strlen(in);
+
+	memset(buf, 'Z', sizeof(buf));
+	memcpy(buf, in, len + 1);
+	config_scrub_secret(buf);
+	if (strcmp(buf, want) != 0) {
+		printf("# scrub(\"%s\") = \"%s\", want \"%s\"\n", in, buf, want);
+		return false;
+	}
+	/* The bytes freed at the end are NUL, nothing after the old end is touched. */
+	for (size_t i = strlen(buf); i <= len; i++) {
+		if (buf[i] != '\0') {
+			printf("# scrub(\"%s\"): byte %zu not cleared\n", in, i);
+			return false;
+		}
+	}
+	return buf[len + 1] == 'Z';
+}
+
+TEST(scrub_secret_forms)
+{
+	/* conninfo */
+	CHECK(scrubs_to("host=db password=hunter2 user=relay", "host=db password=*** user=relay"));
+	CHECK(scrubs_to("password=hunter2", "password=***"));
+	CHECK(scrubs_to("host=db password = 'hun ter\\'2' dbname=app",
+	                "host=db password = '***' dbname=app"));
+	CHECK(scrubs_to("host=db password=hu\\ nter2 port=5", "host=db password=*** port=5"));
+	CHECK(scrubs_to("sslpassword=keypass password=pw", "sslpassword=*** password=**"));
+	CHECK(scrubs_to("password=", "password="));
+	CHECK(scrubs_to("password='' host=x", "password='' host=x"));
+	CHECK(scrubs_to("host=db dbname=app user=relay", "host=db dbname=app user=relay"));
+	CHECK(scrubs_to("application_name='a password=x'", "application_name='a password=x'"));
+	/* postgresql URIs */
+	CHECK(
+	    scrubs_to("postgresql://relay:hunter2@db:5432/app", "postgresql://relay:***@db:5432/app"));
+	CHECK(scrubs_to("postgres://:hunter2@db/app", "postgres://:***@db/app"));
+	CHECK(scrubs_to("postgresql://relay@db/app?password=hunter2&sslmode=disable",
+	                "postgresql://relay@db/app?password=***&sslmode=disable"));
+	CHECK(scrubs_to("postgresql://db/app?sslmode=disable&pass%77ord=hunter2",
+	                "postgresql://db/app?sslmode=disable&pass%77ord=***"));
+	CHECK(scrubs_to("postgresql://db:5432/app?application_name=a@b",
+	                "postgresql://db:5432/app?application_name=a@b"));
+	CHECK(scrubs_to("postgresql://relay@db/app", "postgresql://relay@db/app"));
+	/* Redis URLs, as redis_url_parse splits them */
+	CHECK(scrubs_to("redis://relay:hunter2@h:6379/1", "redis://relay:***@h:6379/1"));
+	CHECK(scrubs_to("redis://:hunter2@h", "redis://:***@h"));
+	CHECK(scrubs_to("redis://u:a:b@c/d@h:1/2", "redis://u:***@h:1/2"));
+	CHECK(scrubs_to("rediss-cluster://u:pw1@h1:1,h2:2", "rediss-cluster://u:***@h1:1,h2:2"));
+	CHECK(scrubs_to("unix://:hunter2@/run/redis@main/redis.sock",
+	                "unix://:***@/run/redis@main/redis.sock"));
+	CHECK(scrubs_to("unix:///run/redis@main/redis.sock", "unix:///run/redis@main/redis.sock"));
+	CHECK(scrubs_to("redis://:@h", "redis://:@h"));
+	CHECK(scrubs_to("redis://127.0.0.1:6379", "redis://127.0.0.1:6379"));
+	CHECK(scrubs_to("/tmp/redis.sock", "/tmp/redis.sock"));
+	CHECK(scrubs_to("", ""));
+	config_scrub_secret(NULL);
+}
+
+/* /proc/PID/cmdline is argv: the passwords go once config_load copied them. */
+TEST(argv_scrubbed)
+{
+	struct relay_config cf;
+
+	CHECK_INT(load(&cf,
+	               ARGS("--pg-dsn", "host=db password=hunter2 user=relay",
+	                    "--redis-url=redis://relay:s3cret@h:6379/1", "--slot", "s"),
+	               NOENV),
+	          CONFIG_OK);
+	CHECK_STR(last_argv[2], "host=db password=*** user=relay");
+	CHECK_STR(last_argv[3], "--redis-url=redis://relay:***@h:6379/1");
+	CHECK_STR(last_argv[5], "s");
+	/* The configuration keeps its own copies. */
+	CHECK_STR(cf.pg_dsn, "host=db password=hunter2 user=relay");
+	CHECK_STR(cf.redis.password, "s3cret");
+	CHECK_STR(cf.redis.user, "relay");
+	config_finish(&cf);
+
+	/* Given twice: both occurrences go, the last one wins. */
+	CHECK_INT(
+	    load(&cf,
+	         ARGS("--pg-dsn=password=first1 host=a", "--pg-dsn", "postgresql://u:second2@b/app"),
+	         NOENV),
+	    CONFIG_OK);
+	CHECK_STR(last_argv[1], "--pg-dsn=password=*** host=a");
+	CHECK_STR(last_argv[3], "postgresql://u:***@b/app");
+	CHECK_STR(cf.pg_dsn, "postgresql://u:second2@b/app");
+	config_finish(&cf);
+}
+
+/* Write n bytes of content (plus extra) to a new temp file with mode; its path in path. */
+static bool secret_file(char *path, const char *content, size_t n, const char *extra, mode_t mode)
+{
+	int fd = mkstemp(path);
+	bool ok = fd >= 0;
+
+	ok = ok && write(fd, content, n) == (ssize_t)n;
+	ok = ok && write(fd, extra, strlen(extra)) == (ssize_t)strlen(extra);
+	ok = ok && fchmod(fd, mode) == 0;
+	if (fd >= 0)
+		close(fd);
+	return ok;
+}
+
+TEST(password_file_long)
+{
+	struct relay_config cf;
+	char path[] = "/tmp/test_config_pw.XXXXXX";
+	static char big[CONFIG_SECRET_FILE_MAX + 1];
+
+	/* 5000 bytes: the old reader kept the first 4095. */
+	memset(big, 'k', sizeof(big));
+	CHECK(secret_file(path, big, 5000, "\n", 0600));
+	CHECK_INT(load(&cf,
+	               ARGS("--pg-dsn", DSN, "--pg-password-file", path, "--redis-password-file", path),
+	               NOENV),
+	          CONFIG_OK);
+	CHECK(cf.pg_password && strlen(cf.pg_password) == 5000);
+	CHECK(cf.redis.password && strlen(cf.redis.password) == 5000);
+	CHECK_INT(cf.nwarnings, 0);
+	config_finish(&cf);
+	unlink(path);
+
+	/* Exactly the limit, CRLF: fine. */
+	strcpy(path, "/tmp/test_config_pw.XXXXXX");
+	CHECK(secret_file(path, big, CONFIG_SECRET_FILE_MAX - 2, "\r\n", 0600));
+	CHECK_INT(load(&cf, ARGS("--pg-dsn", DSN, "--pg-password-file", path), NOENV), CONFIG_OK);
+	CHECK(cf.pg_password && strlen(cf.pg_password) == CONFIG_SECRET_FILE_MAX - 2);
+	config_finish(&cf);
+	unlink(path);
+
+	/* One byte over: a clear error naming the option and the file, no content. */
+	strcpy(path, "/tmp/test_config_pw.XXXXXX");
+	CHECK(secret_file(path, big, CONFIG_SECRET_FILE_MAX + 1, "", 0600));
+	CHECK(load_fails(ARGS("--pg-dsn", DSN, "--pg-password-file", path), NOENV, "--pg-password-file",
+	                 "kkkk"));
+	CHECK(strstr(errbuf, path) && strstr(errbuf, "larger than 64 KiB"));
+	unlink(path);
+
+	/* A NUL byte in the first line would cut the password short. */
+	strcpy(path, "/tmp/test_config_pw.XXXXXX");
+	CHECK(secret_file(path, "ab\0cd", 5, "\n", 0600));
+	CHECK(load_fails(ARGS("--pg-dsn", DSN, "--redis-password-file", path), NOENV,
+	                 "--redis-password-file", NULL));
+	CHECK(strstr(errbuf, "NUL byte") != NULL);
+	unlink(path);
+
+	/* Lines after the first are ignored, as documented. */
+	strcpy(path, "/tmp/test_config_pw.XXXXXX");
+	CHECK(secret_file(path, "pw1", 3, "\nsecond line\n", 0600));
+	CHECK_INT(load(&cf, ARGS("--pg-dsn", DSN, "--pg-password-file", path), NOENV), CONFIG_OK);
+	CHECK_STR(cf.pg_password, "pw1");
+	config_finish(&cf);
+	unlink(path);
+}
+
+TEST(password_file_mode_warning)
+{
+	struct relay_config cf;
+	char path[] = "/tmp/test_config_pw.XXXXXX", dir[] = "/tmp/test_config_k8s.XXXXXX";
+	char sub[128], link[256], file[256];
+
+	CHECK(secret_file(path, "pw", 2, "\n", 0644));
+	CHECK_INT(load(&cf, ARGS("--pg-dsn", DSN, "--pg-password-file", path), NOENV), CONFIG_OK);
+	CHECK_INT(cf.nwarnings, 1);
+	CHECK(strstr(cf.warnings[0], "--pg-password-file") && strstr(cf.warnings[0], path) &&
+	      strstr(cf.warnings[0], "chmod 600") && strstr(cf.warnings[0], "0644") &&
+	      !strstr(cf.warnings[0], "pw\n") && !strchr(cf.warnings[0], '\n'));
+	config_finish(&cf);
+
+	CHECK_INT(chmod(path, 0640), 0);
+	CHECK_INT(load(&cf, ARGS("--pg-dsn", DSN, "--redis-password-file", path), NOENV), CONFIG_OK);
+	CHECK_INT(cf.nwarnings, 1);
+	CHECK(strstr(cf.warnings[0], "--redis-password-file") && strstr(cf.warnings[0], "its group"));
+	config_finish(&cf);
+
+	CHECK_INT(chmod(path, 0400), 0);
+	CHECK_INT(load(&cf, ARGS("--pg-dsn", DSN, "--pg-password-file", path), NOENV), CONFIG_OK);
+	CHECK_INT(cf.nwarnings, 0);
+	config_finish(&cf);
+	unlink(path);
+
+	/* A Kubernetes Secret volume: KEY -> ..data/KEY, ..data -> ..<timestamp>, 0644. */
+	CHECK(mkdtemp(dir) != NULL);
+	(void)snprintf(sub, sizeof(sub), "%s/..2026_11_24_12_00_00.1", dir);
+	CHECK_INT(mkdir(sub, 0755), 0);
+	(void)snprintf(file, sizeof(file), "%s/password", sub);
+	(void)snprintf(link, sizeof(link), "%s/..data", dir);
+	CHECK_INT(symlink("..2026_11_24_12_00_00.1", link), 0);
+	{
+		FILE *f = fopen(file, "w");
+
+		CHECK(f != NULL);
+		if (f) {
+			fputs("pw\n", f);
+			fclose(f);
+		}
+	}
+	CHECK_INT(chmod(file, 0644), 0);
+	(void)snprintf(link, sizeof(link), "%s/password", dir);
+	CHECK_INT(symlink("..data/password", link), 0);
+	CHECK_INT(load(&cf, ARGS("--pg-dsn", DSN, "--pg-password-file", link), NOENV), CONFIG_OK);
+	CHECK_STR(cf.pg_password, "pw");
+	CHECK_INT(cf.nwarnings, 0);
+	config_finish(&cf);
+	unlink(link);
+	(void)snprintf(link, sizeof(link), "%s/..data", dir);
+	unlink(link);
+	unlink(file);
+	rmdir(sub);
+	rmdir(dir);
+}
+
+TEST(redis_user_without_password)
+{
+	struct relay_config cf;
+	char path[] = "/tmp/test_config_pw.XXXXXX";
+
+	/* A user with an empty password no longer skips AUTH silently. */
+	CHECK(load_fails(ARGS("--pg-dsn", DSN, "--redis-url", "redis://relay:@h"), NOENV,
+	                 "--redis-url names a user but its password is empty", NULL));
+	CHECK(load_fails(ARGS("--pg-dsn", DSN), ENV("OUTBOX_RELAY_REDIS_URL=unix://relay:@/tmp/r.sock"),
+	                 "--redis-password-file", NULL));
+	/* With the password from a file it is the way to name the user. */
+	CHECK(secret_file(path, "filepw", 6, "\n", 0600));
+	CHECK_INT(load(&cf,
+	               ARGS("--pg-dsn", DSN, "--redis-url", "redis://relay:@h", "--redis-password-file",
+	                    path),
+	               NOENV),
+	          CONFIG_OK);
+	CHECK_STR(cf.redis.user, "relay");
+	CHECK_STR(cf.redis.password, "filepw");
+	config_finish(&cf);
+	unlink(path);
+	/* Neither user nor password: no AUTH, as before. */
+	CHECK_INT(load(&cf, ARGS("--pg-dsn", DSN, "--redis-url", "redis://:@h"), NOENV), CONFIG_OK);
+	CHECK(cf.redis.user == NULL && cf.redis.password == NULL);
+	config_finish(&cf);
+}
+
 int main(void)
 {
 	RUN(defaults);
@@ -1140,5 +1390,10 @@ int main(void)
 	RUN(help_and_version);
 	RUN(usage_lists_every_option);
 	RUN(finish_is_safe);
+	RUN(scrub_secret_forms);
+	RUN(argv_scrubbed);
+	RUN(password_file_long);
+	RUN(password_file_mode_warning);
+	RUN(redis_user_without_password);
 	return test_done();
 }

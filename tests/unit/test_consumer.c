@@ -9,6 +9,7 @@
 
 #include <stdarg.h>
 #include <stdbool.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "test.h"
@@ -257,13 +258,20 @@ TEST(reuse_after_failure)
 /* ---- Options ---- */
 
 /* Collect the NULL-terminated arguments after env into argv (argv[0] set). */
+/* Writable copies of the last arguments: consumer_config_load scrubs passwords in argv. */
+static char argbuf[32][512];
+
 static int collect(char **argv, size_t max, va_list ap)
 {
 	int argc = 1;
+	const char *a;
 
 	argv[0] = "outbox-consume";
-	while ((size_t)argc + 1 < max && (argv[argc] = va_arg(ap, char *)) != NULL)
+	while ((size_t)argc + 1 < max && argc < 32 && (a = va_arg(ap, const char *)) != NULL) {
+		(void)snprintf(argbuf[argc], sizeof(argbuf[argc]), "%s", a);
+		argv[argc] = argbuf[argc];
 		argc++;
+	}
 	argv[argc] = NULL;
 	return argc;
 }
@@ -449,6 +457,50 @@ TEST(config_password_file)
 	unlink(path);
 }
 
+/* The password in --redis-url leaves argv (so /proc/PID/cmdline) once copied. */
+TEST(config_argv_scrubbed)
+{
+	struct consumer_config cf;
+	char err[512];
+
+	CHECK_INT(load(&cf, NULL, err, sizeof(err), "--group", "g", "--stream", "s", "--redis-url",
+	               "redis://relay:" SECRET "@h:6379/2", NULL),
+	          CONFIG_OK);
+	CHECK_STR(argbuf[6], "redis://relay:***@h:6379/2");
+	CHECK_STR(cf.redis.password, SECRET);
+	CHECK_STR(cf.redis_url, "redis://relay:" SECRET "@h:6379/2");
+	consumer_config_finish(&cf);
+	CHECK_INT(load(&cf, NULL, err, sizeof(err), "--group", "g", "--stream", "s",
+	               "--redis-url=redis://:" SECRET "@h", NULL),
+	          CONFIG_OK);
+	CHECK_STR(argbuf[5], "--redis-url=redis://:***@h");
+	consumer_config_finish(&cf);
+}
+
+TEST(config_user_without_password_and_file_mode)
+{
+	struct consumer_config cf;
+	char path[] = "/tmp/test_consumer_pw.XXXXXX", err[512];
+	int fd;
+
+	CHECK(fails_with("--redis-url names a user but its password is empty", NULL, "--group", "g",
+	                 "--stream", "s", "--redis-url", "redis://relay:@h", NULL));
+	fd = mkstemp(path);
+	CHECK(fd >= 0);
+	CHECK(write(fd, SECRET "\n", strlen(SECRET) + 1) > 0);
+	CHECK_INT(fchmod(fd, 0604), 0);
+	close(fd);
+	CHECK_INT(load(&cf, NULL, err, sizeof(err), "--group", "g", "--stream", "s", "--redis-url",
+	               "redis://relay:@h", "--redis-password-file", path, NULL),
+	          CONFIG_OK);
+	CHECK_STR(cf.redis.user, "relay");
+	CHECK_STR(cf.redis.password, SECRET);
+	CHECK_INT(cf.nwarnings, 1);
+	CHECK(strstr(cf.warnings[0], path) && strstr(cf.warnings[0], "chmod 600"));
+	consumer_config_finish(&cf);
+	unlink(path);
+}
+
 int main(void)
 {
 	RUN(outbox_entry_field_order_and_embedding);
@@ -468,5 +520,7 @@ int main(void)
 	RUN(config_env_and_precedence);
 	RUN(config_errors);
 	RUN(config_password_file);
+	RUN(config_argv_scrubbed);
+	RUN(config_user_without_password_and_file_mode);
 	return test_done();
 }
