@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <hiredis/hiredis.h>
 #include <libpq-fe.h>
@@ -35,6 +36,7 @@
 #include "exitcode.h"
 #include "lsn.h"
 #include "relay_build.h"
+#include "sink_redis.h"
 
 #define PROGNAME "outbox-relay status"
 #define PATTERN_FLAG "--stream-pattern"
@@ -175,7 +177,7 @@ static const char *slot_query =
     "       confirmed_flush_lsn, restart_lsn, "
     "       pg_catalog.pg_wal_lsn_diff(w.lsn, confirmed_flush_lsn), "
     "       pg_catalog.pg_size_pretty(pg_catalog.pg_wal_lsn_diff(w.lsn, confirmed_flush_lsn)), "
-    "       wal_status, safe_wal_size, pg_catalog.pg_size_pretty(safe_wal_size) "
+    "       wal_status, safe_wal_size, pg_catalog.pg_size_pretty(safe_wal_size) %s "
     "FROM pg_catalog.pg_replication_slots, "
     "     (SELECT CASE WHEN pg_catalog.pg_is_in_recovery() "
     "                  THEN pg_catalog.pg_last_wal_replay_lsn() "
@@ -196,7 +198,30 @@ enum slot_col {
 	C_LAG_PRETTY,
 	C_WAL_STATUS,
 	C_SAFE,
-	C_SAFE_PRETTY
+	C_SAFE_PRETTY,
+	C_VERSIONED /* the columns of slot_columns the server has, in that order */
+};
+
+/* Columns newer servers add, with the server version that has them. */
+static const struct {
+	const char *name;
+	int since;
+	bool boolean;
+} slot_columns[] = {
+    {"conflicting", 160000, true},
+    {"inactive_since", 170000, false},
+    {"invalidation_reason", 170000, false},
+    {"failover", 170000, true},
+    {"synced", 170000, true},
+};
+
+/* The slot as pg_section found it, for the gap check of the Redis section. */
+struct slot_view {
+	bool queried;     /* pg_replication_slots was read */
+	bool exists;
+	bool invalidated; /* wal_status lost, or an invalidation_reason */
+	lsn_t confirmed;
+	char why[96];
 };
 
 static const char *cell(const PGresult *res, int col)
@@ -214,17 +239,17 @@ static const char *pg_bool(const char *v)
 	return !v ? NULL : strcmp(v, "t") == 0 ? "true" : "false";
 }
 
-/* The slot section. Returns EXIT_OK, EXIT_PG_SETUP or EXIT_SLOT. */
-static int pg_section(const struct relay_config *cf, FILE *out)
+/* The slot section. Returns EXIT_OK, EXIT_PG_SETUP or EXIT_SLOT; fills *view. */
+static int pg_section(const struct relay_config *cf, FILE *out, struct slot_view *view)
 {
 	/* Defaults first; the expanded DSN overrides them; the password file wins. */
 	const char *keys[5] = {"connect_timeout", "fallback_application_name", "dbname"};
 	const char *vals[5] = {"10", "outbox-relay status", cf->pg_dsn};
 	const char *params[1] = {cf->slot};
-	char msg[1024], line[512];
+	char msg[1024], line[512], query[2048], extra[256] = "";
 	PGresult *res;
 	PGconn *conn;
-	int rc = EXIT_OK;
+	int rc = EXIT_OK, version, nextra = 0, ncols = 0;
 
 	if (cf->pg_password) {
 		keys[3] = "password";
@@ -240,12 +265,22 @@ static int pg_section(const struct relay_config *cf, FILE *out)
 	fprintf(out, "PostgreSQL: host=%s port=%s dbname=%s user=%s\n", PQhost(conn), PQport(conn),
 	        PQdb(conn), PQuser(conn));
 
-	res = PQexecParams(conn, slot_query, 1, NULL, params, NULL, NULL, 0);
+	version = PQserverVersion(conn);
+	for (size_t i = 0; i < sizeof(slot_columns) / sizeof(slot_columns[0]); i++) {
+		if (version >= slot_columns[i].since) {
+			size_t used = strlen(extra);
+
+			(void)snprintf(extra + used, sizeof(extra) - used, ", %s", slot_columns[i].name);
+			nextra++;
+		}
+	}
+	(void)snprintf(query, sizeof(query), slot_query, extra);
+	res = PQexecParams(conn, query, 1, NULL, params, NULL, NULL, 0);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
 		fprintf(out, "Replication slot \"%s\"\n  error: could not query pg_replication_slots: %s\n",
 		        cf->slot, one_line(PQerrorMessage(conn), msg, sizeof(msg)));
 		rc = EXIT_PG_SETUP;
-	} else if (PQntuples(res) == 0) {
+	} else if ((view->queried = true) && PQntuples(res) == 0) {
 		fprintf(out,
 		        "Replication slot \"%s\"\n  error: the slot does not exist in this cluster "
 		        "(the relay creates it on its first start unless --no-create-slot)\n",
@@ -272,6 +307,27 @@ static int pg_section(const struct relay_config *cf, FILE *out)
 			kv(out, "lag_bytes", NULL);
 		}
 		kv(out, "wal_status", ws);
+		view->exists = true;
+		if (cell(res, C_CONFIRMED))
+			(void)lsn_parse(cell(res, C_CONFIRMED), strlen(cell(res, C_CONFIRMED)),
+			                &view->confirmed);
+		if (ws && strcmp(ws, "lost") == 0) {
+			view->invalidated = true;
+			(void)snprintf(view->why, sizeof(view->why), "wal_status lost");
+		}
+		for (size_t i = 0; i < sizeof(slot_columns) / sizeof(slot_columns[0]); i++) {
+			const char *v;
+
+			if (version < slot_columns[i].since)
+				continue;
+			v = cell(res, C_VERSIONED + ncols++);
+			kv(out, slot_columns[i].name, slot_columns[i].boolean ? pg_bool(v) : v);
+			if (strcmp(slot_columns[i].name, "invalidation_reason") == 0 && v && *v) {
+				view->invalidated = true;
+				(void)snprintf(view->why, sizeof(view->why), "invalidation_reason %s", v);
+			}
+		}
+		(void)nextra;
 		if (safe) {
 			(void)snprintf(line, sizeof(line), "%s (%s)", safe, cell(res, C_SAFE_PRETTY));
 			kv(out, "safe_wal_size", line);
@@ -565,8 +621,88 @@ static bool describe_stream(redisContext *c, const struct relay_config *cf, cons
 	return true;
 }
 
-/* The streams section. Returns EXIT_OK or EXIT_REDIS_SETUP. */
-static int redis_section(const struct relay_config *cf, const char *pattern, FILE *out)
+/*
+ * The slot record (sink_redis.h) and what it says of the slot pg_section
+ * found. Returns EXIT_SLOT_GAP when a gap is suspected, EXIT_REDIS_SETUP when
+ * the record could not be read, else EXIT_OK.
+ */
+static int record_section(redisContext *c, const struct relay_config *cf,
+                          const struct slot_view *view, FILE *out)
+{
+	const char *argv[2] = {"GET", NULL};
+	char key[300], a[LSN_STRLEN], b[LSN_STRLEN], when[64] = "an unknown time";
+	struct slot_record rec;
+	redisReply *r;
+	int rc = EXIT_OK;
+
+	(void)snprintf(key, sizeof(key), "%s:slot:%s", cf->key_prefix, cf->slot);
+	argv[1] = key;
+	r = redisCommandArgv(c, 2, argv, NULL);
+	fprintf(out, "Slot record (%s):\n", key);
+	if (!r || r->type == REDIS_REPLY_ERROR) {
+		fprintf(out, "  error: GET failed: %s\n",
+		        r ? r->str : c->errstr[0] ? c->errstr : "connection lost");
+		freeReplyObject(r);
+		return EXIT_REDIS_SETUP;
+	}
+	if (r->type != REDIS_REPLY_STRING) {
+		fprintf(out, "  none: the relay has confirmed nothing for this slot through this Redis "
+		             "(a new deployment starts the slot afresh)\n");
+		freeReplyObject(r);
+		return EXIT_OK;
+	}
+	if (!slot_record_parse(r->str, r->len, &rec)) {
+		fprintf(out, "  error: the key does not hold a slot record of outbox-relay\n");
+		freeReplyObject(r);
+		return EXIT_REDIS_STATE;
+	}
+	freeReplyObject(r);
+	if (rec.commit_us > 0) {
+		time_t sec = (time_t)(rec.commit_us / 1000000);
+		struct tm tm;
+
+		if (gmtime_r(&sec, &tm) && strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm))
+			(void)snprintf(when + strlen(when), sizeof(when) - strlen(when), ".%06dZ",
+			               (int)(rec.commit_us % 1000000));
+	}
+	kv(out, "confirmed", lsn_format(rec.confirmed, a));
+	if (rec.commit_lsn) {
+		char line[128];
+
+		(void)snprintf(line, sizeof(line), "%s (committed %s)", lsn_format(rec.commit_lsn, b),
+		               when);
+		kv(out, "last_commit", line);
+	} else {
+		kv(out, "last_commit", NULL);
+	}
+	kv(out, "owner", rec.owner);
+	if (!view->queried) {
+		fprintf(out, "  gap check: not made (the slot could not be read)\n");
+	} else if (!view->exists || view->invalidated || view->confirmed > rec.confirmed) {
+		if (!view->exists)
+			fprintf(out, "  error: gap suspected: the slot does not exist, but the relay "
+			             "confirmed it up to %s",
+			        a);
+		else if (view->invalidated)
+			fprintf(out, "  error: gap suspected: the slot was invalidated (%s)", view->why);
+		else
+			fprintf(out, "  error: gap suspected: the slot stands at %s, past %s, the last "
+			             "position the relay confirmed (recreated, or advanced by something "
+			             "else)",
+			        lsn_format(view->confirmed, b), a);
+		fprintf(out, "; events committed after %s may be missing: the relay refuses to start "
+		             "(exit 8); see README, \"Gaps\"\n",
+		        when);
+		rc = EXIT_SLOT_GAP;
+	} else {
+		fprintf(out, "  gap check: ok (the slot is at or behind the record)\n");
+	}
+	return rc;
+}
+
+/* The streams section. Returns EXIT_OK, EXIT_REDIS_SETUP, or the record's verdict. */
+static int redis_section(const struct relay_config *cf, const char *pattern,
+                         const struct slot_view *view, FILE *out)
 {
 	struct table streams = {.ncols = 6, .head = stream_head, .right = 0x1a};
 	struct table groups = {.ncols = 6, .head = group_head, .right = 0x1c};
@@ -574,7 +710,7 @@ static int redis_section(const struct relay_config *cf, const char *pattern, FIL
 	char desc[300], err[1024];
 	redisContext *c;
 	bool permanent;
-	int rc = EXIT_OK;
+	int rc = EXIT_OK, rec_rc = EXIT_OK;
 
 	(void)redis_target_describe(&cf->redis, desc, sizeof(desc));
 	fprintf(out, "\nRedis: %s\n", desc);
@@ -583,6 +719,7 @@ static int redis_section(const struct relay_config *cf, const char *pattern, FIL
 		fprintf(out, "  error: %s\n", err);
 		return EXIT_REDIS_SETUP;
 	}
+	rec_rc = record_section(c, cf, view, out);
 	if (!scan_streams(c, pattern, &keys, err, sizeof(err))) {
 		fprintf(out, "  error: %s\n", err);
 		rc = EXIT_REDIS_SETUP;
@@ -615,7 +752,7 @@ out:
 	table_finish(&groups);
 	keylist_finish(&keys);
 	redisFree(c);
-	return rc;
+	return rc != EXIT_OK ? rc : rec_rc;
 }
 
 /* ---- Options ---- */
@@ -682,6 +819,7 @@ int status_main(int argc, char **argv, char **envp)
 	struct relay_config cf;
 	char err[1024], **rest = NULL;
 	int nrest = 0, rc_pg, rc_redis;
+	struct slot_view view = {0};
 
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -725,9 +863,10 @@ int status_main(int argc, char **argv, char **envp)
 	}
 	free(rest);
 
-	rc_pg = pg_section(&cf, stdout);
-	rc_redis = redis_section(&cf, pattern, stdout);
+	rc_pg = pg_section(&cf, stdout, &view);
+	rc_redis = redis_section(&cf, pattern, &view, stdout);
 	(void)fflush(stdout);
 	config_finish(&cf);
-	return rc_pg != EXIT_OK ? rc_pg : rc_redis;
+	/* A suspected gap outranks "the slot does not exist": it says why. */
+	return rc_redis == EXIT_SLOT_GAP || rc_pg == EXIT_OK ? rc_redis : rc_pg;
 }

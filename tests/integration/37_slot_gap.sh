@@ -60,6 +60,11 @@ for run in 1 2; do
 	ok "(a) start $run created no slot"
 	assert_eq 13 "$(xlen outbox:order)" "(a) start $run published nothing"
 done
+st_rc=0
+"$RELAY_BIN" status --pg-dsn "$PG_DSN" --redis-url "$REDIS_URL" >"$T/status.out" 2>&1 || st_rc=$?
+assert_eq 8 "$st_rc" "(a) outbox-relay status: exit 8 while the gap stands"
+assert_contains "$(cat "$T/status.out")" "error: gap suspected: the slot does not exist, but the relay confirmed it up to" "(a) status says plainly that a gap is suspected"
+assert_match "$(cat "$T/status.out")" "last_commit +$last_commit \\(committed 20" "(a) status shows the last published commit"
 gap=$(accept_lsn)
 assert_match "$gap" '^[0-9A-F]+/[0-9A-F]+$' "(a) the refusal names the position to accept ($gap)"
 
@@ -98,6 +103,10 @@ wait_for "[ \"\$(psql_q \"SELECT wal_status FROM pg_replication_slots WHERE slot
 emit 1 e-lost
 relay_run || true
 assert_eq 8 "$RELAY_RC" "(e) an invalidated slot: exit 8"
+st_rc=0
+"$RELAY_BIN" status --pg-dsn "$PG_DSN" --redis-url "$REDIS_URL" >"$T/status.out" 2>&1 || st_rc=$?
+assert_eq 8 "$st_rc" "(e) outbox-relay status: exit 8"
+assert_contains "$(cat "$T/status.out")" "error: gap suspected: the slot was invalidated (wal_status lost)" "(e) status names the invalidation"
 assert_contains "$(gap_line)" 'replication slot "outbox_relay" was invalidated (wal_status lost)' "(e) the line says it was invalidated"
 relay_drain --accept-gap "$(accept_lsn)"
 assert_ne lost "$(psql_q "SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'outbox_relay'")" "(e) --accept-gap replaced the invalidated slot"
@@ -156,4 +165,8 @@ psql_q "SELECT pg_drop_replication_slot('outbox_relay')" >/dev/null
 relay_drain
 slot_exists outbox_relay || fail "(h) no record in Redis: the slot was not created"
 assert_contains "$(cat "$RELAY_LOG")" 'streaming slot "outbox_relay" (created it)' "(h) a new deployment creates the slot"
+st_rc=0
+"$RELAY_BIN" status --pg-dsn "$PG_DSN" --redis-url "$REDIS_URL" >"$T/status.out" 2>&1 || st_rc=$?
+assert_eq 0 "$st_rc" "(h) outbox-relay status: exit 0"
+assert_contains "$(cat "$T/status.out")" "gap check: ok (the slot is at or behind the record)" "(h) status: gap check ok"
 pass
