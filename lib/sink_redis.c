@@ -1520,10 +1520,11 @@ static bool queue_groups(struct sink_redis *s, const char *stream, size_t len)
 	return true;
 }
 
-bool sink_redis_queue_record_read(struct sink_redis *s)
+/* Queue GET (val NULL) or SET val of the slot record's key as a command of kind k. */
+static bool queue_record_cmd(struct sink_redis *s, enum qkind k, const char *val, size_t vlen)
 {
 	size_t start;
-	struct qent ent = {.kind = Q_GETREC};
+	struct qent ent = {.kind = k};
 
 	if (!close_batch(s))
 		return false;
@@ -1533,34 +1534,27 @@ bool sink_redis_queue_record_read(struct sink_redis *s)
 	start = s->out.len;
 	ent.seq = s->next_seq++;
 	ent.slot = stream_slot(s, s->key.data, s->key.len);
-	resp_array(&s->out, 2);
-	resp_str(&s->out, "GET");
+	resp_array(&s->out, val ? 3 : 2);
+	resp_str(&s->out, val ? "SET" : "GET");
 	resp_bulk(&s->out, s->key.data, s->key.len);
+	if (val)
+		resp_bulk(&s->out, val, vlen);
 	return push_command(s, &ent, start);
+}
+
+bool sink_redis_queue_record_read(struct sink_redis *s)
+{
+	return queue_record_cmd(s, Q_GETREC, NULL, 0);
 }
 
 bool sink_redis_queue_record(struct sink_redis *s, lsn_t confirmed, lsn_t commit_lsn,
 			     int64_t commit_us)
 {
 	char val[256];
-	size_t start;
-	struct qent ent = {.kind = Q_RECORD};
 	int n = snprintf(val, sizeof(val), "%016llX %016llX %lld %s", (unsigned long long)confirmed,
 			 (unsigned long long)commit_lsn, (long long)commit_us, s->owner);
 
-	if (n <= 0 || (size_t)n >= sizeof(val) || !close_batch(s))
-		return false;
-	record_key(s->cf, &s->key);
-	if (s->key.failed)
-		return false;
-	start = s->out.len;
-	ent.seq = s->next_seq++;
-	ent.slot = stream_slot(s, s->key.data, s->key.len);
-	resp_array(&s->out, 3);
-	resp_str(&s->out, "SET");
-	resp_bulk(&s->out, s->key.data, s->key.len);
-	resp_bulk(&s->out, val, (size_t)n);
-	return push_command(s, &ent, start);
+	return n > 0 && (size_t)n < sizeof(val) && queue_record_cmd(s, Q_RECORD, val, (size_t)n);
 }
 
 bool sink_redis_publish(struct sink_redis *s, const struct event *ev, bool dead_letter)
