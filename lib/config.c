@@ -83,7 +83,7 @@ enum opt_kind {
 	OPT_REDIS_URL   /* char * plus struct redis_target at aux_offset */
 };
 
-enum opt_group { GROUP_PG, GROUP_REDIS, GROUP_FLOW, GROUP_OPS, GROUP_LOG };
+enum opt_group { GROUP_PG, GROUP_REDIS, GROUP_FLOW, GROUP_OPS, GROUP_LOG, GROUP_REPUBLISH };
 
 static const char *const group_titles[] = {
     [GROUP_PG] = "PostgreSQL",
@@ -91,6 +91,7 @@ static const char *const group_titles[] = {
     [GROUP_FLOW] = "Flow control",
     [GROUP_OPS] = "Operations",
     [GROUP_LOG] = "Logging",
+    [GROUP_REPUBLISH] = "Republish (outbox-relay republish only)",
 };
 
 /* Option flags. */
@@ -472,6 +473,48 @@ static const struct option_def option_table[] = {
         .help = "none; local: count events as acknowledged only once Redis fsynced them to "
                 "its AOF (WAITAOF 1 0, Redis 7.2+ with appendonly yes); local,replicas: also "
                 "on --wait-replicas replicas (WAITAOF 1 N)",
+    },
+    {
+        .name = "since",
+        .env = "OUTBOX_RELAY_SINCE",
+        .kind = OPT_STRING,
+        .group = GROUP_REPUBLISH,
+        FIELD(since),
+        .metavar = "TIME",
+        .help = "republish the outbox rows whose --time-column is at or after this time "
+                "(a PostgreSQL timestamptz, e.g. 2026-11-24T12:00:00Z: the commit time an "
+                "exit 8 line printed, or earlier)",
+    },
+    {
+        .name = "until",
+        .env = "OUTBOX_RELAY_UNTIL",
+        .kind = OPT_STRING,
+        .group = GROUP_REPUBLISH,
+        FIELD(until),
+        .metavar = "TIME",
+        .help = "and before this time; by default up to the newest row",
+    },
+    {
+        .name = "time-column",
+        .env = "OUTBOX_RELAY_TIME_COLUMN",
+        .kind = OPT_STRING,
+        .group = GROUP_REPUBLISH,
+        FIELD(time_column),
+        .defval = "created_at",
+        .metavar = "COLUMN",
+        .help = "the outbox table's column that --since and --until compare",
+    },
+    {
+        .name = "fetch-size",
+        .env = "OUTBOX_RELAY_FETCH_SIZE",
+        .kind = OPT_INT,
+        .group = GROUP_REPUBLISH,
+        FIELD(fetch_size),
+        .defval = "1000",
+        .min = 1,
+        .max = 100000,
+        .metavar = "N",
+        .help = "rows read from the server-side cursor at a time",
     },
     {
         .name = "max-inflight-events",

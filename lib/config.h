@@ -65,6 +65,12 @@ struct relay_config {
 
 	int64_t max_event_bytes;     /* --max-event-bytes, default 64 MiB: larger events are dead-lettered */
 
+	/* outbox-relay republish */
+	char *since;                 /* --since TIME (timestamptz text), NULL when unset */
+	char *until;                 /* --until TIME, NULL when unset */
+	char *time_column;           /* --time-column, default "created_at" */
+	int64_t fetch_size;          /* --fetch-size, default 1000 */
+
 	/* Secrets from files (read by config_load; the file wins over the DSN/URL). */
 	char *pg_password_file;    /* --pg-password-file */
 	char *pg_password;         /* its content (first line), NULL when unset */

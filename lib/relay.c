@@ -313,26 +313,38 @@ static bool dead_letter(struct relay *r, enum dead_reason kind, const char *reas
 	return queue_event(r, &ev, true);
 }
 
+enum map_result relay_map_event(struct mapper *m, const struct relay_config *cf,
+				const struct txn_info *tx, uint32_t index,
+				const struct w2j_field *fields, size_t n, const char *raw, size_t len,
+				struct event *ev, const char **reason, char *why, size_t whylen)
+{
+	enum map_result mr = mapper_map(m, tx, index, fields, n, raw, len, ev, reason);
+
+	if (mr == MAP_EVENT && !mapper_failed(m) &&
+	    (int64_t)sink_redis_event_size(ev) > cf->max_event_bytes) {
+		snprintf(why, whylen, "event is %zu bytes, over --max-event-bytes %lld",
+			 sink_redis_event_size(ev), (long long)cf->max_event_bytes);
+		/* mapper_dead_letter keeps at most DEAD_RAW_MAX bytes of raw. */
+		mapper_dead_letter(m, tx, index, DEAD_TOO_LARGE, why, raw, len, ev);
+		*reason = why;
+		mr = MAP_DEAD_LETTER;
+	}
+	return mr;
+}
+
 static bool map_and_queue(struct relay *r, const struct w2j_field *fields, size_t n,
 			  const char *raw, size_t len)
 {
 	const char *reason = NULL;
+	char why[200];
 	struct event ev;
 	enum map_result mr;
 
-	mr = mapper_map(r->map, &r->tx, r->next_index++, fields, n, raw, len, &ev, &reason);
+	mr = relay_map_event(r->map, r->cf, &r->tx, r->next_index++, fields, n, raw, len, &ev,
+			     &reason, why, sizeof(why));
 	if (mapper_failed(r->map)) {
 		log_error("out of memory mapping an event");
 		return false;
-	}
-	if (mr == MAP_EVENT && (int64_t)sink_redis_event_size(&ev) > r->cf->max_event_bytes) {
-		char why[200];
-
-		snprintf(why, sizeof(why), "event is %zu bytes, over --max-event-bytes %lld",
-			 sink_redis_event_size(&ev), (long long)r->cf->max_event_bytes);
-		r->next_index--; /* the dead letter takes the event's own position */
-		/* mapper_dead_letter keeps at most DEAD_RAW_MAX bytes of raw. */
-		return dead_letter(r, DEAD_TOO_LARGE, why, raw, len);
 	}
 	if (mr == MAP_DEAD_LETTER)
 		warn_dead_letter(r, reason);

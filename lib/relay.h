@@ -8,6 +8,8 @@
 #include <stdio.h>
 
 #include "config.h"
+#include "event.h"
+#include "wal2json.h"
 
 /*
  * Run until --endpos is confirmed, a stop signal has been handled, or a
@@ -23,5 +25,16 @@ int relay_run(const struct relay_config *cf);
  * to out, and return EXIT_OK or EXIT_USAGE.
  */
 int relay_check_config(const struct relay_config *cf, FILE *out);
+
+/*
+ * One row or message to the event the relay publishes: mapper_map(), then
+ * the --max-event-bytes rule (a larger event becomes a DEAD_TOO_LARGE dead
+ * letter, its reason written to why). The stream path and republish both
+ * map through here, so they publish the same entries.
+ */
+enum map_result relay_map_event(struct mapper *m, const struct relay_config *cf,
+				const struct txn_info *tx, uint32_t index,
+				const struct w2j_field *fields, size_t n, const char *raw, size_t len,
+				struct event *ev, const char **reason, char *why, size_t whylen);
 
 #endif

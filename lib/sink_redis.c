@@ -66,12 +66,15 @@ _Static_assert(MAX_NODES <= INT8_MAX, "node indexes are int8_t (slot_node, qent.
  * the error is returned; a retry publishes exactly what is missing.
  * The watermark is written by every call, so each call replicates a write
  * that WAIT can wait for even when all its events were replays.
+ * expect "R" (outbox-relay republish): the watermark is neither read nor
+ * written; only the dedup window drops what was published before.
  */
 #define PUBLISH_BODY                                                                               \
 	"local function publish(keys, args)\n"                                                     \
 	"  local ttl, maxlen, owner, expect = args[1], args[2], args[3], args[4]\n"                \
-	"  local raw = redis.call('GET', keys[2])\n"                                               \
-	"  if not raw and keys[3] ~= keys[2] then raw = redis.call('GET', keys[3]) end\n"          \
+	"  local rep = expect == 'R'\n"                                                            \
+	"  local raw = not rep and redis.call('GET', keys[2])\n"                                   \
+	"  if not rep and not raw and keys[3] ~= keys[2] then raw = redis.call('GET', keys[3]) end\n" \
 	"  local wm = ''\n"                                                                        \
 	"  if raw then\n"                                                                          \
 	"    wm = string.sub(raw, 1, 25)\n"                                                        \
@@ -80,7 +83,7 @@ _Static_assert(MAX_NODES <= INT8_MAX, "node indexes are int8_t (slot_node, qent.
 	"      return redis.error_reply('OUTBOX_FOREIGN ' .. keys[2] .. ' belongs to ' .. o)\n"    \
 	"    end\n"                                                                                \
 	"  end\n"                                                                                  \
-	"  if wm < expect then\n"                                                                  \
+	"  if not rep and wm < expect then\n"                                                      \
 	"    return redis.error_reply('OUTBOX_BEHIND ' .. keys[2] .. ' is at ' ..\n"               \
 	"      (wm == '' and 'nothing' or wm) .. ', expected ' .. expect)\n"                       \
 	"  end\n"                                                                                  \
@@ -88,7 +91,7 @@ _Static_assert(MAX_NODES <= INT8_MAX, "node indexes are int8_t (slot_node, qent.
 	"  for i = 5, #keys do\n"                                                                  \
 	"    local pos, first = args[a], a + 2\n"                                                  \
 	"    a = first + 2 * tonumber(args[a + 1])\n"                                              \
-	"    if wm >= pos then\n"                                                                  \
+	"    if not rep and wm >= pos then\n"                                                      \
 	"      res[#res + 1] = 0\n"                                                                \
 	"    elseif ttl ~= '0' and redis.call('EXISTS', keys[i]) == 1 then\n"                      \
 	"      res[#res + 1] = 1\n"                                                                \
@@ -109,7 +112,7 @@ _Static_assert(MAX_NODES <= INT8_MAX, "node indexes are int8_t (slot_node, qent.
 	"        if type(id) ~= 'table' or not id.err then id = 2 end\n"                           \
 	"      end\n"                                                                              \
 	"      if type(id) == 'table' and id.err then\n"                                           \
-	"        if top ~= wm then redis.call('SET', keys[2], top .. ' ' .. owner) end\n"          \
+	"        if not rep and top ~= wm then redis.call('SET', keys[2], top .. ' ' .. owner) end\n" \
 	"        return id\n"                                                                      \
 	"      end\n"                                                                              \
 	"      if ttl ~= '0' and id ~= 2 then redis.call('SET', keys[i], '1', 'EX', ttl) end\n"    \
@@ -117,7 +120,7 @@ _Static_assert(MAX_NODES <= INT8_MAX, "node indexes are int8_t (slot_node, qent.
 	"      top = pos\n"                                                                        \
 	"    end\n"                                                                                \
 	"  end\n"                                                                                  \
-	"  redis.call('SET', keys[2], top .. ' ' .. owner)\n"                                      \
+	"  if not rep then redis.call('SET', keys[2], top .. ' ' .. owner) end\n"                  \
 	"  return res\n"                                                                           \
 	"end\n"
 
@@ -254,6 +257,7 @@ struct sink_redis {
 	char b_last[26];       /* position of the batch's last event */
 	struct posmap last_pos;
 	char owner[160];       /* "<system id>/<database>": whose positions the watermarks hold */
+	bool republish;        /* sink_redis_set_republish */
 	bool record_read;      /* the slot record was read (first connect) */
 	bool record_found;
 	struct slot_record record;
@@ -923,6 +927,11 @@ static enum sink_status read_record(struct sink_redis *s, struct node *n)
 	return SINK_OK;
 }
 
+void sink_redis_set_republish(struct sink_redis *s)
+{
+	s->republish = true;
+}
+
 uint64_t sink_redis_record_gen(const struct sink_redis *s)
 {
 	return s->record_gen;
@@ -1457,11 +1466,13 @@ static bool close_batch(struct sink_redis *s)
 	buf_append(b, s->b_args.data, s->b_args.len);
 	if (s->key.failed || s->tag.failed)
 		return false;
-	lp = posmap_get(&s->last_pos, s->b_stream.data, s->b_stream.len, s->acked_seq);
-	if (!lp)
-		return false;
-	memcpy(lp->pos, s->b_last, sizeof(lp->pos));
-	lp->seq = s->b_seq;
+	if (!s->republish) {
+		lp = posmap_get(&s->last_pos, s->b_stream.data, s->b_stream.len, s->acked_seq);
+		if (!lp)
+			return false;
+		memcpy(lp->pos, s->b_last, sizeof(lp->pos));
+		lp->seq = s->b_seq;
+	}
 	ent = (struct qent){
 		.seq = s->b_seq,
 		.nevents = s->b_n,
@@ -1595,9 +1606,12 @@ bool sink_redis_publish(struct sink_redis *s, const struct event *ev, bool dead_
 				     ev->stream_len, true, &s->tag))
 			return false;
 		buf_putc(&s->b_prefix, ':');
-		lp = posmap_find(&s->last_pos, ev->stream, ev->stream_len);
+		lp = s->republish ? NULL : posmap_find(&s->last_pos, ev->stream, ev->stream_len);
 		s->b_prev_seq = lp ? lp->seq : 0;
-		memcpy(s->b_expect, lp ? lp->pos : "", lp ? sizeof(s->b_expect) : 1);
+		if (s->republish)
+			memcpy(s->b_expect, "R", 2);
+		else
+			memcpy(s->b_expect, lp ? lp->pos : "", lp ? sizeof(s->b_expect) : 1);
 	}
 	/* KEYS: the dedup key; ARGV: position, field count, fields. */
 	buf_putc(&s->b_keys, '$');

@@ -180,6 +180,13 @@ bool sink_redis_queue_record_read(struct sink_redis *s);
 bool sink_redis_queue_record(struct sink_redis *s, lsn_t confirmed, lsn_t commit_lsn,
 			     int64_t commit_us);
 
+/*
+ * outbox-relay republish: calls neither read nor write the watermarks, so
+ * the live stream's positions stay untouched and every event is published
+ * unless its id is inside the dedup window. Set before the first publish.
+ */
+void sink_redis_set_republish(struct sink_redis *s);
+
 /* Lua source of the publish function (FUNCTION LOAD body), for docs and tests. */
 extern const char sink_redis_function_library[];
 

@@ -2,9 +2,11 @@
  * outbox-relay - publish transactional outbox rows from a PostgreSQL logical
  * replication slot (wal2json) to Redis Streams, exactly once per event id.
  *
- * This file only parses the configuration and hands over to relay_run(), or
- * to status_main() for `outbox-relay status`.
+ * This file only parses the configuration and hands over to relay_run(), to
+ * status_main() for `outbox-relay status`, or to republish_main() for
+ * `outbox-relay republish`.
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -12,6 +14,7 @@
 #include "exitcode.h"
 #include "log.h"
 #include "relay.h"
+#include "republish.h"
 #include "status.h"
 
 extern char **environ;
@@ -20,10 +23,15 @@ int main(int argc, char **argv)
 {
 	struct relay_config cf;
 	char err[1024];
+	bool republish = argc > 1 && strcmp(argv[1], "republish") == 0;
 	int rc;
 
 	if (argc > 1 && strcmp(argv[1], "status") == 0)
 		return status_main(argc - 1, argv + 1, environ);
+	if (republish) {
+		argc--;
+		argv++;
+	}
 	switch (config_load(&cf, argc, argv, environ, err, sizeof(err))) {
 	case CONFIG_OK:
 		break;
@@ -40,6 +48,17 @@ int main(int argc, char **argv)
 	log_setup(cf.log_level, cf.log_format);
 	for (size_t i = 0; i < cf.nwarnings; i++)
 		log_warn("%s", cf.warnings[i]);
+	if (republish) {
+		rc = republish_main(&cf);
+		config_finish(&cf);
+		return rc;
+	}
+	if (cf.since || cf.until) {
+		fprintf(stderr, "outbox-relay: --since and --until are options of outbox-relay "
+				"republish; drop them (or OUTBOX_RELAY_SINCE/_UNTIL) to run the relay\n");
+		config_finish(&cf);
+		return EXIT_USAGE;
+	}
 	if (cf.check_config) {
 		rc = relay_check_config(&cf, stdout);
 		config_finish(&cf);
