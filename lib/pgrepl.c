@@ -593,6 +593,12 @@ enum pg_status pgrepl_start(struct pgrepl *p)
 	if (!res)
 		goto fail;
 	PQclear(res);
+	/* Dates and timestamps as 2026-11-24 00:05:11.289898+00 whatever the server's
+	 * datestyle: the format outbox_emit_message() gives created_at too. */
+	res = run(p, "SET DateStyle = 'ISO'", PGRES_COMMAND_OK, &st);
+	if (!res)
+		goto fail;
+	PQclear(res);
 	res = run(p, "SET bytea_output = 'hex'", PGRES_COMMAND_OK, &st);
 	if (!res)
 		goto fail;
