@@ -38,7 +38,7 @@ int main(int argc, char **argv)
 		return EXIT_USAGE;
 	}
 	log_setup(cf.log_level, cf.log_format);
-	if (cf.check_config) {
+	if (cf.check_config || cf.check_config_offline) {
 		rc = relay_check_config(&cf, stdout);
 		config_finish(&cf);
 		return rc;
