@@ -136,4 +136,9 @@ check goodauth --pg-dsn "$PG_DSN" --redis-url "unix://:right-pass@$REDIS_SOCK"
 assert_eq 0 "$RC" "right Redis password: exit code 0 [$OUT]"
 has_line goodauth "AUTH accepted" "right Redis password: AUTH accepted" ok
 assert_not_contains "$OUT" "right-pass" "the Redis password is not printed"
+# No password in the URL, but Redis wants one.
+check noauth --pg-dsn "$PG_DSN" --redis-url "$REDIS_URL"
+assert_eq 9 "$RC" "Redis wants a password the URL lacks: exit code 9"
+has_line noauth "COMMAND INFO failed: NOAUTH" "Redis wants a password the URL lacks: a problem naming NOAUTH"
+assert_contains "$OUT" "1 problem(s) found" "Redis wants a password the URL lacks: 1 problem(s) found"
 pass
