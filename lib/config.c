@@ -630,8 +630,23 @@ static const struct option_def option_table[] = {
         .group = GROUP_OPS,
         FIELD(check_config),
         .defval = "false",
-        .help = "validate the configuration, print it (without secrets) and exit 0 "
-                "without connecting anywhere",
+        .help = "validate the options and print them (without secrets), then check the "
+                "prerequisites and list every problem found, one line each naming the fix: "
+                "PostgreSQL reachable and authenticated, REPLICATION, wal_level, free slots "
+                "and WAL senders, wal2json installed and allowed (by creating and dropping a "
+                "TEMPORARY slot), the outbox table and its columns, the slot; Redis reachable, "
+                "AUTH, the commands the relay uses, a master, maxmemory-policy. Exit 0 when "
+                "all is fine, 9 when a problem was found",
+    },
+    {
+        .name = "check-config-offline",
+        .env = "OUTBOX_RELAY_CHECK_CONFIG_OFFLINE",
+        .kind = OPT_BOOL,
+        .group = GROUP_OPS,
+        FIELD(check_config_offline),
+        .defval = "false",
+        .help = "validate the options, print them (without secrets) and exit 0 without "
+                "connecting anywhere (--check-config without the prerequisite checks)",
     },
     {
         .name = "log-format",
@@ -1905,7 +1920,7 @@ static void print_wrapped(FILE *out, const char *text, int indent)
 
 static void usage_option(FILE *out, const struct option_def *o)
 {
-	char flag[64], help[512];
+	char flag[64], help[1024];
 	int n;
 
 	if (o->kind == OPT_BOOL)

@@ -78,7 +78,8 @@ struct relay_config {
 
 	/* Operations */
 	char *http_addr;           /* --http-addr, default ":9187"; "" disables the HTTP endpoint */
-	bool check_config;         /* --check-config: validate, print a summary, exit 0 */
+	bool check_config;         /* --check-config: validate, print, check the prerequisites */
+	bool check_config_offline; /* --check-config-offline: validate and print only, exit 0 */
 
 	/* Logging */
 	enum log_level log_level;   /* --log-level, default info */

@@ -16,8 +16,9 @@ enum relay_exit {
 	EXIT_OUTBOX_SCHEMA = 6, /* outbox table or a mapped column is missing */
 	EXIT_REDIS_STATE = 7,   /* Redis state contradicts this relay: watermarks of another
 				   database, or acknowledged writes lost */
-	EXIT_SLOT_GAP = 8       /* the slot is not the one the relay streamed (missing,
+	EXIT_SLOT_GAP = 8,      /* the slot is not the one the relay streamed (missing,
 				   invalidated, recreated): events may be missing; see --accept-gap */
+	EXIT_CHECK_PROBLEMS = 9 /* --check-config found at least one problem (it lists them all) */
 };
 
 #endif

@@ -196,9 +196,15 @@ static const char *sqlstate(const PGresult *res)
 }
 
 /* Classify a failed replication/SQL command by SQLSTATE and message. */
+static enum pg_status classify_command_state(struct pgrepl *p, const char *state);
+
 static enum pg_status classify_command_error(struct pgrepl *p, const PGresult *res)
 {
-	const char *state = sqlstate(res);
+	return classify_command_state(p, sqlstate(res));
+}
+
+static enum pg_status classify_command_state(struct pgrepl *p, const char *state)
+{
 
 	if (strstr(p->errmsg, "may not be used as an output plugin")) {
 		append_hint(p, "add wal2json to output_plugin_libraries in postgresql.conf, e.g. "
@@ -234,6 +240,38 @@ static enum pg_status classify_command_error(struct pgrepl *p, const PGresult *r
 	    strcmp(state, "57P03") == 0 || state[0] == '0' || state[0] == '\0')
 		return PG_RETRY; /* shutdown, crash, not yet accepting, connection trouble */
 	return PG_RETRY;
+}
+
+enum pg_status pgrepl_explain_connect(const char *msg, char *out, size_t outlen)
+{
+	struct pgrepl *p = calloc(1, sizeof(*p));
+	enum pg_status st;
+
+	if (!p) {
+		snprintf(out, outlen, "out of memory");
+		return PG_RETRY;
+	}
+	set_err(p, "could not connect to PostgreSQL: ", msg);
+	st = classify_connect_error(p, msg ? msg : "");
+	snprintf(out, outlen, "%s", p->errmsg);
+	free(p);
+	return st;
+}
+
+enum pg_status pgrepl_explain_command(const char *msg, const char *state, char *out, size_t outlen)
+{
+	struct pgrepl *p = calloc(1, sizeof(*p));
+	enum pg_status st;
+
+	if (!p) {
+		snprintf(out, outlen, "out of memory");
+		return PG_RETRY;
+	}
+	set_err(p, "", msg);
+	st = classify_command_state(p, state ? state : "");
+	snprintf(out, outlen, "%s", p->errmsg);
+	free(p);
+	return st;
 }
 
 static PGresult *run(struct pgrepl *p, const char *sql, ExecStatusType want, enum pg_status *st)
@@ -590,6 +628,12 @@ enum pg_status pgrepl_start(struct pgrepl *p)
 
 	/* Commit timestamps in UTC, and bytea in hex (wal2json corrupts escape output). */
 	res = run(p, "SET TimeZone = 'UTC'", PGRES_COMMAND_OK, &st);
+	if (!res)
+		goto fail;
+	PQclear(res);
+	/* Dates and timestamps as 2026-11-24 00:05:11.289898+00 whatever the server's
+	 * datestyle: the format outbox_emit_message() gives created_at too. */
+	res = run(p, "SET DateStyle = 'ISO'", PGRES_COMMAND_OK, &st);
 	if (!res)
 		goto fail;
 	PQclear(res);

@@ -109,4 +109,13 @@ void pgrepl_close(struct pgrepl *p);
 
 const char *pgrepl_errmsg(const struct pgrepl *p);
 
+/*
+ * How pgrepl_start judges a failure, for --check-config (preflight.c): the
+ * status and, in out, the one line the relay logs (hint included) for a
+ * connection attempt that failed with libpq's message msg, or for a command
+ * that failed with msg and SQLSTATE state ("" when unknown).
+ */
+enum pg_status pgrepl_explain_connect(const char *msg, char *out, size_t outlen);
+enum pg_status pgrepl_explain_command(const char *msg, const char *state, char *out, size_t outlen);
+
 #endif

@@ -42,6 +42,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "pgrepl.h"
+#include "preflight.h"
 #include "sink_redis.h"
 #include "wal2json.h"
 
@@ -1174,6 +1175,25 @@ oom:
 	return EXIT_FAILURE_RUNTIME;
 }
 
+/* --check-config's connecting part: every item one line, then the count. */
+static int check_prerequisites(const struct relay_config *cf, FILE *out)
+{
+	struct preflight pf = {0};
+	int rc;
+
+	preflight_run(cf, &pf);
+	for (size_t i = 0; i < pf.nitems; i++)
+		fprintf(out, "%s: %s\n", preflight_kind_name(pf.items[i].kind), pf.items[i].text);
+	if (pf.oom)
+		fprintf(out, "warning: out of memory: some items are missing above\n");
+	fprintf(out, "%zu problem(s) found\n", pf.nproblems);
+	if (pf.nproblems == 0)
+		fprintf(out, "configuration OK\n");
+	rc = pf.nproblems ? EXIT_CHECK_PROBLEMS : EXIT_OK;
+	preflight_finish(&pf);
+	return rc;
+}
+
 int relay_check_config(const struct relay_config *cf, FILE *out)
 {
 	char err[512], where[300], lsnbuf[LSN_STRLEN];
@@ -1184,7 +1204,7 @@ int relay_check_config(const struct relay_config *cf, FILE *out)
 		return EXIT_USAGE;
 	}
 	stream_tmpl_free(t);
-	fprintf(out, "configuration OK\n");
+	fprintf(out, cf->check_config_offline ? "configuration OK\n" : "options OK\n");
 	fprintf(out, "  slot             %s (%s)\n", cf->slot,
 		cf->create_slot ? "created when missing" : "must exist");
 	fprintf(out, "  table            %s\n", cf->table);
@@ -1197,5 +1217,7 @@ int relay_check_config(const struct relay_config *cf, FILE *out)
 	fprintf(out, "  http             %s\n", cf->http_addr && cf->http_addr[0] ? cf->http_addr : "off");
 	if (cf->endpos != LSN_INVALID)
 		fprintf(out, "  endpos           %s\n", lsn_format(cf->endpos, lsnbuf));
-	return EXIT_OK;
+	if (cf->check_config_offline)
+		return EXIT_OK;
+	return check_prerequisites(cf, out);
 }

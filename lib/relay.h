@@ -21,8 +21,11 @@ int relay_run(const struct relay_config *cf);
 
 /*
  * --check-config: validate what can be validated without connecting (the
- * stream template too), print the effective configuration without secrets
- * to out, and return EXIT_OK or EXIT_USAGE.
+ * stream template too) and print the effective configuration without
+ * secrets to out; then, unless cf->check_config_offline, check the
+ * prerequisites (preflight.h) and print one line per item and a summary
+ * "N problem(s) found". Returns EXIT_OK, EXIT_USAGE (invalid options) or
+ * EXIT_CHECK_PROBLEMS.
  */
 int relay_check_config(const struct relay_config *cf, FILE *out);
 

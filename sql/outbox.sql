@@ -68,6 +68,8 @@
 --      Redis; nothing to replay from if Redis loses it.
 --    The message body is the JSON object the relay publishes field by field
 --    (id, aggregate_type, aggregate_id, event_type, payload, headers, created_at).
+--    created_at has the row path's text format (UTC, 2026-11-24 00:05:11.289898+00),
+--    not json_build_object's ISO 8601 rendering of a timestamptz.
 --    Note wal2json cuts message content at the first NUL byte; JSON text has none.
 --
 -- Both variants must run in the same transaction as the business write they describe;
@@ -144,7 +146,13 @@ BEGIN
             'event_type',     event_type,
             'payload',        payload,
             'headers',        coalesce(headers, '{}'::jsonb),
-            'created_at',     now())::text);
+            -- The text the row path carries for outbox.created_at (wal2json prints
+            -- timestamptz in the relay's session: TimeZone UTC, DateStyle ISO), so
+            -- consumers see one format on both paths whatever this session's
+            -- TimeZone and DateStyle are: 2026-11-24 00:05:11.289898+00
+            -- (trailing zeros of the fraction dropped, as PostgreSQL prints it).
+            'created_at',     rtrim(rtrim(to_char(now() AT TIME ZONE 'UTC',
+                                                  'YYYY-MM-DD HH24:MI:SS.US'), '0'), '.') || '+00')::text);
     RETURN v_id;
 END;
 $fn$;

@@ -59,7 +59,7 @@ int main(int argc, char **argv)
 		config_finish(&cf);
 		return EXIT_USAGE;
 	}
-	if (cf.check_config) {
+	if (cf.check_config || cf.check_config_offline) {
 		rc = relay_check_config(&cf, stdout);
 		config_finish(&cf);
 		return rc;

@@ -17,7 +17,10 @@ psql_q "SELECT pg_logical_emit_message(false, 'outbox', '$(msg m2 2)')" >/dev/nu
 psql_q "SELECT pg_logical_emit_message(true, 'other', '$(msg m3 3)')" >/dev/null
 psql_q "SELECT pg_logical_emit_message(true, 'outbox2', '$(msg m3b 3)')" >/dev/null
 psql_q "BEGIN; SELECT pg_logical_emit_message(true, 'outbox', '$(msg m4 4)'); ROLLBACK;" >/dev/null
-fn_id=$(psql_q "SELECT outbox_emit_message('order', '5', 'created', '{\"b\": [1, 2]}', '{\"h\": \"v\"}')")
+# Emitted from a session whose TimeZone and DateStyle are not the relay's: the
+# created_at format must not depend on them (checked below).
+fn_id=$(PGOPTIONS='-c TimeZone=Asia/Kolkata -c DateStyle=SQL,DMY' \
+	psql_q "SELECT outbox_emit_message('order', '5', 'created', '{\"b\": [1, 2]}', '{\"h\": \"v\"}')")
 # One statement, one transaction: the row's INSERT, then the message.
 row_id=$(psql_q "SELECT outbox_emit('order', '6', 'created', '{\"row\": 6}'),
                         pg_logical_emit_message(true, 'outbox', '$(msg m7 7)')" | cut -d'|' -f1)
@@ -43,4 +46,28 @@ assert json.loads(headers) == {"h": "v"}, headers
 assert agg == "5", agg
 PY
 ok "outbox_emit_message() entry carries payload, headers and aggregate_id"
+
+# created_at: one text format on both paths, the row's (wal2json in the relay's
+# session, UTC) = the message's (outbox_emit_message), like _committed_at.
+TS_RE='^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?\+00$'
+rx fields outbox:order id created_at >"$T/created"
+fn_ts=$(awk -F'\t' -v id="$fn_id" '$1 == id { print $2 }' "$T/created")
+row_ts=$(awk -F'\t' -v id="$row_id" '$1 == id { print $2 }' "$T/created")
+assert_match "$row_ts" "$TS_RE" "outbox_emit() entry: created_at is YYYY-MM-DD HH:MM:SS[.ffffff]+00 [$row_ts]"
+assert_match "$fn_ts" "$TS_RE" "outbox_emit_message() entry: created_at has the same format [$fn_ts]"
+assert_eq "$(psql_q "SELECT created_at AT TIME ZONE 'UTC' FROM outbox WHERE id = '$row_id'")+00" "$row_ts" \
+	"outbox_emit() entry: created_at is the row's value in UTC"
+
+# Both in one transaction (one now()) from a non-UTC session: the same text.
+PGOPTIONS='-c TimeZone=America/St_Johns -c DateStyle=German' psql_q "BEGIN;
+	SELECT outbox_emit('tz', '1', 'created', '{}');
+	SELECT outbox_emit_message('tz', '2', 'created', '{}');
+	COMMIT;" >/dev/null
+relay_drain
+rx fields outbox:tz aggregate_id created_at >"$T/created.tz"
+assert_eq 2 "$(wc -l <"$T/created.tz")" "outbox:tz has the row and the message"
+tz_row=$(awk -F'\t' '$1 == "1" { print $2 }' "$T/created.tz")
+tz_msg=$(awk -F'\t' '$1 == "2" { print $2 }' "$T/created.tz")
+assert_match "$tz_row" "$TS_RE" "same transaction: the row's created_at format [$tz_row]"
+assert_eq "$tz_row" "$tz_msg" "same transaction: outbox_emit() and outbox_emit_message() give the same created_at text"
 pass

@@ -2,7 +2,7 @@
 # 71_manifests: the deployment files under deploy/ agree with the binary.
 #  - every OUTBOX_RELAY_* variable they name is one `outbox-relay --help` lists
 #    (and every OUTBOX_CONSUME_* one `outbox-consume --help` lists);
-#  - `outbox-relay --check-config` exits 0 with the environment of each
+#  - `outbox-relay --check-config-offline` exits 0 with the environment of each
 #    Kubernetes Deployment (values from secret.example.yaml, the password files
 #    from the Secret volume written to a temp dir), of the compose relay, and
 #    of the systemd unit + env.example; the password-file paths are inside a
@@ -252,9 +252,9 @@ fi
 check_config() {
 	local what=$1 out rc=0
 	shift
-	out=$(env -i PATH="$PATH" "$@" "$RELAY_BIN" --check-config 2>&1) || rc=$?
-	[ "$rc" = 0 ] || fail "$what: outbox-relay --check-config exited $rc: $out"
-	assert_contains "$out" "configuration OK" "$what: --check-config accepts the environment"
+	out=$(env -i PATH="$PATH" "$@" "$RELAY_BIN" --check-config-offline 2>&1) || rc=$?
+	[ "$rc" = 0 ] || fail "$what: outbox-relay --check-config-offline exited $rc: $out"
+	assert_contains "$out" "configuration OK" "$what: --check-config-offline accepts the environment"
 }
 
 if [ "$HAVE_YAML" = 1 ]; then

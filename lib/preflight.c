@@ -1,0 +1,777 @@
+/*
+ * preflight.c - --check-config's checks against the real servers.
+ *
+ * PostgreSQL: a plain connection reads the catalogs (wal_level, slots and
+ * WAL senders in use, output_plugin_libraries, the outbox table, the slot);
+ * a replication connection like the relay's proves REPLICATION, and a
+ * TEMPORARY wal2json slot on it (dropped at once) proves that wal2json loads
+ * and is allowed. Redis: connect, AUTH, SELECT, COMMAND INFO for every
+ * command the relay uses, INFO for the role and the eviction policy; nothing
+ * is written.
+ */
+#include "preflight.h"
+
+#include <hiredis/hiredis.h>
+#include <libpq-fe.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "buf.h"
+#include "cluster_slots.h"
+#include "event.h"
+#include "lsn.h"
+#include "pgrepl.h"
+#include "redis_tls.h"
+
+/* How long the wal2json check waits for a temporary slot's consistent point. */
+#define SLOT_CHECK_TIMEOUT_MS 10000
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static void add(struct preflight *pf, enum preflight_kind kind, const char *fmt, ...)
+{
+	struct preflight_item *items;
+	char line[1200];
+	va_list ap;
+	size_t n;
+
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	/* One line each: a server message may carry newlines or tabs. */
+	n = strlen(line);
+	while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == ' '))
+		line[--n] = '\0';
+	for (size_t i = 0; i < n; i++)
+		if (line[i] == '\n' || line[i] == '\t' || line[i] == '\r')
+			line[i] = ' ';
+	if (kind == PREFLIGHT_PROBLEM)
+		pf->nproblems++;
+	items = realloc(pf->items, (pf->nitems + 1) * sizeof(*items));
+	if (!items) {
+		pf->oom = true;
+		return;
+	}
+	pf->items = items;
+	items[pf->nitems].kind = kind;
+	items[pf->nitems].text = strdup(line);
+	if (!items[pf->nitems].text) {
+		pf->oom = true;
+		return;
+	}
+	pf->nitems++;
+}
+
+const char *preflight_kind_name(enum preflight_kind k)
+{
+	switch (k) {
+	case PREFLIGHT_OK:
+		return "ok";
+	case PREFLIGHT_PROBLEM:
+		return "problem";
+	case PREFLIGHT_WARNING:
+		return "warning";
+	case PREFLIGHT_SKIPPED:
+		return "skipped";
+	}
+	return "?";
+}
+
+void preflight_finish(struct preflight *pf)
+{
+	for (size_t i = 0; i < pf->nitems; i++)
+		free(pf->items[i].text);
+	free(pf->items);
+	*pf = (struct preflight){0};
+}
+
+/* ---- Redis ---- */
+
+/* Is this error reply one that no retry can fix (credentials)? As the sink judges it. */
+static bool redis_auth_error(const char *msg)
+{
+	return strncmp(msg, "WRONGPASS", 9) == 0 || strncmp(msg, "NOAUTH", 6) == 0 ||
+	       strstr(msg, "invalid password") != NULL ||
+	       strstr(msg, "invalid username-password") != NULL;
+}
+
+/*
+ * Run a command; on an error reply or a failed connection add a problem
+ * (the sink's wording and hints) and return NULL. *fatal says the remaining
+ * checks cannot run (credentials, a lost connection).
+ */
+static redisReply *rcmd(redisContext *c, struct preflight *pf, const char *where,
+			const char *what, int argc, const char **argv, bool *fatal)
+{
+	redisReply *r = redisCommandArgv(c, argc, argv, NULL);
+
+	if (!r) {
+		add(pf, PREFLIGHT_PROBLEM, "Redis at %s: %s failed: %s", where, what,
+		    c->errstr[0] ? c->errstr : "connection lost");
+		*fatal = true;
+		return NULL;
+	}
+	if (r->type == REDIS_REPLY_ERROR) {
+		bool auth = redis_auth_error(r->str);
+
+		add(pf, PREFLIGHT_PROBLEM, "Redis at %s: %s failed: %s%s", where, what, r->str,
+		    strncmp(r->str, "NOPERM", 6) == 0
+			    ? " (the Redis ACL user lacks a permission: see deploy/redis/users.acl)"
+		    : auth ? " (check the user and password in --redis-url or --redis-password-file)"
+			   : "");
+		*fatal = auth;
+		freeReplyObject(r);
+		return NULL;
+	}
+	return r;
+}
+
+/* Is the command known to the server? 1 yes, 0 no, -1 could not tell (problem added when fatal). */
+static int redis_has(redisContext *c, struct preflight *pf, const char *where, const char *cmd,
+		     bool *fatal)
+{
+	const char *argv[] = {"COMMAND", "INFO", cmd};
+	redisReply *r = redisCommandArgv(c, 3, argv, NULL);
+	size_t missing;
+	char why[160];
+	int ret;
+
+	if (!r) {
+		add(pf, PREFLIGHT_PROBLEM, "Redis at %s: COMMAND INFO failed: %s", where,
+		    c->errstr[0] ? c->errstr : "connection lost");
+		*fatal = true;
+		return -1;
+	}
+	if (r->type == REDIS_REPLY_ERROR && redis_auth_error(r->str)) {
+		add(pf, PREFLIGHT_PROBLEM,
+		    "Redis at %s: COMMAND INFO failed: %s (check the user and password in "
+		    "--redis-url or --redis-password-file)",
+		    where, r->str);
+		*fatal = true;
+		freeReplyObject(r);
+		return -1;
+	}
+	switch (cluster_slots_command_info(r, 1, &missing, why, sizeof(why))) {
+	case CMDINFO_PRESENT:
+		ret = 1;
+		break;
+	case CMDINFO_MISSING:
+		ret = 0;
+		break;
+	default:
+		ret = -1;
+		break;
+	}
+	freeReplyObject(r);
+	return ret;
+}
+
+/* "field:value" of an INFO reply into out ("" when absent). */
+static void info_field(const char *info, const char *field, char *out, size_t outlen)
+{
+	const char *p = info ? strstr(info, field) : NULL;
+	size_t n;
+
+	out[0] = '\0';
+	if (!p)
+		return;
+	p += strlen(field);
+	n = strcspn(p, "\r\n");
+	snprintf(out, outlen, "%.*s", (int)n, p);
+}
+
+static void redis_info(redisContext *c, const char *section, char *buf, size_t len)
+{
+	const char *argv[] = {"INFO", section};
+	redisReply *r = redisCommandArgv(c, 2, argv, NULL);
+
+	buf[0] = '\0';
+	if (r && r->type == REDIS_REPLY_STRING)
+		snprintf(buf, len, "%s", r->str);
+	freeReplyObject(r);
+}
+
+static void check_redis(const struct relay_config *cf, struct preflight *pf)
+{
+	const struct redis_target *t = &cf->redis;
+	struct timeval tv = {cf->redis_timeout_ms / 1000, (cf->redis_timeout_ms % 1000) * 1000};
+	static const char *const needed[] = {"XADD", "XGROUP", "EVALSHA", "WAITAOF"};
+	bool want_aof = cf->wait_aof && strcmp(cf->wait_aof, "none") != 0;
+	bool fatal = false, functions = false;
+	char where[300], info[8192], v[64], v2[64];
+	const char *skip = "the other Redis checks (commands, role, eviction policy)";
+	redisContext *c;
+	redisReply *r;
+	size_t nbad = pf->nproblems;
+
+	redis_target_describe(t, where, sizeof(where));
+	if (t->unix_path)
+		c = redisConnectUnixWithTimeout(t->unix_path, tv);
+	else
+		c = redisConnectWithTimeout(t->host, t->port, tv);
+	if (!c) {
+		add(pf, PREFLIGHT_PROBLEM, "Redis at %s: could not allocate a Redis context", where);
+		return;
+	}
+	if (c->err) {
+		add(pf, PREFLIGHT_PROBLEM,
+		    "Redis at %s: could not connect: %s; start Redis or fix --redis-url (the relay "
+		    "would keep retrying)",
+		    where,
+		    c->errstr);
+		add(pf, PREFLIGHT_SKIPPED, "%s need a connection", skip);
+		redisFree(c);
+		return;
+	}
+	(void)redisSetTimeout(c, tv);
+	if (t->tls) {
+		char why[700];
+		void *ssl;
+		bool permanent;
+
+		if (!redis_tls_start(c, t, t->host, &ssl, &permanent, why, sizeof(why))) {
+			add(pf, PREFLIGHT_PROBLEM, "Redis at %s: TLS to %s:%d: %s", where, t->host,
+			    t->port, why);
+			add(pf, PREFLIGHT_SKIPPED, "%s need a TLS session", skip);
+			redisFree(c);
+			return;
+		}
+	}
+	if (t->password) {
+		const char *argv[] = {"AUTH", t->user ? t->user : t->password, t->password};
+
+		r = rcmd(c, pf, where, "AUTH", t->user ? 3 : 2, argv, &fatal);
+		if (!r) {
+			add(pf, PREFLIGHT_SKIPPED, "%s need a successful AUTH", skip);
+			redisFree(c);
+			return;
+		}
+		freeReplyObject(r);
+	}
+	if (t->db != 0) {
+		char db[16];
+		const char *argv[] = {"SELECT", db};
+
+		snprintf(db, sizeof(db), "%d", t->db);
+		r = rcmd(c, pf, where, "SELECT", 2, argv, &fatal);
+		freeReplyObject(r);
+		if (fatal) {
+			add(pf, PREFLIGHT_SKIPPED, "%s need a connection", skip);
+			redisFree(c);
+			return;
+		}
+	}
+	for (size_t i = 0; i < (want_aof ? 4u : 3u) && !fatal; i++) {
+		int has = redis_has(c, pf, where, needed[i], &fatal);
+
+		if (has == 0 && i == 3)
+			add(pf, PREFLIGHT_PROBLEM,
+			    "Redis at %s: --wait-aof needs WAITAOF, which Redis 7.2 introduced; "
+			    "upgrade Redis or drop --wait-aof",
+			    where);
+		else if (has == 0)
+			add(pf, PREFLIGHT_PROBLEM,
+			    "Redis at %s: the server does not provide %s: outbox-relay needs Redis 5 "
+			    "or newer with streams and scripting (7.0+ recommended for functions)",
+			    where, needed[i]);
+	}
+	if (!fatal && cf->redis_functions)
+		functions = redis_has(c, pf, where, "FUNCTION", &fatal) == 1 &&
+			    !fatal && redis_has(c, pf, where, "FCALL", &fatal) == 1;
+	if (!fatal && !functions) {
+		int has = redis_has(c, pf, where, "SCRIPT", &fatal);
+
+		if (has == 0)
+			add(pf, PREFLIGHT_PROBLEM,
+			    "Redis at %s: the server does not provide SCRIPT, which the EVALSHA "
+			    "fallback needs when Redis functions are %s: outbox-relay needs Redis 5 or "
+			    "newer with streams and scripting (7.0+ recommended for functions)",
+			    where, cf->redis_functions ? "unavailable" : "turned off");
+		else if (has == 1)
+			add(pf, PREFLIGHT_OK,
+			    "Redis at %s: %s: the relay uses SCRIPT LOAD + EVALSHA", where,
+			    cf->redis_functions ? "no Redis functions (FUNCTION, FCALL)"
+						: "--no-redis-functions");
+	}
+	if (fatal) {
+		add(pf, PREFLIGHT_SKIPPED, "%s need a connection", skip);
+		redisFree(c);
+		return;
+	}
+	redis_info(c, "replication", info, sizeof(info));
+	info_field(info, "role:", v, sizeof(v));
+	if (strcmp(v, "slave") == 0 && !t->cluster)
+		add(pf, PREFLIGHT_PROBLEM,
+		    "Redis at %s is a replica (role:slave): writes fail with READONLY; point "
+		    "--redis-url at the master",
+		    where);
+	redis_info(c, "memory", info, sizeof(info));
+	info_field(info, "maxmemory:", v, sizeof(v));
+	info_field(info, "maxmemory_policy:", v2, sizeof(v2));
+	if (v[0] && strcmp(v, "0") != 0 && v2[0] && strcmp(v2, "noeviction") != 0)
+		add(pf, PREFLIGHT_WARNING,
+		    "Redis at %s: maxmemory-policy is %s with maxmemory %s: Redis may evict stream "
+		    "entries, dedup keys and the relay's watermarks; set maxmemory-policy noeviction",
+		    where, v2, v);
+	if (pf->nproblems == nbad)
+		add(pf, PREFLIGHT_OK, "Redis at %s: reachable%s, %s and XADD available", where,
+		    t->password ? ", AUTH accepted" : "",
+		    functions ? "functions (FCALL)" : "EVALSHA");
+	redisFree(c);
+}
+
+/* ---- PostgreSQL ---- */
+
+/* The relay's connection parameters; replication is "database" or "false". */
+static PGconn *pg_connect(const struct relay_config *cf, const char *replication)
+{
+	const char *keys[11] = {"connect_timeout", "keepalives", "keepalives_idle",
+				"keepalives_interval", "keepalives_count", "fallback_application_name",
+				"dbname", "replication"};
+	const char *vals[11] = {"10", "1", "30", "10", "3", "outbox-relay-check", cf->pg_dsn,
+				replication};
+
+	if (cf->pg_password) {
+		keys[8] = "password";
+		vals[8] = cf->pg_password;
+	}
+	return PQconnectdbParams(keys, vals, 1);
+}
+
+static void put_literal(struct buf *b, const char *s)
+{
+	buf_putc(b, '\'');
+	for (; *s; s++) {
+		if (*s == '\'')
+			buf_putc(b, '\'');
+		buf_putc(b, *s);
+	}
+	buf_putc(b, '\'');
+}
+
+/* A failed query as the relay would report it. */
+static void add_command_problem(struct preflight *pf, PGconn *c, const PGresult *res)
+{
+	const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+	char line[1024];
+
+	(void)pgrepl_explain_command(PQerrorMessage(c), state ? state : "", line, sizeof(line));
+	add(pf, PREFLIGHT_PROBLEM, "%s", line);
+}
+
+static bool has_column(const PGresult *res, const char *name)
+{
+	for (int i = 1; i < PQntuples(res); i++)
+		if (strcmp(PQgetvalue(res, i, 0), name) == 0)
+			return true;
+	return false;
+}
+
+/* The outbox table and the columns the relay maps, resolved as pgrepl.c does. */
+static void check_table(const struct relay_config *cf, struct preflight *pf, PGconn *c)
+{
+	struct buf q = {0};
+	struct stream_tmpl *t;
+	PGresult *res;
+	char err[256];
+	size_t nbad = pf->nproblems;
+
+	buf_puts(&q, "SELECT n.nspname, c.relname, 0 AS o FROM pg_catalog.pg_class c JOIN "
+		     "pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = "
+		     "pg_catalog.to_regclass(");
+	put_literal(&q, cf->table);
+	buf_puts(&q, ") UNION ALL SELECT a.attname, NULL, 1 FROM pg_catalog.pg_attribute a WHERE "
+		     "a.attrelid = pg_catalog.to_regclass(");
+	put_literal(&q, cf->table);
+	buf_puts(&q, ") AND a.attnum > 0 AND NOT a.attisdropped ORDER BY 3");
+	if (q.failed) {
+		buf_finish(&q);
+		pf->oom = true;
+		return;
+	}
+	res = PQexec(c, q.data);
+	buf_finish(&q);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+
+		if (state && strcmp(state, "42602") == 0)
+			add(pf, PREFLIGHT_PROBLEM,
+			    "invalid --table %s: not an SQL table name; quote names with spaces or upper "
+			    "case, e.g. --table 'public.\"My Outbox\"'",
+			    cf->table);
+		else
+			add_command_problem(pf, c, res);
+		PQclear(res);
+		return;
+	}
+	if (PQntuples(res) < 1 || PQgetisnull(res, 0, 1)) {
+		add(pf, PREFLIGHT_PROBLEM,
+		    "outbox table \"%s\" does not exist: create it (see sql/outbox.sql) or point --table "
+		    "at your outbox table",
+		    cf->table);
+		PQclear(res);
+		return;
+	}
+	if (!has_column(res, cf->id_column))
+		add(pf, PREFLIGHT_PROBLEM,
+		    "column \"%s\" (named by --id-column) does not exist in outbox table \"%s\": add the "
+		    "column or fix --id-column",
+		    cf->id_column, cf->table);
+	t = stream_tmpl_compile(cf->stream, err, sizeof(err));
+	for (size_t i = 0; t && i < stream_tmpl_ncolumns(t); i++) {
+		const char *col = stream_tmpl_column(t, i);
+		bool seen = false;
+
+		for (size_t j = 0; j < i; j++) /* {a}:{a} names it once */
+			seen = seen || strcmp(stream_tmpl_column(t, j), col) == 0;
+		if (!seen && !has_column(res, col))
+			add(pf, PREFLIGHT_PROBLEM,
+			    "column \"%s\" (named by --stream) does not exist in outbox table \"%s\": add "
+			    "the column or fix --stream",
+			    col, cf->table);
+	}
+	stream_tmpl_free(t);
+	if (pf->nproblems == nbad)
+		add(pf, PREFLIGHT_OK, "outbox table %s.%s has the id and routing columns",
+		    PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1));
+	PQclear(res);
+}
+
+/* What the catalogs say, read on a plain connection. */
+struct pg_facts {
+	bool ok;
+	bool replication; /* rolreplication or rolsuper */
+	char user[128];
+	char db[128];
+	char wal_level[32];
+	int max_slots, used_slots;
+	int max_senders, used_senders;
+	bool has_opl; /* output_plugin_libraries exists */
+	bool opl_wal2json;
+	char opl[256];
+	bool slot_exists;
+};
+
+static void read_facts(struct preflight *pf, PGconn *c, struct pg_facts *f)
+{
+	PGresult *res = PQexec(
+		c, "SELECT current_user, r.rolreplication OR r.rolsuper, current_database(), "
+		   "current_setting('wal_level'), current_setting('max_replication_slots')::int, "
+		   "(SELECT count(*) FROM pg_catalog.pg_replication_slots)::int, "
+		   "current_setting('max_wal_senders')::int, "
+		   "(SELECT count(*) FROM pg_catalog.pg_stat_replication)::int, "
+		   "(SELECT setting FROM pg_catalog.pg_settings WHERE name = 'output_plugin_libraries') "
+		   "FROM pg_catalog.pg_roles r WHERE r.rolname = current_user");
+
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
+		add_command_problem(pf, c, res);
+		PQclear(res);
+		return;
+	}
+	snprintf(f->user, sizeof(f->user), "%s", PQgetvalue(res, 0, 0));
+	f->replication = strcmp(PQgetvalue(res, 0, 1), "t") == 0;
+	snprintf(f->db, sizeof(f->db), "%s", PQgetvalue(res, 0, 2));
+	snprintf(f->wal_level, sizeof(f->wal_level), "%s", PQgetvalue(res, 0, 3));
+	f->max_slots = atoi(PQgetvalue(res, 0, 4));
+	f->used_slots = atoi(PQgetvalue(res, 0, 5));
+	f->max_senders = atoi(PQgetvalue(res, 0, 6));
+	f->used_senders = atoi(PQgetvalue(res, 0, 7));
+	f->has_opl = !PQgetisnull(res, 0, 8);
+	if (f->has_opl) {
+		const char *s = PQgetvalue(res, 0, 8);
+
+		snprintf(f->opl, sizeof(f->opl), "%s", s);
+		/* A list of names: "pgoutput, test_decoding, wal2json", maybe quoted. */
+		while (*s) {
+			size_t n;
+
+			s += strspn(s, " ,\"");
+			n = strcspn(s, " ,\"");
+			if (n == 8 && strncmp(s, "wal2json", 8) == 0)
+				f->opl_wal2json = true;
+			s += n;
+		}
+	}
+	f->ok = true;
+	PQclear(res);
+}
+
+/* The slot as pgrepl.c's ensure_slot judges it; sets f->slot_exists. */
+static void check_slot(const struct relay_config *cf, struct preflight *pf, PGconn *c,
+		       struct pg_facts *f)
+{
+	struct buf q = {0};
+	PGresult *res;
+	const char *plugin, *type, *db, *wal_status;
+
+	buf_puts(&q, "SELECT plugin, slot_type, database, coalesce(wal_status, ''), active, "
+		     "confirmed_flush_lsn FROM pg_catalog.pg_replication_slots WHERE slot_name = ");
+	put_literal(&q, cf->slot);
+	if (q.failed) {
+		buf_finish(&q);
+		pf->oom = true;
+		return;
+	}
+	res = PQexec(c, q.data);
+	buf_finish(&q);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		add_command_problem(pf, c, res);
+		PQclear(res);
+		return;
+	}
+	f->slot_exists = PQntuples(res) == 1;
+	if (!f->slot_exists) {
+		PQclear(res);
+		if (!cf->create_slot)
+			add(pf, PREFLIGHT_PROBLEM,
+			    "replication slot \"%s\" does not exist and --no-create-slot is set: create "
+			    "it with SELECT pg_create_logical_replication_slot('%s', 'wal2json') or drop "
+			    "--no-create-slot",
+			    cf->slot, cf->slot);
+		else if (f->max_slots > 0 && f->used_slots >= f->max_slots)
+			add(pf, PREFLIGHT_PROBLEM,
+			    "replication slot \"%s\" does not exist and all replication slots are in use "
+			    "(%d of max_replication_slots = %d); drop an unused slot or raise "
+			    "max_replication_slots",
+			    cf->slot, f->used_slots, f->max_slots);
+		else
+			add(pf, PREFLIGHT_OK,
+			    "replication slot \"%s\" does not exist: the relay will create it", cf->slot);
+		return;
+	}
+	plugin = PQgetvalue(res, 0, 0);
+	type = PQgetvalue(res, 0, 1);
+	db = PQgetvalue(res, 0, 2);
+	wal_status = PQgetvalue(res, 0, 3);
+	if (strcmp(type, "logical") != 0 || strcmp(plugin, "wal2json") != 0)
+		add(pf, PREFLIGHT_PROBLEM,
+		    "replication slot \"%s\" exists but is a %s slot with plugin \"%s\"; outbox-relay "
+		    "needs a logical wal2json slot: use another --slot or drop it with SELECT "
+		    "pg_drop_replication_slot('%s')",
+		    cf->slot, type, plugin[0] ? plugin : "(none)", cf->slot);
+	else if (strcmp(db, f->db) != 0)
+		add(pf, PREFLIGHT_PROBLEM,
+		    "replication slot \"%s\" belongs to database \"%s\", not \"%s\": fix dbname in "
+		    "--pg-dsn or use another --slot",
+		    cf->slot, db, f->db);
+	else if (strcmp(wal_status, "lost") == 0)
+		add(pf, PREFLIGHT_PROBLEM,
+		    "replication slot \"%s\" was invalidated (wal_status lost); the slot was "
+		    "invalidated (max_slot_wal_keep_size exceeded): WAL it needed is gone, so events in "
+		    "that range must be recovered from the outbox table; then drop the slot and let the "
+		    "relay create a new one",
+		    cf->slot);
+	else if (strcmp(PQgetvalue(res, 0, 4), "t") == 0)
+		add(pf, PREFLIGHT_WARNING,
+		    "replication slot \"%s\" is active in another process (another relay?): this relay "
+		    "would wait as its standby",
+		    cf->slot);
+	else
+		add(pf, PREFLIGHT_OK, "replication slot \"%s\" exists (wal2json, database %s, confirmed "
+				      "up to %s)",
+		    cf->slot, db, PQgetisnull(res, 0, 5) ? "?" : PQgetvalue(res, 0, 5));
+	PQclear(res);
+}
+
+/* Run a replication command, bounded by timeout_ms; NULL on timeout (cancelled). */
+static PGresult *exec_bounded(PGconn *c, const char *sql, int timeout_ms, bool *timed_out)
+{
+	struct timeval start, now;
+	PGresult *res, *last = NULL;
+
+	*timed_out = false;
+	if (!PQsendQuery(c, sql))
+		return NULL;
+	gettimeofday(&start, NULL);
+	for (;;) {
+		struct pollfd pfd = {.fd = PQsocket(c), .events = POLLIN};
+		long left;
+
+		if (!PQconsumeInput(c))
+			break;
+		if (!PQisBusy(c))
+			break;
+		gettimeofday(&now, NULL);
+		left = timeout_ms - ((now.tv_sec - start.tv_sec) * 1000L +
+				     (now.tv_usec - start.tv_usec) / 1000L);
+		if (left <= 0) {
+			PGcancel *cancel = PQgetCancel(c);
+			char errbuf[256];
+
+			if (cancel) {
+				(void)PQcancel(cancel, errbuf, sizeof(errbuf));
+				PQfreeCancel(cancel);
+			}
+			*timed_out = true;
+			break;
+		}
+		if (poll(&pfd, 1, (int)left) < 0)
+			break;
+	}
+	while ((res = PQgetResult(c)) != NULL) {
+		PQclear(last);
+		last = res;
+	}
+	if (*timed_out) {
+		PQclear(last);
+		return NULL;
+	}
+	return last;
+}
+
+/*
+ * On the replication connection: IDENTIFY_SYSTEM, then a TEMPORARY wal2json
+ * slot, dropped at once: proves the plugin is installed and allowed.
+ */
+static void check_wal2json(struct preflight *pf, PGconn *c, bool opl_reported)
+{
+	char name[64], sql[160];
+	PGresult *res;
+	bool timed_out;
+
+	res = PQexec(c, "IDENTIFY_SYSTEM");
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		add_command_problem(pf, c, res);
+		PQclear(res);
+		return;
+	}
+	if (PQntuples(res) != 1 || PQnfields(res) < 4 || PQgetisnull(res, 0, 3))
+		add(pf, PREFLIGHT_PROBLEM, "IDENTIFY_SYSTEM returned no database: the connection must "
+					   "use replication=database and a dbname");
+	PQclear(res);
+	snprintf(name, sizeof(name), "outbox_relay_check_%ld", (long)getpid());
+	snprintf(sql, sizeof(sql),
+		 "CREATE_REPLICATION_SLOT \"%s\" TEMPORARY LOGICAL wal2json (SNAPSHOT 'nothing')", name);
+	res = exec_bounded(c, sql, SLOT_CHECK_TIMEOUT_MS, &timed_out);
+	if (timed_out) {
+		add(pf, PREFLIGHT_SKIPPED,
+		    "the wal2json check: its temporary slot waited %d s for running "
+		    "transactions to end",
+		    SLOT_CHECK_TIMEOUT_MS / 1000);
+		return;
+	}
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		char line[1024];
+		const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+
+		(void)pgrepl_explain_command(PQerrorMessage(c), state ? state : "", line,
+					     sizeof(line));
+		/* Already said from the catalogs: not a second line. */
+		if (!(opl_reported && strstr(line, "may not be used as an output plugin")))
+			add(pf, PREFLIGHT_PROBLEM, "%s", line);
+		PQclear(res);
+		return;
+	}
+	PQclear(res);
+	/* Dropped now, not at session end: nothing may be left once we return. */
+	snprintf(sql, sizeof(sql), "DROP_REPLICATION_SLOT \"%s\"", name);
+	res = PQexec(c, sql);
+	PQclear(res);
+	add(pf, PREFLIGHT_OK, "wal2json loads as an output plugin (a temporary slot was created and "
+			      "dropped)");
+}
+
+static void check_pg(const struct relay_config *cf, struct preflight *pf)
+{
+	struct pg_facts f = {0};
+	PGconn *c, *rc;
+	char line[1024];
+	size_t nbad = pf->nproblems;
+	bool opl_reported = false, room_senders, room_slots;
+
+	c = pg_connect(cf, "false");
+	if (!c) {
+		add(pf, PREFLIGHT_PROBLEM, "out of memory allocating a PostgreSQL connection");
+		return;
+	}
+	if (PQstatus(c) != CONNECTION_OK) {
+		if (pgrepl_explain_connect(PQerrorMessage(c), line, sizeof(line)) == PG_RETRY)
+			add(pf, PREFLIGHT_PROBLEM,
+			    "%s; start PostgreSQL or fix the host and port in --pg-dsn (the relay would "
+			    "keep retrying)",
+			    line);
+		else
+			add(pf, PREFLIGHT_PROBLEM, "%s", line);
+		add(pf, PREFLIGHT_SKIPPED,
+		    "the other PostgreSQL checks (REPLICATION, wal_level, slots, wal2json, "
+		    "outbox table) need a connection");
+		PQfinish(c);
+		return;
+	}
+	read_facts(pf, c, &f);
+	if (!f.ok) {
+		PQfinish(c);
+		return;
+	}
+	if (strcmp(f.wal_level, "logical") != 0)
+		add(pf, PREFLIGHT_PROBLEM,
+		    "logical decoding requires wal_level >= logical (it is %s); set wal_level = logical "
+		    "in postgresql.conf and restart PostgreSQL",
+		    f.wal_level);
+	room_senders = f.used_senders < f.max_senders;
+	if (!room_senders)
+		add(pf, PREFLIGHT_PROBLEM,
+		    "no free WAL sender: %d of max_wal_senders = %d in use; raise max_wal_senders in "
+		    "postgresql.conf and restart PostgreSQL",
+		    f.used_senders, f.max_senders);
+	if (f.has_opl && !f.opl_wal2json) {
+		(void)pgrepl_explain_command("library \"wal2json\" may not be used as an output plugin",
+					     "", line, sizeof(line));
+		add(pf, PREFLIGHT_PROBLEM, "%s (output_plugin_libraries = '%s')", line, f.opl);
+		opl_reported = true;
+	}
+	check_table(cf, pf, c);
+	check_slot(cf, pf, c, &f);
+	PQfinish(c);
+	room_slots = f.used_slots < f.max_slots;
+
+	/* The replication connection, as the relay opens it. */
+	if (!room_senders) {
+		if (!f.replication) {
+			(void)pgrepl_explain_connect("must be superuser or replication role to start "
+						     "walsender",
+						     line, sizeof(line));
+			add(pf, PREFLIGHT_PROBLEM, "%s", line);
+		}
+		add(pf, PREFLIGHT_SKIPPED,
+		    "the wal2json check needs a replication connection (no free WAL sender)");
+		goto done;
+	}
+	rc = pg_connect(cf, "database");
+	if (!rc || PQstatus(rc) != CONNECTION_OK) {
+		(void)pgrepl_explain_connect(rc ? PQerrorMessage(rc) : "out of memory", line,
+					     sizeof(line));
+		add(pf, PREFLIGHT_PROBLEM, "%s", line);
+		add(pf, PREFLIGHT_SKIPPED,
+		    "the wal2json check needs a replication connection");
+		PQfinish(rc);
+		goto done;
+	}
+	if (strcmp(f.wal_level, "logical") != 0)
+		add(pf, PREFLIGHT_SKIPPED, "the wal2json check needs wal_level = logical");
+	else if (!room_slots)
+		add(pf, PREFLIGHT_SKIPPED,
+		    "the wal2json check needs a free replication slot for a temporary slot");
+	else
+		check_wal2json(pf, rc, opl_reported);
+	PQfinish(rc);
+done:
+	if (pf->nproblems == nbad)
+		add(pf, PREFLIGHT_OK,
+		    "PostgreSQL: user %s with REPLICATION, database %s, wal_level logical, %d of %d "
+		    "slots and %d of %d WAL senders in use",
+		    f.user, f.db, f.used_slots, f.max_slots, f.used_senders, f.max_senders);
+}
+
+void preflight_run(const struct relay_config *cf, struct preflight *pf)
+{
+	/* The relay's own order: Redis first, then PostgreSQL. */
+	check_redis(cf, pf);
+	check_pg(cf, pf);
+}
