@@ -577,12 +577,13 @@ static int gap_refuse(struct relay *r)
 	log_error("%s; the slot record in Redis (%s:slot:%s) says this relay confirmed up to %s "
 		  "and published events up to the commit at %s (committed %s): events committed "
 		  "after that may be missing from the streams. Republish the outbox rows committed "
-		  "since then (README, \"Gaps\"), then start once with --accept-gap %s to stream "
-		  "from the slot's position",
+		  "since then (outbox-relay republish --since %s; README, \"Gaps\"), then start once "
+		  "with --accept-gap %s to stream from the slot's position",
 		  pgrepl_errmsg(r->pg), r->cf->key_prefix, r->cf->slot,
 		  lsn_format(r->rec_acked, conf),
 		  r->commit_lsn ? lsn_format(r->commit_lsn, commit) : "(none recorded)",
-		  format_us(r->commit_us, when, sizeof(when)), conf);
+		  format_us(r->commit_us, when, sizeof(when)),
+		  r->commit_us > 0 ? when : "<the time of the last event in Redis>", conf);
 	return EXIT_SLOT_GAP;
 }
 

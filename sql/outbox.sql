@@ -50,6 +50,9 @@
 --      a) periodic cleanup, e.g. SELECT outbox_purge(interval '7 days') from cron /
 --         pg_cron. Deleting is safe: the relay ignores UPDATE/DELETE/TRUNCATE on the
 --         outbox and only ever publishes INSERTs. Big DELETEs need vacuum to keep up.
+--         The rows kept are what `outbox-relay republish` can heal a gap from (the
+--         relay exits 8 when its slot was lost: README, "Gaps"): keep them longer
+--         than it takes you to notice. b) and c) trade that away.
 --      b) partition by created_at (range, e.g. daily) and DROP/DETACH old partitions:
 --         no DELETE, no vacuum cost. Caveat: wal2json reports each change under the
 --         *leaf partition's* name (it has nothing like pgoutput's
