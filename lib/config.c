@@ -174,6 +174,18 @@ static const struct option_def option_table[] = {
                 "missing slot is an error (exit code 4)",
     },
     {
+        .name = "failover-slot",
+        .env = "OUTBOX_RELAY_FAILOVER_SLOT",
+        .kind = OPT_BOOL,
+        .group = GROUP_PG,
+        FIELD(failover_slot),
+        .defval = "true",
+        .help = "PostgreSQL 17+: create the slot with FAILOVER (and switch an existing one "
+                "on), so standbys with sync_replication_slots keep a copy and the relay goes "
+                "on after a promotion; PostgreSQL 15 and 16 have no failover slots (a "
+                "failover loses the slot: the relay then stops with exit 8)",
+    },
+    {
         .name = "table",
         .env = "OUTBOX_RELAY_TABLE",
         .kind = OPT_STRING,

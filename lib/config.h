@@ -27,6 +27,7 @@ struct relay_config {
 	char *pg_dsn;             /* --pg-dsn / OUTBOX_RELAY_PG_DSN: conninfo or URI (required) */
 	char *slot;               /* --slot, default "outbox_relay" */
 	bool create_slot;         /* --create-slot / --no-create-slot, default true */
+	bool failover_slot;       /* --[no-]failover-slot, default true: FAILOVER on PostgreSQL 17+ */
 	char *table;              /* --table, default "public.outbox" (schema-qualified) */
 	char *message_prefix;     /* --message-prefix, default "outbox" */
 	char *id_column;          /* --id-column, default "id" */

@@ -21,6 +21,7 @@ struct pgrepl {
 	PGconn *conn;
 	bool streaming;
 	bool created_slot;
+	bool altered_failover; /* the last start switched FAILOVER on */
 	lsn_t slot_confirmed; /* the slot's confirmed_flush_lsn when streaming started */
 	char system_id[32];   /* IDENTIFY_SYSTEM's systemid */
 	char dbname[128];     /* and dbname */
@@ -30,7 +31,7 @@ struct pgrepl {
 	char guard_owner[160];
 	char gap[256];         /* the gap the last start accepted ("" none) */
 	struct {               /* the slot as the last start found it */
-		bool known, exists, invalidated;
+		bool known, exists, invalidated, failover;
 		lsn_t confirmed;
 		char invalid_why[64];
 	} facts;
@@ -78,6 +79,16 @@ const char *pgrepl_errmsg(const struct pgrepl *p)
 bool pgrepl_streaming(const struct pgrepl *p)
 {
 	return p->streaming;
+}
+
+int pgrepl_server_version(const struct pgrepl *p)
+{
+	return p->conn ? PQserverVersion(p->conn) : 0;
+}
+
+bool pgrepl_altered_failover(const struct pgrepl *p)
+{
+	return p->altered_failover;
 }
 
 bool pgrepl_created_slot(const struct pgrepl *p)
@@ -411,10 +422,13 @@ static enum pg_status ensure_slot(struct pgrepl *p)
 
 	p->gap[0] = '\0';
 	p->facts.known = false;
+	p->altered_failover = false;
 	buf_puts(&q, "SELECT plugin, slot_type, database, temporary, confirmed_flush_lsn, "
 		     "coalesce(wal_status, ''), ");
 	/* invalidation_reason is new in PostgreSQL 17 */
-	buf_puts(&q, PQserverVersion(p->conn) >= 170000 ? "coalesce(invalidation_reason, '')" : "''");
+	buf_puts(&q, PQserverVersion(p->conn) >= 170000
+			 ? "coalesce(invalidation_reason, ''), failover"
+			 : "'', false");
 	buf_puts(&q, " FROM pg_catalog.pg_replication_slots WHERE slot_name = ");
 	put_literal(&q, p->cf->slot);
 	res = run(p, q.data, PGRES_TUPLES_OK, &st);
@@ -458,6 +472,7 @@ static enum pg_status ensure_slot(struct pgrepl *p)
 				 PQgetvalue(res, 0, 5));
 		p->facts.invalidated =
 			PQgetvalue(res, 0, 6)[0] || strcmp(PQgetvalue(res, 0, 5), "lost") == 0;
+		p->facts.failover = strcmp(PQgetvalue(res, 0, 7), "t") == 0;
 	}
 	PQclear(res);
 	p->facts.known = true;
@@ -479,6 +494,19 @@ static enum pg_status ensure_slot(struct pgrepl *p)
 			exists = false;
 		}
 	}
+	if (exists && p->cf->failover_slot && PQserverVersion(p->conn) >= 170000 &&
+	    !p->facts.failover) {
+		/* A slot from before (or from --no-failover-slot): standbys should sync it. */
+		buf_puts(&q, "ALTER_REPLICATION_SLOT \"");
+		buf_puts(&q, p->cf->slot);
+		buf_puts(&q, "\" (FAILOVER true)");
+		res = run(p, q.data, PGRES_COMMAND_OK, &st);
+		buf_finish(&q);
+		if (!res)
+			return st;
+		PQclear(res);
+		p->altered_failover = true;
+	}
 	if (exists)
 		return PG_OK;
 	if (!p->cf->create_slot) {
@@ -491,7 +519,10 @@ static enum pg_status ensure_slot(struct pgrepl *p)
 	}
 	buf_puts(&q, "CREATE_REPLICATION_SLOT \"");
 	buf_puts(&q, p->cf->slot);
-	buf_puts(&q, "\" LOGICAL wal2json (SNAPSHOT 'nothing')");
+	buf_puts(&q, "\" LOGICAL wal2json (SNAPSHOT 'nothing'");
+	if (p->cf->failover_slot && PQserverVersion(p->conn) >= 170000)
+		buf_puts(&q, ", FAILOVER");
+	buf_puts(&q, ")");
 	res = run(p, q.data, PGRES_TUPLES_OK, &st);
 	buf_finish(&q);
 	if (!res) {

@@ -47,6 +47,10 @@ void pgrepl_destroy(struct pgrepl *p); /* NULL is a no-op */
 enum pg_status pgrepl_start(struct pgrepl *p);
 bool pgrepl_streaming(const struct pgrepl *p);
 int pgrepl_fd(const struct pgrepl *p);
+/* The server's version (e.g. 170012) while connected, else 0. */
+int pgrepl_server_version(const struct pgrepl *p);
+/* True when the last start switched FAILOVER on for an existing slot (17+). */
+bool pgrepl_altered_failover(const struct pgrepl *p);
 /* True when the slot was created by this process (first pgrepl_start). */
 bool pgrepl_created_slot(const struct pgrepl *p);
 /* The slot's confirmed_flush_lsn as read before START_REPLICATION (a new slot: its consistent point). */

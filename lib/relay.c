@@ -662,6 +662,14 @@ static int try_pg(struct relay *r)
 					 r->cf->table, real.data);
 			buf_finish(&real);
 		}
+		if (pgrepl_altered_failover(r->pg))
+			log_info("slot \"%s\": FAILOVER switched on (--failover-slot), so standbys with "
+				 "sync_replication_slots keep it", r->cf->slot);
+		if (!r->pg_ever_started && r->cf->failover_slot && pgrepl_server_version(r->pg) < 170000)
+			log_info("PostgreSQL %d has no failover slots (17+): a failover to a standby "
+				 "loses slot \"%s\", and the relay then stops with exit 8 (README, "
+				 "\"PostgreSQL high availability\")",
+				 pgrepl_server_version(r->pg) / 10000, r->cf->slot);
 		if (r->standby)
 			log_info("slot \"%s\" is free now: active, streaming", r->cf->slot);
 		else if (r->pg_down && r->pg_ever_started)
