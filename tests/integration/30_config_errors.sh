@@ -255,7 +255,13 @@ case_no_replication_role() {
 	local s0 k0
 	s0=$(slots) k0=$(keys)
 	with_dsn "host=$T port=$PGPORT user=norepl dbname=postgres" --slot s_norepl
-	expect_exit 3 "role without REPLICATION" "replication role" "ALTER ROLE"
+	# PostgreSQL 16 reworded the server's FATAL ("must be superuser or
+	# replication role to start walsender" before).
+	if [ "$(pg_version_num)" -ge 160000 ]; then
+		expect_exit 3 "role without REPLICATION" "permission denied to start WAL sender" "ALTER ROLE"
+	else
+		expect_exit 3 "role without REPLICATION" "replication role" "ALTER ROLE"
+	fi
 	expect_nothing_created "role without REPLICATION" "$s0" "$k0"
 }
 run_case no_replication_role case_no_replication_role

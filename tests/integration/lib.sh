@@ -20,6 +20,14 @@
 #   RELAY_TIMEOUT    seconds relay_run/relay_run_until may take (default 90)
 #   RELAY_LOG_LEVEL  --log-level passed by relay_start/relay_run* (default debug)
 #   KEEP_TMP=1       keep $T after the test for debugging (servers are still stopped)
+#   PG_CHROOT=DIR    run PostgreSQL inside the chroot DIR (deploy/pg-chroot.sh: a
+#                    newer Debian release's postgresql-NN + wal2json, whose
+#                    binaries need that release's glibc); root only. $T is then
+#                    created in DIR/tmp, so the relay and psql on the host reach
+#                    the socket at the same host path; PostgreSQL is given the
+#                    path it sees (without the DIR prefix).
+#   PG_MAJOR=NN      with PG_CHROOT: the major version installed in it (default:
+#                    the one deploy/pg-chroot.sh recorded in DIR/.outbox-pg-chroot)
 
 set -Eeuo pipefail
 
@@ -30,6 +38,12 @@ SQL_FILE=${SQL_FILE:-$TESTS_DIR/../sql/outbox.sql}
 RX="python3 $_LIB_DIR/rx.py"
 PGPORT=5433
 PG_BINDIR=${PG_BINDIR:-/usr/lib/postgresql/15/bin}
+PG_CHROOT=${PG_CHROOT:-}
+if [ -n "$PG_CHROOT" ]; then
+	PG_CHROOT=${PG_CHROOT%/}
+	PG_MAJOR=${PG_MAJOR:-$(sed -n 's/^PG_MAJOR=//p' "$PG_CHROOT/.outbox-pg-chroot" 2>/dev/null || true)}
+	PG_BINDIR=/usr/lib/postgresql/$PG_MAJOR/bin # as seen inside the chroot
+fi
 RELAY_TIMEOUT=${RELAY_TIMEOUT:-90}
 RELAY_LOG_LEVEL=${RELAY_LOG_LEVEL:-debug}
 if [ -z "${RELAY_BIN:-}" ]; then
@@ -191,9 +205,17 @@ pid_alive() {
 	[ -n "$st" ] && [ "$st" != Z ] && [ "$st" != X ]
 }
 
-# as_pg CMD...: run as the postgres OS user when we are root.
+# as_pg CMD...: run as the postgres OS user when we are root. With PG_CHROOT:
+# inside the chroot, as its postgres user, with every host path under
+# $PG_CHROOT/ in the arguments rewritten to the path seen inside.
 as_pg() {
-	if is_root; then
+	if [ -n "$PG_CHROOT" ]; then
+		local a args=()
+		for a in "$@"; do
+			args+=("${a//"$PG_CHROOT/"//}")
+		done
+		chroot "$PG_CHROOT" runuser -u postgres -- "${args[@]}"
+	elif is_root; then
 		runuser -u postgres -- "$@"
 	else
 		"$@"
@@ -253,10 +275,21 @@ _cleanup() {
 # setup_tmp: create $T, install the cleanup trap and the watchdog.
 setup_tmp() {
 	[ -x "$RELAY_BIN" ] || [ "${NEED_RELAY:-1}" = 0 ] || fail "RELAY_BIN=$RELAY_BIN is not executable"
-	T=$(mktemp -d "${TMPDIR:-/tmp}/outbox-it.XXXXXXXX")
-	chmod 755 "$T"
-	if is_root; then
-		chown postgres:postgres "$T"
+	if [ -n "$PG_CHROOT" ]; then
+		is_root || fail "PG_CHROOT=$PG_CHROOT needs root (chroot)"
+		[ -x "$PG_CHROOT$PG_BINDIR/postgres" ] ||
+			fail "no $PG_BINDIR/postgres inside PG_CHROOT=$PG_CHROOT (PG_MAJOR=${PG_MAJOR:-unset}; see deploy/pg-chroot.sh)"
+		mountpoint -q "$PG_CHROOT/proc" || fail "proc is not mounted on $PG_CHROOT/proc (deploy/pg-chroot.sh mounts it)"
+		T=$(mktemp -d "$PG_CHROOT/tmp/outbox-it.XXXXXXXX")
+		chmod 755 "$T"
+		# The chroot's postgres user, whose uid is not the host's.
+		chown "$(awk -F: '$1 == "postgres" { print $3 ":" $4 }' "$PG_CHROOT/etc/passwd")" "$T"
+	else
+		T=$(mktemp -d "${TMPDIR:-/tmp}/outbox-it.XXXXXXXX")
+		chmod 755 "$T"
+		if is_root; then
+			chown postgres:postgres "$T"
+		fi
 	fi
 	: >"$T/relay.pids"
 	: >"$T/redis.pids"
@@ -305,11 +338,16 @@ _PG_GUCS= # postgres --describe-config names, read once (pg_has_setting)
 # Debian's 15.19+ and 17 builds have output_plugin_libraries; 15.18 and
 # upstream do not, and refuse to start with it in postgresql.conf.
 pg_has_setting() {
-	[ -n "$_PG_GUCS" ] || _PG_GUCS=$("$PG_BINDIR/postgres" --describe-config 2>/dev/null | cut -f1)
+	if [ -n "$PG_CHROOT" ]; then
+		[ -n "$_PG_GUCS" ] || _PG_GUCS=$(chroot "$PG_CHROOT" "$PG_BINDIR/postgres" --describe-config 2>/dev/null | cut -f1)
+	else
+		[ -n "$_PG_GUCS" ] || _PG_GUCS=$("$PG_BINDIR/postgres" --describe-config 2>/dev/null | cut -f1)
+	fi
 	grep -qx "$1" <<<"$_PG_GUCS"
 }
 
 # pg_start [EXTRA -c settings...]: initdb (first time) and start PostgreSQL 15
+# (PG_CHROOT: the chroot's)
 # with logical decoding enabled. Extra args are passed as "-c name=value".
 pg_start() {
 	local t0=$(date +%s%N) opts a
@@ -321,7 +359,7 @@ pg_start() {
 			{ cat "$T/initdb.log" >&2; fail "initdb failed"; }
 		cat >>"$PGDATA/postgresql.conf" <<-EOF
 			listen_addresses = ''
-			unix_socket_directories = '$T'
+			unix_socket_directories = '${T#"$PG_CHROOT"}'
 			port = $PGPORT
 			wal_level = logical
 			max_wal_senders = 10
@@ -338,6 +376,10 @@ pg_start() {
 		EOF
 		if pg_has_setting output_plugin_libraries; then
 			echo "output_plugin_libraries = 'pgoutput,test_decoding,wal2json'" >>"$PGDATA/postgresql.conf"
+		fi
+		if [ -n "$PG_CHROOT" ]; then
+			# The chroot has no /dev/shm.
+			echo "dynamic_shared_memory_type = mmap" >>"$PGDATA/postgresql.conf"
 		fi
 	fi
 	opts=""
@@ -378,6 +420,10 @@ load_schema() {
 }
 
 current_lsn() { psql_q "SELECT pg_current_wal_lsn()"; }
+
+# pg_version_num: the running server's server_version_num (150018, 170012, ...),
+# for the few assertions whose server message differs between major versions.
+pg_version_num() { psql_q "SHOW server_version_num"; }
 
 # slot_create NAME [PLUGIN]: create a logical slot through SQL (default wal2json).
 slot_create() {
