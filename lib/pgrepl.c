@@ -35,6 +35,8 @@ struct pgrepl {
 		lsn_t confirmed;
 		char invalid_why[64];
 	} facts;
+	char notice[512];      /* the newest server notice, one line ("" none) */
+	bool notice_new;       /* not yet taken by pgrepl_take_notice */
 	char *copybuf; /* last PQgetCopyData buffer, freed on the next call */
 	char errmsg[1024];
 };
@@ -297,6 +299,40 @@ static PGresult *run(struct pgrepl *p, const char *sql, ExecStatusType want, enu
 	return NULL;
 }
 
+/*
+ * Server notices (WARNING, NOTICE) would go to stderr as libpq prints them,
+ * several lines each; keep the newest as one line for the caller to log.
+ */
+static void keep_notice(void *arg, const char *msg)
+{
+	struct pgrepl *p = arg;
+	char line[sizeof(p->notice)];
+	size_t n = 0;
+
+	for (; *msg && n + 1 < sizeof(line); msg++) {
+		char c = *msg == '\n' || *msg == '\r' || *msg == '\t' ? ' ' : *msg;
+
+		if (c == ' ' && (n == 0 || line[n - 1] == ' '))
+			continue;
+		line[n++] = c;
+	}
+	while (n > 0 && line[n - 1] == ' ')
+		n--;
+	line[n] = '\0';
+	if (strcmp(line, p->notice) != 0 || !p->notice_new) {
+		memcpy(p->notice, line, n + 1);
+		p->notice_new = true;
+	}
+}
+
+const char *pgrepl_take_notice(struct pgrepl *p)
+{
+	if (!p->notice_new)
+		return NULL;
+	p->notice_new = false;
+	return p->notice;
+}
+
 static bool connect_db(struct pgrepl *p, enum pg_status *st)
 {
 	/* Defaults first; the expanded DSN overrides them; then what we force. */
@@ -310,6 +346,8 @@ static bool connect_db(struct pgrepl *p, enum pg_status *st)
 		vals[8] = p->cf->pg_password;
 	}
 	p->conn = PQconnectdbParams(keys, vals, 1);
+	if (p->conn)
+		PQsetNoticeProcessor(p->conn, keep_notice, p);
 	if (!p->conn) {
 		set_err(p, "", "out of memory allocating a PostgreSQL connection");
 		*st = PG_RETRY;

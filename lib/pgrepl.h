@@ -91,6 +91,13 @@ const char *pgrepl_gap_accepted(const struct pgrepl *p);
  */
 enum pg_status pgrepl_recheck(struct pgrepl *p);
 
+/*
+ * The newest notice the server sent (a WARNING such as "replication slot ...
+ * specified in parameter synchronized_standby_slots does not exist"), as one
+ * line, once; NULL when there is none since the last call.
+ */
+const char *pgrepl_take_notice(struct pgrepl *p);
+
 /* Read what the socket has (after poll said readable). False on a broken connection. */
 bool pgrepl_consume(struct pgrepl *p);
 

@@ -129,6 +129,8 @@ struct relay {
 
 	int64_t last_stats_us;
 	uint64_t last_stats_published;
+	char last_notice[512]; /* the server notice logged last, and when */
+	int64_t last_notice_us;
 };
 
 /* ---- helpers ---- */
@@ -193,6 +195,20 @@ static bool push_mark(struct relay *r, uint64_t seq, lsn_t lsn, lsn_t commit_lsn
 	return true;
 }
 
+/*
+ * The record Redis acknowledged is this relay's own: from now on every start
+ * (a reconnect after a failover included) checks the slot against it.
+ */
+static void refresh_guard(struct relay *r)
+{
+	char owner[200];
+	struct slot_guard g = {.active = true, .confirmed = r->rec_acked, .owner = owner,
+			       .accept = r->cf->accept_gap};
+
+	snprintf(owner, sizeof(owner), "%s/%s", pgrepl_system_id(r->pg), pgrepl_dbname(r->pg));
+	pgrepl_set_guard(r->pg, &g);
+}
+
 /* Move r->acked over every mark whose commands Redis has acknowledged. */
 static void advance_confirm(struct relay *r)
 {
@@ -224,6 +240,7 @@ static void advance_confirm(struct relay *r)
 		if (r->rec_pending > r->rec_acked)
 			r->rec_acked = r->rec_pending;
 		r->rec_seq = 0;
+		refresh_guard(r);
 	}
 }
 
@@ -1092,6 +1109,18 @@ int relay_run(const struct relay_config *cf)
 		}
 		if (now - r.last_stats_us >= STATS_INTERVAL_US)
 			log_stats(&r, now);
+		{
+			/* What the server warns about (one line; the same text at most
+			 * once per stats interval). */
+			const char *notice = pgrepl_take_notice(r.pg);
+
+			if (notice && (strcmp(notice, r.last_notice) != 0 ||
+				       now - r.last_notice_us >= STATS_INTERVAL_US)) {
+				log_warn("PostgreSQL says: %s", notice);
+				snprintf(r.last_notice, sizeof(r.last_notice), "%s", notice);
+				r.last_notice_us = now;
+			}
+		}
 
 		/* Entries a stream key refused went to the dead-letter stream. */
 		if (sink_redis_stats(r.sink)->rejected > r.rejected_seen &&
