@@ -867,7 +867,7 @@ static void log_stats(struct relay *r, int64_t now)
  * Peak RSS in kB: VmHWM from /proc/self/status. getrusage()'s ru_maxrss is
  * not used: Linux carries the parent's high-water mark across execve().
  */
-static long peak_rss_kb(void)
+long relay_peak_rss_kb(void)
 {
 	char line[256];
 	long kb = -1;
@@ -897,7 +897,7 @@ static void log_final(struct relay *r, const char *why)
 		 (unsigned long long)s->replays, (unsigned long long)s->duplicates,
 		 (unsigned long long)s->dead_lettered,
 		 (unsigned long long)atomic_load(&r->m->transactions),
-		 (unsigned long long)s->ask_redirects, peak_rss_kb());
+		 (unsigned long long)s->ask_redirects, relay_peak_rss_kb());
 }
 
 static void install_signals(void)

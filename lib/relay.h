@@ -29,6 +29,9 @@ int relay_run(const struct relay_config *cf);
  */
 int relay_check_config(const struct relay_config *cf, FILE *out);
 
+/* Peak resident set size of this process in KiB (VmHWM), -1 when unknown. */
+long relay_peak_rss_kb(void);
+
 /*
  * One row or message to the event the relay publishes: mapper_map(), then
  * the --max-event-bytes rule (a larger event becomes a DEAD_TOO_LARGE dead

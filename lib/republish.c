@@ -584,13 +584,13 @@ int republish_main(const struct relay_config *cf)
 	st = rp.sink ? sink_redis_stats(rp.sink) : NULL;
 	if (st) {
 		printf("republish %s: rows=%llu published=%llu duplicates=%llu dead_lettered=%llu "
-		       "unacknowledged=%llu\n",
+		       "unacknowledged=%llu peak_rss_kb=%ld\n",
 		       interrupted ? "interrupted (run it again: what was published is skipped as a "
 				     "duplicate)"
 				   : rc == EXIT_OK ? "done" : "failed",
 		       (unsigned long long)rp.rows, (unsigned long long)st->published,
 		       (unsigned long long)st->duplicates, (unsigned long long)st->dead_lettered,
-		       (unsigned long long)sink_redis_inflight_events(rp.sink));
+		       (unsigned long long)sink_redis_inflight_events(rp.sink), relay_peak_rss_kb());
 		(void)fflush(stdout);
 	}
 	sink_redis_destroy(rp.sink);
