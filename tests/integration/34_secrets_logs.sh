@@ -124,18 +124,18 @@ case_secret_file_mode() {
 	printf 'filepw-37\n' >"$T/pw600"
 	chmod 600 "$T/pw600"
 	RC=0
-	"$RELAY_BIN" --pg-dsn "$NOPG" --redis-url "$NORED" --pg-password-file "$T/pw644" --check-config \
+	"$RELAY_BIN" --pg-dsn "$NOPG" --redis-url "$NORED" --pg-password-file "$T/pw644" --check-config-offline \
 		>"$T/mode644.out" 2>"$T/mode644.err" </dev/null || RC=$?
-	assert_eq 0 "$RC" "--check-config with a 0644 password file: exit code"
+	assert_eq 0 "$RC" "--check-config-offline with a 0644 password file: exit code"
 	warns=$(grep ' warn: ' "$T/mode644.err" || true)
 	assert_eq 1 "$(printf '%s' "$warns" | grep -c . || true)" "0644 password file: one warning [$(head -c 600 "$T/mode644.err")]"
 	assert_contains "$warns" "--pg-password-file \"$T/pw644\"" "the warning names the option and the file"
 	assert_contains "$warns" "chmod 600" "the warning gives the fix"
 	assert_not_contains "$(cat "$T/mode644.err" "$T/mode644.out")" filepw-37 "no password printed"
 	RC=0
-	"$RELAY_BIN" --pg-dsn "$NOPG" --redis-url "$NORED" --redis-password-file "$T/pw600" --check-config \
+	"$RELAY_BIN" --pg-dsn "$NOPG" --redis-url "$NORED" --redis-password-file "$T/pw600" --check-config-offline \
 		>"$T/mode600.out" 2>"$T/mode600.err" </dev/null || RC=$?
-	assert_eq 0 "$RC" "--check-config with a 0600 password file: exit code"
+	assert_eq 0 "$RC" "--check-config-offline with a 0600 password file: exit code"
 	assert_eq "" "$(cat "$T/mode600.err")" "0600 password file: no warning"
 }
 run_case secret_file_mode case_secret_file_mode
@@ -159,7 +159,7 @@ case_redis_user_empty_pw() {
 	RC=0
 	printf 'pw\n' >"$T/pwu"
 	chmod 600 "$T/pwu"
-	"$bin" --pg-dsn "$NOPG" --redis-url "unix://relay:@$NORED" --redis-password-file "$T/pwu" --check-config \
+	"$bin" --pg-dsn "$NOPG" --redis-url "unix://relay:@$NORED" --redis-password-file "$T/pwu" --check-config-offline \
 		>"$T/up.file" 2>&1 </dev/null || RC=$?
 	assert_eq 0 "$RC" "redis://relay:@ with --redis-password-file is valid [$(head -c 400 "$T/up.file")]"
 }
