@@ -12,6 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Largest buffer: far above any event (--max-event-bytes), below what
+ * allocators refuse outright (ASan aborts past 1 TiB instead of failing). */
+#define BUF_MAX ((size_t)1 << 39)
+
 struct buf {
 	char *data;
 	size_t len;
@@ -26,8 +30,9 @@ static inline bool buf_reserve(struct buf *b, size_t extra)
 
 	if (b->failed)
 		return false;
-	/* Always room for a terminating NUL; a request that wraps size_t fails. */
-	if (extra > SIZE_MAX - 1 - b->len) {
+	/* Always room for a terminating NUL; a request that wraps size_t, or
+	 * asks for more than BUF_MAX, fails without asking the allocator. */
+	if (extra > BUF_MAX - 1 || b->len > BUF_MAX - 1 - extra) {
 		b->failed = true;
 		return false;
 	}
@@ -36,7 +41,7 @@ static inline bool buf_reserve(struct buf *b, size_t extra)
 		return true;
 	cap = b->cap ? b->cap : 256;
 	while (cap < need) {
-		if (cap > SIZE_MAX / 2) {
+		if (cap > BUF_MAX / 2) {
 			cap = need; /* doubling would wrap: ask for exactly what is needed */
 			break;
 		}
