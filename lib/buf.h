@@ -108,6 +108,18 @@ static inline int hex_value(char c)
 	return -1;
 }
 
+/* s as a single-quoted SQL string literal (quotes doubled). */
+static inline void buf_put_sql_literal(struct buf *b, const char *s)
+{
+	buf_putc(b, '\'');
+	for (; *s; s++) {
+		if (*s == '\'')
+			buf_putc(b, '\'');
+		buf_putc(b, *s);
+	}
+	buf_putc(b, '\'');
+}
+
 static inline void buf_reset(struct buf *b)
 {
 	b->len = 0;

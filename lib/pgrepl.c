@@ -255,7 +255,8 @@ static enum pg_status classify_command_state(struct pgrepl *p, const char *state
 	return PG_RETRY;
 }
 
-enum pg_status pgrepl_explain_connect(const char *msg, char *out, size_t outlen)
+/* The relay's one line and verdict for a failed connect (state NULL) or command. */
+static enum pg_status explain(const char *msg, const char *state, char *out, size_t outlen)
 {
 	struct pgrepl *p = calloc(1, sizeof(*p));
 	enum pg_status st;
@@ -264,27 +265,21 @@ enum pg_status pgrepl_explain_connect(const char *msg, char *out, size_t outlen)
 		snprintf(out, outlen, "out of memory");
 		return PG_RETRY;
 	}
-	set_err(p, "could not connect to PostgreSQL: ", msg);
-	st = classify_connect_error(p, msg ? msg : "");
+	set_err(p, state ? "" : "could not connect to PostgreSQL: ", msg ? msg : "");
+	st = state ? classify_command_state(p, state) : classify_connect_error(p, msg ? msg : "");
 	snprintf(out, outlen, "%s", p->errmsg);
 	free(p);
 	return st;
 }
 
+enum pg_status pgrepl_explain_connect(const char *msg, char *out, size_t outlen)
+{
+	return explain(msg, NULL, out, outlen);
+}
+
 enum pg_status pgrepl_explain_command(const char *msg, const char *state, char *out, size_t outlen)
 {
-	struct pgrepl *p = calloc(1, sizeof(*p));
-	enum pg_status st;
-
-	if (!p) {
-		snprintf(out, outlen, "out of memory");
-		return PG_RETRY;
-	}
-	set_err(p, "", msg);
-	st = classify_command_state(p, state ? state : "");
-	snprintf(out, outlen, "%s", p->errmsg);
-	free(p);
-	return st;
+	return explain(msg, state ? state : "", out, outlen);
 }
 
 static PGresult *run(struct pgrepl *p, const char *sql, ExecStatusType want, enum pg_status *st)
@@ -359,18 +354,6 @@ static bool connect_db(struct pgrepl *p, enum pg_status *st)
 		return false;
 	}
 	return true;
-}
-
-/* Single-quote s as an SQL string literal into b. */
-static void put_literal(struct buf *b, const char *s)
-{
-	buf_putc(b, '\'');
-	for (; *s; s++) {
-		if (*s == '\'')
-			buf_putc(b, '\'');
-		buf_putc(b, *s);
-	}
-	buf_putc(b, '\'');
 }
 
 /* wal2json's add-tables entry for schema.name: escape space ' , . * with a backslash. */
@@ -468,7 +451,7 @@ static enum pg_status ensure_slot(struct pgrepl *p)
 			 ? "coalesce(invalidation_reason, ''), failover"
 			 : "'', false");
 	buf_puts(&q, " FROM pg_catalog.pg_replication_slots WHERE slot_name = ");
-	put_literal(&q, p->cf->slot);
+	buf_put_sql_literal(&q, p->cf->slot);
 	res = run(p, q.data, PGRES_TUPLES_OK, &st);
 	buf_finish(&q);
 	if (!res)
@@ -607,10 +590,10 @@ static enum pg_status check_table(struct pgrepl *p)
 	buf_puts(&q, "SELECT n.nspname, c.relname, 0 AS o FROM pg_catalog.pg_class c JOIN "
 		     "pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = "
 		     "pg_catalog.to_regclass(");
-	put_literal(&q, p->cf->table);
+	buf_put_sql_literal(&q, p->cf->table);
 	buf_puts(&q, ") UNION ALL SELECT a.attname, NULL, 1 FROM pg_catalog.pg_attribute a WHERE "
 		     "a.attrelid = pg_catalog.to_regclass(");
-	put_literal(&q, p->cf->table);
+	buf_put_sql_literal(&q, p->cf->table);
 	buf_puts(&q, ") AND a.attnum > 0 AND NOT a.attisdropped ORDER BY 3");
 	res = PQexec(p->conn, q.data);
 	buf_finish(&q);
@@ -729,11 +712,11 @@ enum pg_status pgrepl_start(struct pgrepl *p)
 		struct buf filt = {0};
 
 		put_table_filter(&filt, p->tbl_schema, p->tbl_name);
-		put_literal(&q, filt.data ? filt.data : "");
+		buf_put_sql_literal(&q, filt.data ? filt.data : "");
 		buf_finish(&filt);
 	}
 	buf_puts(&q, ", \"add-msg-prefixes\" ");
-	put_literal(&q, p->cf->message_prefix);
+	buf_put_sql_literal(&q, p->cf->message_prefix);
 	buf_puts(&q, ")");
 	if (q.failed) {
 		set_err(p, "", "out of memory");

@@ -172,20 +172,6 @@ static int redis_has(redisContext *c, struct preflight *pf, const char *where, c
 	return ret;
 }
 
-/* "field:value" of an INFO reply into out ("" when absent). */
-static void info_field(const char *info, const char *field, char *out, size_t outlen)
-{
-	const char *p = info ? strstr(info, field) : NULL;
-	size_t n;
-
-	out[0] = '\0';
-	if (!p)
-		return;
-	p += strlen(field);
-	n = strcspn(p, "\r\n");
-	snprintf(out, outlen, "%.*s", (int)n, p);
-}
-
 static void redis_info(redisContext *c, const char *section, char *buf, size_t len)
 {
 	const char *argv[] = {"INFO", section};
@@ -305,15 +291,15 @@ static void check_redis(const struct relay_config *cf, struct preflight *pf)
 		return;
 	}
 	redis_info(c, "replication", info, sizeof(info));
-	info_field(info, "role:", v, sizeof(v));
+	redis_info_field(info, "role:", v, sizeof(v));
 	if (strcmp(v, "slave") == 0 && !t->cluster)
 		add(pf, PREFLIGHT_PROBLEM,
 		    "Redis at %s is a replica (role:slave): writes fail with READONLY; point "
 		    "--redis-url at the master",
 		    where);
 	redis_info(c, "memory", info, sizeof(info));
-	info_field(info, "maxmemory:", v, sizeof(v));
-	info_field(info, "maxmemory_policy:", v2, sizeof(v2));
+	redis_info_field(info, "maxmemory:", v, sizeof(v));
+	redis_info_field(info, "maxmemory_policy:", v2, sizeof(v2));
 	if (v[0] && strcmp(v, "0") != 0 && v2[0] && strcmp(v2, "noeviction") != 0)
 		add(pf, PREFLIGHT_WARNING,
 		    "Redis at %s: maxmemory-policy is %s with maxmemory %s: Redis may evict stream "
@@ -342,17 +328,6 @@ static PGconn *pg_connect(const struct relay_config *cf, const char *replication
 		vals[8] = cf->pg_password;
 	}
 	return PQconnectdbParams(keys, vals, 1);
-}
-
-static void put_literal(struct buf *b, const char *s)
-{
-	buf_putc(b, '\'');
-	for (; *s; s++) {
-		if (*s == '\'')
-			buf_putc(b, '\'');
-		buf_putc(b, *s);
-	}
-	buf_putc(b, '\'');
 }
 
 /* A failed query as the relay would report it. */
@@ -385,10 +360,10 @@ static void check_table(const struct relay_config *cf, struct preflight *pf, PGc
 	buf_puts(&q, "SELECT n.nspname, c.relname, 0 AS o FROM pg_catalog.pg_class c JOIN "
 		     "pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = "
 		     "pg_catalog.to_regclass(");
-	put_literal(&q, cf->table);
+	buf_put_sql_literal(&q, cf->table);
 	buf_puts(&q, ") UNION ALL SELECT a.attname, NULL, 1 FROM pg_catalog.pg_attribute a WHERE "
 		     "a.attrelid = pg_catalog.to_regclass(");
-	put_literal(&q, cf->table);
+	buf_put_sql_literal(&q, cf->table);
 	buf_puts(&q, ") AND a.attnum > 0 AND NOT a.attisdropped ORDER BY 3");
 	if (q.failed) {
 		buf_finish(&q);
@@ -512,7 +487,7 @@ static void check_slot(const struct relay_config *cf, struct preflight *pf, PGco
 
 	buf_puts(&q, "SELECT plugin, slot_type, database, coalesce(wal_status, ''), active, "
 		     "confirmed_flush_lsn FROM pg_catalog.pg_replication_slots WHERE slot_name = ");
-	put_literal(&q, cf->slot);
+	buf_put_sql_literal(&q, cf->slot);
 	if (q.failed) {
 		buf_finish(&q);
 		pf->oom = true;

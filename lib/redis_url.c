@@ -570,3 +570,16 @@ char *redis_target_describe(const struct redis_target *t, char *buf, size_t len)
 			       t->tls ? " over TLS" : "");
 	return buf;
 }
+
+void redis_info_field(const char *info, const char *field, char *out, size_t outlen)
+{
+	const char *p = info ? strstr(info, field) : NULL;
+	size_t n;
+
+	out[0] = '\0';
+	if (!p)
+		return;
+	p += strlen(field);
+	n = strcspn(p, "\r\n");
+	snprintf(out, outlen, "%.*s", (int)n, p);
+}

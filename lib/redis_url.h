@@ -64,4 +64,7 @@ bool redis_target_set_tls(struct redis_target *t, const char *ca_file, const cha
 /* "host:port/db" or "unix:/path" with no credentials, for logs. Returns buf. */
 char *redis_target_describe(const struct redis_target *t, char *buf, size_t len);
 
+/* The value of "field:" (field given with its colon) in an INFO reply, into out ("" when absent). */
+void redis_info_field(const char *info, const char *field, char *out, size_t outlen);
+
 #endif

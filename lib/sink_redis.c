@@ -990,20 +990,6 @@ static enum sink_status load_function(struct sink_redis *s, struct node *n)
 	return SINK_OK;
 }
 
-/* "field:value" from an INFO reply, copied into out (empty when absent). */
-static void info_field(const char *info, const char *field, char *out, size_t outlen)
-{
-	const char *p = info ? strstr(info, field) : NULL;
-	size_t n;
-
-	out[0] = '\0';
-	if (!p)
-		return;
-	p += strlen(field);
-	n = strcspn(p, "\r\n");
-	snprintf(out, outlen, "%.*s", (int)n, p);
-}
-
 /*
  * Refuse servers without the commands the relay needs, with the version in
  * the message: COMMAND INFO answers nil for an unknown (or renamed) command.
@@ -1028,7 +1014,7 @@ static enum sink_status check_server(struct sink_redis *s, struct node *n)
 			char ver[32] = "";
 
 			if (info && info->type == REDIS_REPLY_STRING)
-				info_field(info->str, "redis_version:", ver, sizeof(ver));
+				redis_info_field(info->str, "redis_version:", ver, sizeof(ver));
 			freeReplyObject(info);
 			snprintf(s->errmsg, sizeof(s->errmsg),
 				 "--wait-aof needs WAITAOF, which Redis 7.2 introduced; this server "
@@ -1054,7 +1040,7 @@ static enum sink_status check_server(struct sink_redis *s, struct node *n)
 		char on[8] = "";
 
 		if (info && info->type == REDIS_REPLY_STRING)
-			info_field(info->str, "aof_enabled:", on, sizeof(on));
+			redis_info_field(info->str, "aof_enabled:", on, sizeof(on));
 		freeReplyObject(info);
 		if (strcmp(on, "0") == 0) {
 			char a[300];

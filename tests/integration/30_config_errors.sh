@@ -49,36 +49,7 @@ pg_start
 load_schema
 redis_start
 
-CASES_OK=()
-CASES_FAILED=()
 NOT_APPLICABLE=()
-
-# run_case NAME FUNCTION: run FUNCTION in a subshell with the usual -e/ERR
-# behaviour; record the result instead of stopping the test.
-run_case() {
-	local name=$1 rc
-	shift
-	log "=== case $name"
-	RELAY_N=$(find "$T" -maxdepth 1 -name 'relay.*.log' | wc -l) # the subshell's relay_run numbers on from here
-	trap - ERR
-	set +e
-	(
-		set -e
-		trap '_on_err $? $LINENO "$BASH_COMMAND"' ERR
-		"$@"
-	)
-	rc=$?
-	set -e
-	trap '_on_err $? $LINENO "$BASH_COMMAND"' ERR
-	if [ "$rc" = 0 ]; then
-		CASES_OK+=("$name")
-		ok "case $name"
-	else
-		CASES_FAILED+=("$name")
-		log "case $name FAILED; last lines of $(basename "$(ls -t "$T"/relay.*.log 2>/dev/null | head_n 1)"):"
-		tail -n 8 "$(ls -t "$T"/relay.*.log | head_n 1)" 2>/dev/null | cut -c1-400 >&2 || true
-	fi
-}
 
 # slots: the replication slots, "name:plugin" comma-separated.
 slots() { psql_q "SELECT coalesce(string_agg(slot_name || ':' || plugin, ',' ORDER BY slot_name), '') FROM pg_replication_slots"; }

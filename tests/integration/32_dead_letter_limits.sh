@@ -38,39 +38,6 @@ redis_start --proto-max-bulk-len 1mb
 psql_q "CREATE TABLE public.outbox_loose (id text, aggregate_type text, aggregate_id text, event_type text,
                                           payload text, headers jsonb)"
 
-CASES_OK=()
-CASES_FAILED=()
-
-# run_case NAME FUNCTION: run FUNCTION in a subshell with the usual -e/ERR
-# behaviour; record the result instead of stopping the test.
-run_case() {
-	local name=$1 rc
-	shift
-	log "=== case $name"
-	RELAY_N=$(find "$T" -maxdepth 1 -name 'relay.*.log' | wc -l) # the subshell's relays number on from here
-	trap - ERR
-	set +e
-	(
-		set -e
-		trap '_on_err $? $LINENO "$BASH_COMMAND"' ERR
-		"$@"
-	)
-	rc=$?
-	set -e
-	trap '_on_err $? $LINENO "$BASH_COMMAND"' ERR
-	if [ "$rc" = 0 ]; then
-		CASES_OK+=("$name")
-		ok "case $name"
-	else
-		CASES_FAILED+=("$name")
-		log "case $name FAILED; last lines of $(basename "$(ls -t "$T"/relay.*.log 2>/dev/null | head_n 1)"):"
-		tail -n 8 "$(ls -t "$T"/relay.*.log | head_n 1)" 2>/dev/null | cut -c1-400 >&2 || true
-		# The relay of a failed case may still run (stalled): stop it.
-		[ -z "$(cat "$T/case.pid" 2>/dev/null)" ] || kill -9 "$(cat "$T/case.pid")" 2>/dev/null || true
-	fi
-	: >"$T/case.pid"
-}
-
 # good STREAM TAG: one good row in its own transaction; appends its id to $T/good.STREAM.
 good() {
 	psql_q "INSERT INTO public.outbox_loose (id, aggregate_type, aggregate_id, event_type, payload)

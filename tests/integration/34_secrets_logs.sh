@@ -20,33 +20,6 @@ setup_tmp
 CONSUME_BIN=${CONSUME_BIN:-$(dirname "$RELAY_BIN")/../outbox-consume/outbox-consume}
 [ -x "$CONSUME_BIN" ] || fail "outbox-consume not found at $CONSUME_BIN"
 
-CASES_OK=()
-CASES_FAILED=()
-
-# run_case NAME FUNCTION: run FUNCTION in a subshell with the usual -e/ERR
-# behaviour; record the result instead of stopping the test.
-run_case() {
-	local name=$1 rc
-	shift
-	log "=== case $name"
-	trap - ERR
-	set +e
-	(
-		set -e
-		trap '_on_err $? $LINENO "$BASH_COMMAND"' ERR
-		"$@"
-	)
-	rc=$?
-	set -e
-	trap '_on_err $? $LINENO "$BASH_COMMAND"' ERR
-	if [ "$rc" = 0 ]; then
-		CASES_OK+=("$name")
-		ok "case $name"
-	else
-		CASES_FAILED+=("$name")
-	fi
-}
-
 # No servers for the first cases: the processes retry and stay up.
 NOPG="host=$T/nowhere port=1 dbname=x user=relay connect_timeout=2"
 NORED="$T/nowhere.sock"

@@ -1217,3 +1217,42 @@ replica_resume() {
 	kill -CONT "$(rnode_pid "$REPLICA_PORT")"
 	log "replica $REPLICA_PORT resumed (SIGCONT)"
 }
+
+# ---------------------------------------------------------------------------
+# Tests made of independent cases
+# ---------------------------------------------------------------------------
+
+CASES_OK=()
+CASES_FAILED=()
+
+# run_case NAME FUNCTION [ARGS...]: run FUNCTION in a subshell with the usual
+# -e/ERR behaviour and record the result in CASES_OK / CASES_FAILED instead of
+# stopping the test (the test ends with a verdict over all cases). A relay
+# the case started and left running (its pid in $T/case.pid) is killed.
+run_case() {
+	local name=$1 rc
+	shift
+	log "=== case $name"
+	RELAY_N=$(find "$T" -maxdepth 1 -name 'relay.*.log' | wc -l) # the subshell's relays number on from here
+	trap - ERR
+	set +e
+	(
+		set -e
+		trap '_on_err $? $LINENO "$BASH_COMMAND"' ERR
+		"$@"
+	)
+	rc=$?
+	set -e
+	trap '_on_err $? $LINENO "$BASH_COMMAND"' ERR
+	if [ "$rc" = 0 ]; then
+		CASES_OK+=("$name")
+		ok "case $name"
+	else
+		CASES_FAILED+=("$name")
+		log "case $name FAILED; last lines of $(basename "$(ls -t "$T"/relay.*.log 2>/dev/null | head_n 1)"):"
+		tail -n 8 "$(ls -t "$T"/relay.*.log | head_n 1)" 2>/dev/null | cut -c1-400 >&2 || true
+		# The relay of a failed case may still run (stalled): stop it.
+		[ -z "$(cat "$T/case.pid" 2>/dev/null)" ] || kill -9 "$(cat "$T/case.pid")" 2>/dev/null || true
+	fi
+	: >"$T/case.pid"
+}
