@@ -1067,7 +1067,7 @@ int relay_run(const struct relay_config *cf)
 
 		/* Confirm what Redis acknowledged, once the slot record covers it. */
 		advance_confirm(&r);
-		if (!queue_record(&r, stopping || cf->endpos != LSN_INVALID))
+		if (!queue_record(&r, stopping || (cf->endpos != LSN_INVALID && r.acked >= cf->endpos)))
 			goto oom;
 		if (pgrepl_streaming(r.pg)) {
 			bool moved = flush_pos(&r) > r.confirmed;
