@@ -380,7 +380,8 @@ static const struct option_def option_table[] = {
         FIELD(redis_functions),
         .defval = "true",
         .help = "load the relay's script as a Redis function (Redis 7+); "
-                "--no-redis-functions uses EVAL instead",
+                "--no-redis-functions loads it with SCRIPT LOAD and calls it with EVALSHA "
+                "instead",
     },
     {
         .name = "redis-timeout",

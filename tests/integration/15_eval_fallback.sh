@@ -1,5 +1,5 @@
 #!/bin/bash
-# 15_eval_fallback: --no-redis-functions (EVAL instead of FCALL) gives the same
+# 15_eval_fallback: --no-redis-functions (SCRIPT LOAD + EVALSHA instead of FCALL) gives the same
 # result: exactly once and in order, also across a SIGKILL and a replay; no
 # function library is loaded into Redis.
 . "$(dirname "$0")/lib.sh"
