@@ -5,9 +5,12 @@
 #    scrape of a relay streaming from the harness's PostgreSQL to its Redis,
 #    and every label matcher of such a name (e.g. state="streaming") matches
 #    at least one scraped sample; `up` is Prometheus's own series;
-#  - `promtool check rules` accepts the file (package prometheus, listed in
-#    deploy/install-deps.sh); without promtool that part is skipped (exit 77)
-#    after the scrape check has run.
+#  - `promtool check rules` accepts the file and `promtool test rules` passes
+#    deploy/prometheus/alerts.test.yml (each alert fires on synthetic series
+#    that should trigger it, with the expected labels and text, and not on
+#    others); promtool is in package prometheus, listed in
+#    deploy/install-deps.sh; without it that part is skipped (exit 77) after
+#    the scrape check has run.
 . "$(dirname "$0")/lib.sh"
 ROOT=$(cd "$TESTS_DIR/.." && pwd)
 RULES=$ROOT/deploy/prometheus/alerts.yml
@@ -84,5 +87,9 @@ ok "$(tail -n 1 "$T/names.out")"
 
 command -v promtool >/dev/null || skip "promtool is not installed (Debian package prometheus)"
 promtool check rules "$RULES" >"$T/promtool.out" 2>&1 || { cat "$T/promtool.out"; fail "promtool check rules failed"; }
-ok "promtool: $(grep -o 'SUCCESS.*' "$T/promtool.out")"
+ok "promtool check rules: $(grep -o 'SUCCESS.*' "$T/promtool.out")"
+# Each alert fires on the series that should trigger it, and not on others.
+(cd "$(dirname "$RULES")" && promtool test rules alerts.test.yml) >"$T/promtool-test.out" 2>&1 ||
+	{ cat "$T/promtool-test.out"; fail "promtool test rules failed"; }
+ok "promtool test rules alerts.test.yml"
 pass
