@@ -38,9 +38,11 @@ if there was any, else prints what it checked and exits 0.
     - every default quoted in deploy/ (and in README.md prose): a sentence
       that names an OUTBOX_RELAY_* variable or a --flag (the nearest one
       before, preferring one within 60 characters) and then says
-      "default X", "default: X", "default is X" or "(default X)" quotes X,
-      which must equal that option's --help default (spaces ignored, so
-      "8 MiB" equals "8MiB").
+      "default X", "default: X", "default is X" or "(default X)" quotes X
+      (with a unit word such as "1 h" or "10 seconds" folded to 1h, 10s), and
+      "`X` (default)" after the name or "`--flag X` (default)" does too; X
+      must equal that option's --help default (spaces ignored, so "8 MiB"
+      equals "8MiB"). Also "(`--a`, `--b`, default N things / SIZE)".
 """
 import os
 import re
@@ -255,6 +257,20 @@ for rel in sorted(set(files)):
             checked["defaults"] += 1
             if val.replace(" ", "") != o["default"].replace(" ", ""):
                 fail("%s: %r says the default of %s is %r; --help says %r" % (rel, norm(sent)[:160], names[-1], val, o["default"]))
+        # "`VALUE` (default)" after a name, or "`--flag VALUE` (default)".
+        for m in re.finditer(r"`([^`]+)`\s+\(default\)", sent):
+            words = m.group(1).split()
+            if len(words) == 2 and words[0] in by_flag:
+                name, val = words
+            else:
+                names = [n for n in re.findall(NAME, sent[: m.start()]) if n in by_env or n in by_flag]
+                if not names:
+                    continue
+                name, val = names[-1], m.group(1)
+            o = by_env.get(name) or by_flag.get(name)
+            checked["defaults"] += 1
+            if val != o["default"]:
+                fail("%s: %r says the default of %s is %r; --help says %r" % (rel, norm(sent)[:160], name, val, o["default"]))
         # "default 10,000 events / 8 MiB"-style pairs right after two flags.
         m = re.search(r"\(`(--[a-z-]+)`, `(--[a-z-]+)`, default ([0-9,]+) \w+ / ([0-9.]+ ?[KMG]i?B)\)", sent)
         if m:
