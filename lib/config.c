@@ -36,6 +36,7 @@
 
 #include <hiredis/hiredis.h>
 #include <libpq-fe.h>
+#include <yajl/yajl_version.h>
 
 #include "buf.h"
 #include "event.h"
@@ -380,7 +381,8 @@ static const struct option_def option_table[] = {
         FIELD(redis_functions),
         .defval = "true",
         .help = "load the relay's script as a Redis function (Redis 7+); "
-                "--no-redis-functions uses EVAL instead",
+                "--no-redis-functions loads it with SCRIPT LOAD and calls it with EVALSHA "
+                "instead",
     },
     {
         .name = "redis-timeout",
@@ -1430,11 +1432,7 @@ static enum config_result scan_argv(struct raw_value *raw, int argc, char **argv
 			return CONFIG_HELP;
 		}
 		if (strcmp(a, "--version") == 0 || strcmp(a, "-V") == 0) {
-			printf("%s %s\nhiredis %d.%d.%d, Redis TLS: %s%s%s\n", PROGNAME,
-			       OUTBOX_RELAY_VERSION, HIREDIS_MAJOR, HIREDIS_MINOR, HIREDIS_PATCH,
-			       redis_tls_available() ? "yes (" : "no (built without hiredis_ssl",
-			       redis_tls_available() ? redis_tls_library() : "",
-			       ")");
+			config_print_version(stdout);
 			return CONFIG_VERSION;
 		}
 		if (strcmp(a, "--") == 0) {
@@ -1853,6 +1851,20 @@ static bool load_secret_files(struct relay_config *cf, char *err, size_t errlen)
 }
 
 /* See config.h. On every path but CONFIG_OK, *cf is left zeroed. */
+void config_print_version(FILE *out)
+{
+	int pq = PQlibVersion(), yv = yajl_version();
+
+	fprintf(out, "%s %s\n", PROGNAME, OUTBOX_RELAY_VERSION);
+	fprintf(out, "hiredis %d.%d.%d, Redis TLS: %s%s)\n", HIREDIS_MAJOR, HIREDIS_MINOR,
+		HIREDIS_PATCH, redis_tls_available() ? "yes (" : "no (built without hiredis_ssl",
+		redis_tls_available() ? redis_tls_library() : "");
+	/* PQlibVersion: 150010 is 15.10 (from PostgreSQL 10 on: major * 10000 + minor). */
+	fprintf(out, "libpq %d.%d\n", pq / 10000, pq % 10000);
+	/* yajl_version: major * 10000 + minor * 100 + micro. */
+	fprintf(out, "yajl %d.%d.%d\n", yv / 10000, yv / 100 % 100, yv % 100);
+}
+
 enum config_result config_load(struct relay_config *cf, int argc, char **argv, char **envp,
                                char *err, size_t errlen)
 {

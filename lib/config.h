@@ -112,6 +112,14 @@ enum config_result config_load(struct relay_config *cf, int argc, char **argv, c
 			       char *err, size_t errlen);
 /* Print the usage text (every option, its env var and default) to out. */
 void config_usage(FILE *out);
+
+/*
+ * Print what --version prints: the relay's version, then the libraries it
+ * runs with: hiredis (the version it was built against: hiredis has no
+ * run-time version call) and whether Redis TLS is built in, libpq
+ * (PQlibVersion) and yajl (yajl_version), both as loaded at run time.
+ */
+void config_print_version(FILE *out);
 /* Free everything config_load allocated; NULL-safe; zeroes *cf. */
 void config_finish(struct relay_config *cf);
 

@@ -18,8 +18,7 @@
 --    (START_REPLICATION), and read pg_replication_slots.
 --  * No privileges on the outbox table or any other table: logical decoding
 --    reads the WAL and the catalogs through a historic snapshot, not the
---    table through the executor, so table GRANTs are never checked. (The
---    GRANT SELECT suggested in sql/outbox.sql is not needed.)
+--    table through the executor, so table GRANTs are never checked.
 --  * At startup the relay runs SELECT pg_catalog.to_regclass('<schema.table>')
 --    (needs only USAGE on the schema; PUBLIC has it on "public") and
 --    SELECT ... FROM pg_catalog.pg_replication_slots (readable by PUBLIC).

@@ -1,5 +1,5 @@
 #!/bin/bash
-# 15_eval_fallback: --no-redis-functions (EVAL instead of FCALL) gives the same
+# 15_eval_fallback: --no-redis-functions (SCRIPT LOAD + EVALSHA instead of FCALL) gives the same
 # result: exactly once and in order, also across a SIGKILL and a replay; no
 # function library is loaded into Redis.
 . "$(dirname "$0")/lib.sh"
@@ -40,7 +40,7 @@ done
 assert_eq '{"h": 1}' "$(rx fields outbox:order headers | head_n 1)" "headers of the first event"
 assert_eq "" "$(redis_cli FUNCTION LIST)" "no Redis function library loaded"
 
-# A full replay of the same WAL through another slot: EVAL dedups it all.
+# A full replay of the same WAL through another slot: the EVALSHA path dedups it all.
 relay_drain --no-redis-functions --slot s_replay
 assert_eq 5001 "$(sum_xlen)" "replay through a second slot adds nothing"
 pass

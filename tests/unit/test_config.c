@@ -13,6 +13,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <libpq-fe.h>
+#include <yajl/yajl_version.h>
+
 #include "test.h"
 
 /* meson generates relay_build.h; standalone builds pass -DOUTBOX_RELAY_VERSION. */
@@ -991,10 +994,21 @@ TEST(help_and_version)
 
 	out = capture_stdout(ARGS("--version"), &r);
 	CHECK_INT(r, CONFIG_VERSION);
-	/* The version, then the hiredis it was built with and whether TLS is in. */
+	/* The version, then the hiredis it was built with and whether TLS is in,
+	 * then the libpq and yajl it runs with. */
 	CHECK(out && strncmp(out, "outbox-relay " OUTBOX_RELAY_VERSION "\nhiredis ",
 	                     strlen("outbox-relay " OUTBOX_RELAY_VERSION "\nhiredis ")) == 0);
 	CHECK(out && strstr(out, redis_tls_available() ? "Redis TLS: yes" : "Redis TLS: no"));
+	{
+		char want[64];
+
+		snprintf(want, sizeof(want), "\nlibpq %d.%d\n", PQlibVersion() / 10000,
+		         PQlibVersion() % 10000);
+		CHECK(out && strstr(out, want));
+		snprintf(want, sizeof(want), "\nyajl %d.%d.%d\n", yajl_version() / 10000,
+		         yajl_version() / 100 % 100, yajl_version() % 100);
+		CHECK(out && strstr(out, want));
+	}
 	free(out);
 
 	out = capture_stdout(ARGS("-V"), &r);
