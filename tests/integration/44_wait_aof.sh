@@ -1,5 +1,6 @@
 #!/bin/bash
-# 44_wait_aof: --wait-aof (WAITAOF, Redis 7.2+) against the installed Redis.
+# 44_wait_aof: --wait-aof (WAITAOF, Redis 7.2+) against the installed Redis
+# (or, with REDIS_CHROOT, the chroot's redis-server/valkey-server).
 #   - Redis older than 7.2 (Debian 12: 7.0) has no WAITAOF: --wait-aof local
 #     makes the relay exit 5 at startup with one error line naming WAITAOF,
 #     "Redis 7.2" and the server's version, whether AOF is on or off; nothing

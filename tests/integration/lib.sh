@@ -291,6 +291,7 @@ setup_tmp() {
 			fail "PG_CHROOT=$PG_CHROOT and REDIS_CHROOT=$REDIS_CHROOT differ; use one chroot for both"
 		chroot "$REDIS_CHROOT" sh -c 'command -v "$1"' sh "$REDIS_SERVER" >/dev/null ||
 			fail "no $REDIS_SERVER inside REDIS_CHROOT=$REDIS_CHROOT (see deploy/pg-chroot.sh)"
+		log "Redis servers: $(chroot "$REDIS_CHROOT" "$REDIS_SERVER" --version | cut -d' ' -f1-3) inside $REDIS_CHROOT"
 	fi
 	if [ -n "$PG_CHROOT" ]; then
 		is_root || fail "PG_CHROOT=$PG_CHROOT needs root (chroot)"
