@@ -3,9 +3,11 @@
 # default PostgreSQL and its wal2json, from Debian's own binary packages, for
 # running the integration tests against PostgreSQL 17/18 on a Debian 12 host.
 #
-#   deploy/pg-chroot.sh RELEASE DIR      e.g. trixie /var/tmp/pg-trixie
-#                                              sid    /var/tmp/pg-sid
+#   deploy/pg-chroot.sh RELEASE DIR [PACKAGE...]
+#                                        e.g. trixie /var/tmp/pg-trixie
+#                                             sid    /var/tmp/pg-sid redis-server valkey-server
 #   PG_CHROOT=DIR PG_MAJOR=<printed major> tests/integration/01_basic.sh
+#   REDIS_CHROOT=DIR REDIS_SERVER=valkey-server tests/integration/01_basic.sh
 #
 # The binaries need the newer release's glibc, so PostgreSQL runs inside the
 # chroot (tests/integration/lib.sh does that when PG_CHROOT is set) while the
@@ -17,16 +19,23 @@
 # postgresql-NN-wal2json. A complete chroot (marker file) is reused. proc is
 # mounted if it is not (unmount it with: umount DIR/proc).
 #
+# PACKAGE...: more of the release's packages to install in the same chroot
+# (the CI's Redis stage: redis-server valkey-server), also into a chroot that
+# is reused; those already installed are left alone. Their versions are
+# printed on stderr. One that is not installable makes the exit status 3.
+#
 # Output: the versions on stderr; the major version alone on the last line of
 # stdout. Exit status: 0 ready, 3 the archive does not provide it (debootstrap
 # or the package installation failed, or the release has no postgresql
 # metapackage), 1 anything else.
 set -euo pipefail
 
-usage() { echo "usage: deploy/pg-chroot.sh RELEASE DIR" >&2; exit 1; }
-[ $# -eq 2 ] || usage
+usage() { echo "usage: deploy/pg-chroot.sh RELEASE DIR [PACKAGE...]" >&2; exit 1; }
+[ $# -ge 2 ] || usage
 RELEASE=$1
 R=$2
+shift 2
+EXTRA=("$@")
 MARKER=.outbox-pg-chroot
 
 say() { printf 'pg-chroot: %s\n' "$*" >&2; }
@@ -121,4 +130,25 @@ pgver=$(chroot "$R" "/usr/lib/postgresql/$major/bin/postgres" --version) ||
 	die "postgres $major does not run inside $R"
 w2j=$(chroot "$R" dpkg-query -W -f='${Version}' "postgresql-$major-wal2json")
 say "$RELEASE in $R: PostgreSQL ${pgver#postgres (PostgreSQL) } + wal2json $w2j"
+
+if [ ${#EXTRA[@]} -gt 0 ]; then
+	missing=()
+	for p in "${EXTRA[@]}"; do
+		[ "$(chroot "$R" dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null)" = installed ] || missing+=("$p")
+	done
+	if [ ${#missing[@]} -gt 0 ]; then
+		t1=$(date +%s)
+		say "installing ${missing[*]} in $R"
+		{ chroot "$R" apt-get -q update && chroot "$R" env DEBIAN_FRONTEND=noninteractive \
+			apt-get install -y -q --no-install-recommends "${missing[@]}"; } >>"$R.apt.log" 2>&1 || {
+			tail -n 20 "$R.apt.log" >&2
+			unavailable "${missing[*]} not installable (log: $R.apt.log)"
+		}
+		chroot "$R" apt-get -q clean >/dev/null 2>&1 || true
+		say "installed in $(($(date +%s) - t1)) s"
+	fi
+	for p in "${EXTRA[@]}"; do
+		say "$RELEASE in $R: $p $(chroot "$R" dpkg-query -W -f='${Version}' "$p")"
+	done
+fi
 echo "$major"

@@ -94,11 +94,11 @@ MAIN_SOCK=$REDIS_SOCK
 # ---- (c) READONLY: a replica ------------------------------------------------
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 mkdir -p "$T/primary" "$T/replica"
-redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$T/primary" \
+redis_server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$T/primary" \
 	--daemonize yes --pidfile "$T/primary.pid" --logfile "$T/primary.log" || fail "primary did not start"
 wait_for "[ -s '$T/primary.pid' ]" 10 || fail "primary wrote no pidfile"
 cat "$T/primary.pid" >>"$T/redis.pids"
-redis-server --port 0 --unixsocket "$T/replica.sock" --unixsocketperm 700 --save '' --appendonly no \
+redis_server --port 0 --unixsocket "$T/replica.sock" --unixsocketperm 700 --save '' --appendonly no \
 	--dir "$T/replica" --replicaof 127.0.0.1 "$port" \
 	--daemonize yes --pidfile "$T/replica.pid" --logfile "$T/replica.log" || fail "replica did not start"
 wait_for "[ -s '$T/replica.pid' ]" 10 || fail "replica wrote no pidfile"

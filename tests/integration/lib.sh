@@ -28,6 +28,13 @@
 #                    path it sees (without the DIR prefix).
 #   PG_MAJOR=NN      with PG_CHROOT: the major version installed in it (default:
 #                    the one deploy/pg-chroot.sh recorded in DIR/.outbox-pg-chroot)
+#   REDIS_CHROOT=DIR run every Redis server inside the chroot DIR (deploy/pg-chroot.sh
+#                    with the extra packages redis-server valkey-server); root
+#                    only. $T is created in DIR/tmp as with PG_CHROOT (when both
+#                    are set they must be the same DIR) and the server is given
+#                    the paths it sees; redis-cli and the relay stay on the host.
+#   REDIS_SERVER=B   with REDIS_CHROOT: the server binary in it, redis-server
+#                    (default) or valkey-server
 
 set -Eeuo pipefail
 
@@ -39,6 +46,9 @@ RX="python3 $_LIB_DIR/rx.py"
 PGPORT=5433
 PG_BINDIR=${PG_BINDIR:-/usr/lib/postgresql/15/bin}
 PG_CHROOT=${PG_CHROOT:-}
+REDIS_CHROOT=${REDIS_CHROOT:-}
+REDIS_CHROOT=${REDIS_CHROOT%/}
+REDIS_SERVER=${REDIS_SERVER:-redis-server}
 if [ -n "$PG_CHROOT" ]; then
 	PG_CHROOT=${PG_CHROOT%/}
 	PG_MAJOR=${PG_MAJOR:-$(sed -n 's/^PG_MAJOR=//p' "$PG_CHROOT/.outbox-pg-chroot" 2>/dev/null || true)}
@@ -275,6 +285,14 @@ _cleanup() {
 # setup_tmp: create $T, install the cleanup trap and the watchdog.
 setup_tmp() {
 	[ -x "$RELAY_BIN" ] || [ "${NEED_RELAY:-1}" = 0 ] || fail "RELAY_BIN=$RELAY_BIN is not executable"
+	if [ -n "$REDIS_CHROOT" ]; then
+		is_root || fail "REDIS_CHROOT=$REDIS_CHROOT needs root (chroot)"
+		[ -z "$PG_CHROOT" ] || [ "${PG_CHROOT%/}" = "$REDIS_CHROOT" ] ||
+			fail "PG_CHROOT=$PG_CHROOT and REDIS_CHROOT=$REDIS_CHROOT differ; use one chroot for both"
+		chroot "$REDIS_CHROOT" sh -c 'command -v "$1"' sh "$REDIS_SERVER" >/dev/null ||
+			fail "no $REDIS_SERVER inside REDIS_CHROOT=$REDIS_CHROOT (see deploy/pg-chroot.sh)"
+		log "Redis servers: $(chroot "$REDIS_CHROOT" "$REDIS_SERVER" --version | cut -d' ' -f1-3) inside $REDIS_CHROOT"
+	fi
 	if [ -n "$PG_CHROOT" ]; then
 		is_root || fail "PG_CHROOT=$PG_CHROOT needs root (chroot)"
 		[ -x "$PG_CHROOT$PG_BINDIR/postgres" ] ||
@@ -284,6 +302,10 @@ setup_tmp() {
 		chmod 755 "$T"
 		# The chroot's postgres user, whose uid is not the host's.
 		chown "$(awk -F: '$1 == "postgres" { print $3 ":" $4 }' "$PG_CHROOT/etc/passwd")" "$T"
+	elif [ -n "$REDIS_CHROOT" ]; then
+		T=$(mktemp -d "$REDIS_CHROOT/tmp/outbox-it.XXXXXXXX")
+		chmod 755 "$T"
+		chown postgres:postgres "$T" # PostgreSQL runs on the host
 	else
 		T=$(mktemp -d "${TMPDIR:-/tmp}/outbox-it.XXXXXXXX")
 		chmod 755 "$T"
@@ -474,6 +496,21 @@ REDIS_SOCK=
 REDIS_URL=
 REDIS_PASSWORD= # set by redis_start --requirepass X; used by redis_cli, rx, redis_stop
 
+# redis_server ARGS...: run the Redis server binary: redis-server on the host,
+# or with REDIS_CHROOT $REDIS_SERVER inside it, $REDIS_CHROOT/ in the
+# arguments rewritten to the path seen inside (pids are the host's).
+redis_server() {
+	if [ -n "$REDIS_CHROOT" ]; then
+		local a args=()
+		for a in "$@"; do
+			args+=("${a//"$REDIS_CHROOT/"//}")
+		done
+		chroot "$REDIS_CHROOT" "$REDIS_SERVER" "${args[@]}"
+	else
+		redis-server "$@"
+	fi
+}
+
 # redis_start [extra redis-server args]: unix socket only, no persistence by
 # default; pass e.g. --appendonly yes --appendfsync always for AOF tests (data
 # lives in $T/redis and survives redis_stop/redis_start).
@@ -489,7 +526,7 @@ redis_start() {
 	REDIS_URL=unix://$REDIS_SOCK
 	mkdir -p "$T/redis"
 	rm -f "$T/redis.pid"
-	redis-server --port 0 --unixsocket "$REDIS_SOCK" --unixsocketperm 700 \
+	redis_server --port 0 --unixsocket "$REDIS_SOCK" --unixsocketperm 700 \
 		--save '' --appendonly no --dir "$T/redis" \
 		--daemonize yes --pidfile "$T/redis.pid" --logfile "$T/redis.log" "$@" ||
 		fail "redis-server failed to start"
@@ -875,7 +912,7 @@ _rnode_launch() {
 	mkdir -p "$d"
 	rm -f "$d/redis.pid"
 	printf '%s\0' "$@" >"$d/args"
-	redis-server --bind 127.0.0.1 --port "$p" --save '' --appendonly no --repl-diskless-sync-delay 0 --dir "$d" \
+	redis_server --bind 127.0.0.1 --port "$p" --save '' --appendonly no --repl-diskless-sync-delay 0 --dir "$d" \
 		--daemonize yes --pidfile "$d/redis.pid" --logfile "$d/redis.log" "$@" ||
 		return 1
 	if ! wait_for "[ -s '$d/redis.pid' ]" 5; then
