@@ -118,6 +118,7 @@ struct relay {
 	uint64_t acked_seq_seen;
 	uint64_t redis_fail_seq; /* Redis counts as recovered once this seq is acknowledged */
 	bool redis_fatal;        /* Redis state no retry can fix (sink_error_is_fatal) */
+	bool redis_noperm;       /* ... and it was an ACL refusal: a setup error (exit 5) */
 	uint64_t rejected_seen;  /* sink's rejected count already logged */
 	int64_t rejected_log_us; /* when it was last logged (one line per stats interval) */
 	int64_t last_status_us;
@@ -533,6 +534,8 @@ static enum redis_err_kind err_kind(enum sink_error_kind k)
 	case SINK_ERR_FOREIGN:
 	case SINK_ERR_LOST:
 		return RERR_STATE;
+	case SINK_ERR_NOPERM:
+		return RERR_OTHER;
 	case SINK_ERR_IO:
 	case SINK_ERR_NONE:
 		return RERR_IO;
@@ -550,6 +553,7 @@ static void redis_lost(struct relay *r, const char *why)
 	if (sink_error_is_fatal(sink_redis_errkind(r->sink))) {
 		log_error("Redis: %s", why);
 		r->redis_fatal = true;
+		r->redis_noperm = sink_redis_errkind(r->sink) == SINK_ERR_NOPERM;
 		sink_redis_disconnect(r->sink);
 		return;
 	}
@@ -978,8 +982,9 @@ int relay_run(const struct relay_config *cf)
 		int code;
 
 		if (r.redis_fatal) {
-			rc = EXIT_REDIS_STATE;
-			final_reason = "Redis state contradicts this relay";
+			rc = r.redis_noperm ? EXIT_REDIS_SETUP : EXIT_REDIS_STATE;
+			final_reason = r.redis_noperm ? "the Redis ACL user lacks a permission"
+						      : "Redis state contradicts this relay";
 			break;
 		}
 		if (stop_requested && !stopping) {

@@ -731,9 +731,58 @@ size_t sink_redis_event_size(const struct event *ev)
 	return n;
 }
 
+/*
+ * An ACL refusal: "NOPERM ..." for a command the relay sends, "ERR The user
+ * executing the script can't ..." for one the function or script sends.
+ */
+static bool noperm_reply(const char *msg)
+{
+	return strncmp(msg, "NOPERM", 6) == 0 || strstr(msg, "user executing the script can't");
+}
+
+/*
+ * One line for an ACL refusal of what: the permission to grant, from the
+ * reply's "'wait' command" when it names one, else fix (NULL: say which keys).
+ */
+static void noperm_message(struct sink_redis *s, const char *what, const char *fix,
+			   const char *msg)
+{
+	const char *q = strchr(msg, '\'');
+	const char *e = q ? strchr(q + 1, '\'') : NULL;
+	char perm[64];
+
+	s->errkind = SINK_ERR_NOPERM;
+	if (strncmp(msg, "NOPERM", 6) != 0 || !strstr(msg, "command"))
+		fix = NULL; /* a key, or a command the function sends */
+	if (q && e && e > q + 1 && (size_t)(e - q - 1) < sizeof(perm)) {
+		snprintf(perm, sizeof(perm), "%.*s", (int)(e - q - 1), q + 1);
+		fix = perm;
+	}
+	if (fix)
+		snprintf(s->errmsg, sizeof(s->errmsg),
+			 "%s refused by the Redis ACL (%s): grant +%s to the relay's Redis user "
+			 "(see deploy/redis/users.acl)",
+			 what, msg, fix);
+	else
+		snprintf(s->errmsg, sizeof(s->errmsg),
+			 "%s refused by the Redis ACL (%s): grant the relay's Redis user the commands "
+			 "and key patterns of deploy/redis/users.acl (~outbox:* ~outbox-relay:*, or "
+			 "your --key-prefix and stream names)",
+			 what, msg);
+}
+
+/* An ACL refusal of a key (not of a command): fixed per stream, like WRONGTYPE. */
+static bool key_refusal(const char *msg)
+{
+	return noperm_reply(msg) && strstr(msg, "access") && strstr(msg, "key");
+}
+
 /* Classify an error reply by its first word. */
 static enum sink_error_kind classify_reply_error(const char *msg)
 {
+	if (noperm_reply(msg))
+		return key_refusal(msg) ? SINK_ERR_OTHER : SINK_ERR_NOPERM;
+
 	static const struct {
 		const char *prefix;
 		enum sink_error_kind kind;
@@ -880,10 +929,13 @@ static redisReply *setup_command(struct sink_redis *s, struct node *n, enum sink
 	}
 	if (r->type == REDIS_REPLY_ERROR) {
 		*status = permanent_error(r->str) ? SINK_FATAL : SINK_RETRY;
+		if (noperm_reply(r->str)) {
+			*status = SINK_FATAL;
+			noperm_message(s, what, NULL, r->str);
+			return r;
+		}
 		snprintf(s->errmsg, sizeof(s->errmsg), "%s failed: %s%s", what, r->str,
-			 strncmp(r->str, "NOPERM", 6) == 0
-				 ? " (the Redis ACL user lacks a permission: see deploy/redis/users.acl)"
-			 : *status == SINK_FATAL
+			 *status == SINK_FATAL
 				 ? " (check the user and password in --redis-url or --redis-password-file)"
 				 : "");
 		return r;
@@ -1030,15 +1082,21 @@ static enum sink_status check_server(struct sink_redis *s, struct node *n)
 		return SINK_FATAL;
 	}
 	/*
-	 * An error here (e.g. ACL without COMMAND) or an unreadable answer is not
-	 * a verdict: carry on; a missing command then fails where it is used.
+	 * Another error here or an unreadable answer is not a verdict: carry on;
+	 * a missing command then fails where it is used. An ACL refusal is.
 	 */
 	freeReplyObject(r);
+	if (st == SINK_FATAL)
+		return st;
 	if (want_aof) {
 		const char *iv[] = {"INFO", "persistence"};
 		redisReply *info = setup_command(s, n, &st, "INFO", 2, iv);
 		char on[8] = "";
 
+		if (st == SINK_FATAL) {
+			freeReplyObject(info);
+			return st;
+		}
 		if (info && info->type == REDIS_REPLY_STRING)
 			redis_info_field(info->str, "aof_enabled:", on, sizeof(on));
 		freeReplyObject(info);
@@ -1750,6 +1808,10 @@ static bool handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 	what = u64q_pop(&n->waitq);
 	n->wait_since_us = time_mono_us();
 	if (what == ASKING_MARK) {
+		if (r->type == REDIS_REPLY_ERROR && noperm_reply(r->str)) {
+			noperm_message(s, "ASKING", "asking", r->str);
+			return false;
+		}
 		if (r->type == REDIS_REPLY_ERROR) {
 			snprintf(s->errmsg, sizeof(s->errmsg), "ASKING failed: %s", r->str);
 			s->errkind = SINK_ERR_CLUSTER;
@@ -1761,6 +1823,11 @@ static bool handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 		bool aof = s->cf->wait_aof && strcmp(s->cf->wait_aof, "none") != 0;
 		long long want = aof ? 1 : s->cf->wait_replicas, got = -1, got_repl = -1;
 
+		if (r->type == REDIS_REPLY_ERROR && noperm_reply(r->str)) {
+			/* Not a shortfall: no retry gets past the ACL. */
+			noperm_message(s, aof ? "WAITAOF" : "WAIT", aof ? "waitaof" : "wait", r->str);
+			return false;
+		}
 		if (r->type == REDIS_REPLY_INTEGER)
 			got = r->integer;
 		else if (r->type == REDIS_REPLY_ARRAY && r->elements == 2) {
@@ -1812,6 +1879,16 @@ static bool handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 		s->errkind = classify_reply_error(r->str);
 		if (s->errkind == SINK_ERR_ORDER)
 			return refused_behind(s, e, r->str);
+		if (s->errkind == SINK_ERR_NOPERM) {
+			noperm_message(s, kind_name(e->kind),
+				       e->kind == Q_GROUP    ? "xgroup|create"
+				       : e->kind == Q_RECORD ? "set"
+				       : e->kind == Q_GETREC ? "get"
+				       : s->use_functions    ? "fcall"
+							     : "evalsha",
+				       r->str);
+			return false;
+		}
 		if (s->errkind == SINK_ERR_FOREIGN)
 			snprintf(s->errmsg, sizeof(s->errmsg),
 				 "%s refused: the watermark %s, not to this database (%s): another "
@@ -1821,6 +1898,12 @@ static bool handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 				 "\"%s:wm:*\" keys)",
 				 kind_name(e->kind), r->str + strlen("OUTBOX_FOREIGN "), s->owner,
 				 s->cf->key_prefix);
+		else if (key_refusal(r->str))
+			snprintf(s->errmsg, sizeof(s->errmsg),
+				 "%s failed: %s (the relay's Redis user may not access this stream's "
+				 "keys: add their pattern to its ACL, see deploy/redis/users.acl; the "
+				 "relay retries until then)",
+				 kind_name(e->kind), r->str);
 		else if (s->errkind == SINK_ERR_WRONGTYPE)
 			snprintf(s->errmsg, sizeof(s->errmsg),
 				 "%s failed: %s (a watermark, dedup or dead-letter key the relay writes "

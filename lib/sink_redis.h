@@ -41,13 +41,14 @@ enum sink_error_kind {
 	SINK_ERR_WAIT,      /* WAIT/WAITAOF fell short: nothing counted, everything sent again */
 	SINK_ERR_ORDER,     /* a call ran while an earlier one for its stream had not: resent in order */
 	SINK_ERR_FOREIGN,   /* the watermark belongs to another database: permanent */
-	SINK_ERR_LOST       /* Redis lost writes it had acknowledged: permanent */
+	SINK_ERR_LOST,      /* Redis lost writes it had acknowledged: permanent */
+	SINK_ERR_NOPERM     /* the ACL user may not run a command: permanent (configuration) */
 };
 
 /* Failures no retry can fix: the relay stops (see relay.c). */
 static inline bool sink_error_is_fatal(enum sink_error_kind k)
 {
-	return k == SINK_ERR_FOREIGN || k == SINK_ERR_LOST;
+	return k == SINK_ERR_FOREIGN || k == SINK_ERR_LOST || k == SINK_ERR_NOPERM;
 }
 
 struct sink_stats {
