@@ -51,6 +51,7 @@
 #define STANDBY_RETRY_MS 2000
 #define RETRY_BASE_MS 200
 #define STATS_INTERVAL_US 30000000
+#define MEMORY_POLL_US 5000000 /* INFO memory for /metrics and /readyz */
 #define MAX_REDIS_FDS 64 /* one per Redis Cluster master */
 
 static volatile sig_atomic_t stop_requested;
@@ -129,6 +130,8 @@ struct relay {
 	bool pg_down, redis_down, standby;
 
 	int64_t last_stats_us;
+	int64_t memory_poll_us;  /* when INFO memory was last asked for */
+	char policy_warned[32];  /* the volatile-* policy last warned about */
 	uint64_t last_stats_published;
 	char last_notice[512]; /* the server notice logged last, and when */
 	int64_t last_notice_us;
@@ -787,7 +790,18 @@ static int try_redis(struct relay *r)
 
 	redis_target_describe(&r->cf->redis, where, sizeof(where));
 	switch (st) {
-	case SINK_OK:
+	case SINK_OK: {
+		const char *policy = sink_redis_maxmemory_policy(r->sink);
+
+		if (strncmp(policy, "volatile-", 9) == 0 && strcmp(policy, r->policy_warned) != 0) {
+			log_warn("Redis at %s has maxmemory-policy %s: the relay's dedup keys have a TTL "
+				 "and are evicted first under memory pressure, so a duplicate could slip "
+				 "through; set maxmemory-policy noeviction",
+				 where, policy);
+			snprintf(r->policy_warned, sizeof(r->policy_warned), "%s", policy);
+		}
+		r->memory_poll_us = 0; /* read used_memory soon */
+	}
 		if (!r->redis_down)
 			log_info("connected to Redis at %s", where);
 		else if (sink_redis_inflight_events(r->sink) == 0)
@@ -842,6 +856,15 @@ static void publish_gauges(struct relay *r, int64_t now, bool stopping)
 	gauge(&m->received_lsn, r->received);
 	gauge(&m->server_wal_end, r->server_wal_end);
 	gauge(&m->redis_reconnects, ss->reconnects);
+	{
+		uint64_t used = 0, max = 0;
+
+		if (sink_redis_memory(r->sink, &used, &max)) {
+			gauge(&m->redis_used_memory, used);
+			gauge(&m->redis_maxmemory, max);
+			atomic_store_explicit(&m->redis_memory_known, true, memory_order_relaxed);
+		}
+	}
 }
 
 static void log_stats(struct relay *r, int64_t now)
@@ -1114,6 +1137,10 @@ int relay_run(const struct relay_config *cf)
 		}
 		if (now - r.last_stats_us >= STATS_INTERVAL_US)
 			log_stats(&r, now);
+		if (sink_redis_connected(r.sink) && now - r.memory_poll_us >= MEMORY_POLL_US) {
+			sink_redis_poll_memory(r.sink);
+			r.memory_poll_us = now;
+		}
 		{
 			/* What the server warns about (one line; the same text at most
 			 * once per stats interval). */

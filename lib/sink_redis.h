@@ -130,6 +130,17 @@ const struct sink_stats *sink_redis_stats(const struct sink_redis *s);
 const char *sink_redis_errmsg(const struct sink_redis *s);
 enum sink_error_kind sink_redis_errkind(const struct sink_redis *s);
 
+/*
+ * Ask every connected node for INFO memory with its next write (a no-op for a
+ * node whose answer is still to come). sink_redis_memory then gives
+ * used_memory and maxmemory of the node closest to its maxmemory; false
+ * while no node has answered. maxmemory 0 means no limit.
+ */
+void sink_redis_poll_memory(struct sink_redis *s);
+bool sink_redis_memory(const struct sink_redis *s, uint64_t *used, uint64_t *max);
+/* maxmemory-policy read at the last connect ("" when INFO did not say). */
+const char *sink_redis_maxmemory_policy(const struct sink_redis *s);
+
 /* Bytes the publish command for ev would take (to enforce --max-event-bytes). */
 size_t sink_redis_event_size(const struct event *ev);
 
