@@ -450,6 +450,17 @@ static const struct option_def option_table[] = {
                 "per master, MOVED and ASK followed",
     },
     {
+        .name = "allow-eviction",
+        .env = "OUTBOX_RELAY_ALLOW_EVICTION",
+        .kind = OPT_BOOL,
+        .group = GROUP_REDIS,
+        FIELD(allow_eviction),
+        .defval = "false",
+        .help = "run even when Redis's maxmemory-policy is allkeys-* (it may evict stream "
+                "entries, watermarks and dedup keys: events lost or published twice); by "
+                "default the relay refuses with exit code 5",
+    },
+    {
         .name = "wait-replicas",
         .env = "OUTBOX_RELAY_WAIT_REPLICAS",
         .kind = OPT_INT,

@@ -50,6 +50,7 @@ struct relay_config {
 	bool redis_functions;     /* --redis-functions / --no-redis-functions (EVAL fallback), default true */
 	int redis_timeout_ms;     /* --redis-timeout, default 5s: connect and reply timeout */
 	bool redis_cluster;       /* --redis-cluster: treat --redis-url's host as a cluster seed */
+	bool allow_eviction;      /* --allow-eviction: accept maxmemory-policy allkeys-* */
 	char *redis_tls_ca_file;     /* --redis-tls-ca-file: copied into redis.tls_ca_file */
 	char *redis_tls_cert_file;   /* --redis-tls-cert-file */
 	char *redis_tls_key_file;    /* --redis-tls-key-file */

@@ -179,6 +179,25 @@ static const struct copt copt_table[] = {
                 "e.g. 'outbox:*'); looked for again every 5 s",
     },
     {
+        .name = "dead-letter-stream",
+        .env = ENV_PREFIX "DEAD_LETTER_STREAM",
+        .kind = COPT_STRING,
+        CFIELD(dead_letter_stream),
+        .defval = "outbox:dead-letter",
+        .metavar = "KEY",
+        .help = "the relay's dead-letter stream (its --dead-letter-stream): --stream-pattern "
+                "skips it, since its entries are not events; name it with --stream, or pass "
+                "--include-dead-letter, to read it",
+    },
+    {
+        .name = "include-dead-letter",
+        .env = ENV_PREFIX "INCLUDE_DEAD_LETTER",
+        .kind = COPT_BOOL,
+        CFIELD(include_dead_letter),
+        .defval = "false",
+        .help = "let --stream-pattern read the dead-letter stream too",
+    },
+    {
         .name = "group",
         .env = ENV_PREFIX "GROUP",
         .kind = COPT_STRING,
@@ -683,6 +702,7 @@ void consumer_config_finish(struct consumer_config *cf)
 		free(cf->streams[i]);
 	free(cf->streams);
 	free(cf->stream_pattern);
+	free(cf->dead_letter_stream);
 	free(cf->group);
 	free(cf->consumer);
 	memset(cf, 0, sizeof(*cf));
@@ -1124,6 +1144,7 @@ struct consumer {
 
 	uint64_t printed;
 	int64_t next_scan_us, next_claim_us;
+	bool dead_letter_noted; /* said once that --stream-pattern skips it */
 
 	int exit_code;     /* with STEP_FATAL */
 	char errmsg[1024]; /* with STEP_RETRY and STEP_FATAL */
@@ -1665,6 +1686,16 @@ static enum step scan_streams(struct consumer *c)
 			s = find_stream(c, k->str, k->len);
 			if (s) {
 				s->seen = true;
+				continue;
+			}
+			if (!c->cf->include_dead_letter && c->cf->dead_letter_stream &&
+			    strlen(c->cf->dead_letter_stream) == k->len &&
+			    memcmp(c->cf->dead_letter_stream, k->str, k->len) == 0) {
+				if (!c->dead_letter_noted)
+					log_info("not reading the dead-letter stream \"%s\" (matches \"%s\"): "
+					         "its entries are not events; --include-dead-letter reads it",
+					         c->cf->dead_letter_stream, c->cf->stream_pattern);
+				c->dead_letter_noted = true;
 				continue;
 			}
 			if (!add_stream(c, k->str, k->len, false)) {

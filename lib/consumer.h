@@ -41,6 +41,8 @@ struct consumer_config {
 	char **streams;            /* --stream KEY (repeatable; env: comma list) */
 	size_t nstreams;
 	char *stream_pattern;  /* --stream-pattern GLOB (SCAN MATCH ... TYPE stream) */
+	char *dead_letter_stream; /* --dead-letter-stream KEY, default "outbox:dead-letter" */
+	bool include_dead_letter; /* --include-dead-letter: the pattern may match it */
 	char *group;           /* --group NAME (required) */
 	char *consumer;        /* --consumer NAME, default "<hostname>-<pid>" */
 	int64_t count;         /* --count N: exit 0 after N events; 0 = unlimited */

@@ -573,6 +573,16 @@ char *metrics_render(struct metrics *m, const char *slot)
 	sample(&o, "outbox_relay_redis_connected", slot,
 	       atomic_load_explicit(&m->redis_connected, memory_order_relaxed) ? 1 : 0);
 
+	if (atomic_load_explicit(&m->redis_memory_known, memory_order_relaxed)) {
+		family(&o, "outbox_relay_redis_used_memory_bytes", "gauge",
+		       "Redis used_memory (INFO memory, every 5 s; in a cluster, of the master "
+		       "closest to its maxmemory).");
+		sample(&o, "outbox_relay_redis_used_memory_bytes", slot, load(&m->redis_used_memory));
+		family(&o, "outbox_relay_redis_maxmemory_bytes", "gauge",
+		       "Redis maxmemory of the same node (0: no limit).");
+		sample(&o, "outbox_relay_redis_maxmemory_bytes", slot, load(&m->redis_maxmemory));
+	}
+
 	family(&o, "outbox_relay_info", "gauge", "Build information; always 1.");
 	sample1(&o, "outbox_relay_info", slot, "version", OUTBOX_RELAY_VERSION, 1);
 
@@ -650,12 +660,27 @@ static enum MHD_Result serve_healthz(struct metrics_server *s, struct MHD_Connec
 	return reply(conn, MHD_HTTP_SERVICE_UNAVAILABLE, CONTENT_TYPE_TEXT, body, (size_t)n, true);
 }
 
+/*
+ * Redis above 90% of its maxmemory: still ready (writes go on until Redis
+ * answers OOM, and a sidecar's readiness is its pod's), but the body says so.
+ */
+static bool memory_pressure(struct metrics *m)
+{
+	uint64_t used = atomic_load_explicit(&m->redis_used_memory, memory_order_relaxed);
+	uint64_t max = atomic_load_explicit(&m->redis_maxmemory, memory_order_relaxed);
+
+	return atomic_load_explicit(&m->redis_memory_known, memory_order_relaxed) && max > 0 &&
+	       used / 10 > max / 100 * 9;
+}
+
 /* 200 when streaming with Redis connected, else 503 and a one-word reason. */
 static enum MHD_Result serve_readyz(struct metrics_server *s, struct MHD_Connection *conn)
 {
 	int state = atomic_load_explicit(&s->m->state, memory_order_relaxed);
 	bool redis = atomic_load_explicit(&s->m->redis_connected, memory_order_relaxed);
 
+	if (state == STATE_STREAMING && redis && memory_pressure(s->m))
+		return reply_text(conn, MHD_HTTP_OK, "ready redis-memory-pressure\n");
 	if (state == STATE_STREAMING)
 		return redis ? reply_text(conn, MHD_HTTP_OK, "ready\n")
 			     : reply_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "redis-down\n");

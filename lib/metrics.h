@@ -81,6 +81,9 @@ struct metrics {
 	_Atomic int64_t loop_heartbeat_mono_us; /* relay loop's last iteration (monotonic) */
 	_Atomic int state;                      /* enum relay_state */
 	_Atomic bool redis_connected;
+	_Atomic uint64_t redis_used_memory; /* INFO memory of the node closest to its maxmemory */
+	_Atomic uint64_t redis_maxmemory;   /* 0: no limit */
+	_Atomic bool redis_memory_known;
 
 	/* Latency histogram (cumulative on render). */
 	_Atomic uint64_t latency_bucket[METRICS_LATENCY_BUCKETS + 1]; /* non-cumulative; last = +Inf */
@@ -110,7 +113,8 @@ struct metrics_server;
  * all interfaces, "[::1]:port"). Returns NULL with a one-line err on a bad
  * address or a port in use. The server runs in its own thread.
  * /healthz: 200 while the loop heartbeat is younger than stuck_after_ms, else 503.
- * /readyz:  200 when state is STREAMING and Redis is connected, else 503.
+ * /readyz:  200 when state is STREAMING and Redis is connected, else 503; the
+ *           body says "ready redis-memory-pressure" above 90% of maxmemory.
  */
 struct metrics_server *metrics_server_start(struct metrics *m, const char *addr, const char *slot,
 					    int stuck_after_ms, char *err, size_t errlen);

@@ -300,7 +300,13 @@ static void check_redis(const struct relay_config *cf, struct preflight *pf)
 	redis_info(c, "memory", info, sizeof(info));
 	redis_info_field(info, "maxmemory:", v, sizeof(v));
 	redis_info_field(info, "maxmemory_policy:", v2, sizeof(v2));
-	if (v[0] && strcmp(v, "0") != 0 && v2[0] && strcmp(v2, "noeviction") != 0)
+	if (strncmp(v2, "allkeys-", 8) == 0 && !cf->allow_eviction)
+		add(pf, PREFLIGHT_PROBLEM,
+		    "Redis at %s has maxmemory-policy %s: it may evict stream entries, watermarks "
+		    "and dedup keys (events lost or published twice); set maxmemory-policy "
+		    "noeviction, or pass --allow-eviction to run anyway",
+		    where, v2);
+	else if (v[0] && strcmp(v, "0") != 0 && v2[0] && strcmp(v2, "noeviction") != 0)
 		add(pf, PREFLIGHT_WARNING,
 		    "Redis at %s: maxmemory-policy is %s with maxmemory %s: Redis may evict stream "
 		    "entries, dedup keys and the relay's watermarks; set maxmemory-policy noeviction",

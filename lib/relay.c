@@ -51,6 +51,7 @@
 #define STANDBY_RETRY_MS 2000
 #define RETRY_BASE_MS 200
 #define STATS_INTERVAL_US 30000000
+#define MEMORY_POLL_US 5000000 /* INFO memory for /metrics and /readyz */
 #define MAX_REDIS_FDS 64 /* one per Redis Cluster master */
 
 static volatile sig_atomic_t stop_requested;
@@ -118,6 +119,7 @@ struct relay {
 	uint64_t acked_seq_seen;
 	uint64_t redis_fail_seq; /* Redis counts as recovered once this seq is acknowledged */
 	bool redis_fatal;        /* Redis state no retry can fix (sink_error_is_fatal) */
+	bool redis_noperm;       /* ... and it was an ACL refusal: a setup error (exit 5) */
 	uint64_t rejected_seen;  /* sink's rejected count already logged */
 	int64_t rejected_log_us; /* when it was last logged (one line per stats interval) */
 	int64_t last_status_us;
@@ -128,6 +130,8 @@ struct relay {
 	bool pg_down, redis_down, standby;
 
 	int64_t last_stats_us;
+	int64_t memory_poll_us;  /* when INFO memory was last asked for */
+	char policy_warned[32];  /* the volatile-* policy last warned about */
 	uint64_t last_stats_published;
 	char last_notice[512]; /* the server notice logged last, and when */
 	int64_t last_notice_us;
@@ -533,6 +537,8 @@ static enum redis_err_kind err_kind(enum sink_error_kind k)
 	case SINK_ERR_FOREIGN:
 	case SINK_ERR_LOST:
 		return RERR_STATE;
+	case SINK_ERR_NOPERM:
+		return RERR_OTHER;
 	case SINK_ERR_IO:
 	case SINK_ERR_NONE:
 		return RERR_IO;
@@ -550,6 +556,7 @@ static void redis_lost(struct relay *r, const char *why)
 	if (sink_error_is_fatal(sink_redis_errkind(r->sink))) {
 		log_error("Redis: %s", why);
 		r->redis_fatal = true;
+		r->redis_noperm = sink_redis_errkind(r->sink) == SINK_ERR_NOPERM;
 		sink_redis_disconnect(r->sink);
 		return;
 	}
@@ -783,7 +790,18 @@ static int try_redis(struct relay *r)
 
 	redis_target_describe(&r->cf->redis, where, sizeof(where));
 	switch (st) {
-	case SINK_OK:
+	case SINK_OK: {
+		const char *policy = sink_redis_maxmemory_policy(r->sink);
+
+		if (strncmp(policy, "volatile-", 9) == 0 && strcmp(policy, r->policy_warned) != 0) {
+			log_warn("Redis at %s has maxmemory-policy %s: the relay's dedup keys have a TTL "
+				 "and are evicted first under memory pressure, so a duplicate could slip "
+				 "through; set maxmemory-policy noeviction",
+				 where, policy);
+			snprintf(r->policy_warned, sizeof(r->policy_warned), "%s", policy);
+		}
+		r->memory_poll_us = 0; /* read used_memory soon */
+	}
 		if (!r->redis_down)
 			log_info("connected to Redis at %s", where);
 		else if (sink_redis_inflight_events(r->sink) == 0)
@@ -838,6 +856,15 @@ static void publish_gauges(struct relay *r, int64_t now, bool stopping)
 	gauge(&m->received_lsn, r->received);
 	gauge(&m->server_wal_end, r->server_wal_end);
 	gauge(&m->redis_reconnects, ss->reconnects);
+	{
+		uint64_t used = 0, max = 0;
+
+		if (sink_redis_memory(r->sink, &used, &max)) {
+			gauge(&m->redis_used_memory, used);
+			gauge(&m->redis_maxmemory, max);
+			atomic_store_explicit(&m->redis_memory_known, true, memory_order_relaxed);
+		}
+	}
 }
 
 static void log_stats(struct relay *r, int64_t now)
@@ -978,8 +1005,9 @@ int relay_run(const struct relay_config *cf)
 		int code;
 
 		if (r.redis_fatal) {
-			rc = EXIT_REDIS_STATE;
-			final_reason = "Redis state contradicts this relay";
+			rc = r.redis_noperm ? EXIT_REDIS_SETUP : EXIT_REDIS_STATE;
+			final_reason = r.redis_noperm ? "the Redis ACL user lacks a permission"
+						      : "Redis state contradicts this relay";
 			break;
 		}
 		if (stop_requested && !stopping) {
@@ -1109,6 +1137,10 @@ int relay_run(const struct relay_config *cf)
 		}
 		if (now - r.last_stats_us >= STATS_INTERVAL_US)
 			log_stats(&r, now);
+		if (sink_redis_connected(r.sink) && now - r.memory_poll_us >= MEMORY_POLL_US) {
+			sink_redis_poll_memory(r.sink);
+			r.memory_poll_us = now;
+		}
 		{
 			/* What the server warns about (one line; the same text at most
 			 * once per stats interval). */

@@ -163,6 +163,7 @@ struct u64q {
 
 #define WAIT_MARK UINT64_MAX          /* the reply answers WAIT / WAITAOF */
 #define ASKING_MARK (UINT64_MAX - 1)  /* the reply answers ASKING */
+#define INFO_MARK (UINT64_MAX - 2)    /* the reply answers INFO memory */
 
 /* One connection: the single server, or one cluster master. */
 struct node {
@@ -181,6 +182,10 @@ struct node {
 	bool w_wants_read;   /* TLS: the blocked write waits for the socket to be readable */
 	bool r_wants_write;  /* TLS: a read waits for the socket to be writable */
 	int64_t wait_since_us;
+	bool info_due;       /* stage INFO memory with the next write */
+	bool info_sent;      /* its reply is still to come */
+	bool mem_known;      /* used_memory and maxmemory were read */
+	uint64_t used_memory, maxmemory;
 };
 
 struct strset {
@@ -215,6 +220,7 @@ struct sink_redis {
 	bool use_functions;
 	char sha[41]; /* EVALSHA digest when functions are unavailable */
 	bool wait_mode; /* --wait-replicas or --wait-aof */
+	char policy[32]; /* maxmemory-policy of the node connected last ("" unknown) */
 
 	struct node nodes[MAX_NODES];
 	int nnodes;
@@ -660,6 +666,7 @@ static void node_close(struct node *n)
 	n->wblocked = false;
 	n->ssl = NULL;
 	n->w_wants_read = n->r_wants_write = false;
+	n->info_due = n->info_sent = n->mem_known = false;
 }
 
 /* "host:port" or the unix socket path, for messages. */
@@ -731,9 +738,58 @@ size_t sink_redis_event_size(const struct event *ev)
 	return n;
 }
 
+/*
+ * An ACL refusal: "NOPERM ..." for a command the relay sends, "ERR The user
+ * executing the script can't ..." for one the function or script sends.
+ */
+static bool noperm_reply(const char *msg)
+{
+	return strncmp(msg, "NOPERM", 6) == 0 || strstr(msg, "user executing the script can't");
+}
+
+/*
+ * One line for an ACL refusal of what: the permission to grant, from the
+ * reply's "'wait' command" when it names one, else fix (NULL: say which keys).
+ */
+static void noperm_message(struct sink_redis *s, const char *what, const char *fix,
+			   const char *msg)
+{
+	const char *q = strchr(msg, '\'');
+	const char *e = q ? strchr(q + 1, '\'') : NULL;
+	char perm[64];
+
+	s->errkind = SINK_ERR_NOPERM;
+	if (strncmp(msg, "NOPERM", 6) != 0 || !strstr(msg, "command"))
+		fix = NULL; /* a key, or a command the function sends */
+	if (q && e && e > q + 1 && (size_t)(e - q - 1) < sizeof(perm)) {
+		snprintf(perm, sizeof(perm), "%.*s", (int)(e - q - 1), q + 1);
+		fix = perm;
+	}
+	if (fix)
+		snprintf(s->errmsg, sizeof(s->errmsg),
+			 "%s refused by the Redis ACL (%s): grant +%s to the relay's Redis user "
+			 "(see deploy/redis/users.acl)",
+			 what, msg, fix);
+	else
+		snprintf(s->errmsg, sizeof(s->errmsg),
+			 "%s refused by the Redis ACL (%s): grant the relay's Redis user the commands "
+			 "and key patterns of deploy/redis/users.acl (~outbox:* ~outbox-relay:*, or "
+			 "your --key-prefix and stream names)",
+			 what, msg);
+}
+
+/* An ACL refusal of a key (not of a command): fixed per stream, like WRONGTYPE. */
+static bool key_refusal(const char *msg)
+{
+	return noperm_reply(msg) && strstr(msg, "access") && strstr(msg, "key");
+}
+
 /* Classify an error reply by its first word. */
 static enum sink_error_kind classify_reply_error(const char *msg)
 {
+	if (noperm_reply(msg))
+		return key_refusal(msg) ? SINK_ERR_OTHER : SINK_ERR_NOPERM;
+
 	static const struct {
 		const char *prefix;
 		enum sink_error_kind kind;
@@ -772,6 +828,8 @@ static bool node_wants_write(const struct node *n)
 	if (!n->c)
 		return false;
 	if (n->r_wants_write)
+		return true;
+	if (n->info_due && !n->w_wants_read && n->wsent == n->wbuf.len)
 		return true;
 	if (n->w_wants_read)
 		return false; /* POLLIN wakes the blocked TLS write */
@@ -880,10 +938,13 @@ static redisReply *setup_command(struct sink_redis *s, struct node *n, enum sink
 	}
 	if (r->type == REDIS_REPLY_ERROR) {
 		*status = permanent_error(r->str) ? SINK_FATAL : SINK_RETRY;
+		if (noperm_reply(r->str)) {
+			*status = SINK_FATAL;
+			noperm_message(s, what, NULL, r->str);
+			return r;
+		}
 		snprintf(s->errmsg, sizeof(s->errmsg), "%s failed: %s%s", what, r->str,
-			 strncmp(r->str, "NOPERM", 6) == 0
-				 ? " (the Redis ACL user lacks a permission: see deploy/redis/users.acl)"
-			 : *status == SINK_FATAL
+			 *status == SINK_FATAL
 				 ? " (check the user and password in --redis-url or --redis-password-file)"
 				 : "");
 		return r;
@@ -1030,15 +1091,21 @@ static enum sink_status check_server(struct sink_redis *s, struct node *n)
 		return SINK_FATAL;
 	}
 	/*
-	 * An error here (e.g. ACL without COMMAND) or an unreadable answer is not
-	 * a verdict: carry on; a missing command then fails where it is used.
+	 * Another error here or an unreadable answer is not a verdict: carry on;
+	 * a missing command then fails where it is used. An ACL refusal is.
 	 */
 	freeReplyObject(r);
+	if (st == SINK_FATAL)
+		return st;
 	if (want_aof) {
 		const char *iv[] = {"INFO", "persistence"};
 		redisReply *info = setup_command(s, n, &st, "INFO", 2, iv);
 		char on[8] = "";
 
+		if (st == SINK_FATAL) {
+			freeReplyObject(info);
+			return st;
+		}
 		if (info && info->type == REDIS_REPLY_STRING)
 			redis_info_field(info->str, "aof_enabled:", on, sizeof(on));
 		freeReplyObject(info);
@@ -1051,6 +1118,54 @@ static enum sink_status check_server(struct sink_redis *s, struct node *n)
 				 node_addr(n, a, sizeof(a)));
 			return SINK_FATAL;
 		}
+	}
+	return SINK_OK;
+}
+
+/* used_memory and maxmemory from an INFO memory reply into n. */
+static void read_memory(struct node *n, const char *info)
+{
+	char used[32], max[32];
+
+	redis_info_field(info, "used_memory:", used, sizeof(used));
+	redis_info_field(info, "maxmemory:", max, sizeof(max));
+	if (!used[0] || !max[0])
+		return;
+	n->used_memory = strtoull(used, NULL, 10);
+	n->maxmemory = strtoull(max, NULL, 10);
+	n->mem_known = true;
+}
+
+/*
+ * maxmemory-policy: allkeys-* may evict the streams, the watermarks and the
+ * dedup keys, so the relay refuses it unless --allow-eviction. INFO memory
+ * needs no CONFIG permission. A server that does not answer is not refused.
+ */
+static enum sink_status check_memory(struct sink_redis *s, struct node *n)
+{
+	const char *iv[] = {"INFO", "memory"};
+	enum sink_status st = SINK_OK;
+	redisReply *info = setup_command(s, n, &st, "INFO memory", 2, iv);
+	char a[300];
+
+	if (st == SINK_FATAL) {
+		freeReplyObject(info);
+		return st;
+	}
+	if (!info || info->type != REDIS_REPLY_STRING) {
+		freeReplyObject(info);
+		return SINK_OK;
+	}
+	redis_info_field(info->str, "maxmemory_policy:", s->policy, sizeof(s->policy));
+	read_memory(n, info->str);
+	freeReplyObject(info);
+	if (strncmp(s->policy, "allkeys-", 8) == 0 && !s->cf->allow_eviction) {
+		snprintf(s->errmsg, sizeof(s->errmsg),
+			 "maxmemory-policy %s (on %s) may evict stream entries, watermarks and "
+			 "dedup keys (events lost or published twice); set maxmemory-policy "
+			 "noeviction, or pass --allow-eviction to run anyway",
+			 s->policy, node_addr(n, a, sizeof(a)));
+		return SINK_FATAL;
 	}
 	return SINK_OK;
 }
@@ -1125,6 +1240,9 @@ static enum sink_status node_connect(struct sink_redis *s, struct node *n)
 			goto fail;
 	}
 	st = check_server(s, n);
+	if (st != SINK_OK)
+		goto fail;
+	st = check_memory(s, n);
 	if (st != SINK_OK)
 		goto fail;
 	st = load_function(s, n);
@@ -1749,7 +1867,17 @@ static bool handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 	}
 	what = u64q_pop(&n->waitq);
 	n->wait_since_us = time_mono_us();
+	if (what == INFO_MARK) {
+		n->info_sent = false;
+		if (r->type == REDIS_REPLY_STRING)
+			read_memory(n, r->str);
+		return true; /* only for the metrics: an error changes nothing */
+	}
 	if (what == ASKING_MARK) {
+		if (r->type == REDIS_REPLY_ERROR && noperm_reply(r->str)) {
+			noperm_message(s, "ASKING", "asking", r->str);
+			return false;
+		}
 		if (r->type == REDIS_REPLY_ERROR) {
 			snprintf(s->errmsg, sizeof(s->errmsg), "ASKING failed: %s", r->str);
 			s->errkind = SINK_ERR_CLUSTER;
@@ -1761,6 +1889,11 @@ static bool handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 		bool aof = s->cf->wait_aof && strcmp(s->cf->wait_aof, "none") != 0;
 		long long want = aof ? 1 : s->cf->wait_replicas, got = -1, got_repl = -1;
 
+		if (r->type == REDIS_REPLY_ERROR && noperm_reply(r->str)) {
+			/* Not a shortfall: no retry gets past the ACL. */
+			noperm_message(s, aof ? "WAITAOF" : "WAIT", aof ? "waitaof" : "wait", r->str);
+			return false;
+		}
 		if (r->type == REDIS_REPLY_INTEGER)
 			got = r->integer;
 		else if (r->type == REDIS_REPLY_ARRAY && r->elements == 2) {
@@ -1812,6 +1945,16 @@ static bool handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 		s->errkind = classify_reply_error(r->str);
 		if (s->errkind == SINK_ERR_ORDER)
 			return refused_behind(s, e, r->str);
+		if (s->errkind == SINK_ERR_NOPERM) {
+			noperm_message(s, kind_name(e->kind),
+				       e->kind == Q_GROUP    ? "xgroup|create"
+				       : e->kind == Q_RECORD ? "set"
+				       : e->kind == Q_GETREC ? "get"
+				       : s->use_functions    ? "fcall"
+							     : "evalsha",
+				       r->str);
+			return false;
+		}
 		if (s->errkind == SINK_ERR_FOREIGN)
 			snprintf(s->errmsg, sizeof(s->errmsg),
 				 "%s refused: the watermark %s, not to this database (%s): another "
@@ -1821,6 +1964,12 @@ static bool handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 				 "\"%s:wm:*\" keys)",
 				 kind_name(e->kind), r->str + strlen("OUTBOX_FOREIGN "), s->owner,
 				 s->cf->key_prefix);
+		else if (key_refusal(r->str))
+			snprintf(s->errmsg, sizeof(s->errmsg),
+				 "%s failed: %s (the relay's Redis user may not access this stream's "
+				 "keys: add their pattern to its ACL, see deploy/redis/users.acl; the "
+				 "relay retries until then)",
+				 kind_name(e->kind), r->str);
 		else if (s->errkind == SINK_ERR_WRONGTYPE)
 			snprintf(s->errmsg, sizeof(s->errmsg),
 				 "%s failed: %s (a watermark, dedup or dead-letter key the relay writes "
@@ -1900,6 +2049,15 @@ static bool stage(struct sink_redis *s, struct node *n)
 			return false;
 		n->staged_publish = false;
 	}
+	if (n->info_due) {
+		static const char info[] = "*2\r\n$4\r\nINFO\r\n$6\r\nmemory\r\n";
+
+		buf_append(&n->wbuf, info, sizeof(info) - 1);
+		if (!u64q_push(&n->waitq, INFO_MARK))
+			return false;
+		n->info_due = false;
+		n->info_sent = true;
+	}
 	return !n->wbuf.failed;
 }
 
@@ -1911,7 +2069,7 @@ static bool node_write(struct sink_redis *s, struct node *n)
 		if (n->wsent == n->wbuf.len) {
 			bool was_idle = n->waitq.len == 0;
 
-			if (n->sendq.len == 0)
+			if (n->sendq.len == 0 && !n->info_due)
 				return true;
 			if (!stage(s, n)) {
 				snprintf(s->errmsg, sizeof(s->errmsg), "out of memory");
@@ -2031,6 +2189,44 @@ bool sink_redis_io(struct sink_redis *s, const struct pollfd *pfd, int npfd)
 			return false;
 	advance_head(s);
 	return true;
+}
+
+void sink_redis_poll_memory(struct sink_redis *s)
+{
+	for (int i = 0; i < s->nnodes; i++) {
+		struct node *n = &s->nodes[i];
+
+		if (n->c && !n->info_sent)
+			n->info_due = true;
+	}
+}
+
+bool sink_redis_memory(const struct sink_redis *s, uint64_t *used, uint64_t *max)
+{
+	double best = 0;
+	bool found = false;
+
+	/* The node closest to its maxmemory; one without a limit scores -1. */
+	for (int i = 0; i < s->nnodes; i++) {
+		const struct node *n = &s->nodes[i];
+		double score;
+
+		if (!n->c || !n->mem_known)
+			continue;
+		score = n->maxmemory ? (double)n->used_memory / (double)n->maxmemory : -1.0;
+		if (!found || score > best || (score == best && n->used_memory > *used)) {
+			*used = n->used_memory;
+			*max = n->maxmemory;
+			best = score;
+			found = true;
+		}
+	}
+	return found;
+}
+
+const char *sink_redis_maxmemory_policy(const struct sink_redis *s)
+{
+	return s->policy;
 }
 
 bool sink_redis_check_stall(struct sink_redis *s, int64_t now_us)

@@ -41,13 +41,14 @@ enum sink_error_kind {
 	SINK_ERR_WAIT,      /* WAIT/WAITAOF fell short: nothing counted, everything sent again */
 	SINK_ERR_ORDER,     /* a call ran while an earlier one for its stream had not: resent in order */
 	SINK_ERR_FOREIGN,   /* the watermark belongs to another database: permanent */
-	SINK_ERR_LOST       /* Redis lost writes it had acknowledged: permanent */
+	SINK_ERR_LOST,      /* Redis lost writes it had acknowledged: permanent */
+	SINK_ERR_NOPERM     /* the ACL user may not run a command: permanent (configuration) */
 };
 
 /* Failures no retry can fix: the relay stops (see relay.c). */
 static inline bool sink_error_is_fatal(enum sink_error_kind k)
 {
-	return k == SINK_ERR_FOREIGN || k == SINK_ERR_LOST;
+	return k == SINK_ERR_FOREIGN || k == SINK_ERR_LOST || k == SINK_ERR_NOPERM;
 }
 
 struct sink_stats {
@@ -128,6 +129,17 @@ const struct sink_stats *sink_redis_stats(const struct sink_redis *s);
 
 const char *sink_redis_errmsg(const struct sink_redis *s);
 enum sink_error_kind sink_redis_errkind(const struct sink_redis *s);
+
+/*
+ * Ask every connected node for INFO memory with its next write (a no-op for a
+ * node whose answer is still to come). sink_redis_memory then gives
+ * used_memory and maxmemory of the node closest to its maxmemory; false
+ * while no node has answered. maxmemory 0 means no limit.
+ */
+void sink_redis_poll_memory(struct sink_redis *s);
+bool sink_redis_memory(const struct sink_redis *s, uint64_t *used, uint64_t *max);
+/* maxmemory-policy read at the last connect ("" when INFO did not say). */
+const char *sink_redis_maxmemory_policy(const struct sink_redis *s);
 
 /* Bytes the publish command for ev would take (to enforce --max-event-bytes). */
 size_t sink_redis_event_size(const struct event *ev);

@@ -6,6 +6,8 @@
 # another consumer left pending are claimed (--claim-idle); a consumer's own
 # pending entries are read first; --create-group; invalid JSON stays a
 # string; SIGTERM ends a blocked read at once; a Redis restart is survived.
+# --stream-pattern 'outbox:*' skips the dead-letter stream (outbox:dead-letter,
+# --dead-letter-stream) and says so once; --include-dead-letter reads it.
 . "$(dirname "$0")/lib.sh"
 setup_tmp
 CONSUME_BIN=${CONSUME_BIN:-$(dirname "$RELAY_BIN")/../outbox-consume/outbox-consume}
@@ -53,6 +55,10 @@ ids_of() { python3 -c 'import json,sys; [print(json.loads(l)["id"]) for l in ope
 pending_total() {
 	local s n=0
 	for s in $(rx streams 'outbox:*'); do
+		# the dead-letter stream has the group only once --include-dead-letter read it
+		if [ "$s" = outbox:dead-letter ] && ! redis_cli XINFO GROUPS "$s" | grep -qx workers; then
+			continue
+		fi
 		n=$((n + $(redis_cli XPENDING "$s" workers | head_n 1)))
 	done
 	echo "$n"
@@ -121,10 +127,14 @@ assert_contains "$(tail -n 1 "$T/nogroup.err")" "pass --create-group" "missing g
 emit order 1 40
 emit customer 1 25
 emit invoice 1 15
+psql_q "SELECT pg_logical_emit_message(true, 'outbox', 'this is not json')" >/dev/null
 relay_drain --group workers
+assert_eq 1 "$(xlen outbox:dead-letter)" "the non-JSON message went to outbox:dead-letter"
 consume all --stream-pattern 'outbox:*' --group workers --consumer c-all --count 80 --block 1000
 assert_eq 0 "$RC" "--count 80: exit code"
 assert_eq 80 "$(wc -l <"$T/all.out")" "--count 80: lines printed"
+assert_not_contains "$(cat "$T/all.out")" '"stream":"outbox:dead-letter"' "--stream-pattern 'outbox:*' printed no dead letter"
+assert_eq 1 "$(grep -c 'not reading the dead-letter stream "outbox:dead-letter"' "$T/all.err")" "the consumer says once that it skips the dead-letter stream"
 check_lines "$T/all.out"
 psql_q "SELECT id FROM outbox" | sort >"$T/exp.all"
 ids_of "$T/all.out" | sort >"$T/got.all"
@@ -145,6 +155,11 @@ for l in open(sys.argv[1]):
     last[e["stream"]] = (ms, seq)
 PY
 ok "entries of each stream printed in stream order"
+# The dead letter only with --include-dead-letter.
+consume dl --stream-pattern 'outbox:*' --group workers --consumer c-dl --create-group --include-dead-letter --count 1 --block 1000
+assert_eq 0 "$RC" "--include-dead-letter: exit code"
+assert_contains "$(cat "$T/dl.out")" '"stream":"outbox:dead-letter"' "--include-dead-letter printed the dead letter"
+assert_eq 0 "$(pending_total)" "nothing pending after the dead letter was read"
 
 # ---------------------------------------------------------------------------
 # --count is exact over several streams: nothing extra left pending

@@ -13,6 +13,10 @@
 #      once its placeholders are replaced, and refuses to load before.
 #  (c) a wrong Redis password is exit code 5 with a one-line message that does
 #      not contain the password (in the URL or in --redis-password-file).
+#  (d) the shipped outbox-relay user in the other modes: single node with
+#      --wait-replicas 1 against a primary + replica (WAIT, INFO) and Redis
+#      Cluster (CLUSTER SLOTS), each exactly once; without +wait the relay
+#      exits 5 with one line naming WAIT and +wait instead of retrying forever.
 RELAY_TIMEOUT=${RELAY_TIMEOUT:-60}
 . "$(dirname "$0")/lib.sh"
 ROOT=$(cd "$TESTS_DIR/.." && pwd)
@@ -193,12 +197,13 @@ assert_contains "$(rcli_cons XAUTOCLAIM outbox:order g1 c2 0 0-0 COUNT 1)" "0-0"
 # The real consumer, as that user: reads every event once through a new group.
 CONSUME_BIN=${CONSUME_BIN:-$(dirname "$RELAY_BIN")/../outbox-consume/outbox-consume}
 if [ -x "$CONSUME_BIN" ]; then
-	n=$(($(wc -l <"$T/expected") + $(xlen outbox:dead-letter)))
+	n=$(wc -l <"$T/expected") # --stream-pattern skips outbox:dead-letter
 	timeout 60 "$CONSUME_BIN" --redis-url "unix://outbox-consume:@$REDIS_SOCK" \
 		--redis-password-file <(printf '%s\n' "$conspw") --stream-pattern 'outbox:*' \
 		--group g3 --create-group --count "$n" --block 1000 >"$T/consumed.jsonl" 2>"$T/consume.log" ||
 		fail "outbox-consume as outbox-consume exited with $? ($(tail -n 3 "$T/consume.log"))"
 	assert_eq "$n" "$(wc -l <"$T/consumed.jsonl")" "outbox-consume (ACL user) printed $n entries"
+	assert_not_contains "$(cat "$T/consumed.jsonl")" '"stream":"outbox:dead-letter"' "outbox-consume skipped the dead-letter stream"
 	python3 -c '
 import json, sys
 for line in open(sys.argv[1]):
@@ -231,6 +236,53 @@ relay_run --slot roles_slot --pg-password-file "$T/pg-password" --redis-password
 assert_eq 5 "$RELAY_RC" "wrong Redis password in --redis-password-file: exit code"
 assert_not_contains "$(cat "$RELAY_LOG")" "$badpw" "the wrong Redis password (file) is not logged"
 assert_eq 1 "$(grep -c 'WRONGPASS' "$RELAY_LOG")" "exactly one log line carries the WRONGPASS error"
+
+# ---------------------------------------------------------------------------
+# (d) the relay user with --wait-replicas and in Redis Cluster
+# ---------------------------------------------------------------------------
+# acl_relay_user PORT: the shipped outbox-relay line of users.acl as ACL SETUSER on PORT.
+acl_relay_user() {
+	local -a words
+	read -r -a words < <(grep '^user outbox-relay ' "$T/users.acl")
+	assert_eq OK "$(rcli "$1" ACL SETUSER "${words[@]:1}")" "ACL SETUSER outbox-relay on $1"
+}
+
+replica_pair_start
+acl_relay_user "$PRIMARY_PORT"
+RELAY_REDIS="redis://outbox-relay:@127.0.0.1:$PRIMARY_PORT"
+relay_drain --slot roles_pair --pg-password-file "$T/pg-password" --redis-password-file "$T/redis-password"
+: >"$T/expected"
+emit 10 order
+emit 5 invoice
+relay_drain --slot roles_pair --pg-password-file "$T/pg-password" --redis-password-file "$T/redis-password" \
+	--wait-replicas 1 --wait-timeout 2s
+assert_not_contains "$(cat "$RELAY_LOG")" "NOPERM" "no NOPERM in the relay log (--wait-replicas 1)"
+$RX "127.0.0.1:$PRIMARY_PORT" ids 'outbox:*' outbox:dead-letter >"$T/got.pair" || fail "could not read the primary's streams"
+ids_exactly_once "$T/expected" "$T/got.pair" "primary, --wait-replicas 1, ACL user"
+
+# Without +wait: a configuration error, not a WAIT that fell short.
+assert_eq OK "$(rcli "$PRIMARY_PORT" ACL SETUSER outbox-relay -wait)" "ACL SETUSER outbox-relay -wait"
+emit 3 order
+RELAY_TIMEOUT=30 relay_run --slot roles_pair --pg-password-file "$T/pg-password" \
+	--redis-password-file "$T/redis-password" --wait-replicas 1 --wait-timeout 2s --retry-max 1s || true
+assert_eq 5 "$RELAY_RC" "ACL user without +wait, --wait-replicas 1: exit code"
+assert_eq 1 "$(grep -c 'NOPERM' "$RELAY_LOG")" "one log line carries the NOPERM error"
+line=$(grep 'NOPERM' "$RELAY_LOG")
+assert_contains "$line" "WAIT refused by the Redis ACL" "the NOPERM line names WAIT"
+assert_contains "$line" "grant +wait" "the NOPERM line names the fix (+wait)"
+assert_contains "$line" "deploy/redis/users.acl" "the NOPERM line names users.acl"
+
+cluster_start 3 0
+for p in $CLUSTER_MASTER_PORTS; do acl_relay_user "$p"; done
+RELAY_REDIS=$(sed 's|^redis-cluster://|redis-cluster://outbox-relay:@|' <<<"$CLUSTER_URL")
+relay_drain --slot roles_cluster --pg-password-file "$T/pg-password" --redis-password-file "$T/redis-password"
+: >"$T/expected"
+emit 20 order
+emit 10 invoice
+emit 10 customer
+relay_drain --slot roles_cluster --pg-password-file "$T/pg-password" --redis-password-file "$T/redis-password"
+assert_not_contains "$(cat "$RELAY_LOG")" "NOPERM" "no NOPERM in the relay log (Redis Cluster)"
+cluster_ids_exactly_once "$T/expected"
 
 # No relay log ever contained a real password either.
 all_logs=$(cat "$T"/relay.*.log)
