@@ -37,7 +37,8 @@ RELAY_DSN=$PG_DSN
 RELAY_REDIS=$REDIS_URL
 # shellcheck disable=SC2034 # RELAY_ARGS is read by lib.sh
 _relay_args() {
-	RELAY_ARGS=(--pg-dsn "$RELAY_DSN" --redis-url "$RELAY_REDIS" --log-level "$RELAY_LOG_LEVEL")
+	RELAY_ARGS=(--pg-dsn "$RELAY_DSN" --redis-url "$RELAY_REDIS" --log-level "$RELAY_LOG_LEVEL"
+		--http-addr "") # parallel tests would otherwise share :9187
 }
 
 # emit N TYPE: N events through outbox_emit() in one transaction, ids to $T/expected.
