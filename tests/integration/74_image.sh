@@ -13,7 +13,8 @@
 # Then deploy/compose/postgres-entrypoint.sh initializes a host PostgreSQL
 # cluster (its server-setting check included) and the image's relay streams
 # from it as outbox_relay, by SCRAM password over TCP, with the password file
-# mounted read-only as a secret would be.
+# mounted read-only as a secret would be, and (when the image has hiredis_ssl)
+# to Redis over rediss:// with the CA file mounted the same way.
 . "$(dirname "$0")/lib.sh"
 
 IMAGE=${OUTBOX_IMAGE:-}
@@ -42,7 +43,23 @@ PGPORT=$(free_tcp_port)
 pg_start listen_addresses=127.0.0.1
 load_schema
 RPORT=$(free_tcp_port)
-redis_start --port "$RPORT" --bind 127.0.0.1
+# An image built with hiredis_ssl (deploy/Dockerfile) also gets rediss://: the
+# second relay below talks TLS to the same server's TLS port.
+version=$(pm run --rm --network host "$IMAGE" --version)
+log "image: $(tr '\n' ';' <<<"$version")"
+TLS_ARGS=()
+case "$version" in
+*"Redis TLS: yes"*)
+	TLS=$T/tls
+	tls_ca "$TLS" ca "outbox-relay test CA"
+	tls_cert "$TLS" server ca localhost "DNS:localhost,IP:127.0.0.1" serverAuth
+	TPORT=$(free_tcp_port)
+	TLS_ARGS=(--tls-port "$TPORT" --tls-cert-file "$TLS/server.crt" --tls-key-file "$TLS/server.key"
+		--tls-ca-cert-file "$TLS/ca.crt" --tls-auth-clients no)
+	;;
+*) log "the image has no Redis TLS: rediss:// not tested" ;;
+esac
+redis_start --port "$RPORT" --bind 127.0.0.1 ${TLS_ARGS[@]+"${TLS_ARGS[@]}"}
 HPORT=$(free_tcp_port)
 assert_eq PONG "$(redis-cli -h 127.0.0.1 -p "$RPORT" ping)" "Redis answers on 127.0.0.1:$RPORT"
 
@@ -130,15 +147,22 @@ fi
 
 # A fresh Redis keyspace: another cluster, the same slot name.
 redis_cli FLUSHALL >/dev/null
+R2URL=redis://127.0.0.1:$RPORT
+REDIS2=(-e OUTBOX_RELAY_REDIS_URL="$R2URL")
+if [ ${#TLS_ARGS[@]} -gt 0 ]; then
+	R2URL=rediss://127.0.0.1:$TPORT # the TLS port only: arriving events went over TLS
+	REDIS2=(-v "$TLS/ca.crt:/run/secrets/redis-ca.crt:ro" -e OUTBOX_RELAY_REDIS_URL="$R2URL"
+		-e OUTBOX_RELAY_REDIS_TLS_CA_FILE=/run/secrets/redis-ca.crt)
+fi
 pm run -d --name "$NAME2" "${RUN_OPTS[@]}" \
 	-v "$T/ep-password:/run/secrets/pg_relay_password:ro" \
 	-e OUTBOX_RELAY_PG_DSN="host=127.0.0.1 port=$EPPORT dbname=app user=outbox_relay" \
 	-e OUTBOX_RELAY_PG_PASSWORD_FILE=/run/secrets/pg_relay_password \
-	-e OUTBOX_RELAY_REDIS_URL="redis://127.0.0.1:$RPORT" \
+	"${REDIS2[@]}" \
 	-e OUTBOX_RELAY_HTTP_ADDR="127.0.0.1:$HPORT" \
 	"$IMAGE" >/dev/null || fail "podman run (entrypoint cluster) failed"
 wait_for '[ "$(readyz)" = 200 ]' 60 || fail "/readyz never 200 against the entrypoint cluster: $(container_log "$NAME2")"
-ok "relay as outbox_relay (SCRAM over TCP, password file) is ready"
+ok "relay as outbox_relay (SCRAM over TCP, password file), Redis $R2URL, is ready"
 runuser -u postgres -- psql -X -A -t -q -h /var/run/postgresql -p "$EPPORT" -d app \
 	-c "SELECT outbox_emit('order', 'e-' || i, 'created', '{}') FROM generate_series(1, 20) i" >/dev/null
 runuser -u postgres -- psql -X -A -t -q -h /var/run/postgresql -p "$EPPORT" -d app -c "SELECT id FROM outbox" >"$T/ep-expected"
