@@ -71,7 +71,7 @@ if ! podman image exists localhost/debian:12; then
 		say "debootstrap done in $(($(date +%s) - t0)) s"
 	fi
 	say "podman import $ROOTFS as localhost/debian:12"
-	tar -C "$ROOTFS" --exclude="./$MARKER" -c . | podman import - localhost/debian:12 >/dev/null ||
+	tar -C "$ROOTFS" --exclude="./$MARKER" -c . | podman import -q - localhost/debian:12 >/dev/null ||
 		unavailable "podman import failed"
 fi
 # The names the Dockerfile's FROM lines (debian:12, debian:12-slim) resolve to
