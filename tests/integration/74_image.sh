@@ -131,9 +131,12 @@ chmod 644 "$T/ep-password"
 log "postgres-entrypoint.sh on 127.0.0.1:$EPPORT"
 # Its psql uses the default socket directory (/var/run/postgresql), as in the
 # compose image; only the port is private to this test.
+# A copy in $T: the postgres user may not reach the checkout (a CI clone in a
+# 0700 temp dir).
+install -m 755 "$ROOT/deploy/compose/postgres-entrypoint.sh" "$T/ep-entrypoint.sh"
 runuser -u postgres -- env PATH="$PG_BINDIR:$PATH" PGDATA="$T/ep-pg" PGPORT="$EPPORT" \
 	POSTGRES_DB=app PG_RELAY_PASSWORD_FILE="$T/ep-password" INITDB_DIR="$T/ep-init" \
-	"$ROOT/deploy/compose/postgres-entrypoint.sh" >"$T/ep.log" 2>&1 &
+	"$T/ep-entrypoint.sh" >"$T/ep.log" 2>&1 &
 wait_for "pg_isready -q -h 127.0.0.1 -p $EPPORT" 90 || fail "entrypoint PostgreSQL not ready: $(tail -n 20 "$T/ep.log")"
 assert_contains "$(cat "$T/ep.log")" "outbox_relay password set" "entrypoint set the password from the file"
 epq() { PGPASSWORD=ep-secret-$$ psql -X -A -t -q -h 127.0.0.1 -p "$EPPORT" -U outbox_relay -d app -c "$1"; }
