@@ -6,6 +6,7 @@
 #include "buf.h"
 
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 /* Seconds between 1970-01-01 and 2000-01-01, the PostgreSQL epoch. */
@@ -155,4 +156,15 @@ bool time_parse_pg(const char *s, size_t len, int64_t *ret_unix_us)
 	t -= sign * (oh * 3600 + om * 60);
 	*ret_unix_us = t * 1000000 + frac;
 	return true;
+}
+
+const char *time_format_iso(int64_t us, char *buf, size_t len)
+{
+	time_t sec = (time_t)(us / 1000000);
+	struct tm tm;
+
+	if (us <= 0 || !gmtime_r(&sec, &tm) || strftime(buf, len, "%Y-%m-%dT%H:%M:%S", &tm) == 0)
+		return NULL;
+	snprintf(buf + strlen(buf), len - strlen(buf), ".%06dZ", (int)(us % 1000000));
+	return buf;
 }

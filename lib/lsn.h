@@ -38,6 +38,8 @@ int64_t time_unix_to_pg(int64_t unix_us);
  * (or "+05:30", "-08") into Unix microseconds. False on anything else.
  */
 bool time_parse_pg(const char *s, size_t len, int64_t *ret_unix_us);
+/* Unix microseconds as "2026-11-24T12:00:00.123456Z" into buf; NULL for us <= 0. */
+const char *time_format_iso(int64_t us, char *buf, size_t len);
 
 /* Big-endian helpers for the replication protocol. */
 void put_be64(unsigned char *p, uint64_t v);

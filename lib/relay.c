@@ -33,7 +33,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "buf.h"
@@ -73,11 +72,6 @@ struct mark {
 	lsn_t lsn;
 	lsn_t commit_lsn;  /* the last commit with events up to here, 0 none */
 	int64_t commit_us; /* its commit time */
-};
-
-struct backoff {
-	int attempt;
-	int64_t next_us; /* monotonic time of the next attempt */
 };
 
 struct relay {
@@ -149,7 +143,7 @@ static void gauge(_Atomic uint64_t *g, uint64_t v)
 	atomic_store_explicit(g, v, memory_order_relaxed);
 }
 
-static int64_t backoff_next(struct backoff *b, int cap_ms)
+int64_t backoff_next(struct backoff *b, int cap_ms)
 {
 	int64_t delay = RETRY_BASE_MS;
 
@@ -577,16 +571,12 @@ static void redis_lost(struct relay *r, const char *why)
 	sink_redis_disconnect(r->sink);
 }
 
-/* "2026-11-24T12:00:00.123456Z" for Unix microseconds us; "an unknown time" for 0. */
+/* The commit time of the slot record, or words saying it is unknown. */
 static const char *format_us(int64_t us, char *buf, size_t len)
 {
-	time_t sec = (time_t)(us / 1000000);
-	struct tm tm;
+	const char *t = time_format_iso(us, buf, len);
 
-	if (us <= 0 || !gmtime_r(&sec, &tm) || strftime(buf, len, "%Y-%m-%dT%H:%M:%S", &tm) == 0)
-		return "an unknown time";
-	snprintf(buf + strlen(buf), len - strlen(buf), ".%06dZ", (int)(us % 1000000));
-	return buf;
+	return t ? t : "an unknown time";
 }
 
 /*

@@ -5,6 +5,7 @@
 #ifndef RELAY_RELAY_H
 #define RELAY_RELAY_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "config.h"
@@ -28,6 +29,14 @@ int relay_run(const struct relay_config *cf);
  * EXIT_CHECK_PROBLEMS.
  */
 int relay_check_config(const struct relay_config *cf, FILE *out);
+
+/* Exponential backoff with jitter: RETRY_BASE_MS (200 ms) doubling up to a cap. */
+struct backoff {
+	int attempt;
+	int64_t next_us; /* monotonic time of the next attempt */
+};
+/* Schedule the next attempt (b->next_us) and return its delay in ms. */
+int64_t backoff_next(struct backoff *b, int cap_ms);
 
 /* Peak resident set size of this process in KiB (VmHWM), -1 when unknown. */
 long relay_peak_rss_kb(void);

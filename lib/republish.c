@@ -56,8 +56,7 @@ struct republish {
 	int ncols;
 	char *schema, *table; /* the outbox table's real names */
 	uint64_t rows;
-	int64_t next_try_us; /* Redis backoff */
-	int attempt;
+	struct backoff bo; /* Redis reconnects */
 	int64_t last_progress_us;
 	struct buf raw;
 	struct w2j_field *fields;
@@ -269,19 +268,6 @@ static int pg_setup(struct republish *rp)
 	return EXIT_OK;
 }
 
-/* Back off after a Redis failure: 200 ms doubling up to --retry-max, with jitter. */
-static void redis_backoff(struct republish *rp)
-{
-	int64_t delay = 200;
-
-	for (int i = 0; i < rp->attempt && delay < rp->cf->retry_max_ms; i++)
-		delay *= 2;
-	if (delay > rp->cf->retry_max_ms)
-		delay = rp->cf->retry_max_ms;
-	rp->attempt++;
-	rp->next_try_us = time_mono_us() + (delay / 2 + random() % (delay / 2 + 1)) * 1000;
-}
-
 /*
  * Move commands to Redis and replies back for at most timeout_ms; reconnect
  * (with backoff) when the connection failed. Returns an exit code for a
@@ -294,7 +280,7 @@ static int pump(struct republish *rp, int timeout_ms)
 	int n;
 
 	if (!sink_redis_connected(s)) {
-		int64_t wait = rp->next_try_us - time_mono_us();
+		int64_t wait = rp->bo.next_us - time_mono_us();
 		enum sink_status st;
 
 		if (wait > 0) {
@@ -307,12 +293,12 @@ static int pump(struct republish *rp, int timeout_ms)
 			return EXIT_REDIS_SETUP;
 		}
 		if (st != SINK_OK) {
-			if (rp->attempt == 0)
+			if (rp->bo.attempt == 0)
 				log_warn("Redis: %s; retrying with backoff", sink_redis_errmsg(s));
-			redis_backoff(rp);
+			(void)backoff_next(&rp->bo, rp->cf->retry_max_ms);
 			return -1;
 		}
-		if (rp->attempt > 0)
+		if (rp->bo.attempt > 0)
 			log_info("Redis: connected again; unacknowledged events are sent again");
 	}
 	if (sink_redis_want_write(s) && !sink_redis_io(s, NULL, 0))
@@ -325,12 +311,12 @@ static int pump(struct republish *rp, int timeout_ms)
 	if (!sink_redis_io(s, pfd, n) || !sink_redis_check_stall(s, time_mono_us()))
 		goto lost;
 	if (sink_redis_acked_seq(s) > 0)
-		rp->attempt = 0;
+		rp->bo.attempt = 0;
 	return -1;
 lost:
 	log_warn("Redis: %s; reconnecting with backoff", sink_redis_errmsg(s));
 	sink_redis_disconnect(s);
-	redis_backoff(rp);
+	(void)backoff_next(&rp->bo, rp->cf->retry_max_ms);
 	return -1;
 }
 

@@ -24,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <hiredis/hiredis.h>
 #include <libpq-fe.h>
@@ -657,14 +656,7 @@ static int record_section(redisContext *c, const struct relay_config *cf,
 		return EXIT_REDIS_STATE;
 	}
 	freeReplyObject(r);
-	if (rec.commit_us > 0) {
-		time_t sec = (time_t)(rec.commit_us / 1000000);
-		struct tm tm;
-
-		if (gmtime_r(&sec, &tm) && strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm))
-			(void)snprintf(when + strlen(when), sizeof(when) - strlen(when), ".%06dZ",
-			               (int)(rec.commit_us % 1000000));
-	}
+	(void)time_format_iso(rec.commit_us, when, sizeof(when));
 	kv(out, "confirmed", lsn_format(rec.confirmed, a));
 	if (rec.commit_lsn) {
 		char line[128];

@@ -165,17 +165,6 @@ run_case big_null_id case_big_null_id
 
 # ---------------------------------------------------------------------------
 
-# http_get PORT PATH: fetch with bash's /dev/tcp; prints the status code,
-# leaves the body in $T/http.body.
-http_get() {
-	exec 9<>"/dev/tcp/127.0.0.1/$1" || return 1
-	printf 'GET %s HTTP/1.0\r\nHost: x\r\n\r\n' "$2" >&9
-	cat <&9 >"$T/http.raw"
-	exec 9<&-
-	sed '1,/^\r$/d' "$T/http.raw" >"$T/http.body"
-	awk 'NR == 1 { print $2 }' "$T/http.raw"
-}
-
 # check_scrape BASELINE SCRAPE: SCRAPE is whole Prometheus text: no NUL, UTF-8,
 # every line a comment or a sample that parses, every family of BASELINE
 # present. Prints "family count" problems; empty when fine.

@@ -11,17 +11,6 @@ load_schema
 redis_start
 slot_create outbox_relay
 
-# http_get PORT PATH: fetch with bash's /dev/tcp (no curl needed); prints the
-# status code, leaves the body in $T/http.body.
-http_get() {
-	exec 9<>"/dev/tcp/127.0.0.1/$1" || return 1
-	printf 'GET %s HTTP/1.0\r\nHost: x\r\n\r\n' "$2" >&9
-	cat <&9 >"$T/http.raw"
-	exec 9<&-
-	sed '1,/^\r$/d' "$T/http.raw" >"$T/http.body"
-	awk 'NR == 1 { print $2 }' "$T/http.raw"
-}
-
 # metric NAME [LABEL_SUBSTRING]: the sum of matching samples from the last scrape.
 metric() {
 	grep -E "^$1[{ ]" "$T/scrape" | { if [ -n "${2:-}" ]; then grep -F "$2"; else cat; fi; } |

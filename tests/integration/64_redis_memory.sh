@@ -16,15 +16,6 @@ load_schema
 redis_start --maxmemory 100mb --maxmemory-policy allkeys-lru
 slot_create outbox_relay
 
-# http_get PORT PATH: prints the status code, leaves the body in $T/http.body.
-http_get() {
-	exec 9<>"/dev/tcp/127.0.0.1/$1" || return 1
-	printf 'GET %s HTTP/1.0\r\nHost: x\r\n\r\n' "$2" >&9
-	cat <&9 >"$T/http.raw"
-	exec 9<&-
-	sed '1,/^\r$/d' "$T/http.raw" >"$T/http.body"
-	awk 'NR == 1 { print $2 }' "$T/http.raw"
-}
 # metric PORT NAME: the value of the sample NAME (empty when absent).
 metric() {
 	http_get "$1" /metrics >/dev/null

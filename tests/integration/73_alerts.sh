@@ -22,16 +22,6 @@ load_schema
 redis_start
 slot_create outbox_relay
 
-# http_get PORT PATH: status code; the body goes to $T/http.body.
-http_get() {
-	exec 9<>"/dev/tcp/127.0.0.1/$1" || return 1
-	printf 'GET %s HTTP/1.0\r\nHost: x\r\n\r\n' "$2" >&9
-	cat <&9 >"$T/http.raw"
-	exec 9<&-
-	sed '1,/^\r$/d' "$T/http.raw" >"$T/http.body"
-	awk 'NR == 1 { print $2 }' "$T/http.raw"
-}
-
 relay_start --http-addr 127.0.0.1:0
 wait_for "grep -q 'serving /metrics' '$RELAY_LOG'" 10 "the HTTP endpoint" || fail "no HTTP endpoint"
 PORT=$(sed -n 's/.*serving \/metrics.*(port \([0-9]*\)).*/\1/p' "$RELAY_LOG" | head -n 1)

@@ -1255,6 +1255,17 @@ replica_resume() {
 	log "replica $REPLICA_PORT resumed (SIGCONT)"
 }
 
+# http_get PORT PATH: GET http://127.0.0.1:PORT/PATH with bash's /dev/tcp (no
+# curl needed); prints the status code, leaves the body in $T/http.body.
+http_get() {
+	exec 9<>"/dev/tcp/127.0.0.1/$1" || return 1
+	printf 'GET %s HTTP/1.0\r\nHost: x\r\n\r\n' "$2" >&9
+	cat <&9 >"$T/http.raw"
+	exec 9<&-
+	sed '1,/^\r$/d' "$T/http.raw" >"$T/http.body"
+	awk 'NR == 1 { print $2 }' "$T/http.raw"
+}
+
 # ---------------------------------------------------------------------------
 # Tests made of independent cases
 # ---------------------------------------------------------------------------
