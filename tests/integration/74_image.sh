@@ -14,7 +14,10 @@
 # cluster (its server-setting check included) and the image's relay streams
 # from it as outbox_relay, by SCRAM password over TCP, with the password file
 # mounted read-only as a secret would be, and (when the image has hiredis_ssl)
-# to Redis over rediss:// with the CA file mounted the same way.
+# to Redis over rediss:// with the CA file mounted the same way. Last, what the
+# FROM scratch runtime root must hold for libpq and OpenSSL: uid 10001's passwd
+# entry (libpq's default user name) and the CA bundle at OpenSSL's default
+# path (rediss:// without --redis-tls-ca-file), checked with --check-config.
 . "$(dirname "$0")/lib.sh"
 
 IMAGE=${OUTBOX_IMAGE:-}
@@ -175,5 +178,30 @@ assert_exactly_once "$T/ep-expected"
 pm stop -t 30 "$NAME2" >/dev/null
 assert_eq 0 "$(podman inspect --format '{{.State.ExitCode}}' "$NAME2")" "second container exit code"
 pm rm "$NAME2" >/dev/null
+
+# The runtime root is FROM scratch (deploy/Dockerfile): what libpq and OpenSSL
+# look up at run time must be in it. --check-config connects to both servers
+# and exits 0 only when everything is right (9 with one line per problem).
+check_in_image() {
+	RC=0
+	OUT=$(pm run --rm "${RUN_OPTS[@]}" "$@" "$IMAGE" --check-config 2>&1) || RC=$?
+}
+# libpq takes the default user name from the passwd entry of uid 10001.
+check_in_image -e OUTBOX_RELAY_PG_DSN="host=127.0.0.1 port=$PGPORT dbname=postgres" \
+	-e OUTBOX_RELAY_REDIS_URL="redis://127.0.0.1:$RPORT"
+assert_contains "$OUT" 'role "outbox-relay" does not exist' "no user= in the DSN: libpq found uid 10001's name (exit $RC)"
+if [ ${#TLS_ARGS[@]} -gt 0 ]; then
+	# No --redis-tls-ca-file: OpenSSL's default paths (/usr/lib/ssl/cert.pem ->
+	# /etc/ssl/certs/ca-certificates.crt) are the image's CA bundle, which
+	# does not hold the test CA; mounted over the bundle, it is trusted. The
+	# host name goes through the image's nsswitch.conf (files).
+	SYSTLS=(-e OUTBOX_RELAY_PG_DSN="host=127.0.0.1 port=$PGPORT user=postgres dbname=postgres"
+		-e OUTBOX_RELAY_REDIS_URL="rediss://localhost:$TPORT")
+	check_in_image "${SYSTLS[@]}"
+	assert_eq 9 "$RC" "--check-config exit code, rediss:// to a private CA with the image's own bundle"
+	assert_contains "$OUT" "was not accepted for \"localhost\"" "the image's bundle does not trust the test CA"
+	check_in_image -v "$TLS/ca.crt:/etc/ssl/certs/ca-certificates.crt:ro" "${SYSTLS[@]}"
+	assert_eq 0 "$RC" "--check-config exit code, rediss://localhost with the test CA as the system bundle: $(tail -n 3 <<<"$OUT")"
+fi
 
 pass
