@@ -28,8 +28,9 @@
 --    it. If the relay is down for long, WAL accumulates without bound unless
 --        max_slot_wal_keep_size = '10GB'
 --    is set. Past the cap PostgreSQL invalidates the slot (pg_replication_slots.wal_status
---    = 'lost'); the relay then exits with code 4 and events in the lost range must be
---    recovered from the outbox table (another reason to keep rows for a while).
+--    = 'lost'); the relay then exits with code 8 (4 when Redis holds no slot record of
+--    it: README, "Gaps") and events in the lost range must be recovered from the outbox
+--    table with outbox-relay republish (another reason to keep rows for a while).
 --
 --  * A login role for the relay with the REPLICATION attribute, e.g.
 --        CREATE ROLE outbox_relay LOGIN REPLICATION PASSWORD '...';
