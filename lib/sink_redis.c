@@ -558,25 +558,12 @@ static void advance_head(struct sink_redis *s)
 
 /* ---- cluster hash slots ---- */
 
-/* CRC16-CCITT (XMODEM), as Redis Cluster uses for key slots. */
-static uint16_t crc16(const char *buf, size_t len)
-{
-	uint16_t crc = 0;
-
-	for (size_t i = 0; i < len; i++) {
-		crc ^= (uint16_t)((unsigned char)buf[i] << 8);
-		for (int b = 0; b < 8; b++)
-			crc = (crc & 0x8000) ? (uint16_t)((crc << 1) ^ 0x1021) : (uint16_t)(crc << 1);
-	}
-	return crc;
-}
-
 /* Slot of stream s: stream_hash_tag() gives "{x}" where x is what Redis hashes. */
 static uint16_t stream_slot(struct sink_redis *s, const char *stream, size_t len)
 {
 	if (!stream_hash_tag(stream, len, &s->tag) || s->tag.len < 2)
-		return (uint16_t)(crc16(stream, len) & (CLUSTER_SLOTS - 1));
-	return (uint16_t)(crc16(s->tag.data + 1, s->tag.len - 2) & (CLUSTER_SLOTS - 1));
+		return (uint16_t)(cluster_slots_crc16(stream, len) & (CLUSTER_SLOTS - 1));
+	return (uint16_t)(cluster_slots_crc16(s->tag.data + 1, s->tag.len - 2) & (CLUSTER_SLOTS - 1));
 }
 
 /* ---- lifecycle ---- */
