@@ -1083,6 +1083,7 @@ static enum sink_status read_record(struct sink_redis *s, struct node *n)
 {
 	enum sink_status st = SINK_OK;
 	const char *argv[2] = {"GET", NULL};
+	char what[260];
 	redisReply *r;
 
 	record_key(s->cf, &s->key);
@@ -1090,7 +1091,8 @@ static enum sink_status read_record(struct sink_redis *s, struct node *n)
 	    (s->slot_node && s->slot_node[stream_slot(s, s->key.data, s->key.len)] != n - s->nodes))
 		return s->key.failed ? SINK_RETRY : SINK_OK;
 	argv[1] = s->key.data;
-	r = setup_command(s, n, &st, "GET of the slot record", 2, argv);
+	snprintf(what, sizeof(what), "GET of the slot record \"%.200s\"", s->key.data);
+	r = setup_command(s, n, &st, what, 2, argv);
 	if (!r || r->type == REDIS_REPLY_ERROR) {
 		freeReplyObject(r);
 		return st == SINK_OK ? SINK_RETRY : st;
