@@ -136,31 +136,31 @@ _Static_assert(MAX_NODES <= INT8_MAX, "node indexes are int8_t (slot_node, qent.
  * number of entries removed. allow-oom: trimming is what frees memory.
  */
 #define TRIM_BODY                                                                                  \
-	"local function idlt(a, b)\n"                                                             \
-	"  local am, as = string.match(a, '^(%d+)-(%d+)$')\n"                                     \
-	"  local bm, bs = string.match(b, '^(%d+)-(%d+)$')\n"                                     \
-	"  if #am ~= #bm then return #am < #bm end\n"                                             \
-	"  if am ~= bm then return am < bm end\n"                                                 \
-	"  if #as ~= #bs then return #as < #bs end\n"                                             \
-	"  return as < bs\n"                                                                      \
-	"end\n"                                                                                   \
-	"local function trim(keys, args)\n"                                                       \
-	"  if redis.call('EXISTS', keys[1]) == 0 then return 0 end\n"                             \
-	"  local keep\n"                                                                          \
-	"  for _, g in ipairs(redis.call('XINFO', 'GROUPS', keys[1])) do\n"                       \
-	"    local name, need\n"                                                                  \
-	"    for i = 1, #g, 2 do\n"                                                               \
-	"      if g[i] == 'name' then name = g[i + 1]\n"                                          \
-	"      elseif g[i] == 'last-delivered-id' then need = g[i + 1] end\n"                     \
-	"    end\n"                                                                               \
-	"    local ms, seq = string.match(need, '^(%d+)-(%d+)$')\n"                               \
-	"    if #seq < 15 then need = ms .. '-' .. string.format('%d', tonumber(seq) + 1) end\n"  \
-	"    local p = redis.call('XPENDING', keys[1], name)\n"                                   \
-	"    if p[1] > 0 and idlt(p[2], need) then need = p[2] end\n"                             \
-	"    if not keep or idlt(need, keep) then keep = need end\n"                              \
-	"  end\n"                                                                                 \
-	"  if not keep then return 0 end\n"                                                       \
-	"  return redis.call('XTRIM', keys[1], 'MINID', '~', keep)\n"                             \
+	"local function idlt(a, b)\n"                                                              \
+	"  local am, as = string.match(a, '^(%d+)-(%d+)$')\n"                                      \
+	"  local bm, bs = string.match(b, '^(%d+)-(%d+)$')\n"                                      \
+	"  if #am ~= #bm then return #am < #bm end\n"                                              \
+	"  if am ~= bm then return am < bm end\n"                                                  \
+	"  if #as ~= #bs then return #as < #bs end\n"                                              \
+	"  return as < bs\n"                                                                       \
+	"end\n"                                                                                    \
+	"local function trim(keys, args)\n"                                                        \
+	"  if redis.call('EXISTS', keys[1]) == 0 then return 0 end\n"                              \
+	"  local keep\n"                                                                           \
+	"  for _, g in ipairs(redis.call('XINFO', 'GROUPS', keys[1])) do\n"                        \
+	"    local name, need\n"                                                                   \
+	"    for i = 1, #g, 2 do\n"                                                                \
+	"      if g[i] == 'name' then name = g[i + 1]\n"                                           \
+	"      elseif g[i] == 'last-delivered-id' then need = g[i + 1] end\n"                      \
+	"    end\n"                                                                                \
+	"    local ms, seq = string.match(need, '^(%d+)-(%d+)$')\n"                                \
+	"    if #seq < 15 then need = ms .. '-' .. string.format('%d', tonumber(seq) + 1) end\n"   \
+	"    local p = redis.call('XPENDING', keys[1], name)\n"                                    \
+	"    if p[1] > 0 and idlt(p[2], need) then need = p[2] end\n"                              \
+	"    if not keep or idlt(need, keep) then keep = need end\n"                               \
+	"  end\n"                                                                                  \
+	"  if not keep then return 0 end\n"                                                        \
+	"  return redis.call('XTRIM', keys[1], 'MINID', '~', keep)\n"                              \
 	"end\n"
 
 const char sink_redis_function_library[] =
