@@ -14,7 +14,7 @@
 #   log line per round agree with the entries that left Redis.
 #   Then the EVALSHA path (--no-redis-functions, OUTBOX_RELAY_TRIM=acked)
 #   trims what the groups acknowledged since, and --trim none (the default)
-#   trims nothing.
+#   trims nothing. The trim function runs while Redis refuses writes (OOM).
 . "$(dirname "$0")/lib.sh"
 setup_tmp
 pg_start
@@ -213,4 +213,20 @@ sleep 2
 relay_stop
 assert_eq $((la + 5)) "$(xlen outbox:a)" "--trim none: outbox:a only grew"
 assert_not_contains "$(cat "$RELAY_LOG")" "trim:" "--trim none: no trim line"
+
+# Under maxmemory, where every XADD is refused (OOM), the trim call still runs
+# (registered allow-oom; XTRIM is not deny-oom): trimming is what frees memory.
+py '
+def s(v): return v.decode() if isinstance(v, bytes) else v
+ids = [s(p[0]) for p in r.call("XPENDING", "outbox:b", "gb", "-", "+", 100000)]
+print(r.call("XACK", "outbox:b", "gb", *ids))' >"$T/b.acked"
+assert_eq 500 "$(cat "$T/b.acked")" "gb acknowledged its 500 pending entries"
+lb=$(xlen outbox:b)
+redis_cli CONFIG SET maxmemory 1 >/dev/null
+assert_contains "$(redis_cli XADD outbox:b '*' f v 2>&1)" "OOM" "(test) Redis refuses writes (maxmemory 1)"
+n=$(redis_cli FCALL outbox_relay_trim 1 outbox:b 2>&1)
+redis_cli CONFIG SET maxmemory 0 >/dev/null
+assert_match "$n" '^[0-9]+$' "outbox_relay_trim runs under OOM"
+assert_ge "$n" 400 "outbox_relay_trim under OOM removed what gb acknowledged"
+assert_eq $((lb - n)) "$(xlen outbox:b)" "outbox:b lost exactly what the call reported"
 pass
