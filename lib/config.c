@@ -132,6 +132,7 @@ static bool check_key_prefix(const char *value, char *why, size_t whylen);
 static bool check_stream_name(const char *value, char *why, size_t whylen);
 static bool check_id_format(const char *value, char *why, size_t whylen);
 static bool check_wait_aof(const char *value, char *why, size_t whylen);
+static bool check_trim(const char *value, char *why, size_t whylen);
 
 #define FIELD(f)                                                                                   \
 	.offset = offsetof(struct relay_config, f), .size = sizeof(((struct relay_config *)0)->f)
@@ -350,6 +351,32 @@ static const struct option_def option_table[] = {
         .max = INT64_C(1000000000000),
         .metavar = "N",
         .help = "trim each stream to about N entries (XADD MAXLEN ~ N); 0 never trims",
+    },
+    {
+        .name = "trim",
+        .env = "OUTBOX_RELAY_TRIM",
+        .kind = OPT_STRING,
+        .group = GROUP_REDIS,
+        FIELD(trim),
+        .defval = "none",
+        .check = check_trim,
+        .metavar = "MODE",
+        .help = "none; acked: every --trim-interval, trim each stream the relay published "
+                "to up to the oldest entry a consumer group has not yet been delivered or "
+                "acknowledged (XTRIM MINID ~); a stream without a group is not trimmed; "
+                "--maxlen stays a hard cap",
+    },
+    {
+        .name = "trim-interval",
+        .env = "OUTBOX_RELAY_TRIM_INTERVAL",
+        .kind = OPT_DURATION,
+        .group = GROUP_REDIS,
+        FIELD(trim_interval_ms),
+        .defval = "60s",
+        .min = 100,
+        .max = 7 * MS_DAY,
+        .metavar = "DURATION",
+        .help = "how often --trim acked trims the streams",
     },
     {
         .name = "group",
@@ -1547,6 +1574,14 @@ static bool check_wait_aof(const char *value, char *why, size_t whylen)
 	    strcmp(value, "local,replicas") == 0)
 		return true;
 	msg_set(why, whylen, "expected none, local or local,replicas");
+	return false;
+}
+
+static bool check_trim(const char *value, char *why, size_t whylen)
+{
+	if (strcmp(value, "none") == 0 || strcmp(value, "acked") == 0)
+		return true;
+	msg_set(why, whylen, "expected none or acked");
 	return false;
 }
 

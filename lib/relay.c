@@ -125,6 +125,7 @@ struct relay {
 
 	int64_t last_stats_us;
 	int64_t memory_poll_us;  /* when INFO memory was last asked for */
+	int64_t trim_us;         /* when the last --trim acked round was started */
 	char policy_warned[32];  /* the volatile-* policy last warned about */
 	uint64_t last_stats_published;
 	char last_notice[512]; /* the server notice logged last, and when */
@@ -857,6 +858,27 @@ static void publish_gauges(struct relay *r, int64_t now, bool stopping)
 	}
 }
 
+/* --trim acked: count a finished round and log one line for it. */
+static void trim_finished(struct relay *r)
+{
+	struct sink_trim_result t;
+
+	if (!sink_redis_trim_result(r->sink, &t))
+		return;
+	atomic_fetch_add_explicit(&r->m->trimmed_entries, t.removed, memory_order_relaxed);
+	count(&r->m->trim_episodes);
+	if (t.failed)
+		log_warn("trim: %u of %u stream(s) trimmed, %llu entries removed; %u stream(s) "
+			 "not trimmed (last error: %s), tried again in the next round",
+			 t.trimmed, t.streams, (unsigned long long)t.removed, t.failed, t.err);
+	else if (t.removed)
+		log_info("trim: %u of %u stream(s) trimmed, %llu entries removed", t.trimmed,
+			 t.streams, (unsigned long long)t.removed);
+	else
+		log_debug("trim: %u stream(s) checked, nothing consumed by every group to remove",
+			  t.streams);
+}
+
 static void log_stats(struct relay *r, int64_t now)
 {
 	const struct sink_stats *s = sink_redis_stats(r->sink);
@@ -1131,6 +1153,16 @@ int relay_run(const struct relay_config *cf)
 			sink_redis_poll_memory(r.sink);
 			r.memory_poll_us = now;
 		}
+		if (sink_redis_connected(r.sink) &&
+		    now - r.trim_us >= (int64_t)cf->trim_interval_ms * 1000) {
+			if (sink_redis_trim_start(r.sink) < 0) {
+				log_error("out of memory");
+				rc = EXIT_FAILURE_RUNTIME;
+				break;
+			}
+			r.trim_us = now;
+		}
+		trim_finished(&r);
 		{
 			/* What the server warns about (one line; the same text at most
 			 * once per stats interval). */

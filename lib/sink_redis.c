@@ -37,6 +37,7 @@
 #include "redis_tls.h"
 
 #define FUNCTION_NAME "outbox_relay_publish"
+#define TRIM_FUNCTION_NAME "outbox_relay_trim"
 #define MAX_NODES CLUSTER_SLOTS_MAX_NODES
 #define CLUSTER_SLOTS CLUSTER_SLOTS_COUNT
 _Static_assert(MAX_NODES <= INT8_MAX, "node indexes are int8_t (slot_node, qent.node)");
@@ -124,11 +125,52 @@ _Static_assert(MAX_NODES <= INT8_MAX, "node indexes are int8_t (slot_node, qent.
 	"  return res\n"                                                                           \
 	"end\n"
 
-const char sink_redis_function_library[] = "#!lua name=outbox_relay\n" PUBLISH_BODY
-					   "redis.register_function('" FUNCTION_NAME
-					   "', publish)\n";
+/*
+ * --trim acked, on one stream (KEYS[1]): remove the entries no consumer group
+ * needs any more. A group needs every entry after its last-delivered-id (all
+ * of them when that is 0-0) and every entry still pending (the XPENDING
+ * summary's smallest id), so the stream keeps everything from the smallest of
+ * those over all groups on (XTRIM MINID ~: whole macro nodes only, never
+ * past that id). A stream without groups, or no stream, is left alone.
+ * XTRIM, unlike XDEL, leaves XINFO's entries-read and lag exact. Returns the
+ * number of entries removed. allow-oom: trimming is what frees memory.
+ */
+#define TRIM_BODY                                                                                  \
+	"local function idlt(a, b)\n"                                                              \
+	"  local am, as = string.match(a, '^(%d+)-(%d+)$')\n"                                      \
+	"  local bm, bs = string.match(b, '^(%d+)-(%d+)$')\n"                                      \
+	"  if #am ~= #bm then return #am < #bm end\n"                                              \
+	"  if am ~= bm then return am < bm end\n"                                                  \
+	"  if #as ~= #bs then return #as < #bs end\n"                                              \
+	"  return as < bs\n"                                                                       \
+	"end\n"                                                                                    \
+	"local function trim(keys, args)\n"                                                        \
+	"  if redis.call('EXISTS', keys[1]) == 0 then return 0 end\n"                              \
+	"  local keep\n"                                                                           \
+	"  for _, g in ipairs(redis.call('XINFO', 'GROUPS', keys[1])) do\n"                        \
+	"    local name, need\n"                                                                   \
+	"    for i = 1, #g, 2 do\n"                                                                \
+	"      if g[i] == 'name' then name = g[i + 1]\n"                                           \
+	"      elseif g[i] == 'last-delivered-id' then need = g[i + 1] end\n"                      \
+	"    end\n"                                                                                \
+	"    local ms, seq = string.match(need, '^(%d+)-(%d+)$')\n"                                \
+	"    if #seq < 15 then need = ms .. '-' .. string.format('%d', tonumber(seq) + 1) end\n"   \
+	"    local p = redis.call('XPENDING', keys[1], name)\n"                                    \
+	"    if p[1] > 0 and idlt(p[2], need) then need = p[2] end\n"                              \
+	"    if not keep or idlt(need, keep) then keep = need end\n"                               \
+	"  end\n"                                                                                  \
+	"  if not keep then return 0 end\n"                                                        \
+	"  return redis.call('XTRIM', keys[1], 'MINID', '~', keep)\n"                              \
+	"end\n"
+
+const char sink_redis_function_library[] =
+	"#!lua name=outbox_relay\n" PUBLISH_BODY TRIM_BODY "redis.register_function('" FUNCTION_NAME
+	"', publish)\n"
+	"redis.register_function{function_name='" TRIM_FUNCTION_NAME "', callback=trim, "
+	"flags={'allow-oom'}}\n";
 
 static const char eval_script[] = PUBLISH_BODY "return publish(KEYS, ARGV)\n";
+static const char eval_trim_script[] = TRIM_BODY "return trim(KEYS, ARGV)\n";
 
 enum qkind { Q_PUBLISH, Q_DEAD, Q_GROUP, Q_RECORD, Q_GETREC };
 enum qstate { QS_QUEUED = 0, QS_ROUTED, QS_EXECUTED, QS_DONE };
@@ -164,6 +206,7 @@ struct u64q {
 #define WAIT_MARK UINT64_MAX          /* the reply answers WAIT / WAITAOF */
 #define ASKING_MARK (UINT64_MAX - 1)  /* the reply answers ASKING */
 #define INFO_MARK (UINT64_MAX - 2)    /* the reply answers INFO memory */
+#define TRIM_MARK (UINT64_MAX - 3)    /* the reply answers a --trim acked call */
 
 /* One connection: the single server, or one cluster master. */
 struct node {
@@ -186,6 +229,8 @@ struct node {
 	bool info_sent;      /* its reply is still to come */
 	bool mem_known;      /* used_memory and maxmemory were read */
 	uint64_t used_memory, maxmemory;
+	struct buf trimq;    /* --trim acked calls to stage with the next write */
+	uint32_t trimq_n;
 };
 
 struct strset {
@@ -270,6 +315,12 @@ struct sink_redis {
 	uint64_t record_gen;   /* counts record reads */
 
 	struct strset streams; /* streams that got XGROUP CREATE on this connection set */
+	bool trim;             /* --trim acked */
+	char trim_sha[41];     /* EVALSHA digest of the trim script when functions are unavailable */
+	struct strset trim_streams; /* streams published to, for --trim acked */
+	uint32_t trim_pending;      /* calls of the current round still to answer */
+	bool trim_done;             /* a round finished: trim_res is to be taken */
+	struct sink_trim_result trim_res;
 	struct buf key;        /* scratch for key names */
 	struct buf tag;
 	struct buf wait_cmd;   /* encoded WAIT or WAITAOF */
@@ -608,6 +659,7 @@ struct sink_redis *sink_redis_create(const struct relay_config *cf, struct metri
 	s->cf = cf;
 	s->m = m;
 	s->use_functions = cf->redis_functions;
+	s->trim = cf->trim && strcmp(cf->trim, "acked") == 0;
 	s->next_seq = 1;
 	s->wait_mode = cf->wait_replicas > 0 || (cf->wait_aof && strcmp(cf->wait_aof, "none") != 0);
 	if (s->wait_mode) {
@@ -654,6 +706,8 @@ static void node_close(struct node *n)
 	n->ssl = NULL;
 	n->w_wants_read = n->r_wants_write = false;
 	n->info_due = n->info_sent = n->mem_known = false;
+	buf_reset(&n->trimq);
+	n->trimq_n = 0;
 }
 
 /* "host:port" or the unix socket path, for messages. */
@@ -673,6 +727,7 @@ static void node_finish(struct node *n)
 	u64q_finish(&n->waitq);
 	u64q_finish(&n->durable);
 	buf_finish(&n->wbuf);
+	buf_finish(&n->trimq);
 	free(n->host);
 	free(n->unix_path);
 	memset(n, 0, sizeof(*n));
@@ -694,6 +749,7 @@ void sink_redis_destroy(struct sink_redis *s)
 	buf_finish(&s->b_args);
 	buf_finish(&s->b_prefix);
 	strset_finish(&s->streams);
+	strset_finish(&s->trim_streams);
 	posmap_finish(&s->last_pos);
 	free(s->q);
 	free(s);
@@ -765,17 +821,82 @@ static void noperm_message(struct sink_redis *s, const char *what, const char *f
 			 what, msg);
 }
 
-/* An ACL refusal of a key (not of a command): fixed per stream, like WRONGTYPE. */
+/* An ACL refusal of a key (not of a command). */
 static bool key_refusal(const char *msg)
 {
 	return noperm_reply(msg) && strstr(msg, "access") && strstr(msg, "key");
+}
+
+/*
+ * The idx-th argument of an encoded command (RESP array of bulk strings):
+ * its length in *len, or NULL when the command has fewer arguments.
+ */
+static const char *resp_arg(const char *p, size_t n, size_t idx, size_t *len)
+{
+	const char *end = p + n;
+	size_t argc = 0;
+
+	if (n < 4 || p[0] != '*')
+		return NULL;
+	argc = strtoul(p + 1, NULL, 10);
+	if (idx >= argc || !(p = memchr(p, '\n', n)))
+		return NULL;
+	for (size_t i = 0; ++p < end && *p == '$'; i++) {
+		size_t l = strtoul(p + 1, NULL, 10);
+		const char *d = memchr(p, '\n', (size_t)(end - p));
+
+		if (!d || (size_t)(end - d - 1) < l)
+			return NULL;
+		if (i == idx) {
+			*len = l;
+			return d + 1;
+		}
+		p = d + 1 + l + 1; /* past the data's \r\n */
+	}
+	return NULL;
+}
+
+static const char *kind_name(unsigned k);
+
+/*
+ * One line for an ACL refusal of a key of e's call: which key the call was
+ * for (Redis does not say which of its keys it refused) and the patterns to
+ * grant. No retry can get past it.
+ */
+static void key_noperm_message(struct sink_redis *s, const struct qent *e, const char *msg)
+{
+	size_t klen = 0;
+	const char *key = resp_arg(ent_bytes(s, e), e->len,
+				   e->kind == Q_PUBLISH || e->kind == Q_DEAD ? 3
+				   : e->kind == Q_GROUP			      ? 2
+									      : 1,
+				   &klen);
+
+	s->errkind = SINK_ERR_NOPERM;
+	if (!key)
+		key = "?";
+	if (e->kind == Q_PUBLISH || e->kind == Q_DEAD)
+		snprintf(s->errmsg, sizeof(s->errmsg),
+			 "%s to stream \"%.*s\" refused by the Redis ACL (%s): the relay's Redis "
+			 "user may not access a key of this call (the stream, the dead-letter stream "
+			 "\"%s\", or the \"%s:*\" watermark and dedup keys): add their patterns to "
+			 "its ACL (~outbox:* ~outbox-relay:* in deploy/redis/users.acl, or your "
+			 "stream names and --key-prefix)",
+			 kind_name(e->kind), (int)(klen < 200 ? klen : 200), key, msg,
+			 s->cf->dead_letter_stream, s->cf->key_prefix);
+	else
+		snprintf(s->errmsg, sizeof(s->errmsg),
+			 "%s of key \"%.*s\" refused by the Redis ACL (%s): add the key's pattern to "
+			 "the relay's Redis user (~outbox:* ~outbox-relay:* in deploy/redis/users.acl, "
+			 "or your stream names and --key-prefix)",
+			 kind_name(e->kind), (int)(klen < 200 ? klen : 200), key, msg);
 }
 
 /* Classify an error reply by its first word. */
 static enum sink_error_kind classify_reply_error(const char *msg)
 {
 	if (noperm_reply(msg))
-		return key_refusal(msg) ? SINK_ERR_OTHER : SINK_ERR_NOPERM;
+		return SINK_ERR_NOPERM;
 
 	static const struct {
 		const char *prefix;
@@ -816,7 +937,7 @@ static bool node_wants_write(const struct node *n)
 		return false;
 	if (n->r_wants_write)
 		return true;
-	if (n->info_due && !n->w_wants_read && n->wsent == n->wbuf.len)
+	if ((n->info_due || n->trimq_n) && !n->w_wants_read && n->wsent == n->wbuf.len)
 		return true;
 	if (n->w_wants_read)
 		return false; /* POLLIN wakes the blocked TLS write */
@@ -897,6 +1018,7 @@ void sink_redis_disconnect(struct sink_redis *s)
 			e->asking = false;
 		}
 	}
+	s->trim_pending = 0; /* an unfinished trim round is dropped */
 	s->connected = false;
 }
 
@@ -948,6 +1070,7 @@ static enum sink_status read_record(struct sink_redis *s, struct node *n)
 {
 	enum sink_status st = SINK_OK;
 	const char *argv[2] = {"GET", NULL};
+	char what[260];
 	redisReply *r;
 
 	record_key(s->cf, &s->key);
@@ -955,7 +1078,8 @@ static enum sink_status read_record(struct sink_redis *s, struct node *n)
 	    (s->slot_node && s->slot_node[stream_slot(s, s->key.data, s->key.len)] != n - s->nodes))
 		return s->key.failed ? SINK_RETRY : SINK_OK;
 	argv[1] = s->key.data;
-	r = setup_command(s, n, &st, "GET of the slot record", 2, argv);
+	snprintf(what, sizeof(what), "GET of the slot record \"%.200s\"", s->key.data);
+	r = setup_command(s, n, &st, what, 2, argv);
 	if (!r || r->type == REDIS_REPLY_ERROR) {
 		freeReplyObject(r);
 		return st == SINK_OK ? SINK_RETRY : st;
@@ -1033,6 +1157,23 @@ static enum sink_status load_function(struct sink_redis *s, struct node *n)
 		}
 		memcpy(s->sha, r->str, 40);
 		s->sha[40] = '\0';
+		freeReplyObject(r);
+	}
+	if (s->trim) {
+		const char *argv[] = {"SCRIPT", "LOAD", eval_trim_script};
+
+		r = setup_command(s, n, &st, "SCRIPT LOAD (--trim acked)", 3, argv);
+		if (!r)
+			return st;
+		if (r->type != REDIS_REPLY_STRING || r->len != 40) {
+			if (r->type != REDIS_REPLY_ERROR)
+				snprintf(s->errmsg, sizeof(s->errmsg),
+					 "SCRIPT LOAD returned an unexpected reply");
+			freeReplyObject(r);
+			return st == SINK_OK ? SINK_RETRY : st;
+		}
+		memcpy(s->trim_sha, r->str, 40);
+		s->trim_sha[40] = '\0';
 		freeReplyObject(r);
 	}
 	return SINK_OK;
@@ -1691,6 +1832,9 @@ bool sink_redis_publish(struct sink_redis *s, const struct event *ev, bool dead_
 		s->b_stream_id = !dead_letter && s->m
 					 ? metrics_stream_id(s->m, ev->stream, ev->stream_len)
 					 : 0;
+		if (s->trim && !dead_letter &&
+		    strset_add(&s->trim_streams, ev->stream, ev->stream_len) < 0)
+			return false;
 		/* dedup key prefix: <prefix>:dedup:{tag}[#<len>:<stream>]: */
 		buf_reset(&s->b_prefix);
 		if (!stream_key_base(&s->b_prefix, s->cf->key_prefix, "dedup", ev->stream,
@@ -1842,6 +1986,34 @@ static bool refused_behind(struct sink_redis *s, const struct qent *e, const cha
 	return false;
 }
 
+/* The answer to one --trim acked call: entries removed, or why not. */
+static bool trim_reply(struct sink_redis *s, const redisReply *r)
+{
+	struct sink_trim_result *t = &s->trim_res;
+
+	if (r->type == REDIS_REPLY_ERROR && noperm_reply(r->str)) {
+		s->errkind = SINK_ERR_NOPERM;
+		snprintf(s->errmsg, sizeof(s->errmsg),
+			 "--trim acked refused by the Redis ACL (%s): grant +xinfo|groups +xpending "
+			 "+xtrim (and +%s) to the relay's Redis user (see deploy/redis/users.acl), or "
+			 "drop --trim acked",
+			 r->str, s->use_functions ? "fcall" : "evalsha");
+		return false;
+	}
+	if (r->type == REDIS_REPLY_INTEGER) {
+		t->removed += r->integer > 0 ? (uint64_t)r->integer : 0;
+		t->trimmed += r->integer > 0;
+	} else {
+		/* Not fatal: the stream keeps its entries until the next round. */
+		t->failed++;
+		snprintf(t->err, sizeof(t->err), "%s",
+			 r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply type");
+	}
+	if (s->trim_pending > 0 && --s->trim_pending == 0)
+		s->trim_done = true;
+	return true;
+}
+
 /* Match one reply against what n's oldest outstanding request was. */
 static bool handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 {
@@ -1860,6 +2032,8 @@ static bool handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 			read_memory(n, r->str);
 		return true; /* only for the metrics: an error changes nothing */
 	}
+	if (what == TRIM_MARK)
+		return trim_reply(s, r);
 	if (what == ASKING_MARK) {
 		if (r->type == REDIS_REPLY_ERROR && noperm_reply(r->str)) {
 			noperm_message(s, "ASKING", "asking", r->str);
@@ -1932,6 +2106,10 @@ static bool handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 		s->errkind = classify_reply_error(r->str);
 		if (s->errkind == SINK_ERR_ORDER)
 			return refused_behind(s, e, r->str);
+		if (s->errkind == SINK_ERR_NOPERM && key_refusal(r->str)) {
+			key_noperm_message(s, e, r->str);
+			return false;
+		}
 		if (s->errkind == SINK_ERR_NOPERM) {
 			noperm_message(s, kind_name(e->kind),
 				       e->kind == Q_GROUP    ? "xgroup|create"
@@ -1951,12 +2129,6 @@ static bool handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 				 "\"%s:wm:*\" keys)",
 				 kind_name(e->kind), r->str + strlen("OUTBOX_FOREIGN "), s->owner,
 				 s->cf->key_prefix);
-		else if (key_refusal(r->str))
-			snprintf(s->errmsg, sizeof(s->errmsg),
-				 "%s failed: %s (the relay's Redis user may not access this stream's "
-				 "keys: add their pattern to its ACL, see deploy/redis/users.acl; the "
-				 "relay retries until then)",
-				 kind_name(e->kind), r->str);
 		else if (s->errkind == SINK_ERR_WRONGTYPE)
 			snprintf(s->errmsg, sizeof(s->errmsg),
 				 "%s failed: %s (a watermark, dedup or dead-letter key the relay writes "
@@ -2045,6 +2217,13 @@ static bool stage(struct sink_redis *s, struct node *n)
 		n->info_due = false;
 		n->info_sent = true;
 	}
+	if (n->trimq_n) {
+		buf_append(&n->wbuf, n->trimq.data, n->trimq.len);
+		for (; n->trimq_n > 0; n->trimq_n--)
+			if (!u64q_push(&n->waitq, TRIM_MARK))
+				return false;
+		buf_reset(&n->trimq);
+	}
 	return !n->wbuf.failed;
 }
 
@@ -2056,7 +2235,7 @@ static bool node_write(struct sink_redis *s, struct node *n)
 		if (n->wsent == n->wbuf.len) {
 			bool was_idle = n->waitq.len == 0;
 
-			if (n->sendq.len == 0 && !n->info_due)
+			if (n->sendq.len == 0 && !n->info_due && !n->trimq_n)
 				return true;
 			if (!stage(s, n)) {
 				snprintf(s->errmsg, sizeof(s->errmsg), "out of memory");
@@ -2236,5 +2415,48 @@ bool sink_redis_check_stall(struct sink_redis *s, int64_t now_us)
 			return false;
 		}
 	}
+	return true;
+}
+
+int sink_redis_trim_start(struct sink_redis *s)
+{
+	int queued = 0;
+
+	if (!s->trim || !s->connected || s->trim_pending > 0 || s->trim_done)
+		return 0;
+	s->trim_res = (struct sink_trim_result){0};
+	for (size_t i = 0; i < s->trim_streams.cap; i++) {
+		const char *stream = s->trim_streams.slots[i];
+		size_t len = stream ? strlen(stream) : 0;
+		struct node *n;
+		int idx;
+
+		if (!stream)
+			continue;
+		idx = s->slot_node ? s->slot_node[stream_slot(s, stream, len)] : 0;
+		if (idx < 0 || idx >= s->nnodes || !s->nodes[idx].c)
+			continue; /* no master for the slot now: next round */
+		n = &s->nodes[idx];
+		resp_array(&n->trimq, 4);
+		resp_str(&n->trimq, s->use_functions ? "FCALL" : "EVALSHA");
+		resp_str(&n->trimq, s->use_functions ? TRIM_FUNCTION_NAME : s->trim_sha);
+		resp_str(&n->trimq, "1");
+		resp_bulk(&n->trimq, stream, len);
+		if (n->trimq.failed)
+			return -1;
+		n->trimq_n++;
+		queued++;
+	}
+	s->trim_res.streams = (uint32_t)queued;
+	s->trim_pending = (uint32_t)queued;
+	return queued;
+}
+
+bool sink_redis_trim_result(struct sink_redis *s, struct sink_trim_result *res)
+{
+	if (!s->trim_done)
+		return false;
+	*res = s->trim_res;
+	s->trim_done = false;
 	return true;
 }

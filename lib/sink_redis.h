@@ -141,6 +141,30 @@ bool sink_redis_memory(const struct sink_redis *s, uint64_t *used, uint64_t *max
 /* maxmemory-policy read at the last connect ("" when INFO did not say). */
 const char *sink_redis_maxmemory_policy(const struct sink_redis *s);
 
+/* The outcome of one --trim acked round (sink_redis_trim_start). */
+struct sink_trim_result {
+	uint32_t streams;  /* streams asked */
+	uint32_t trimmed;  /* streams that lost entries */
+	uint32_t failed;   /* streams whose call failed (err says why, for the last one) */
+	uint64_t removed;  /* entries removed */
+	char err[512];
+};
+
+/*
+ * --trim acked: queue one trim call (the library's outbox_relay_trim: XINFO
+ * GROUPS, XPENDING, XTRIM MINID ~, atomically on one stream) for every stream
+ * this relay published to since it started (the dead-letter stream
+ * excepted), each on the connection serving the stream's slot, written with
+ * the next write round. Publishes never wait for it. Returns the number of
+ * calls queued: 0 when there is nothing to trim, not connected, or the
+ * previous round is still under way; -1 when out of memory. A lost
+ * connection drops an unfinished round. An ACL refusal of the call stops the
+ * sink like any NOPERM (SINK_ERR_NOPERM).
+ */
+int sink_redis_trim_start(struct sink_redis *s);
+/* True once for each finished round, with its outcome in *res. */
+bool sink_redis_trim_result(struct sink_redis *s, struct sink_trim_result *res);
+
 /* Bytes the publish command for ev would take (to enforce --max-event-bytes). */
 size_t sink_redis_event_size(const struct event *ev);
 
