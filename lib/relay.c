@@ -288,13 +288,20 @@ static bool send_status(struct relay *r, bool reply_requested)
 
 /* ---- WAL message handling ---- */
 
-static bool queue_event(struct relay *r, const struct event *ev, bool dead)
+/*
+ * held: ev's values may point into the WAL message's own buffer (decoded in
+ * place), which the sink may then keep instead of copying large values.
+ */
+static bool queue_event(struct relay *r, const struct event *ev, bool dead, bool held)
 {
-	if (!sink_redis_publish(r->sink, ev, dead)) {
+	struct sink_hold hold = {held ? pgrepl_buffer(r->pg) : NULL, pgrepl_free_buffer};
+	bool ok = sink_redis_publish_held(r->sink, ev, dead, &hold);
+
+	if (held && !hold.p) /* the sink keeps it now */
+		(void)pgrepl_take_buffer(r->pg);
+	if (!ok)
 		log_error("out of memory queueing an event for Redis");
-		return false;
-	}
-	return true;
+	return ok;
 }
 
 /* One warning per dead letter, with the transaction's position as fields. */
@@ -326,7 +333,7 @@ static bool dead_letter(struct relay *r, enum dead_reason kind, const char *reas
 		return false;
 	}
 	warn_dead_letter(r, reason);
-	return queue_event(r, &ev, true);
+	return queue_event(r, &ev, true, false);
 }
 
 enum map_result relay_map_event(struct mapper *m, const struct relay_config *cf,
@@ -349,7 +356,7 @@ enum map_result relay_map_event(struct mapper *m, const struct relay_config *cf,
 }
 
 static bool map_and_queue(struct relay *r, const struct w2j_field *fields, size_t n,
-			  const char *raw, size_t len)
+			  const char *raw, size_t len, bool held)
 {
 	const char *reason = NULL;
 	char why[200];
@@ -364,7 +371,7 @@ static bool map_and_queue(struct relay *r, const struct w2j_field *fields, size_
 	}
 	if (mr == MAP_DEAD_LETTER)
 		warn_dead_letter(r, reason);
-	return queue_event(r, &ev, mr == MAP_DEAD_LETTER);
+	return queue_event(r, &ev, mr == MAP_DEAD_LETTER, held && mr == MAP_EVENT);
 }
 
 static bool is_outbox_table(const struct relay *r, const struct w2j_change *ch)
@@ -406,9 +413,26 @@ static bool handle_xlogdata(struct relay *r, const struct pg_msg *m)
 	struct w2j_change ch;
 	char lsnbuf[LSN_STRLEN];
 
+	const char *raw;
+	size_t rawlen;
+	bool inplace = m->len >= W2J_INPLACE_MIN;
+
 	if (m->data_start > r->received)
 		r->received = m->data_start;
-	if (!w2j_decode(r->dec, m->data, m->len, &ch)) {
+	if ((int64_t)m->len > r->cf->max_event_bytes && r->in_txn && m->len > 14 &&
+	    memcmp(m->data, "{\"action\":\"I\"", 14) == 0) {
+		/* An outbox row (add-tables lets no other through) too big to publish:
+		 * dead-lettered without decoding it, so it costs no more memory than
+		 * libpq's own copies. */
+		char reason[200];
+
+		snprintf(reason, sizeof(reason), "row is %zu bytes of wal2json, over --max-event-bytes %lld",
+			 m->len, (long long)r->cf->max_event_bytes);
+		return dead_letter(r, DEAD_TOO_LARGE, reason, m->data, m->len);
+	}
+	/* A large row is decoded in its own buffer, which may then go to Redis as it is. */
+	if (!(inplace ? w2j_decode_inplace(r->dec, m->data, m->len, DEAD_RAW_MAX + 4, &ch)
+		      : w2j_decode(r->dec, m->data, m->len, &ch))) {
 		char reason[600];
 
 		snprintf(reason, sizeof(reason), "undecodable wal2json output: %s", w2j_errmsg(r->dec));
@@ -445,7 +469,10 @@ static bool handle_xlogdata(struct relay *r, const struct pg_msg *m)
 				  lsn_format(m->data_start, lsnbuf));
 			return false;
 		}
-		return map_and_queue(r, ch.columns, ch.ncolumns, m->data, m->len);
+		/* Dead letters keep the row as it came, before decoding changed it. */
+		raw = inplace ? w2j_original(r->dec, &rawlen) : NULL;
+		return map_and_queue(r, ch.columns, ch.ncolumns, raw ? raw : m->data, m->len,
+				     inplace);
 	case W2J_UPDATE:
 		count(&r->m->ignored[IGN_UPDATE]);
 		return true;
@@ -482,9 +509,12 @@ static bool handle_xlogdata(struct relay *r, const struct pg_msg *m)
 					snprintf(reason, sizeof(reason), "%s", e);
 				else
 					snprintf(reason, sizeof(reason), "message content is not a JSON object: %s", e);
-				return dead_letter(r, DEAD_NOT_JSON, reason, m->data, m->len);
+				raw = inplace ? w2j_original(r->dec, &rawlen) : NULL;
+				return dead_letter(r, DEAD_NOT_JSON, reason, raw ? raw : m->data,
+						   m->len);
 			}
-			return map_and_queue(r, fields, n, m->data, m->len);
+			raw = inplace ? w2j_original(r->dec, &rawlen) : NULL;
+			return map_and_queue(r, fields, n, raw ? raw : m->data, m->len, false);
 		}
 	}
 	return true;

@@ -93,7 +93,7 @@ bool sink_redis_full(const struct sink_redis *s);
 /*
  * Queue ev (and, for a stream seen for the first time on this connection,
  * XGROUP CREATE ... 0 MKSTREAM for every --group). Consecutive events for
- * the same stream are batched into one function call (up to 64 events or
+ * the same stream are batched into one function call (up to 128 events or
  * 256 KiB); the batch is closed by an event for another stream, by any
  * other command, or by sink_redis_flush(). dead_letter marks an entry for
  * the dead-letter stream (no dedup, counted separately, never batched).
@@ -101,6 +101,22 @@ bool sink_redis_full(const struct sink_redis *s);
  * Returns false only when out of memory.
  */
 bool sink_redis_publish(struct sink_redis *s, const struct event *ev, bool dead_letter);
+
+/*
+ * Memory that an event's fields point into, offered to the sink: when the
+ * event has a field value of 64 KiB or more, sink_redis_publish_held() sends
+ * those values from this memory instead of copying them, takes ownership
+ * (sets p to NULL) and calls free_fn(p) once Redis acknowledged the call.
+ * Otherwise p is left to the caller. Large events so cost no copy of their
+ * own between the WAL message and the socket.
+ */
+struct sink_hold {
+	void *p;
+	void (*free_fn)(void *);
+};
+
+bool sink_redis_publish_held(struct sink_redis *s, const struct event *ev, bool dead_letter,
+			     struct sink_hold *hold);
 
 /*
  * Close the open batch so that it is written by the next sink_redis_io() --
