@@ -339,10 +339,26 @@ static bool dead_letter(struct relay *r, enum dead_reason kind, const char *reas
 enum map_result relay_map_event(struct mapper *m, const struct relay_config *cf,
 				const struct txn_info *tx, uint32_t index,
 				const struct w2j_field *fields, size_t n, const char *raw, size_t len,
-				struct event *ev, const char **reason, char *why, size_t whylen)
+				uint64_t max_value, struct event *ev, const char **reason, char *why,
+				size_t whylen)
 {
 	enum map_result mr = mapper_map(m, tx, index, fields, n, raw, len, ev, reason);
 
+	if (mr == MAP_EVENT && !mapper_failed(m) && max_value) {
+		/* A value Redis would refuse: dead-lettered, not sent to fail forever. */
+		for (size_t i = 0; i < ev->nfields; i++) {
+			if (ev->fields[i].value_len <= max_value)
+				continue;
+			snprintf(why, whylen,
+				 "field \"%.*s\" is %zu bytes, over Redis's proto-max-bulk-len %llu",
+				 (int)(ev->fields[i].name_len > 64 ? 64 : ev->fields[i].name_len),
+				 ev->fields[i].name, ev->fields[i].value_len,
+				 (unsigned long long)max_value);
+			mapper_dead_letter(m, tx, index, DEAD_TOO_LARGE, why, raw, len, ev);
+			*reason = why;
+			return MAP_DEAD_LETTER;
+		}
+	}
 	if (mr == MAP_EVENT && !mapper_failed(m) &&
 	    (int64_t)sink_redis_event_size(ev) > cf->max_event_bytes) {
 		snprintf(why, whylen, "event is %zu bytes, over --max-event-bytes %lld",
@@ -363,7 +379,8 @@ static bool map_and_queue(struct relay *r, const struct w2j_field *fields, size_
 	struct event ev;
 	enum map_result mr;
 
-	mr = relay_map_event(r->map, r->cf, &r->tx, r->next_index++, fields, n, raw, len, &ev,
+	mr = relay_map_event(r->map, r->cf, &r->tx, r->next_index++, fields, n, raw, len,
+			     sink_redis_max_value(r->sink), &ev,
 			     &reason, why, sizeof(why));
 	if (mapper_failed(r->map)) {
 		log_error("out of memory mapping an event");
@@ -562,6 +579,7 @@ static enum redis_err_kind err_kind(enum sink_error_kind k)
 	case SINK_ERR_LOST:
 		return RERR_STATE;
 	case SINK_ERR_NOPERM:
+	case SINK_ERR_TOO_BIG:
 		return RERR_OTHER;
 	case SINK_ERR_IO:
 	case SINK_ERR_NONE:
@@ -580,7 +598,8 @@ static void redis_lost(struct relay *r, const char *why)
 	if (sink_error_is_fatal(sink_redis_errkind(r->sink))) {
 		log_error("Redis: %s", why);
 		r->redis_fatal = true;
-		r->redis_noperm = sink_redis_errkind(r->sink) == SINK_ERR_NOPERM;
+		r->redis_noperm = sink_redis_errkind(r->sink) == SINK_ERR_NOPERM ||
+				  sink_redis_errkind(r->sink) == SINK_ERR_TOO_BIG;
 		sink_redis_disconnect(r->sink);
 		return;
 	}
@@ -1026,8 +1045,10 @@ int relay_run(const struct relay_config *cf)
 
 		if (r.redis_fatal) {
 			rc = r.redis_noperm ? EXIT_REDIS_SETUP : EXIT_REDIS_STATE;
-			final_reason = r.redis_noperm ? "the Redis ACL user lacks a permission"
-						      : "Redis state contradicts this relay";
+			final_reason = !r.redis_noperm ? "Redis state contradicts this relay"
+				       : sink_redis_errkind(r.sink) == SINK_ERR_TOO_BIG
+					       ? "Redis refuses an event this large"
+					       : "the Redis ACL user lacks a permission";
 			break;
 		}
 		if (stop_requested && !stopping) {

@@ -157,6 +157,7 @@ struct qent {
 	bool asking;        /* send ASKING first (after an ASK redirect) */
 	uint64_t prev_seq;  /* this relay's previous call for the same stream, 0 none */
 	struct ext *ext;    /* large values sent from the event's own memory, NULL none */
+	size_t max_value;   /* its largest field value, for messages */
 };
 
 /*
@@ -211,6 +212,7 @@ struct node {
 	bool info_sent;      /* its reply is still to come */
 	bool mem_known;      /* used_memory and maxmemory were read */
 	uint64_t used_memory, maxmemory;
+	uint64_t max_bulk; /* proto-max-bulk-len, 0 unknown */
 };
 
 struct strset {
@@ -283,6 +285,7 @@ struct sink_redis {
 	uint8_t b_dead_reason;
 	uint64_t b_args_count; /* ARGV entries after ttl and maxlen */
 	struct ext *b_ext;     /* segments of the open batch (at: offsets in b_args) */
+	size_t b_max_value;    /* largest field value in the open batch */
 	uint64_t ext_bytes;    /* bytes of live commands' segments */
 	struct buf b_prefix;   /* dedup key prefix of the open batch (see dedup_prefix) */
 	uint64_t b_prev_seq;   /* previous call for the batch's stream, 0 none */
@@ -1172,6 +1175,46 @@ static enum sink_status check_server(struct sink_redis *s, struct node *n)
 	return SINK_OK;
 }
 
+/*
+ * proto-max-bulk-len into n->max_bulk when CONFIG GET is allowed. Many
+ * deployments deny CONFIG (it shows requirepass): any error is no verdict.
+ */
+static enum sink_status read_bulk_limit(struct sink_redis *s, struct node *n)
+{
+	const char *argv[] = {"CONFIG", "GET", "proto-max-bulk-len"};
+	redisReply *r = redisCommandArgv(n->c, 3, argv, NULL);
+
+	n->max_bulk = 0;
+	if (!r) {
+		snprintf(s->errmsg, sizeof(s->errmsg), "CONFIG GET failed: %s",
+			 n->c->errstr[0] ? n->c->errstr : "connection lost");
+		return SINK_RETRY;
+	}
+	if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+	    r->element[1]->type == REDIS_REPLY_STRING) {
+		char *end;
+		unsigned long long v = strtoull(r->element[1]->str, &end, 10);
+
+		if (*end == '\0' && end != r->element[1]->str)
+			n->max_bulk = v;
+	}
+	freeReplyObject(r);
+	return SINK_OK;
+}
+
+uint64_t sink_redis_max_value(const struct sink_redis *s)
+{
+	uint64_t m = 0;
+
+	for (int i = 0; i < s->nnodes; i++) {
+		if (!s->nodes[i].c || !s->nodes[i].max_bulk)
+			continue;
+		if (!m || s->nodes[i].max_bulk < m)
+			m = s->nodes[i].max_bulk;
+	}
+	return m;
+}
+
 /* used_memory and maxmemory from an INFO memory reply into n. */
 static void read_memory(struct node *n, const char *info)
 {
@@ -1293,6 +1336,9 @@ static enum sink_status node_connect(struct sink_redis *s, struct node *n)
 	if (st != SINK_OK)
 		goto fail;
 	st = check_memory(s, n);
+	if (st != SINK_OK)
+		goto fail;
+	st = read_bulk_limit(s, n);
 	if (st != SINK_OK)
 		goto fail;
 	st = load_function(s, n);
@@ -1642,6 +1688,7 @@ static bool close_batch(struct sink_redis *s)
 		.dead_reason = s->b_dead_reason,
 		.prev_seq = s->b_prev_seq,
 		.ext = s->b_ext,
+		.max_value = s->b_max_value,
 	};
 	s->b_ext = NULL;
 	return push_command(s, &ent, start);
@@ -1768,6 +1815,7 @@ bool sink_redis_publish_held(struct sink_redis *s, const struct event *ev, bool 
 		s->b_seq = s->next_seq++;
 		s->b_n = 0;
 		s->b_args_count = 0;
+		s->b_max_value = 0;
 		buf_reset(&s->b_stream);
 		buf_append(&s->b_stream, ev->stream, ev->stream_len);
 		buf_reset(&s->b_keys);
@@ -1813,6 +1861,8 @@ bool sink_redis_publish_held(struct sink_redis *s, const struct event *ev, bool 
 		struct ext *x = s->b_ext;
 
 		resp_bulk(&s->b_args, f->name, f->name_len);
+		if (f->value_len > s->b_max_value)
+			s->b_max_value = f->value_len;
 		if (large && f->value_len >= EXT_MIN_BYTES && x->nseg < EXT_MAX_SEGS) {
 			/* Header and trailer here, the value itself from the event's memory. */
 			buf_putc(&s->b_args, '$');
@@ -2042,6 +2092,16 @@ static bool handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 		}
 		s->stats.error_replies++;
 		s->errkind = classify_reply_error(r->str);
+		if (strstr(r->str, "Protocol error") && e->max_value >= 1024 * 1024) {
+			/* The server drops the connection: the same call would fail forever. */
+			s->errkind = SINK_ERR_TOO_BIG;
+			snprintf(s->errmsg, sizeof(s->errmsg),
+				 "%s refused (%s): a value of %zu bytes in it is over the server's "
+				 "proto-max-bulk-len; set --max-event-bytes below that so such events "
+				 "are dead-lettered, or raise proto-max-bulk-len",
+				 kind_name(e->kind), r->str, e->max_value);
+			return false;
+		}
 		if (s->errkind == SINK_ERR_ORDER)
 			return refused_behind(s, e, r->str);
 		if (s->errkind == SINK_ERR_NOPERM) {

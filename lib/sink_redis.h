@@ -42,13 +42,15 @@ enum sink_error_kind {
 	SINK_ERR_ORDER,     /* a call ran while an earlier one for its stream had not: resent in order */
 	SINK_ERR_FOREIGN,   /* the watermark belongs to another database: permanent */
 	SINK_ERR_LOST,      /* Redis lost writes it had acknowledged: permanent */
+	SINK_ERR_TOO_BIG,   /* a value over the server's proto-max-bulk-len: a setup error */
 	SINK_ERR_NOPERM     /* the ACL user may not run a command: permanent (configuration) */
 };
 
 /* Failures no retry can fix: the relay stops (see relay.c). */
 static inline bool sink_error_is_fatal(enum sink_error_kind k)
 {
-	return k == SINK_ERR_FOREIGN || k == SINK_ERR_LOST || k == SINK_ERR_NOPERM;
+	return k == SINK_ERR_FOREIGN || k == SINK_ERR_LOST || k == SINK_ERR_NOPERM ||
+	       k == SINK_ERR_TOO_BIG;
 }
 
 struct sink_stats {
@@ -156,6 +158,15 @@ void sink_redis_poll_memory(struct sink_redis *s);
 bool sink_redis_memory(const struct sink_redis *s, uint64_t *used, uint64_t *max);
 /* maxmemory-policy read at the last connect ("" when INFO did not say). */
 const char *sink_redis_maxmemory_policy(const struct sink_redis *s);
+
+/*
+ * The largest bulk string (one field value) every connected server accepts:
+ * proto-max-bulk-len as CONFIG GET read it at connect, 0 when no server let
+ * the relay read it. A value over it would make Redis drop the connection
+ * (the relay then stops with SINK_ERR_TOO_BIG), so the relay dead-letters
+ * such events instead.
+ */
+uint64_t sink_redis_max_value(const struct sink_redis *s);
 
 /* Bytes the publish command for ev would take (to enforce --max-event-bytes). */
 size_t sink_redis_event_size(const struct event *ev);
