@@ -289,13 +289,20 @@ static bool send_status(struct relay *r, bool reply_requested)
 
 /* ---- WAL message handling ---- */
 
-static bool queue_event(struct relay *r, const struct event *ev, bool dead)
+/*
+ * held: ev's values may point into the WAL message's own buffer (decoded in
+ * place), which the sink may then keep instead of copying large values.
+ */
+static bool queue_event(struct relay *r, const struct event *ev, bool dead, bool held)
 {
-	if (!sink_redis_publish(r->sink, ev, dead)) {
+	struct sink_hold hold = {held ? pgrepl_buffer(r->pg) : NULL, pgrepl_free_buffer};
+	bool ok = sink_redis_publish_held(r->sink, ev, dead, &hold);
+
+	if (held && !hold.p) /* the sink keeps it now */
+		(void)pgrepl_take_buffer(r->pg);
+	if (!ok)
 		log_error("out of memory queueing an event for Redis");
-		return false;
-	}
-	return true;
+	return ok;
 }
 
 /* One warning per dead letter, with the transaction's position as fields. */
@@ -327,16 +334,32 @@ static bool dead_letter(struct relay *r, enum dead_reason kind, const char *reas
 		return false;
 	}
 	warn_dead_letter(r, reason);
-	return queue_event(r, &ev, true);
+	return queue_event(r, &ev, true, false);
 }
 
 enum map_result relay_map_event(struct mapper *m, const struct relay_config *cf,
 				const struct txn_info *tx, uint32_t index,
 				const struct w2j_field *fields, size_t n, const char *raw, size_t len,
-				struct event *ev, const char **reason, char *why, size_t whylen)
+				uint64_t max_value, struct event *ev, const char **reason, char *why,
+				size_t whylen)
 {
 	enum map_result mr = mapper_map(m, tx, index, fields, n, raw, len, ev, reason);
 
+	if (mr == MAP_EVENT && !mapper_failed(m) && max_value) {
+		/* A value Redis would refuse: dead-lettered, not sent to fail forever. */
+		for (size_t i = 0; i < ev->nfields; i++) {
+			if (ev->fields[i].value_len <= max_value)
+				continue;
+			snprintf(why, whylen,
+				 "field \"%.*s\" is %zu bytes, over Redis's proto-max-bulk-len %llu",
+				 (int)(ev->fields[i].name_len > 64 ? 64 : ev->fields[i].name_len),
+				 ev->fields[i].name, ev->fields[i].value_len,
+				 (unsigned long long)max_value);
+			mapper_dead_letter(m, tx, index, DEAD_TOO_LARGE, why, raw, len, ev);
+			*reason = why;
+			return MAP_DEAD_LETTER;
+		}
+	}
 	if (mr == MAP_EVENT && !mapper_failed(m) &&
 	    (int64_t)sink_redis_event_size(ev) > cf->max_event_bytes) {
 		snprintf(why, whylen, "event is %zu bytes, over --max-event-bytes %lld",
@@ -350,14 +373,15 @@ enum map_result relay_map_event(struct mapper *m, const struct relay_config *cf,
 }
 
 static bool map_and_queue(struct relay *r, const struct w2j_field *fields, size_t n,
-			  const char *raw, size_t len)
+			  const char *raw, size_t len, bool held)
 {
 	const char *reason = NULL;
 	char why[200];
 	struct event ev;
 	enum map_result mr;
 
-	mr = relay_map_event(r->map, r->cf, &r->tx, r->next_index++, fields, n, raw, len, &ev,
+	mr = relay_map_event(r->map, r->cf, &r->tx, r->next_index++, fields, n, raw, len,
+			     sink_redis_max_value(r->sink), &ev,
 			     &reason, why, sizeof(why));
 	if (mapper_failed(r->map)) {
 		log_error("out of memory mapping an event");
@@ -365,7 +389,7 @@ static bool map_and_queue(struct relay *r, const struct w2j_field *fields, size_
 	}
 	if (mr == MAP_DEAD_LETTER)
 		warn_dead_letter(r, reason);
-	return queue_event(r, &ev, mr == MAP_DEAD_LETTER);
+	return queue_event(r, &ev, mr == MAP_DEAD_LETTER, held && mr == MAP_EVENT);
 }
 
 static bool is_outbox_table(const struct relay *r, const struct w2j_change *ch)
@@ -407,9 +431,26 @@ static bool handle_xlogdata(struct relay *r, const struct pg_msg *m)
 	struct w2j_change ch;
 	char lsnbuf[LSN_STRLEN];
 
+	const char *raw;
+	size_t rawlen;
+	bool inplace = m->len >= W2J_INPLACE_MIN;
+
 	if (m->data_start > r->received)
 		r->received = m->data_start;
-	if (!w2j_decode(r->dec, m->data, m->len, &ch)) {
+	if ((int64_t)m->len > r->cf->max_event_bytes && r->in_txn && m->len > 14 &&
+	    memcmp(m->data, "{\"action\":\"I\"", 14) == 0) {
+		/* An outbox row (add-tables lets no other through) too big to publish:
+		 * dead-lettered without decoding it, so it costs no more memory than
+		 * libpq's own copies. */
+		char reason[200];
+
+		snprintf(reason, sizeof(reason), "row is %zu bytes of wal2json, over --max-event-bytes %lld",
+			 m->len, (long long)r->cf->max_event_bytes);
+		return dead_letter(r, DEAD_TOO_LARGE, reason, m->data, m->len);
+	}
+	/* A large row is decoded in its own buffer, which may then go to Redis as it is. */
+	if (!(inplace ? w2j_decode_inplace(r->dec, m->data, m->len, DEAD_RAW_MAX + 4, &ch)
+		      : w2j_decode(r->dec, m->data, m->len, &ch))) {
 		char reason[600];
 
 		snprintf(reason, sizeof(reason), "undecodable wal2json output: %s", w2j_errmsg(r->dec));
@@ -446,7 +487,10 @@ static bool handle_xlogdata(struct relay *r, const struct pg_msg *m)
 				  lsn_format(m->data_start, lsnbuf));
 			return false;
 		}
-		return map_and_queue(r, ch.columns, ch.ncolumns, m->data, m->len);
+		/* Dead letters keep the row as it came, before decoding changed it. */
+		raw = inplace ? w2j_original(r->dec, &rawlen) : NULL;
+		return map_and_queue(r, ch.columns, ch.ncolumns, raw ? raw : m->data, m->len,
+				     inplace);
 	case W2J_UPDATE:
 		count(&r->m->ignored[IGN_UPDATE]);
 		return true;
@@ -483,9 +527,12 @@ static bool handle_xlogdata(struct relay *r, const struct pg_msg *m)
 					snprintf(reason, sizeof(reason), "%s", e);
 				else
 					snprintf(reason, sizeof(reason), "message content is not a JSON object: %s", e);
-				return dead_letter(r, DEAD_NOT_JSON, reason, m->data, m->len);
+				raw = inplace ? w2j_original(r->dec, &rawlen) : NULL;
+				return dead_letter(r, DEAD_NOT_JSON, reason, raw ? raw : m->data,
+						   m->len);
 			}
-			return map_and_queue(r, fields, n, m->data, m->len);
+			raw = inplace ? w2j_original(r->dec, &rawlen) : NULL;
+			return map_and_queue(r, fields, n, raw ? raw : m->data, m->len, false);
 		}
 	}
 	return true;
@@ -533,6 +580,7 @@ static enum redis_err_kind err_kind(enum sink_error_kind k)
 	case SINK_ERR_LOST:
 		return RERR_STATE;
 	case SINK_ERR_NOPERM:
+	case SINK_ERR_TOO_BIG:
 		return RERR_OTHER;
 	case SINK_ERR_IO:
 	case SINK_ERR_NONE:
@@ -551,7 +599,8 @@ static void redis_lost(struct relay *r, const char *why)
 	if (sink_error_is_fatal(sink_redis_errkind(r->sink))) {
 		log_error("Redis: %s", why);
 		r->redis_fatal = true;
-		r->redis_noperm = sink_redis_errkind(r->sink) == SINK_ERR_NOPERM;
+		r->redis_noperm = sink_redis_errkind(r->sink) == SINK_ERR_NOPERM ||
+				  sink_redis_errkind(r->sink) == SINK_ERR_TOO_BIG;
 		sink_redis_disconnect(r->sink);
 		return;
 	}
@@ -1018,8 +1067,10 @@ int relay_run(const struct relay_config *cf)
 
 		if (r.redis_fatal) {
 			rc = r.redis_noperm ? EXIT_REDIS_SETUP : EXIT_REDIS_STATE;
-			final_reason = r.redis_noperm ? "the Redis ACL user lacks a permission"
-						      : "Redis state contradicts this relay";
+			final_reason = !r.redis_noperm ? "Redis state contradicts this relay"
+				       : sink_redis_errkind(r.sink) == SINK_ERR_TOO_BIG
+					       ? "Redis refuses an event this large"
+					       : "the Redis ACL user lacks a permission";
 			break;
 		}
 		if (stop_requested && !stopping) {

@@ -42,6 +42,9 @@
 #define CLUSTER_SLOTS CLUSTER_SLOTS_COUNT
 _Static_assert(MAX_NODES <= INT8_MAX, "node indexes are int8_t (slot_node, qent.node)");
 #define WBUF_FILL (256 * 1024) /* bytes staged per write round */
+/* Field values at least this large are sent from the event's memory, not copied. */
+#define EXT_MIN_BYTES (64 * 1024)
+#define EXT_MAX_SEGS 8
 
 /*
  * One call publishes a batch: consecutive events of one stream.
@@ -195,6 +198,27 @@ struct qent {
 	uint8_t dead_reason;
 	bool asking;        /* send ASKING first (after an ASK redirect) */
 	uint64_t prev_seq;  /* this relay's previous call for the same stream, 0 none */
+	struct ext *ext;    /* large values sent from the event's own memory, NULL none */
+	size_t max_value;   /* its largest field value, for messages */
+};
+
+/*
+ * A command whose large field values are not copied into out: its bytes are
+ * out[off, off + len) with seg[i].len bytes from seg[i].p inserted at offset
+ * seg[i].at (ascending). hold is the memory the segments point into (the
+ * relay's copy of the WAL message), released with hold_free once the command
+ * is acknowledged.
+ */
+struct ext {
+	void *hold;
+	void (*hold_free)(void *);
+	size_t total; /* sum of seg[].len */
+	size_t nseg;
+	struct {
+		size_t at;
+		const char *p;
+		size_t len;
+	} seg[EXT_MAX_SEGS];
 };
 
 /* A FIFO of 64-bit values: sequence numbers, or the markers below. */
@@ -217,6 +241,8 @@ struct node {
 	struct u64q sendq;   /* seqs routed here, not yet staged */
 	struct buf wbuf;     /* staged bytes, written from wsent */
 	size_t wsent;
+	uint64_t part_seq;   /* command staged only up to part_off (0: none) */
+	size_t part_off;
 	struct u64q waitq;   /* what each coming reply answers */
 	struct u64q durable; /* executed seqs that the next WAIT must cover */
 	bool staged_publish; /* a publish was staged since the last WAIT */
@@ -231,6 +257,7 @@ struct node {
 	uint64_t used_memory, maxmemory;
 	struct buf trimq;    /* --trim acked calls to stage with the next write */
 	uint32_t trimq_n;
+	uint64_t max_bulk; /* proto-max-bulk-len, 0 unknown */
 };
 
 struct strset {
@@ -302,6 +329,9 @@ struct sink_redis {
 	uint32_t b_stream_id;
 	uint8_t b_dead_reason;
 	uint64_t b_args_count; /* ARGV entries after ttl and maxlen */
+	struct ext *b_ext;     /* segments of the open batch (at: offsets in b_args) */
+	size_t b_max_value;    /* largest field value in the open batch */
+	uint64_t ext_bytes;    /* bytes of live commands' segments */
 	struct buf b_prefix;   /* dedup key prefix of the open batch (see dedup_prefix) */
 	uint64_t b_prev_seq;   /* previous call for the batch's stream, 0 none */
 	char b_expect[26];     /* where that call leaves the watermark, "" none */
@@ -582,12 +612,30 @@ static bool queue_push(struct sink_redis *s, const struct qent *ent)
 	return true;
 }
 
+static void ext_free(struct sink_redis *s, struct ext **x)
+{
+	if (!*x)
+		return;
+	if ((*x)->hold_free)
+		(*x)->hold_free((*x)->hold);
+	s->ext_bytes -= (*x)->total;
+	free(*x);
+	*x = NULL;
+}
+
+/* Bytes on the wire: out's plus the segments'. */
+static size_t cmd_len(const struct qent *e)
+{
+	return e->len + (e->ext ? e->ext->total : 0);
+}
+
 /* Pop the done prefix: it is acknowledged. Reclaim its bytes now and then. */
 static void advance_head(struct sink_redis *s)
 {
 	while (s->q_len > 0 && s->q[s->q_head].state == QS_DONE) {
 		struct qent *e = &s->q[s->q_head];
 
+		ext_free(s, &e->ext);
 		s->acked_seq = e->seq;
 		s->inflight_events -= e->nevents;
 		s->q_head = (s->q_head + 1) % s->q_cap;
@@ -701,6 +749,8 @@ static void node_close(struct node *n)
 	n->sendq.len = n->waitq.len = n->durable.len = 0;
 	buf_reset(&n->wbuf);
 	n->wsent = 0;
+	n->part_seq = 0;
+	n->part_off = 0;
 	n->staged_publish = false;
 	n->wblocked = false;
 	n->ssl = NULL;
@@ -739,6 +789,9 @@ void sink_redis_destroy(struct sink_redis *s)
 		return;
 	for (int i = 0; i < s->nnodes; i++)
 		node_finish(&s->nodes[i]);
+	for (size_t i = 0; i < s->q_len; i++)
+		ext_free(s, &s->q[(s->q_head + i) % s->q_cap].ext);
+	ext_free(s, &s->b_ext);
 	free(s->slot_node);
 	buf_finish(&s->out);
 	buf_finish(&s->key);
@@ -941,7 +994,7 @@ static bool node_wants_write(const struct node *n)
 		return true;
 	if (n->w_wants_read)
 		return false; /* POLLIN wakes the blocked TLS write */
-	return n->sendq.len > 0 || n->wsent < n->wbuf.len;
+	return n->sendq.len > 0 || n->part_seq || n->wsent < n->wbuf.len;
 }
 
 bool sink_redis_want_write(const struct sink_redis *s)
@@ -996,7 +1049,7 @@ uint64_t sink_redis_inflight_bytes(const struct sink_redis *s)
 {
 	size_t live = s->q_len ? s->out.len - (size_t)(s->q[s->q_head].off - s->out_base) : 0;
 
-	return live + (s->b_open ? s->b_keys.len + s->b_args.len : 0);
+	return live + s->ext_bytes + (s->b_open ? s->b_keys.len + s->b_args.len : 0);
 }
 
 const struct sink_stats *sink_redis_stats(const struct sink_redis *s)
@@ -1250,6 +1303,46 @@ static enum sink_status check_server(struct sink_redis *s, struct node *n)
 	return SINK_OK;
 }
 
+/*
+ * proto-max-bulk-len into n->max_bulk when CONFIG GET is allowed. Many
+ * deployments deny CONFIG (it shows requirepass): any error is no verdict.
+ */
+static enum sink_status read_bulk_limit(struct sink_redis *s, struct node *n)
+{
+	const char *argv[] = {"CONFIG", "GET", "proto-max-bulk-len"};
+	redisReply *r = redisCommandArgv(n->c, 3, argv, NULL);
+
+	n->max_bulk = 0;
+	if (!r) {
+		snprintf(s->errmsg, sizeof(s->errmsg), "CONFIG GET failed: %s",
+			 n->c->errstr[0] ? n->c->errstr : "connection lost");
+		return SINK_RETRY;
+	}
+	if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+	    r->element[1]->type == REDIS_REPLY_STRING) {
+		char *end;
+		unsigned long long v = strtoull(r->element[1]->str, &end, 10);
+
+		if (*end == '\0' && end != r->element[1]->str)
+			n->max_bulk = v;
+	}
+	freeReplyObject(r);
+	return SINK_OK;
+}
+
+uint64_t sink_redis_max_value(const struct sink_redis *s)
+{
+	uint64_t m = 0;
+
+	for (int i = 0; i < s->nnodes; i++) {
+		if (!s->nodes[i].c || !s->nodes[i].max_bulk)
+			continue;
+		if (!m || s->nodes[i].max_bulk < m)
+			m = s->nodes[i].max_bulk;
+	}
+	return m;
+}
+
 /* used_memory and maxmemory from an INFO memory reply into n. */
 static void read_memory(struct node *n, const char *info)
 {
@@ -1371,6 +1464,9 @@ static enum sink_status node_connect(struct sink_redis *s, struct node *n)
 	if (st != SINK_OK)
 		goto fail;
 	st = check_memory(s, n);
+	if (st != SINK_OK)
+		goto fail;
+	st = read_bulk_limit(s, n);
 	if (st != SINK_OK)
 		goto fail;
 	st = load_function(s, n);
@@ -1621,8 +1717,10 @@ static bool push_command(struct sink_redis *s, struct qent *ent, size_t start)
 	ent->len = s->out.len - start;
 	ent->node = -1;
 	ent->state = QS_QUEUED;
-	if (s->out.failed || !queue_push(s, ent))
+	if (s->out.failed || !queue_push(s, ent)) {
+		ext_free(s, &ent->ext);
 		return false;
+	}
 	e = ent_of(s, ent->seq);
 	if (s->connected && !route(s, e)) {
 		/* No master for the slot right now: the caller reconnects and routes it. */
@@ -1695,6 +1793,9 @@ static bool close_batch(struct sink_redis *s)
 	resp_str(b, s->owner);
 	resp_str(b, s->b_expect);
 	resp_str(b, cf->slot);
+	if (s->b_ext) /* segment offsets: from b_args to the command */
+		for (size_t i = 0; i < s->b_ext->nseg; i++)
+			s->b_ext->seg[i].at += b->len - start;
 	buf_append(b, s->b_args.data, s->b_args.len);
 	if (s->key.failed || s->tag.failed)
 		return false;
@@ -1714,7 +1815,10 @@ static bool close_batch(struct sink_redis *s)
 		.kind = s->b_dead ? Q_DEAD : Q_PUBLISH,
 		.dead_reason = s->b_dead_reason,
 		.prev_seq = s->b_prev_seq,
+		.ext = s->b_ext,
+		.max_value = s->b_max_value,
 	};
+	s->b_ext = NULL;
 	return push_command(s, &ent, start);
 }
 
@@ -1800,12 +1904,28 @@ bool sink_redis_queue_record(struct sink_redis *s, lsn_t confirmed, lsn_t commit
 	return n > 0 && (size_t)n < sizeof(val) && queue_record_cmd(s, Q_RECORD, val, (size_t)n);
 }
 
+/* Does ev have a value worth sending from its own memory (see struct ext)? */
+static bool has_large_value(const struct event *ev)
+{
+	for (size_t i = 0; i < ev->nfields; i++)
+		if (ev->fields[i].value_len >= EXT_MIN_BYTES)
+			return true;
+	return false;
+}
+
 bool sink_redis_publish(struct sink_redis *s, const struct event *ev, bool dead_letter)
+{
+	return sink_redis_publish_held(s, ev, dead_letter, NULL);
+}
+
+bool sink_redis_publish_held(struct sink_redis *s, const struct event *ev, bool dead_letter,
+			     struct sink_hold *hold)
 {
 	struct lastpos *lp;
 	char pos[26];
+	bool large = hold && hold->p && !dead_letter && has_large_value(ev);
 
-	if (s->b_open && (dead_letter || s->b_dead || s->b_n >= BATCH_MAX_EVENTS ||
+	if (s->b_open && (large || dead_letter || s->b_dead || s->b_n >= BATCH_MAX_EVENTS ||
 			  s->b_args.len >= BATCH_MAX_BYTES || s->b_stream.len != ev->stream_len ||
 			  memcmp(s->b_stream.data, ev->stream, ev->stream_len) != 0) &&
 	    !close_batch(s))
@@ -1823,6 +1943,7 @@ bool sink_redis_publish(struct sink_redis *s, const struct event *ev, bool dead_
 		s->b_seq = s->next_seq++;
 		s->b_n = 0;
 		s->b_args_count = 0;
+		s->b_max_value = 0;
 		buf_reset(&s->b_stream);
 		buf_append(&s->b_stream, ev->stream, ev->stream_len);
 		buf_reset(&s->b_keys);
@@ -1864,15 +1985,43 @@ bool sink_redis_publish(struct sink_redis *s, const struct event *ev, bool dead_
 	memcpy(s->b_last, pos, sizeof(s->b_last));
 	resp_bulk(&s->b_args, pos, 25);
 	resp_u64(&s->b_args, ev->nfields);
+	if (large && !(s->b_ext = calloc(1, sizeof(*s->b_ext))))
+		return false;
 	for (size_t i = 0; i < ev->nfields; i++) {
-		resp_bulk(&s->b_args, ev->fields[i].name, ev->fields[i].name_len);
-		resp_bulk(&s->b_args, ev->fields[i].value, ev->fields[i].value_len);
+		const struct event_field *f = &ev->fields[i];
+		struct ext *x = s->b_ext;
+
+		resp_bulk(&s->b_args, f->name, f->name_len);
+		if (f->value_len > s->b_max_value)
+			s->b_max_value = f->value_len;
+		if (large && f->value_len >= EXT_MIN_BYTES && x->nseg < EXT_MAX_SEGS) {
+			/* Header and trailer here, the value itself from the event's memory. */
+			buf_putc(&s->b_args, '$');
+			buf_put_u64(&s->b_args, f->value_len);
+			buf_append(&s->b_args, "\r\n", 2);
+			x->seg[x->nseg].at = s->b_args.len;
+			x->seg[x->nseg].p = f->value;
+			x->seg[x->nseg].len = f->value_len;
+			x->nseg++;
+			x->total += f->value_len;
+			buf_append(&s->b_args, "\r\n", 2);
+		} else {
+			resp_bulk(&s->b_args, f->value, f->value_len);
+		}
 	}
 	s->b_args_count += 2 + 2 * ev->nfields;
 	s->b_n++;
 	s->inflight_events++;
 	if (s->b_keys.failed || s->b_args.failed || s->b_stream.failed || s->b_prefix.failed)
 		return false;
+	if (large) {
+		/* The call now owns the event's memory; it goes out alone. */
+		s->b_ext->hold = hold->p;
+		s->b_ext->hold_free = hold->free_fn;
+		s->ext_bytes += s->b_ext->total;
+		hold->p = NULL;
+		return close_batch(s);
+	}
 	/* Dead letters are rare and each has its own reason: one per call. */
 	return dead_letter ? close_batch(s) : true;
 }
@@ -2104,6 +2253,16 @@ static bool handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 		}
 		s->stats.error_replies++;
 		s->errkind = classify_reply_error(r->str);
+		if (strstr(r->str, "Protocol error") && e->max_value >= 1024 * 1024) {
+			/* The server drops the connection: the same call would fail forever. */
+			s->errkind = SINK_ERR_TOO_BIG;
+			snprintf(s->errmsg, sizeof(s->errmsg),
+				 "%s refused (%s): a value of %zu bytes in it is over the server's "
+				 "proto-max-bulk-len; set --max-event-bytes below that so such events "
+				 "are dead-lettered, or raise proto-max-bulk-len",
+				 kind_name(e->kind), r->str, e->max_value);
+			return false;
+		}
 		if (s->errkind == SINK_ERR_ORDER)
 			return refused_behind(s, e, r->str);
 		if (s->errkind == SINK_ERR_NOPERM && key_refusal(r->str)) {
@@ -2180,13 +2339,71 @@ static bool handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 }
 
 /* Stage commands from n's send queue (ASKING and WAIT included) into its write buffer. */
+/*
+ * Append the part of p[0..len) that lies in the command's window: *pos is
+ * where p starts in the command, *cur the next byte wanted, *left how many
+ * more fit.
+ */
+static void stage_piece(struct buf *dst, const char *p, size_t len, size_t *pos, size_t *cur,
+			size_t *left)
+{
+	if (*left > 0 && *cur < *pos + len) {
+		size_t skip = *cur - *pos, take = len - skip;
+
+		if (take > *left)
+			take = *left;
+		buf_append(dst, p + skip, take);
+		*cur += take;
+		*left -= take;
+	}
+	*pos += len;
+}
+
+/*
+ * Stage e's bytes from offset from into n->wbuf until WBUF_FILL: a large
+ * command goes out in slices, never copied whole. n->part_seq says where the
+ * next round resumes.
+ */
+static void stage_cmd(const struct sink_redis *s, struct node *n, const struct qent *e,
+		      size_t from)
+{
+	const char *base = ent_bytes(s, e);
+	size_t nseg = e->ext ? e->ext->nseg : 0, pos = 0, raw = 0, cur = from;
+	size_t left = n->wbuf.len < WBUF_FILL ? WBUF_FILL - n->wbuf.len : 0;
+
+	for (size_t i = 0; i <= nseg && left > 0; i++) {
+		size_t at = i < nseg ? e->ext->seg[i].at : e->len;
+
+		stage_piece(&n->wbuf, base + raw, at - raw, &pos, &cur, &left);
+		raw = at;
+		if (i < nseg)
+			stage_piece(&n->wbuf, e->ext->seg[i].p, e->ext->seg[i].len, &pos, &cur,
+				    &left);
+	}
+	if (cur < cmd_len(e)) {
+		n->part_seq = e->seq;
+		n->part_off = cur;
+	} else {
+		n->part_seq = 0;
+		n->part_off = 0;
+	}
+}
+
 static bool stage(struct sink_redis *s, struct node *n)
 {
 	static const char asking[] = "*1\r\n$6\r\nASKING\r\n";
 
 	buf_reset(&n->wbuf);
 	n->wsent = 0;
-	while (n->sendq.len > 0 && n->wbuf.len < WBUF_FILL) {
+	if (n->part_seq) {
+		/* Not done before its reply, and the connection it is on is open. */
+		const struct qent *e = ent_of(s, n->part_seq);
+
+		if (!e)
+			return false;
+		stage_cmd(s, n, e, n->part_off);
+	}
+	while (!n->part_seq && n->sendq.len > 0 && n->wbuf.len < WBUF_FILL) {
 		struct qent *e = ent_of(s, u64q_pop(&n->sendq));
 
 		if (!e || e->state != QS_ROUTED)
@@ -2196,12 +2413,14 @@ static bool stage(struct sink_redis *s, struct node *n)
 			if (!u64q_push(&n->waitq, ASKING_MARK))
 				return false;
 		}
-		buf_append(&n->wbuf, ent_bytes(s, e), e->len);
 		if (!u64q_push(&n->waitq, e->seq))
 			return false;
+		stage_cmd(s, n, e, 0);
 		if (e->kind != Q_GROUP)
 			n->staged_publish = true;
 	}
+	if (n->part_seq)
+		return !n->wbuf.failed; /* WAIT and INFO only between commands */
 	if (s->wait_mode && n->staged_publish) {
 		buf_append(&n->wbuf, s->wait_cmd.data, s->wait_cmd.len);
 		if (!u64q_push(&n->waitq, WAIT_MARK))
@@ -2235,7 +2454,8 @@ static bool node_write(struct sink_redis *s, struct node *n)
 		if (n->wsent == n->wbuf.len) {
 			bool was_idle = n->waitq.len == 0;
 
-			if (n->sendq.len == 0 && !n->info_due && !n->trimq_n)
+			if (n->sendq.len == 0 && !n->info_due && !n->trimq_n &&
+			    !n->part_seq)
 				return true;
 			if (!stage(s, n)) {
 				snprintf(s->errmsg, sizeof(s->errmsg), "out of memory");

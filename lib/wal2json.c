@@ -31,6 +31,8 @@
 
 /* Marks an absent string in the offset records. */
 #define NO_OFF ((size_t)-1)
+/* A span whose off has this bit lies in the caller's buffer (w2j_decode_inplace). */
+#define IN_INPUT ((size_t)1 << (sizeof(size_t) * 8 - 2))
 
 /* Longest excerpt of offending input quoted in an error message. */
 #define ERR_EXCERPT 48
@@ -142,6 +144,26 @@ struct w2j_decoder {
 	size_t scratch_cap;
 	char *unesc; /* the fast path's unescaped copy of one string */
 	size_t unesc_cap;
+
+	/*
+	 * w2j_decode_inplace(): strings of W2J_INPLACE_MIN bytes or more stay in
+	 * the caller's buffer. The fast path records them here; once the whole
+	 * object parsed, their escapes are undone in place and they are NUL-
+	 * terminated there (saving the buffer's first keep bytes before).
+	 */
+	char *input;         /* the caller's buffer, NULL when not in place */
+	size_t inplace_min;  /* W2J_INPLACE_MIN, or what tests set */
+	struct big {
+		size_t off;     /* content start in input */
+		size_t raw_len; /* bytes between the quotes */
+		size_t len;     /* after unescaping */
+	} *bigs;
+	size_t nbigs, bigs_cap;
+	const unsigned char *big_ptr; /* the last big string handed to a callback */
+	size_t big_len;
+	char *saved; /* the first keep bytes of input before it changed */
+	size_t saved_cap, saved_len;
+	bool input_changed;
 	bool yajl_only; /* w2j_set_fast_path(d, false): always parse with yajl */
 
 	/* yajl */
@@ -312,6 +334,12 @@ static bool arena_reserve(struct w2j_decoder *d, size_t need)
 /* Copy s[0..len) plus a NUL into the arena and record its span in *sp. */
 static bool arena_put(struct w2j_decoder *d, const void *s, size_t len, struct span *sp)
 {
+	if (d->big_ptr && s == d->big_ptr && len == d->big_len) {
+		/* A big string of the caller's buffer: recorded where it is. */
+		sp->off = IN_INPUT | (size_t)((const char *)s - d->input);
+		sp->len = len;
+		return true;
+	}
 	if (!arena_reserve(d, len + 1))
 		return false;
 	sp->off = d->arena_len;
@@ -326,7 +354,9 @@ static bool arena_put(struct w2j_decoder *d, const void *s, size_t len, struct s
 /* Pointer for a recorded span, NULL when absent. Only after parsing. */
 static const char *span_ptr(const struct w2j_decoder *d, struct span sp)
 {
-	return sp.off == NO_OFF ? NULL : d->arena + sp.off;
+	if (sp.off == NO_OFF)
+		return NULL;
+	return sp.off & IN_INPUT ? d->input + (sp.off & ~IN_INPUT) : d->arena + sp.off;
 }
 
 /* Start a new slot (column or field); NULL (with error set) on OOM. */
@@ -438,6 +468,9 @@ static bool begin_call(struct w2j_decoder *d, size_t len)
 
 	d->arena_len = 0;
 	d->nslots = 0;
+	d->nbigs = 0;
+	d->big_ptr = NULL;
+	d->input_changed = false;
 	d->depth = 0;
 	d->skipping = false;
 	d->skip_base = 0;
@@ -467,7 +500,8 @@ static bool begin_call(struct w2j_decoder *d, size_t len)
 	 */
 	if (len == SIZE_MAX)
 		return set_error(d, "out of memory");
-	return arena_reserve(d, len + 1);
+	/* In place, large strings stay in the input: the arena holds the rest. */
+	return arena_reserve(d, d->input && len > W2J_INPLACE_MIN ? W2J_INPLACE_MIN : len + 1);
 }
 
 /*
@@ -562,6 +596,185 @@ static const unsigned char *find_special(const unsigned char *p, const unsigned 
 	return p;
 }
 
+static int hex_val(unsigned char c)
+{
+	return c >= '0' && c <= '9'   ? c - '0'
+	       : c >= 'a' && c <= 'f' ? c - 'a' + 10
+	       : c >= 'A' && c <= 'F' ? c - 'A' + 10
+				      : -1;
+}
+
+/* The code point of \uXXXX at p (p[0] is the backslash), -1 when malformed. */
+static long u_escape(const unsigned char *p, const unsigned char *end)
+{
+	long v = 0;
+
+	if (end - p < 6)
+		return -1;
+	for (int i = 2; i < 6; i++) {
+		int h = hex_val(p[i]);
+
+		if (h < 0)
+			return -1;
+		v = v * 16 + h;
+	}
+	return v;
+}
+
+/*
+ * Scan the escaped string whose first special byte is p (a backslash) for
+ * its closing quote and unescaped length, accepting only escapes whose
+ * meaning is beyond doubt: the one-letter ones and \u outside the surrogates
+ * and U+0000 (everything else is yajl's call). Writes nothing.
+ */
+static bool scan_escaped(const unsigned char *start, const unsigned char *p,
+			 const unsigned char *end, const unsigned char **close, size_t *len)
+{
+	size_t n = (size_t)(p - start);
+
+	for (;;) {
+		const unsigned char *q;
+
+		if (end - p < 2)
+			return false;
+		switch (p[1]) {
+		case '"':
+		case '\\':
+		case '/':
+		case 'b':
+		case 'f':
+		case 'n':
+		case 'r':
+		case 't':
+			n++;
+			p += 2;
+			break;
+		case 'u': {
+			long c = u_escape(p, end);
+
+			if (c <= 0 || (c >= 0xd800 && c <= 0xdfff))
+				return false;
+			n += c < 0x80 ? 1 : c < 0x800 ? 2 : 3;
+			p += 6;
+			break;
+		}
+		default:
+			return false;
+		}
+		q = find_special(p, end);
+		if (q == end || *q < 0x20)
+			return false;
+		n += (size_t)(q - p);
+		p = q;
+		if (*p == '"')
+			break;
+	}
+	*close = p;
+	*len = n;
+	return true;
+}
+
+/* Undo the escapes of a string checked by scan_escaped(), writing from o. */
+static size_t unescape_inplace(char *o, const char *p, const char *close)
+{
+	char *o0 = o;
+
+	while (p < close) {
+		if (*p != '\\') {
+			const char *q = memchr(p, '\\', (size_t)(close - p));
+			size_t run = (size_t)((q ? q : close) - p);
+
+			memmove(o, p, run);
+			o += run;
+			p += run;
+			continue;
+		}
+		switch (p[1]) {
+		case 'b':
+			*o++ = '\b';
+			break;
+		case 'f':
+			*o++ = '\f';
+			break;
+		case 'n':
+			*o++ = '\n';
+			break;
+		case 'r':
+			*o++ = '\r';
+			break;
+		case 't':
+			*o++ = '\t';
+			break;
+		case 'u': {
+			long c = u_escape((const unsigned char *)p, (const unsigned char *)close);
+
+			if (c < 0x80) {
+				*o++ = (char)c;
+			} else if (c < 0x800) {
+				*o++ = (char)(0xc0 | (c >> 6));
+				*o++ = (char)(0x80 | (c & 0x3f));
+			} else {
+				*o++ = (char)(0xe0 | (c >> 12));
+				*o++ = (char)(0x80 | ((c >> 6) & 0x3f));
+				*o++ = (char)(0x80 | (c & 0x3f));
+			}
+			p += 6;
+			continue;
+		}
+		default: /* " \ / */
+			*o++ = p[1];
+			break;
+		}
+		p += 2;
+	}
+	return (size_t)(o - o0);
+}
+
+/*
+ * w2j_decode_inplace(): a string of W2J_INPLACE_MIN bytes or more is handed
+ * to the callbacks as it lies in the input (*s escaped still, *n its
+ * unescaped length) and recorded for w2j_decode_inplace() to finish.
+ * FAST_FALLBACK: not such a string, nothing recorded.
+ */
+static enum fast_result big_string(struct w2j_decoder *d, const unsigned char **pp,
+				   const unsigned char *end, const unsigned char *p,
+				   const unsigned char **s, size_t *n)
+{
+	const unsigned char *start = *pp + 1, *close = p;
+	size_t len = (size_t)(p - start);
+
+	/* Only a column's "value" and a message's "content": nothing that an
+	 * error message quotes while parsing goes on. */
+	bool wanted = (d->depth == 3 && d->ckey == C_VALUE && !d->skipping) ||
+		      (d->depth == 1 && d->key == K_CONTENT);
+
+	if (!wanted || (size_t)(end - start) < d->inplace_min)
+		return FAST_FALLBACK;
+	if (*p != '"' && !scan_escaped(start, p, end, &close, &len))
+		return FAST_FALLBACK;
+	if ((size_t)(close - start) < d->inplace_min)
+		return FAST_FALLBACK;
+	if (d->nbigs == d->bigs_cap) {
+		size_t cap = d->bigs_cap ? d->bigs_cap * 2 : 8;
+		struct big *nb = realloc(d->bigs, cap * sizeof(*nb));
+
+		if (!nb) {
+			set_error(d, "out of memory");
+			return FAST_FAILED;
+		}
+		d->bigs = nb;
+		d->bigs_cap = cap;
+	}
+	d->bigs[d->nbigs++] = (struct big){(size_t)((const char *)start - d->input),
+					   (size_t)(close - start), len};
+	d->big_ptr = start;
+	d->big_len = len;
+	*s = start;
+	*n = len;
+	*pp = close + 1;
+	return FAST_OK;
+}
+
 /*
  * The string whose opening quote is at *pp: on FAST_OK *s and *n are its content
  * (in the input when it has no escapes, else in d->unesc) and *pp is past the
@@ -576,6 +789,12 @@ static enum fast_result fast_string(struct w2j_decoder *d, const unsigned char *
 
 	if (p == end || *p < 0x20)
 		return FAST_FALLBACK;
+	if (d->input) {
+		enum fast_result r = big_string(d, pp, end, p, s, n);
+
+		if (r != FAST_FALLBACK)
+			return r;
+	}
 	if (*p == '"') {
 		*s = start;
 		*n = (size_t)(p - start);
@@ -1161,7 +1380,7 @@ static int dec_close(void *ctx)
 		if (!c->has_value)
 			return set_error(
 			    d, "column \"%s\" without \"value\"",
-			    excerpt(ex, (const unsigned char *)d->arena + c->name.off, c->name.len));
+			    excerpt(ex, (const unsigned char *)span_ptr(d, c->name), c->name.len));
 	}
 	return 1;
 }
@@ -1376,6 +1595,7 @@ struct w2j_decoder *w2j_create(void)
 	d->afs.realloc = pool_realloc;
 	d->afs.free = pool_free;
 	d->afs.ctx = &d->pool;
+	d->inplace_min = W2J_INPLACE_MIN;
 	return d;
 }
 
@@ -1388,6 +1608,8 @@ void w2j_destroy(struct w2j_decoder *d)
 		yajl_gen_free(d->gen);
 	pool_clear(&d->pool);
 	free(d->scratch);
+	free(d->bigs);
+	free(d->saved);
 	free(d->unesc);
 	free(d->fields);
 	free(d->slots);
@@ -1433,6 +1655,45 @@ bool w2j_decode(struct w2j_decoder *d, const char *buf, size_t len, struct w2j_c
 	return true;
 }
 
+bool w2j_decode_inplace(struct w2j_decoder *d, char *buf, size_t len, size_t keep,
+			struct w2j_change *ret)
+{
+	bool ok;
+
+	d->input = buf;
+	ok = w2j_decode(d, buf, len, ret);
+	d->input = NULL;
+	if (!ok || d->nbigs == 0)
+		return ok;
+	d->saved_len = len < keep ? len : keep;
+	if (d->saved_len > d->saved_cap) {
+		char *n = realloc(d->saved, d->saved_len);
+
+		if (!n)
+			return set_error(d, "out of memory");
+		d->saved = n;
+		d->saved_cap = d->saved_len;
+	}
+	memcpy(d->saved, buf, d->saved_len);
+	d->input_changed = true;
+	for (size_t i = 0; i < d->nbigs; i++) {
+		const struct big *b = &d->bigs[i];
+
+		if (b->len != b->raw_len)
+			(void)unescape_inplace(buf + b->off, buf + b->off, buf + b->off + b->raw_len);
+		buf[b->off + b->len] = '\0';
+	}
+	return true;
+}
+
+const char *w2j_original(const struct w2j_decoder *d, size_t *len)
+{
+	if (!d->input_changed)
+		return NULL;
+	*len = d->saved_len;
+	return d->saved;
+}
+
 /*
  * Decode a flat JSON object into fields in document order (see wal2json.h).
  * On success writes *ret_fields and *ret_nfields, valid until the next call on
@@ -1462,6 +1723,11 @@ bool w2j_decode_object(struct w2j_decoder *d, const char *buf, size_t len,
 }
 
 /* Why the last call failed ("" after a success); valid until the next call. */
+void w2j_set_inplace_min(struct w2j_decoder *d, size_t n)
+{
+	d->inplace_min = n ? n : 1;
+}
+
 void w2j_set_fast_path(struct w2j_decoder *d, bool on)
 {
 	d->yajl_only = !on;
