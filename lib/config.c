@@ -639,8 +639,9 @@ static const struct option_def option_table[] = {
         .min = 1 * KIB,
         .max = 512 * MIB,
         .metavar = "SIZE",
-        .help = "largest event (sum of its field names and values) published as it is; "
-                "larger ones go to the dead-letter stream with the reason",
+        .help = "largest event (its row as wal2json prints it, and the sum of its field "
+                "names and values) published as it is; larger ones go to the dead-letter "
+                "stream with the reason, undecoded",
     },
 
     /* Operations */
