@@ -114,6 +114,8 @@ struct relay {
 	uint64_t redis_fail_seq; /* Redis counts as recovered once this seq is acknowledged */
 	bool redis_fatal;        /* Redis state no retry can fix (sink_error_is_fatal) */
 	bool redis_noperm;       /* ... and it was an ACL refusal: a setup error (exit 5) */
+	uint64_t refused;        /* values this large or larger are dead-lettered (0: none) */
+	uint64_t refused_now;    /* Redis refused a value this large: run again (relay_run) */
 	uint64_t rejected_seen;  /* sink's rejected count already logged */
 	int64_t rejected_log_us; /* when it was last logged (one line per stats interval) */
 	int64_t last_status_us;
@@ -351,7 +353,8 @@ enum map_result relay_map_event(struct mapper *m, const struct relay_config *cf,
 			if (ev->fields[i].value_len <= max_value)
 				continue;
 			snprintf(why, whylen,
-				 "field \"%.*s\" is %zu bytes, over Redis's proto-max-bulk-len %llu",
+				 "field \"%.*s\" is %zu bytes, over %llu, the largest value Redis "
+				 "takes (its proto-max-bulk-len, or learned from a refusal)",
 				 (int)(ev->fields[i].name_len > 64 ? 64 : ev->fields[i].name_len),
 				 ev->fields[i].name, ev->fields[i].value_len,
 				 (unsigned long long)max_value);
@@ -379,9 +382,11 @@ static bool map_and_queue(struct relay *r, const struct w2j_field *fields, size_
 	char why[200];
 	struct event ev;
 	enum map_result mr;
+	uint64_t mv = sink_redis_max_value(r->sink);
 
-	mr = relay_map_event(r->map, r->cf, &r->tx, r->next_index++, fields, n, raw, len,
-			     sink_redis_max_value(r->sink), &ev,
+	if (r->refused && (!mv || r->refused - 1 < mv))
+		mv = r->refused - 1;
+	mr = relay_map_event(r->map, r->cf, &r->tx, r->next_index++, fields, n, raw, len, mv, &ev,
 			     &reason, why, sizeof(why));
 	if (mapper_failed(r->map)) {
 		log_error("out of memory mapping an event");
@@ -597,10 +602,14 @@ static void redis_lost(struct relay *r, const char *why)
 
 	count(&r->m->redis_errors[err_kind(sink_redis_errkind(r->sink))]);
 	if (sink_error_is_fatal(sink_redis_errkind(r->sink))) {
-		log_error("Redis: %s", why);
+		if (sink_redis_errkind(r->sink) == SINK_ERR_TOO_BIG)
+			log_warn("Redis: %s", why); /* relay_run goes on */
+		else
+			log_error("Redis: %s", why);
 		r->redis_fatal = true;
-		r->redis_noperm = sink_redis_errkind(r->sink) == SINK_ERR_NOPERM ||
-				  sink_redis_errkind(r->sink) == SINK_ERR_TOO_BIG;
+		r->redis_noperm = sink_redis_errkind(r->sink) == SINK_ERR_NOPERM;
+		if (sink_redis_errkind(r->sink) == SINK_ERR_TOO_BIG)
+			r->refused_now = sink_redis_refused_value(r->sink);
 		sink_redis_disconnect(r->sink);
 		return;
 	}
@@ -1016,9 +1025,14 @@ static void relay_free(struct relay *r)
 
 /* ---- the loop ---- */
 
-int relay_run(const struct relay_config *cf)
+/*
+ * One run of the relay. *refused: in, the size from which values are
+ * dead-lettered (0: no such limit); out, when Redis refused a value Redis
+ * would refuse again, its size (relay_run then runs again), else unchanged.
+ */
+static int relay_run_once(const struct relay_config *cf, uint64_t *refused)
 {
-	struct relay r = {.cf = cf};
+	struct relay r = {.cf = cf, .refused = *refused};
 	char err[512], lsnbuf[LSN_STRLEN];
 	int64_t stop_deadline = 0;
 	bool stopping = false;
@@ -1067,10 +1081,12 @@ int relay_run(const struct relay_config *cf)
 
 		if (r.redis_fatal) {
 			rc = r.redis_noperm ? EXIT_REDIS_SETUP : EXIT_REDIS_STATE;
-			final_reason = !r.redis_noperm ? "Redis state contradicts this relay"
-				       : sink_redis_errkind(r.sink) == SINK_ERR_TOO_BIG
-					       ? "Redis refuses an event this large"
-					       : "the Redis ACL user lacks a permission";
+			final_reason = r.redis_noperm ? "the Redis ACL user lacks a permission"
+						      : "Redis state contradicts this relay";
+			if (r.refused_now) {
+				rc = EXIT_OK;
+				final_reason = "Redis refused a value this large";
+			}
 			break;
 		}
 		if (stop_requested && !stopping) {
@@ -1309,6 +1325,8 @@ int relay_run(const struct relay_config *cf)
 	}
 	r.confirmed = flush_pos(&r);
 	log_final(&r, final_reason);
+	if (r.refused_now)
+		*refused = r.refused_now;
 	relay_free(&r);
 	return rc;
 oom:
@@ -1316,6 +1334,31 @@ oom:
 	log_final(&r, "out of memory");
 	relay_free(&r);
 	return EXIT_FAILURE_RUNTIME;
+}
+
+/*
+ * Redis drops the connection on a value over its proto-max-bulk-len, so
+ * that call would fail after every reconnect and every restart. When the
+ * relay cannot read the limit (CONFIG GET denied), it learns it from the
+ * refusal: it stops (confirming only what Redis acknowledged) and runs
+ * again from the slot's position with values of the refused size
+ * dead-lettered, so the stream goes on without an operator.
+ */
+int relay_run(const struct relay_config *cf)
+{
+	uint64_t refused = 0;
+
+	for (;;) {
+		uint64_t before = refused;
+		int rc = relay_run_once(cf, &refused);
+
+		if (refused == before || stop_requested)
+			return rc;
+		log_warn("running again from the last confirmed position, with field values of %llu "
+			 "bytes or more dead-lettered: Redis refuses them (its proto-max-bulk-len is "
+			 "lower); raise proto-max-bulk-len, or set --max-event-bytes below it",
+			 (unsigned long long)refused);
+	}
 }
 
 /* --check-config's connecting part: every item one line, then the count. */

@@ -330,6 +330,7 @@ struct sink_redis {
 	uint8_t b_dead_reason;
 	uint64_t b_args_count; /* ARGV entries after ttl and maxlen */
 	struct ext *b_ext;     /* segments of the open batch (at: offsets in b_args) */
+	uint64_t refused_value; /* SINK_ERR_TOO_BIG: the largest value of the refused call */
 	size_t b_max_value;    /* largest field value in the open batch */
 	uint64_t ext_bytes;    /* bytes of live commands' segments */
 	struct buf b_prefix;   /* dedup key prefix of the open batch (see dedup_prefix) */
@@ -1330,6 +1331,11 @@ static enum sink_status read_bulk_limit(struct sink_redis *s, struct node *n)
 	return SINK_OK;
 }
 
+uint64_t sink_redis_refused_value(const struct sink_redis *s)
+{
+	return s->refused_value;
+}
+
 uint64_t sink_redis_max_value(const struct sink_redis *s)
 {
 	uint64_t m = 0;
@@ -2256,10 +2262,10 @@ static bool handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 		if (strstr(r->str, "Protocol error") && e->max_value >= 1024 * 1024) {
 			/* The server drops the connection: the same call would fail forever. */
 			s->errkind = SINK_ERR_TOO_BIG;
+			s->refused_value = e->max_value;
 			snprintf(s->errmsg, sizeof(s->errmsg),
 				 "%s refused (%s): a value of %zu bytes in it is over the server's "
-				 "proto-max-bulk-len; set --max-event-bytes below that so such events "
-				 "are dead-lettered, or raise proto-max-bulk-len",
+				 "proto-max-bulk-len",
 				 kind_name(e->kind), r->str, e->max_value);
 			return false;
 		}

@@ -42,7 +42,7 @@ enum sink_error_kind {
 	SINK_ERR_ORDER,     /* a call ran while an earlier one for its stream had not: resent in order */
 	SINK_ERR_FOREIGN,   /* the watermark belongs to another database: permanent */
 	SINK_ERR_LOST,      /* Redis lost writes it had acknowledged: permanent */
-	SINK_ERR_TOO_BIG,   /* a value over the server's proto-max-bulk-len: a setup error */
+	SINK_ERR_TOO_BIG,   /* a value over the server's proto-max-bulk-len (sink_redis_refused_value) */
 	SINK_ERR_NOPERM     /* the ACL user may not run a command: permanent (configuration) */
 };
 
@@ -190,6 +190,8 @@ bool sink_redis_trim_result(struct sink_redis *s, struct sink_trim_result *res);
  * such events instead.
  */
 uint64_t sink_redis_max_value(const struct sink_redis *s);
+/* After SINK_ERR_TOO_BIG: the size of the refused call's largest value. */
+uint64_t sink_redis_refused_value(const struct sink_redis *s);
 
 /* Bytes the publish command for ev would take (to enforce --max-event-bytes). */
 size_t sink_redis_event_size(const struct event *ev);

@@ -6,10 +6,13 @@
 #     dead-letters the 2 MB event (reason names proto-max-bulk-len); the next
 #     event is published and the run ends with exit 0.
 # (b) CONFIG is denied (as in deploy/redis/users.acl): Redis answers the call
-#     with a protocol error and drops the connection; the relay exits 5 at
-#     once with one line naming the value's size and the fix, confirming
-#     nothing past the event. The documented way out, --max-event-bytes below
-#     the limit, then dead-letters it and the stream goes on.
+#     with a protocol error and drops the connection. The relay learns the
+#     limit from the refusal: it stops confirming nothing past the event and
+#     runs again from the slot's position with values that large
+#     dead-lettered (one warning naming the size and the permanent fixes);
+#     the same --endpos run ends with exit 0, every other event once, in
+#     order. A later run with the permanent fix (--max-event-bytes below the
+#     limit) publishes nothing twice.
 RELAY_TIMEOUT=${RELAY_TIMEOUT:-60}
 . "$(dirname "$0")/lib.sh"
 setup_tmp
@@ -29,7 +32,7 @@ emit a2 "'{\"n\": 2}'"
 relay_drain
 assert_eq 1 "$(xlen outbox:dead-letter)" "(a) one dead letter"
 reason=$(rx fields outbox:dead-letter reason)
-assert_contains "$reason" "over Redis's proto-max-bulk-len 1048576" "(a) the reason names proto-max-bulk-len"
+assert_contains "$reason" "over 1048576, the largest value Redis takes (its proto-max-bulk-len" "(a) the reason names proto-max-bulk-len"
 assert_eq a2 "$(rx fields outbox:big aggregate_id)" "(a) the next event is published"
 
 # ---- (b) CONFIG denied -----------------------------------------------------------
@@ -41,18 +44,19 @@ emit b2 "jsonb_build_object('blob', repeat('y', 2000000))"
 emit b3 "'{\"n\": 3}'"
 end=$(current_lsn)
 relay_run_until "$end" || true
-assert_eq 5 "$RELAY_RC" "(b) exit 5, not an endless retry"
-line=$(grep -m1 'proto-max-bulk-len' "$RELAY_LOG" || true)
-log "(b) $line"
-assert_contains "$line" "over the server's proto-max-bulk-len; set --max-event-bytes below that" "(b) one line names the limit and the fix"
-assert_match "$line" "a value of [0-9]+ bytes" "(b) and the value's size"
-assert_lsn_lt "$(slot_confirmed_lsn outbox_relay)" "$end" "(b) nothing confirmed past the refused event"
-assert_eq 1 "$(xlen outbox:dead-letter)" "(b) nothing dead-lettered yet"
-relay_run_until "$end" --max-event-bytes 1000000 || true
-assert_eq 0 "$RELAY_RC" "(b) with --max-event-bytes below the limit the relay drains"
+assert_eq 0 "$RELAY_RC" "(b) the run drains to --endpos (exit 0), no endless retry"
+refusal=$(grep -m1 'Protocol error' "$RELAY_LOG" || true)
+log "(b) $refusal"
+assert_match "$refusal" "a value of [0-9]+ bytes in it is over the server's proto-max-bulk-len" "(b) the refusal is logged with the value's size"
+again=$(grep -m1 'running again from the last confirmed position' "$RELAY_LOG" || true)
+assert_contains "$again" "raise proto-max-bulk-len, or set --max-event-bytes below it" "(b) one warning names the permanent fixes"
 assert_eq 2 "$(xlen outbox:dead-letter)" "(b) the event is dead-lettered"
-assert_contains "$(rx fields outbox:dead-letter reason | tail -n 1)" "over --max-event-bytes 1000000" "(b) as too large"
+assert_contains "$(rx fields outbox:dead-letter reason | tail -n 1)" "learned from a refusal" "(b) with the reason"
 assert_eq "a2 b1 b3" "$(rx fields outbox:big aggregate_id | tr '\n' ' ' | sed 's/ $//')" "(b) the other events once, in order"
 wait_confirmed outbox_relay "$end" 10 || fail "(b) not confirmed up to $end"
 ok "(b) confirmed past the refused event ($before -> $end)"
+relay_run_until "$end" --max-event-bytes 1000000 || true
+assert_eq 0 "$RELAY_RC" "(b) the permanent fix: the relay starts and drains"
+assert_eq 2 "$(xlen outbox:dead-letter)" "(b) nothing dead-lettered twice"
+assert_eq 3 "$(xlen outbox:big)" "(b) nothing published twice"
 pass
