@@ -93,6 +93,15 @@ COMMENT ON TABLE public.outbox IS
     'Transactional outbox: rows are published to Redis Streams by outbox-relay '
     '(only INSERTs are published; rows may be deleted at any time after commit).';
 
+-- Optional: refuse rows the relay could not take, at commit, where the
+-- application sees the error. A row costs the relay twice its size as wal2json
+-- prints it (README, "Memory"); one larger than its memory limit allows gets it
+-- OOM-killed before it can dead-letter the row. 16 MiB of payload text stays
+-- under the default --max-event-bytes (64MiB) even when every character is
+-- escaped twice.
+-- ALTER TABLE public.outbox ADD CONSTRAINT outbox_row_size
+--     CHECK (octet_length(payload::text) + octet_length(headers::text) <= 16 * 1024 * 1024);
+
 -- For outbox_purge(): find old rows without a sequential scan.
 CREATE INDEX IF NOT EXISTS outbox_created_at_idx ON public.outbox (created_at);
 
