@@ -14,8 +14,9 @@
  *     is nothing below walEnd left to deliver);
  *   - a skipped non-transactional message outside a transaction.
  * A mark becomes confirmable when Redis has replied to every command up to
- * its sequence number. advance_confirm() is the only place that moves the
- * acknowledged position, and it only ever moves it forward.
+ * its sequence number. The rule itself is lib/confirm.c (pure, unit-tested);
+ * advance_confirm() is the only place that feeds it acknowledgements, and
+ * send_status() the only place that sends what it answers.
  *
  * The slot record. Before a position is confirmed to PostgreSQL, Redis must
  * have acknowledged the slot record (sink_redis.h) at or past it: the flush
@@ -36,6 +37,7 @@
 #include <unistd.h>
 
 #include "buf.h"
+#include "confirm.h"
 #include "event.h"
 #include "exitcode.h"
 #include "log.h"
@@ -67,13 +69,6 @@ static void on_stop_signal(int sig)
 	stop_requested = 1;
 }
 
-struct mark {
-	uint64_t seq;
-	lsn_t lsn;
-	lsn_t commit_lsn;  /* the last commit with events up to here, 0 none */
-	int64_t commit_us; /* its commit time */
-};
-
 struct relay {
 	const struct relay_config *cf;
 	struct pgrepl *pg;
@@ -91,22 +86,13 @@ struct relay {
 	uint32_t next_index;
 	struct buf content; /* copy of a logical message's content */
 
-	/* Marks, oldest first. */
-	struct mark *marks;
-	size_t m_cap, m_head, m_len;
+	struct confirm cfm; /* marks, acknowledged and confirmed positions (confirm.h) */
 
 	lsn_t received;   /* highest LSN seen on the stream */
 	lsn_t server_wal_end; /* newest keepalive walEnd: how far the server has read WAL */
-	lsn_t acked;      /* highest LSN that Redis has fully acknowledged */
-	lsn_t confirmed;  /* highest flush LSN sent to PostgreSQL */
-	lsn_t commit_lsn; /* the last commit with events Redis acknowledged, and */
-	int64_t commit_us; /* its commit time (from the slot record at start) */
 
 	/* Slot record (see the top of this file). */
 	bool guard_set;      /* the record was read and handed to pgrepl */
-	lsn_t rec_acked;     /* the record position Redis acknowledged */
-	lsn_t rec_pending;   /* the position of the record write in flight */
-	uint64_t rec_seq;    /* its sequence number, 0 when none */
 	int64_t rec_last_us; /* when the last one was queued */
 	bool gap_wait;       /* a start found a gap: re-reading the record */
 	uint64_t gap_gen;    /* sink_redis_record_gen() when that read was queued */
@@ -161,41 +147,6 @@ int64_t backoff_next(struct backoff *b, int cap_ms)
 	return delay;
 }
 
-/* commit_lsn: a commit that carried events (0 for other marks), committed at commit_us. */
-static bool push_mark(struct relay *r, uint64_t seq, lsn_t lsn, lsn_t commit_lsn,
-		      int64_t commit_us)
-{
-	if (r->m_len > 0) {
-		struct mark *tail = &r->marks[(r->m_head + r->m_len - 1) % r->m_cap];
-
-		if (tail->seq == seq) { /* nothing queued since: just move it forward */
-			if (lsn > tail->lsn)
-				tail->lsn = lsn;
-			if (commit_lsn > tail->commit_lsn) {
-				tail->commit_lsn = commit_lsn;
-				tail->commit_us = commit_us;
-			}
-			return true;
-		}
-	}
-	if (r->m_len == r->m_cap) {
-		size_t cap = r->m_cap ? r->m_cap * 2 : 256;
-		struct mark *m = malloc(cap * sizeof(*m));
-
-		if (!m)
-			return false;
-		for (size_t i = 0; i < r->m_len; i++)
-			m[i] = r->marks[(r->m_head + i) % r->m_cap];
-		free(r->marks);
-		r->marks = m;
-		r->m_cap = cap;
-		r->m_head = 0;
-	}
-	r->marks[(r->m_head + r->m_len) % r->m_cap] = (struct mark){seq, lsn, commit_lsn, commit_us};
-	r->m_len++;
-	return true;
-}
-
 /*
  * The record Redis acknowledged is this relay's own: from now on every start
  * (a reconnect after a failover included) checks the slot against it.
@@ -203,14 +154,14 @@ static bool push_mark(struct relay *r, uint64_t seq, lsn_t lsn, lsn_t commit_lsn
 static void refresh_guard(struct relay *r)
 {
 	char owner[200];
-	struct slot_guard g = {.active = true, .confirmed = r->rec_acked, .owner = owner,
+	struct slot_guard g = {.active = true, .confirmed = r->cfm.rec_acked, .owner = owner,
 			       .accept = r->cf->accept_gap};
 
 	snprintf(owner, sizeof(owner), "%s/%s", pgrepl_system_id(r->pg), pgrepl_dbname(r->pg));
 	pgrepl_set_guard(r->pg, &g);
 }
 
-/* Move r->acked over every mark whose commands Redis has acknowledged. */
+/* Take what Redis acknowledged: marks it covers, a slot record write (confirm.h). */
 static void advance_confirm(struct relay *r)
 {
 	uint64_t acked_seq = sink_redis_acked_seq(r->sink);
@@ -225,33 +176,8 @@ static void advance_confirm(struct relay *r)
 			r->redis_down = false;
 		}
 	}
-	while (r->m_len > 0 && r->marks[r->m_head].seq <= acked_seq) {
-		const struct mark *mk = &r->marks[r->m_head];
-
-		if (mk->lsn > r->acked)
-			r->acked = mk->lsn;
-		if (mk->commit_lsn > r->commit_lsn) {
-			r->commit_lsn = mk->commit_lsn;
-			r->commit_us = mk->commit_us;
-		}
-		r->m_head = (r->m_head + 1) % r->m_cap;
-		r->m_len--;
-	}
-	if (r->rec_seq && acked_seq >= r->rec_seq) {
-		if (r->rec_pending > r->rec_acked)
-			r->rec_acked = r->rec_pending;
-		r->rec_seq = 0;
+	if (confirm_acked(&r->cfm, acked_seq))
 		refresh_guard(r);
-	}
-}
-
-/* The position PostgreSQL may be told: acknowledged by Redis and covered by
- * the acknowledged slot record; never below what was sent before. */
-static lsn_t flush_pos(const struct relay *r)
-{
-	lsn_t f = r->acked < r->rec_acked ? r->acked : r->rec_acked;
-
-	return f > r->confirmed ? f : r->confirmed;
 }
 
 /*
@@ -263,28 +189,27 @@ static bool queue_record(struct relay *r, bool now)
 {
 	int64_t t = time_mono_us();
 
-	if (!r->guard_set || r->rec_seq || r->acked <= r->rec_acked ||
+	if (!r->guard_set || !confirm_record_due(&r->cfm) ||
 	    (!now && t - r->rec_last_us < STATUS_MIN_GAP_US))
 		return true;
-	if (!sink_redis_queue_record(r->sink, r->acked, r->commit_lsn, r->commit_us))
+	if (!sink_redis_queue_record(r->sink, r->cfm.acked, r->cfm.commit_lsn, r->cfm.commit_us))
 		return false;
-	r->rec_seq = sink_redis_last_seq(r->sink);
-	r->rec_pending = r->acked;
+	confirm_record_queued(&r->cfm, sink_redis_last_seq(r->sink));
 	r->rec_last_us = t;
 	return true;
 }
 
 static bool send_status(struct relay *r, bool reply_requested)
 {
-	lsn_t flush = flush_pos(r); /* never backwards */
+	lsn_t flush = confirm_flush(&r->cfm); /* never backwards */
 
 	if (!pgrepl_send_status(r->pg, r->received, flush, reply_requested))
 		return false;
-	if (flush > r->confirmed) {
+	if (flush > r->cfm.confirmed) {
 		atomic_store_explicit(&r->m->last_confirm_unix_us, time_now_us(), memory_order_relaxed);
 		gauge(&r->m->confirmed_lsn, flush);
 	}
-	r->confirmed = flush;
+	confirm_sent(&r->cfm, flush);
 	r->last_status_us = time_mono_us();
 	return true;
 }
@@ -480,7 +405,7 @@ static bool handle_xlogdata(struct relay *r, const struct pg_msg *m)
 		r->in_txn = false;
 		count(&r->m->transactions);
 		/* dataStart of C is the commit record's end: the LSN to confirm. */
-		return push_mark(r, sink_redis_last_seq(r->sink), m->data_start,
+		return confirm_mark(&r->cfm, sink_redis_last_seq(r->sink), m->data_start,
 				 r->next_index > 0 ? m->data_start : LSN_INVALID,
 				 r->tx.committed_unix_us);
 	case W2J_INSERT:
@@ -512,7 +437,7 @@ static bool handle_xlogdata(struct relay *r, const struct pg_msg *m)
 				 "%s: only pg_logical_emit_message(true, ...) is delivered",
 				 ch.prefix ? ch.prefix : "", lsn_format(m->data_start, lsnbuf));
 			if (!r->in_txn)
-				return push_mark(r, sink_redis_last_seq(r->sink), m->data_start, 0, 0);
+				return confirm_mark(&r->cfm, sink_redis_last_seq(r->sink), m->data_start, 0, 0);
 			return true;
 		} else {
 			struct w2j_field *fields;
@@ -653,10 +578,10 @@ static int gap_refuse(struct relay *r)
 		  "since then (outbox-relay republish --since %s; README, \"Gaps\"), then start once "
 		  "with --accept-gap %s to stream from the slot's position",
 		  pgrepl_errmsg(r->pg), r->cf->key_prefix, r->cf->slot,
-		  lsn_format(r->rec_acked, conf),
-		  r->commit_lsn ? lsn_format(r->commit_lsn, commit) : "(none recorded)",
-		  format_us(r->commit_us, when, sizeof(when)),
-		  r->commit_us > 0 ? when : "<the time of the last event in Redis>", conf);
+		  lsn_format(r->cfm.rec_acked, conf),
+		  r->cfm.commit_lsn ? lsn_format(r->cfm.commit_lsn, commit) : "(none recorded)",
+		  format_us(r->cfm.commit_us, when, sizeof(when)),
+		  r->cfm.commit_us > 0 ? when : "<the time of the last event in Redis>", conf);
 	return EXIT_SLOT_GAP;
 }
 
@@ -678,12 +603,7 @@ static void set_guard(struct relay *r)
 	if (rec) {
 		g.confirmed = rec->confirmed;
 		g.owner = rec->owner;
-		if (rec->confirmed > r->rec_acked)
-			r->rec_acked = rec->confirmed;
-		if (rec->commit_lsn > r->commit_lsn) {
-			r->commit_lsn = rec->commit_lsn;
-			r->commit_us = rec->commit_us;
-		}
+		confirm_record_read(&r->cfm, rec->confirmed, rec->commit_lsn, rec->commit_us);
 	}
 	pgrepl_set_guard(r->pg, &g);
 	r->guard_set = true;
@@ -701,10 +621,7 @@ static bool accept_gap(struct relay *r)
 	log_warn("%s: accepted; streaming from %s, events committed between the record and that "
 		 "position are not published by this relay",
 		 pgrepl_gap_accepted(r->pg), lsn_format(at, lsnbuf));
-	if (at > r->acked)
-		r->acked = at;
-	if (at > r->confirmed)
-		r->confirmed = at;
+	confirm_accept(&r->cfm, at);
 	return queue_record(r, true);
 }
 
@@ -953,9 +870,9 @@ static void log_stats(struct relay *r, int64_t now)
 				      atomic_load(&r->m->ignored[IGN_DELETE]) +
 				      atomic_load(&r->m->ignored[IGN_TRUNCATE]) +
 				      atomic_load(&r->m->ignored[IGN_MESSAGE])),
-		 (unsigned long long)sink_redis_inflight_events(r->sink), lsn_format(r->confirmed, c),
+		 (unsigned long long)sink_redis_inflight_events(r->sink), lsn_format(r->cfm.confirmed, c),
 		 lsn_format(r->received, rcv),
-		 (unsigned long long)(r->received > r->confirmed ? r->received - r->confirmed : 0));
+		 (unsigned long long)(r->received > r->cfm.confirmed ? r->received - r->cfm.confirmed : 0));
 	r->last_stats_us = now;
 	r->last_stats_published = s->published;
 }
@@ -990,7 +907,7 @@ static void log_final(struct relay *r, const char *why)
 
 	log_info("stopped (%s): confirmed=%s published=%llu replays=%llu duplicates=%llu "
 		 "dead_lettered=%llu transactions=%llu ask_redirects=%llu peak_rss_kb=%ld",
-		 why, lsn_format(r->confirmed, c), (unsigned long long)s->published,
+		 why, lsn_format(r->cfm.confirmed, c), (unsigned long long)s->published,
 		 (unsigned long long)s->replays, (unsigned long long)s->duplicates,
 		 (unsigned long long)s->dead_lettered,
 		 (unsigned long long)atomic_load(&r->m->transactions),
@@ -1019,7 +936,7 @@ static void relay_free(struct relay *r)
 	sink_redis_destroy(r->sink);
 	w2j_destroy(r->dec);
 	mapper_destroy(r->map);
-	free(r->marks);
+	confirm_finish(&r->cfm);
 	buf_finish(&r->content);
 }
 
@@ -1150,7 +1067,7 @@ static int relay_run_once(const struct relay_config *cf, uint64_t *refused)
 					if (m.wal_end > r.server_wal_end)
 						r.server_wal_end = m.wal_end;
 					if (!r.in_txn &&
-					    !push_mark(&r, sink_redis_last_seq(r.sink), m.wal_end, 0, 0))
+					    !confirm_mark(&r.cfm, sink_redis_last_seq(r.sink), m.wal_end, 0, 0))
 						goto oom;
 					if (m.reply_requested) {
 						advance_confirm(&r);
@@ -1174,10 +1091,10 @@ static int relay_run_once(const struct relay_config *cf, uint64_t *refused)
 
 		/* Confirm what Redis acknowledged, once the slot record covers it. */
 		advance_confirm(&r);
-		if (!queue_record(&r, stopping || (cf->endpos != LSN_INVALID && r.acked >= cf->endpos)))
+		if (!queue_record(&r, stopping || (cf->endpos != LSN_INVALID && r.cfm.acked >= cf->endpos)))
 			goto oom;
 		if (pgrepl_streaming(r.pg)) {
-			bool moved = flush_pos(&r) > r.confirmed;
+			bool moved = confirm_flush(&r.cfm) > r.cfm.confirmed;
 			int64_t since = now - r.last_status_us;
 
 			int64_t silent = now - r.last_pg_msg_us;
@@ -1200,13 +1117,13 @@ static int relay_run_once(const struct relay_config *cf, uint64_t *refused)
 		}
 		/* Past --endpos once Redis acknowledged it: the final status update
 		 * below confirms it, so there is no need to wait for the next one. */
-		if (cf->endpos != LSN_INVALID && flush_pos(&r) >= cf->endpos) {
+		if (cf->endpos != LSN_INVALID && confirm_flush(&r.cfm) >= cf->endpos) {
 			log_info("reached --endpos %s", lsn_format(cf->endpos, lsnbuf));
 			final_reason = "endpos reached";
 			break;
 		}
 		if (stopping && ((sink_redis_inflight_events(r.sink) == 0 &&
-				  (!r.guard_set || r.acked <= r.rec_acked)) ||
+				  (!r.guard_set || r.cfm.acked <= r.cfm.rec_acked)) ||
 				 now >= stop_deadline)) {
 			if (sink_redis_inflight_events(r.sink) > 0)
 				log_warn("shutdown timeout: %llu event(s) unacknowledged; they are not "
@@ -1277,13 +1194,13 @@ static int relay_run_once(const struct relay_config *cf, uint64_t *refused)
 			if (pgrepl_streaming(r.pg)) {
 				int64_t due = r.last_status_us + (int64_t)cf->status_interval_ms * 1000;
 
-				if (flush_pos(&r) > r.confirmed)
+				if (confirm_flush(&r.cfm) > r.cfm.confirmed)
 					due = r.last_status_us + STATUS_MIN_GAP_US;
 				if (due < next)
 					next = due;
 				/* the next slot record write, when one is due */
 				due = r.rec_last_us + STATUS_MIN_GAP_US;
-				if (r.guard_set && !r.rec_seq && r.acked > r.rec_acked && due < next)
+				if (r.guard_set && confirm_record_due(&r.cfm) && due < next)
 					next = due;
 			} else if (!stopping && r.pg_bo.next_us < next) {
 				next = r.pg_bo.next_us;
@@ -1315,15 +1232,15 @@ static int relay_run_once(const struct relay_config *cf, uint64_t *refused)
 	/* After Redis lost acknowledged writes, confirm nothing more: what is
 	 * not confirmed yet is sent again by the next start. */
 	if (r.redis_fatal)
-		r.acked = r.confirmed;
+		confirm_freeze(&r.cfm);
 	if (pgrepl_streaming(r.pg)) {
 		/* What is left of --shutdown-timeout, but at least 1 s: enough for
 		 * the server's answer to CopyDone on a live connection. */
 		int64_t left = stopping ? (stop_deadline - time_mono_us()) / 1000 : 0;
 
-		pgrepl_stop(r.pg, r.received, flush_pos(&r), left > 1000 ? (int)left : 1000);
+		pgrepl_stop(r.pg, r.received, confirm_flush(&r.cfm), left > 1000 ? (int)left : 1000);
 	}
-	r.confirmed = flush_pos(&r);
+	confirm_sent(&r.cfm, confirm_flush(&r.cfm));
 	log_final(&r, final_reason);
 	if (r.refused_now)
 		*refused = r.refused_now;
