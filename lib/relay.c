@@ -112,6 +112,13 @@ struct relay {
 	bool pg_down, redis_down, standby;
 
 	int64_t last_stats_us;
+
+	/* How the run goes and ends (relay_turn). */
+	bool stopping;          /* a stop signal came: draining */
+	int64_t stop_deadline;  /* ... until then (--shutdown-timeout) */
+	int rc;                 /* the exit code, EXIT_OK unless a step says otherwise */
+	const char *final_reason;
+	bool oom;
 	int64_t memory_poll_us;  /* when INFO memory was last asked for */
 	int64_t trim_us;         /* when the last --trim acked round was started */
 	char policy_warned[32];  /* the volatile-* policy last warned about */
@@ -942,6 +949,296 @@ static void relay_free(struct relay *r)
 
 /* ---- the loop ---- */
 
+/* ---- the loop, one step at a time ---- */
+
+/* Leave the loop with this exit code and reason for the final log line. */
+static bool finish(struct relay *r, int rc, const char *why)
+{
+	r->rc = rc;
+	r->final_reason = why;
+	return false;
+}
+
+static bool out_of_memory(struct relay *r)
+{
+	r->oom = true;
+	return false;
+}
+
+/* A Redis state no retry fixes ends the run; a stop signal starts the drain. */
+static bool step_stop(struct relay *r, int64_t now)
+{
+	if (r->redis_fatal) {
+		if (r->refused_now) /* relay_run runs again */
+			return finish(r, EXIT_OK, "Redis refused a value this large");
+		return r->redis_noperm
+			       ? finish(r, EXIT_REDIS_SETUP, "the Redis ACL user lacks a permission")
+			       : finish(r, EXIT_REDIS_STATE, "Redis state contradicts this relay");
+	}
+	if (stop_requested && !r->stopping) {
+		r->stopping = true;
+		r->stop_deadline = now + (int64_t)r->cf->shutdown_timeout_ms * 1000;
+		log_info("stopping: waiting up to %d ms for %llu in-flight event(s)",
+			 r->cf->shutdown_timeout_ms,
+			 (unsigned long long)sink_redis_inflight_events(r->sink));
+	}
+	return true;
+}
+
+/*
+ * (Re)connect what is down, when its backoff allows. Redis first: a Redis
+ * that refuses us for good (credentials, ACL) must stop the relay before it
+ * creates a slot that would then hold WAL for nobody.
+ */
+static bool step_connect(struct relay *r, int64_t now)
+{
+	int code;
+
+	if (!sink_redis_connected(r->sink) && now >= r->redis_bo.next_us) {
+		code = try_redis(r);
+		if (code >= 0)
+			return finish(r, code, "Redis setup failed");
+	}
+	/* The slot record, read at the first connect or again after a start
+	 * found a gap: judge the slot against it before going on. */
+	if (sink_redis_record_read(r->sink) &&
+	    (!r->guard_set || (r->gap_wait && sink_redis_record_gen(r->sink) != r->gap_gen))) {
+		code = record_arrived(r);
+		if (code >= 0)
+			return finish(r, code, "the slot is not the one this relay streamed");
+	}
+	if (!r->stopping && !pgrepl_streaming(r->pg) && !r->gap_wait && now >= r->pg_bo.next_us) {
+		code = try_pg(r);
+		if (code >= 0)
+			return finish(r, code, "PostgreSQL setup failed");
+	}
+	return true;
+}
+
+/*
+ * Take WAL messages while the window has room: XLogData decoded and queued,
+ * keepalives beside them (a mark outside a transaction, an answer when the
+ * server asks). *more: a full round was taken, poll without waiting.
+ */
+static bool step_wal(struct relay *r, int64_t now, bool *more)
+{
+	int i;
+
+	*more = false;
+	if (!pgrepl_streaming(r->pg) || r->stopping)
+		return true;
+	for (i = 0; i < MSGS_PER_ROUND && !sink_redis_full(r->sink); i++) {
+		struct pg_msg m;
+		int got = pgrepl_next(r->pg, &m);
+
+		if (got == 0)
+			break;
+		if (got < 0) {
+			pg_lost(r, pgrepl_errmsg(r->pg));
+			break;
+		}
+		r->pg_bo.attempt = 0; /* the stream delivers: progress */
+		r->last_pg_msg_us = now;
+		if (m.type == 'k') {
+			if (m.wal_end > r->received)
+				r->received = m.wal_end;
+			if (m.wal_end > r->server_wal_end)
+				r->server_wal_end = m.wal_end;
+			if (!r->in_txn &&
+			    !confirm_mark(&r->cfm, sink_redis_last_seq(r->sink), m.wal_end, 0, 0))
+				return out_of_memory(r);
+			if (m.reply_requested) {
+				advance_confirm(r);
+				if (!send_status(r, false))
+					pg_lost(r, pgrepl_errmsg(r->pg));
+			}
+		} else if (!handle_xlogdata(r, &m)) {
+			return out_of_memory(r);
+		}
+	}
+	*more = i == MSGS_PER_ROUND;
+	return true;
+}
+
+/* Close the open batch (what this burst decoded goes out now), write, read replies. */
+static bool step_redis(struct relay *r)
+{
+	if (!sink_redis_flush(r->sink, r->stopping))
+		return out_of_memory(r);
+	if (sink_redis_connected(r->sink) && sink_redis_want_write(r->sink) &&
+	    !sink_redis_io(r->sink, NULL, 0))
+		redis_lost(r, sink_redis_errmsg(r->sink));
+	return true;
+}
+
+/*
+ * Confirm what Redis acknowledged once the slot record covers it, and keep
+ * the replication connection alive (--pg-timeout). Ends the run at --endpos
+ * and when a drain is done.
+ */
+static bool step_confirm(struct relay *r, int64_t now)
+{
+	const struct relay_config *cf = r->cf;
+	char lsnbuf[LSN_STRLEN];
+
+	advance_confirm(r);
+	if (!queue_record(r, r->stopping ||
+				     (cf->endpos != LSN_INVALID && r->cfm.acked >= cf->endpos)))
+		return out_of_memory(r);
+	if (pgrepl_streaming(r->pg)) {
+		bool moved = confirm_flush(&r->cfm) > r->cfm.confirmed;
+		int64_t since = now - r->last_status_us;
+		int64_t silent = now - r->last_pg_msg_us;
+
+		if ((moved && since >= STATUS_MIN_GAP_US) ||
+		    since >= (int64_t)cf->status_interval_ms * 1000) {
+			/* Ask for an answer when the server has been quiet, so that
+			 * silence means trouble for --pg-timeout. */
+			if (!send_status(r, silent >= (int64_t)cf->status_interval_ms * 1000))
+				pg_lost(r, pgrepl_errmsg(r->pg));
+		}
+		if (cf->pg_timeout_ms > 0 && pgrepl_streaming(r->pg) &&
+		    silent > (int64_t)cf->pg_timeout_ms * 1000) {
+			char why[128];
+
+			snprintf(why, sizeof(why), "no message from the server within %d ms (--pg-timeout)",
+				 cf->pg_timeout_ms);
+			pg_lost(r, why);
+		}
+	}
+	/* Past --endpos once Redis acknowledged it: the final status update
+	 * confirms it, so there is no need to wait for the next one. */
+	if (cf->endpos != LSN_INVALID && confirm_flush(&r->cfm) >= cf->endpos) {
+		log_info("reached --endpos %s", lsn_format(cf->endpos, lsnbuf));
+		return finish(r, EXIT_OK, "endpos reached");
+	}
+	if (r->stopping && ((sink_redis_inflight_events(r->sink) == 0 &&
+			     (!r->guard_set || r->cfm.acked <= r->cfm.rec_acked)) ||
+			    now >= r->stop_deadline)) {
+		if (sink_redis_inflight_events(r->sink) > 0)
+			log_warn("shutdown timeout: %llu event(s) unacknowledged; they are not "
+				 "confirmed and will be delivered after restart",
+				 (unsigned long long)sink_redis_inflight_events(r->sink));
+		return false; /* rc and final_reason as they are: "signal" */
+	}
+	return true;
+}
+
+/* Stats, Redis memory, --trim acked rounds, what the servers warn about, the gauges. */
+static bool step_housekeeping(struct relay *r, int64_t now)
+{
+	const struct relay_config *cf = r->cf;
+	const char *notice;
+
+	if (now - r->last_stats_us >= STATS_INTERVAL_US)
+		log_stats(r, now);
+	if (sink_redis_connected(r->sink) && now - r->memory_poll_us >= MEMORY_POLL_US) {
+		sink_redis_poll_memory(r->sink);
+		r->memory_poll_us = now;
+	}
+	if (sink_redis_connected(r->sink) && now - r->trim_us >= (int64_t)cf->trim_interval_ms * 1000) {
+		if (sink_redis_trim_start(r->sink) < 0) {
+			log_error("out of memory");
+			return finish(r, EXIT_FAILURE_RUNTIME, "out of memory");
+		}
+		r->trim_us = now;
+	}
+	trim_finished(r);
+	/* What the server warns about (one line; the same text at most once per
+	 * stats interval). */
+	notice = pgrepl_take_notice(r->pg);
+	if (notice &&
+	    (strcmp(notice, r->last_notice) != 0 || now - r->last_notice_us >= STATS_INTERVAL_US)) {
+		log_warn("PostgreSQL says: %s", notice);
+		snprintf(r->last_notice, sizeof(r->last_notice), "%s", notice);
+		r->last_notice_us = now;
+	}
+	/* Entries a stream key refused went to the dead-letter stream. */
+	if (sink_redis_stats(r->sink)->rejected > r->rejected_seen &&
+	    now - r->rejected_log_us >= STATS_INTERVAL_US) {
+		uint64_t n = sink_redis_stats(r->sink)->rejected - r->rejected_seen;
+
+		r->rejected_seen += n;
+		r->rejected_log_us = now;
+		log_warn("Redis refused %llu entr%s for a stream key that holds another type "
+			 "(WRONGTYPE): dead-lettered to %s (in a Redis Cluster, to %s{<tag>} when "
+			 "that is in another slot)",
+			 (unsigned long long)n, n == 1 ? "y" : "ies", cf->dead_letter_stream,
+			 cf->dead_letter_stream);
+	}
+	/* What /metrics and the probes see while we sleep. */
+	publish_gauges(r, now, r->stopping);
+	return true;
+}
+
+/* When the loop must turn again at the latest: the next status, record write, retry or deadline. */
+static int wait_ms(const struct relay *r, int64_t now)
+{
+	int64_t next = now + 1000000;
+
+	if (pgrepl_streaming(r->pg)) {
+		int64_t due = r->last_status_us + (int64_t)r->cf->status_interval_ms * 1000;
+
+		if (confirm_flush(&r->cfm) > r->cfm.confirmed)
+			due = r->last_status_us + STATUS_MIN_GAP_US;
+		if (due < next)
+			next = due;
+		/* the next slot record write, when one is due */
+		due = r->rec_last_us + STATUS_MIN_GAP_US;
+		if (r->guard_set && confirm_record_due(&r->cfm) && due < next)
+			next = due;
+	} else if (!r->stopping && r->pg_bo.next_us < next) {
+		next = r->pg_bo.next_us;
+	}
+	if (!sink_redis_connected(r->sink) && r->redis_bo.next_us < next)
+		next = r->redis_bo.next_us;
+	if (r->stopping && r->stop_deadline < next)
+		next = r->stop_deadline;
+	return next <= now ? 0 : (int)((next - now + 999) / 1000);
+}
+
+/* Wait for the sockets (or the next deadline), then take what they have. */
+static bool step_wait(struct relay *r, int64_t now, bool more)
+{
+	struct pollfd pfd[1 + MAX_REDIS_FDS];
+	int npfd = 0, pg_i = -1, rd_i = -1, nrd = 0;
+
+	if (pgrepl_streaming(r->pg) && !r->stopping && !sink_redis_full(r->sink)) {
+		pg_i = npfd;
+		pfd[npfd++] = (struct pollfd){.fd = pgrepl_fd(r->pg), .events = POLLIN};
+	}
+	if (sink_redis_connected(r->sink)) {
+		rd_i = npfd;
+		nrd = sink_redis_pollfds(r->sink, pfd + npfd, MAX_REDIS_FDS);
+		npfd += nrd;
+	}
+	if (poll(pfd, (nfds_t)npfd, more ? 0 : wait_ms(r, now)) < 0) {
+		if (errno == EINTR)
+			return true;
+		log_error("poll failed: %s", strerror(errno));
+		return finish(r, EXIT_FAILURE_RUNTIME, "poll failed");
+	}
+	if (pg_i >= 0 && (pfd[pg_i].revents & (POLLIN | POLLERR | POLLHUP)) &&
+	    !pgrepl_consume(r->pg))
+		pg_lost(r, pgrepl_errmsg(r->pg));
+	if (rd_i >= 0 && !sink_redis_io(r->sink, pfd + rd_i, nrd))
+		redis_lost(r, sink_redis_errmsg(r->sink));
+	if (sink_redis_connected(r->sink) && !sink_redis_check_stall(r->sink, time_mono_us()))
+		redis_lost(r, sink_redis_errmsg(r->sink));
+	return true;
+}
+
+/* One turn of the loop; false when the run is over (r->rc, r->final_reason, r->oom say how). */
+static bool relay_turn(struct relay *r)
+{
+	int64_t now = time_mono_us();
+	bool more;
+
+	return step_stop(r, now) && step_connect(r, now) && step_wal(r, now, &more) &&
+	       step_redis(r) && step_confirm(r, now) && step_housekeeping(r, now) &&
+	       step_wait(r, now, more);
+}
+
 /*
  * One run of the relay. *refused: in, the size from which values are
  * dead-lettered (0: no such limit); out, when Redis refused a value Redis
@@ -950,11 +1247,7 @@ static void relay_free(struct relay *r)
 static int relay_run_once(const struct relay_config *cf, uint64_t *refused)
 {
 	struct relay r = {.cf = cf, .refused = *refused};
-	char err[512], lsnbuf[LSN_STRLEN];
-	int64_t stop_deadline = 0;
-	bool stopping = false;
-	const char *final_reason = "signal";
-	int rc = EXIT_OK;
+	char err[512];
 
 	srandom((unsigned)(time_now_us() ^ getpid()));
 	log_set_context("slot", cf->slot);
@@ -988,244 +1281,14 @@ static int relay_run_once(const struct relay_config *cf, uint64_t *refused)
 			 metrics_server_port(r.http));
 	}
 	r.last_stats_us = time_mono_us();
-
-	for (;;) {
-		int64_t now = time_mono_us();
-		struct pollfd pfd[1 + MAX_REDIS_FDS];
-		int npfd = 0, pg_i = -1, rd_i = -1, nrd = 0, timeout_ms = 1000;
-		bool more = false;
-		int code;
-
-		if (r.redis_fatal) {
-			rc = r.redis_noperm ? EXIT_REDIS_SETUP : EXIT_REDIS_STATE;
-			final_reason = r.redis_noperm ? "the Redis ACL user lacks a permission"
-						      : "Redis state contradicts this relay";
-			if (r.refused_now) {
-				rc = EXIT_OK;
-				final_reason = "Redis refused a value this large";
-			}
-			break;
-		}
-		if (stop_requested && !stopping) {
-			stopping = true;
-			stop_deadline = now + (int64_t)cf->shutdown_timeout_ms * 1000;
-			log_info("stopping: waiting up to %d ms for %llu in-flight event(s)",
-				 cf->shutdown_timeout_ms,
-				 (unsigned long long)sink_redis_inflight_events(r.sink));
-		}
-
-		/* (Re)connect what is down, when its backoff allows. Redis first: a
-		 * Redis that refuses us for good (credentials, ACL) must stop the relay
-		 * before it creates a slot that would then hold WAL for nobody. */
-		if (!sink_redis_connected(r.sink) && now >= r.redis_bo.next_us) {
-			code = try_redis(&r);
-			if (code >= 0) {
-				rc = code;
-				final_reason = "Redis setup failed";
-				break;
-			}
-		}
-		/* The slot record, read at the first connect or again after a start
-		 * found a gap: judge the slot against it before going on. */
-		if (sink_redis_record_read(r.sink) &&
-		    (!r.guard_set || (r.gap_wait && sink_redis_record_gen(r.sink) != r.gap_gen))) {
-			code = record_arrived(&r);
-			if (code >= 0) {
-				rc = code;
-				final_reason = "the slot is not the one this relay streamed";
-				break;
-			}
-		}
-		if (!stopping && !pgrepl_streaming(r.pg) && !r.gap_wait && now >= r.pg_bo.next_us) {
-			code = try_pg(&r);
-			if (code >= 0) {
-				rc = code;
-				final_reason = "PostgreSQL setup failed";
-				break;
-			}
-		}
-
-		/* Take WAL messages while the window has room. */
-		if (pgrepl_streaming(r.pg) && !stopping) {
-			int i;
-
-			for (i = 0; i < MSGS_PER_ROUND && !sink_redis_full(r.sink); i++) {
-				struct pg_msg m;
-				int got = pgrepl_next(r.pg, &m);
-
-				if (got == 0)
-					break;
-				if (got < 0) {
-					pg_lost(&r, pgrepl_errmsg(r.pg));
-					break;
-				}
-				r.pg_bo.attempt = 0; /* the stream delivers: progress */
-				r.last_pg_msg_us = now;
-				if (m.type == 'k') {
-					if (m.wal_end > r.received)
-						r.received = m.wal_end;
-					if (m.wal_end > r.server_wal_end)
-						r.server_wal_end = m.wal_end;
-					if (!r.in_txn &&
-					    !confirm_mark(&r.cfm, sink_redis_last_seq(r.sink), m.wal_end, 0, 0))
-						goto oom;
-					if (m.reply_requested) {
-						advance_confirm(&r);
-						if (!send_status(&r, false))
-							pg_lost(&r, pgrepl_errmsg(r.pg));
-					}
-				} else if (!handle_xlogdata(&r, &m)) {
-					goto oom;
-				}
-			}
-			more = i == MSGS_PER_ROUND;
-		}
-		/* Close the open batch: what this burst decoded goes out now. */
-		if (!sink_redis_flush(r.sink, stopping))
-			goto oom;
-
-		/* Push queued commands out; read replies. */
-		if (sink_redis_connected(r.sink) && sink_redis_want_write(r.sink) &&
-		    !sink_redis_io(r.sink, NULL, 0))
-			redis_lost(&r, sink_redis_errmsg(r.sink));
-
-		/* Confirm what Redis acknowledged, once the slot record covers it. */
-		advance_confirm(&r);
-		if (!queue_record(&r, stopping || (cf->endpos != LSN_INVALID && r.cfm.acked >= cf->endpos)))
-			goto oom;
-		if (pgrepl_streaming(r.pg)) {
-			bool moved = confirm_flush(&r.cfm) > r.cfm.confirmed;
-			int64_t since = now - r.last_status_us;
-
-			int64_t silent = now - r.last_pg_msg_us;
-
-			if ((moved && since >= STATUS_MIN_GAP_US) ||
-			    since >= (int64_t)cf->status_interval_ms * 1000) {
-				/* Ask for an answer when the server has been quiet, so that
-				 * silence means trouble for --pg-timeout. */
-				if (!send_status(&r, silent >= (int64_t)cf->status_interval_ms * 1000))
-					pg_lost(&r, pgrepl_errmsg(r.pg));
-			}
-			if (cf->pg_timeout_ms > 0 && pgrepl_streaming(r.pg) &&
-			    silent > (int64_t)cf->pg_timeout_ms * 1000) {
-				char why[128];
-
-				snprintf(why, sizeof(why), "no message from the server within %d ms (--pg-timeout)",
-					 cf->pg_timeout_ms);
-				pg_lost(&r, why);
-			}
-		}
-		/* Past --endpos once Redis acknowledged it: the final status update
-		 * below confirms it, so there is no need to wait for the next one. */
-		if (cf->endpos != LSN_INVALID && confirm_flush(&r.cfm) >= cf->endpos) {
-			log_info("reached --endpos %s", lsn_format(cf->endpos, lsnbuf));
-			final_reason = "endpos reached";
-			break;
-		}
-		if (stopping && ((sink_redis_inflight_events(r.sink) == 0 &&
-				  (!r.guard_set || r.cfm.acked <= r.cfm.rec_acked)) ||
-				 now >= stop_deadline)) {
-			if (sink_redis_inflight_events(r.sink) > 0)
-				log_warn("shutdown timeout: %llu event(s) unacknowledged; they are not "
-					 "confirmed and will be delivered after restart",
-					 (unsigned long long)sink_redis_inflight_events(r.sink));
-			break;
-		}
-		if (now - r.last_stats_us >= STATS_INTERVAL_US)
-			log_stats(&r, now);
-		if (sink_redis_connected(r.sink) && now - r.memory_poll_us >= MEMORY_POLL_US) {
-			sink_redis_poll_memory(r.sink);
-			r.memory_poll_us = now;
-		}
-		if (sink_redis_connected(r.sink) &&
-		    now - r.trim_us >= (int64_t)cf->trim_interval_ms * 1000) {
-			if (sink_redis_trim_start(r.sink) < 0) {
-				log_error("out of memory");
-				rc = EXIT_FAILURE_RUNTIME;
-				break;
-			}
-			r.trim_us = now;
-		}
-		trim_finished(&r);
-		{
-			/* What the server warns about (one line; the same text at most
-			 * once per stats interval). */
-			const char *notice = pgrepl_take_notice(r.pg);
-
-			if (notice && (strcmp(notice, r.last_notice) != 0 ||
-				       now - r.last_notice_us >= STATS_INTERVAL_US)) {
-				log_warn("PostgreSQL says: %s", notice);
-				snprintf(r.last_notice, sizeof(r.last_notice), "%s", notice);
-				r.last_notice_us = now;
-			}
-		}
-
-		/* Entries a stream key refused went to the dead-letter stream. */
-		if (sink_redis_stats(r.sink)->rejected > r.rejected_seen &&
-		    now - r.rejected_log_us >= STATS_INTERVAL_US) {
-			uint64_t n = sink_redis_stats(r.sink)->rejected - r.rejected_seen;
-
-			r.rejected_seen += n;
-			r.rejected_log_us = now;
-			log_warn("Redis refused %llu entr%s for a stream key that holds another type "
-				 "(WRONGTYPE): dead-lettered to %s (in a Redis Cluster, to %s{<tag>} when "
-				 "that is in another slot)",
-				 (unsigned long long)n, n == 1 ? "y" : "ies", cf->dead_letter_stream,
-				 cf->dead_letter_stream);
-		}
-		/* What /metrics and the probes see while we sleep. */
-		publish_gauges(&r, now, stopping);
-
-		/* Wait for sockets or the next deadline. */
-		if (pgrepl_streaming(r.pg) && !stopping && !sink_redis_full(r.sink)) {
-			pg_i = npfd;
-			pfd[npfd++] = (struct pollfd){.fd = pgrepl_fd(r.pg), .events = POLLIN};
-		}
-		if (sink_redis_connected(r.sink)) {
-			rd_i = npfd;
-			nrd = sink_redis_pollfds(r.sink, pfd + npfd, MAX_REDIS_FDS);
-			npfd += nrd;
-		}
-		if (more) {
-			timeout_ms = 0;
-		} else {
-			int64_t next = now + 1000000;
-
-			if (pgrepl_streaming(r.pg)) {
-				int64_t due = r.last_status_us + (int64_t)cf->status_interval_ms * 1000;
-
-				if (confirm_flush(&r.cfm) > r.cfm.confirmed)
-					due = r.last_status_us + STATUS_MIN_GAP_US;
-				if (due < next)
-					next = due;
-				/* the next slot record write, when one is due */
-				due = r.rec_last_us + STATUS_MIN_GAP_US;
-				if (r.guard_set && confirm_record_due(&r.cfm) && due < next)
-					next = due;
-			} else if (!stopping && r.pg_bo.next_us < next) {
-				next = r.pg_bo.next_us;
-			}
-			if (!sink_redis_connected(r.sink) && r.redis_bo.next_us < next)
-				next = r.redis_bo.next_us;
-			if (stopping && stop_deadline < next)
-				next = stop_deadline;
-			timeout_ms = next <= now ? 0 : (int)((next - now + 999) / 1000);
-		}
-		if (poll(pfd, (nfds_t)npfd, timeout_ms) < 0) {
-			if (errno == EINTR)
-				continue;
-			log_error("poll failed: %s", strerror(errno));
-			rc = EXIT_FAILURE_RUNTIME;
-			final_reason = "poll failed";
-			break;
-		}
-		if (pg_i >= 0 && (pfd[pg_i].revents & (POLLIN | POLLERR | POLLHUP)) &&
-		    !pgrepl_consume(r.pg))
-			pg_lost(&r, pgrepl_errmsg(r.pg));
-		if (rd_i >= 0 && !sink_redis_io(r.sink, pfd + rd_i, nrd))
-			redis_lost(&r, sink_redis_errmsg(r.sink));
-		if (sink_redis_connected(r.sink) && !sink_redis_check_stall(r.sink, time_mono_us()))
-			redis_lost(&r, sink_redis_errmsg(r.sink));
+	r.final_reason = "signal";
+	while (relay_turn(&r))
+		;
+	if (r.oom) {
+		log_error("out of memory; exiting without confirming anything further");
+		log_final(&r, "out of memory");
+		relay_free(&r);
+		return EXIT_FAILURE_RUNTIME;
 	}
 
 	advance_confirm(&r);
@@ -1236,21 +1299,16 @@ static int relay_run_once(const struct relay_config *cf, uint64_t *refused)
 	if (pgrepl_streaming(r.pg)) {
 		/* What is left of --shutdown-timeout, but at least 1 s: enough for
 		 * the server's answer to CopyDone on a live connection. */
-		int64_t left = stopping ? (stop_deadline - time_mono_us()) / 1000 : 0;
+		int64_t left = r.stopping ? (r.stop_deadline - time_mono_us()) / 1000 : 0;
 
 		pgrepl_stop(r.pg, r.received, confirm_flush(&r.cfm), left > 1000 ? (int)left : 1000);
 	}
 	confirm_sent(&r.cfm, confirm_flush(&r.cfm));
-	log_final(&r, final_reason);
+	log_final(&r, r.final_reason);
 	if (r.refused_now)
 		*refused = r.refused_now;
 	relay_free(&r);
-	return rc;
-oom:
-	log_error("out of memory; exiting without confirming anything further");
-	log_final(&r, "out of memory");
-	relay_free(&r);
-	return EXIT_FAILURE_RUNTIME;
+	return r.rc;
 }
 
 /*
