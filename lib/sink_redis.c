@@ -45,14 +45,15 @@ _Static_assert(MAX_NODES <= INT8_MAX, "node indexes are int8_t (slot_node, qent.
 /*
  * One call publishes a batch: consecutive events of one stream.
  * KEYS: stream, watermark, legacy watermark (the pre-0.2 per-hash-tag key, or
- * the watermark again), dead-letter stream, then one dedup key per event (all
- * in the stream's cluster slot).
- * ARGV: dedup TTL seconds ("0": no dedup), MAXLEN ("0": no trimming), owner
+ * the watermark again), dead-letter stream, dedup base (see below); all in
+ * the stream's cluster slot.
+ * ARGV: dedup window seconds ("0": no dedup), MAXLEN ("0": no trimming), owner
  * ("<system id>/<database>" of the PostgreSQL database the relay streams
  * from), expect (the position the previous call of this relay for this
- * stream left the watermark at, "" for none), slot name, then per event:
- * position "<commit lsn hex16>:<index hex8>", field count N, and N
- * field/value pairs.
+ * stream left the watermark at, "" for none), slot name, the old layout's
+ * dedup key prefix ("<prefix>:dedup:{tag}...:"), then per event: position
+ * "<commit lsn hex16>:<index hex8>", dedup field (dedup_field()), field
+ * count N, and N field/value pairs.
  *
  * The watermark's value is "<position> <owner>". The call refuses, writing
  * nothing, when the watermark belongs to another database (OUTBOX_FOREIGN) or
@@ -61,7 +62,27 @@ _Static_assert(MAX_NODES <= INT8_MAX, "node indexes are int8_t (slot_node, qent.
  * is at or past its position), 1 for a duplicate id inside the window, 2 for
  * an entry the stream key cannot take (WRONGTYPE), written instead to the
  * dead-letter stream in the same call, or the new entry's id.
- * The dedup key is written only after its XADD succeeded, so a failing XADD
+ *
+ * Dedup state, per stream (ids seen within the window, by Redis's clock,
+ * TIME; functions replicate as effects, so AOF and replicas get the keys
+ * written, not the clock): time buckets of span = ceil(window / 8) s. Bucket
+ * b (now / span) is K hashes "<base>:<b>:<j>" (fields: dedup_field() of an
+ * id; value: seconds since the bucket began), all expiring at the bucket's
+ * end + window (EXPIREAT), so about 9 are live. A bucket's K grows by linear
+ * hashing (shard j = h mod 2^L, or h mod 2^(L+1) for the j already split;
+ * h from the field's first and last 4 bytes), one split per 44 ids on
+ * average, so each hash stays far below hash-max-listpack-entries (128 by
+ * default) in the compact listpack encoding; a new bucket starts with the K
+ * the previous bucket ended with. Each shard holds an empty field "" so that
+ * it exists (with its expiry) from its creation. The hash "<base>" (no TTL)
+ * holds per live bucket "<K> <count>", and "legacy": until when the old
+ * layout (one string key "<old prefix><id>" with a TTL per id) may still hold
+ * ids (its first call's time + window when a watermark existed), which are
+ * then looked up too. A lookup reads one shard per live bucket (HGET in the
+ * oldest, which may hold ids older than the window). Every key is read
+ * before the first write, so a key a cluster node cannot serve (slot
+ * migration) fails the call before it changed anything.
+ * A dedup entry is written only after its XADD succeeded, so a failing XADD
  * leaves nothing to undo: the watermark then covers the events before it and
  * the error is returned; a retry publishes exactly what is missing.
  * The watermark is written by every call, so each call replicates a write
@@ -70,6 +91,33 @@ _Static_assert(MAX_NODES <= INT8_MAX, "node indexes are int8_t (slot_node, qent.
  * written; only the dedup window drops what was published before.
  */
 #define PUBLISH_BODY                                                                               \
+	"local function word(f, i)\n"                                                              \
+	"  local a, b, c, d = string.byte(f, i, i + 3)\n"                                          \
+	"  return ((a * 256 + b) * 256 + c) * 256 + d\n"                                           \
+	"end\n"                                                                                    \
+	"local function fhash(f)\n"                                                                \
+	"  if #f < 4 then return #f end\n"                                                         \
+	"  return (word(f, 1) + word(f, #f - 3)) % 4294967296\n"                                   \
+	"end\n"                                                                                    \
+	"local function setk(bk, k)\n"                                                             \
+	"  local m = 1\n"                                                                          \
+	"  while m * 2 <= k do m = m * 2 end\n"                                                    \
+	"  bk.k, bk.m = k, m\n"                                                                    \
+	"end\n"                                                                                    \
+	"local function shard(h, bk)\n"                                                            \
+	"  local j = h % bk.m\n"                                                                   \
+	"  if j < bk.k - bk.m then j = h % (2 * bk.m) end\n"                                       \
+	"  return j\n"                                                                             \
+	"end\n"                                                                                    \
+	"local function idtext(f)\n"                                                               \
+	"  if #f == 16 then\n"                                                                     \
+	"    return string.format('%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x',\n" \
+	"      string.byte(f, 1, 16))\n"                                                           \
+	"  end\n"                                                                                  \
+	"  local r = string.sub(f, 5)\n"                                                           \
+	"  if #r >= 13 and string.byte(r, -1) == 0 then r = string.sub(r, 1, -2) end\n"            \
+	"  return r\n"                                                                             \
+	"end\n"                                                                                    \
 	"local function publish(keys, args)\n"                                                     \
 	"  local ttl, maxlen, owner, expect = args[1], args[2], args[3], args[4]\n"                \
 	"  local rep = expect == 'R'\n"                                                            \
@@ -87,40 +135,153 @@ _Static_assert(MAX_NODES <= INT8_MAX, "node indexes are int8_t (slot_node, qent.
 	"    return redis.error_reply('OUTBOX_BEHIND ' .. keys[2] .. ' is at ' ..\n"               \
 	"      (wm == '' and 'nothing' or wm) .. ', expected ' .. expect)\n"                       \
 	"  end\n"                                                                                  \
-	"  local res, top, a = {}, wm, 6\n"                                                        \
-	"  for i = 5, #keys do\n"                                                                  \
-	"    local pos, first = args[a], a + 2\n"                                                  \
-	"    a = first + 2 * tonumber(args[a + 1])\n"                                              \
-	"    if not rep and wm >= pos then\n"                                                      \
-	"      res[#res + 1] = 0\n"                                                                \
-	"    elseif ttl ~= '0' and redis.call('EXISTS', keys[i]) == 1 then\n"                      \
-	"      res[#res + 1] = 1\n"                                                                \
-	"      top = pos\n"                                                                        \
+	"  local win, base, LOAD = tonumber(ttl), keys[5], 44\n"                                   \
+	"  local now, span, cur, bks, curb, prevb, legacy, mset, stale, exp\n"                     \
+	"  if win > 0 then\n"                                                                      \
+	"    now = tonumber(redis.call('TIME')[1])\n"                                              \
+	"    span = math.ceil(win / 8)\n"                                                          \
+	"    cur = math.floor(now / span)\n"                                                       \
+	"    exp = (cur + 1) * span + win\n"                                                       \
+	"    bks, mset, stale = {}, {}, {}\n"                                                      \
+	"    local m = redis.call('HGETALL', base)\n"                                              \
+	"    for i = 1, #m, 2 do\n"                                                                \
+	"      local f = m[i]\n"                                                                   \
+	"      if f == 'legacy' then\n"                                                            \
+	"        legacy = tonumber(m[i + 1])\n"                                                    \
+	"      else\n"                                                                             \
+	"        local b = tonumber(f)\n"                                                          \
+	"        local k, c = string.match(m[i + 1], '^(%d+) (%d+)$')\n"                           \
+	"        local bk = {b = b, c = tonumber(c), old = b * span < now - win}\n"                \
+	"        setk(bk, tonumber(k))\n"                                                          \
+	"        if b == cur then curb = bk elseif b == cur - 1 then prevb = bk end\n"             \
+	"        if (b + 1) * span <= now - win then\n"                                            \
+	"          stale[#stale + 1] = f\n"                                                        \
+	"        else\n"                                                                           \
+	"          bks[#bks + 1] = bk\n"                                                           \
+	"        end\n"                                                                            \
+	"      end\n"                                                                              \
+	"    end\n"                                                                                \
+	"    table.sort(bks, function(x, y) return x.b > y.b end)\n"                               \
+	"    if not legacy then\n"                                                                 \
+	"      legacy = (rep or raw) and now + win or 0\n"                                         \
+	"      mset[#mset + 1], mset[#mset + 2] = 'legacy', legacy\n"                              \
+	"    end\n"                                                                                \
+	"  end\n"                                                                                  \
+	"  local ev, seen, nnew, a = {}, {}, 0, 7\n"                                               \
+	"  while a <= #args do\n"                                                                  \
+	"    local e = {pos = args[a], f = args[a + 1], first = a + 3}\n"                          \
+	"    e.last = e.first + 2 * tonumber(args[a + 2]) - 1\n"                                   \
+	"    a = e.last + 1\n"                                                                     \
+	"    if not rep and wm >= e.pos then\n"                                                    \
+	"      e.r = 0\n"                                                                          \
+	"    elseif win > 0 then\n"                                                                \
+	"      local f = e.f\n"                                                                    \
+	"      e.h = fhash(f)\n"                                                                   \
+	"      if seen[f] then\n"                                                                  \
+	"        e.r, e.dup = 1, seen[f]\n"                                                        \
+	"      else\n"                                                                             \
+	"        for _, bk in ipairs(bks) do\n"                                                    \
+	"          local key = base .. ':' .. bk.b .. ':' .. shard(e.h, bk)\n"                     \
+	"          if bk.old then\n"                                                               \
+	"            local v = redis.call('HGET', key, f)\n"                                       \
+	"            if v and now - bk.b * span - tonumber(v) <= win then e.r = 1 break end\n"     \
+	"          elseif redis.call('HEXISTS', key, f) == 1 then\n"                               \
+	"            e.r = 1 break\n"                                                              \
+	"          end\n"                                                                          \
+	"        end\n"                                                                            \
+	"        if not e.r and now <= legacy and redis.call('EXISTS', args[6] .. idtext(f)) == 1 then\n" \
+	"          e.r = 1\n"                                                                      \
+	"        end\n"                                                                            \
+	"        if not e.r then\n"                                                                \
+	"          seen[f] = #ev + 1\n"                                                            \
+	"          nnew = nnew + 1\n"                                                              \
+	"        end\n"                                                                            \
+	"      end\n"                                                                              \
+	"    end\n"                                                                                \
+	"    ev[#ev + 1] = e\n"                                                                    \
+	"  end\n"                                                                                  \
+	"  local fresh\n"                                                                          \
+	"  if nnew > 0 then\n"                                                                     \
+	"    local names = {}\n"                                                                   \
+	"    if not curb then\n"                                                                   \
+	"      curb = {b = cur, c = 0, old = false}\n"                                             \
+	"      setk(curb, prevb and math.min(1024, math.max(1, math.ceil(prevb.c / LOAD))) or 1)\n" \
+	"      fresh = curb.k\n"                                                                   \
+	"      for j = 0, fresh - 1 do names[#names + 1] = base .. ':' .. cur .. ':' .. j end\n"   \
+	"    end\n"                                                                                \
+	"    local k = curb.k\n"                                                                   \
+	"    while curb.c + nnew > LOAD * k do\n"                                                  \
+	"      names[#names + 1] = base .. ':' .. cur .. ':' .. k\n"                               \
+	"      k = k + 1\n"                                                                        \
+	"    end\n"                                                                                \
+	"    if #names > 0 then redis.call('EXISTS', unpack(names)) end\n"                         \
+	"  end\n"                                                                                  \
+	"  local function finish(top)\n"                                                           \
+	"    if win > 0 then\n"                                                                    \
+	"      if curb then mset[#mset + 1], mset[#mset + 2] = cur, curb.k .. ' ' .. curb.c end\n" \
+	"      if #mset > 0 then redis.call('HSET', base, unpack(mset)) end\n"                     \
+	"      if #stale > 0 then redis.call('HDEL', base, unpack(stale)) end\n"                   \
+	"    end\n"                                                                                \
+	"    if not rep and top then redis.call('SET', keys[2], top .. ' ' .. owner) end\n"        \
+	"  end\n"                                                                                  \
+	"  if fresh then\n"                                                                        \
+	"    for j = 0, fresh - 1 do\n"                                                            \
+	"      local key = base .. ':' .. cur .. ':' .. j\n"                                       \
+	"      redis.call('HSET', key, '', '')\n"                                                  \
+	"      redis.call('EXPIREAT', key, exp)\n"                                                 \
+	"    end\n"                                                                                \
+	"  end\n"                                                                                  \
+	"  local res, top = {}, wm\n"                                                              \
+	"  for i, e in ipairs(ev) do\n"                                                            \
+	"    if e.r == 0 then\n"                                                                   \
+	"      res[i] = 0\n"                                                                       \
+	"    elseif e.r == 1 and res[e.dup or 0] ~= 2 then\n"                                      \
+	"      res[i] = 1\n"                                                                       \
+	"      top = e.pos\n"                                                                      \
 	"    else\n"                                                                               \
 	"      local id\n"                                                                         \
 	"      if maxlen ~= '0' then\n"                                                            \
 	"        id = redis.pcall('XADD', keys[1], 'MAXLEN', '~', maxlen, '*',\n"                  \
-	"                         unpack(args, first, a - 1))\n"                                   \
+	"                         unpack(args, e.first, e.last))\n"                                \
 	"      else\n"                                                                             \
-	"        id = redis.pcall('XADD', keys[1], '*', unpack(args, first, a - 1))\n"             \
+	"        id = redis.pcall('XADD', keys[1], '*', unpack(args, e.first, e.last))\n"          \
 	"      end\n"                                                                              \
 	"      if type(id) == 'table' and id.err and string.sub(id.err, 1, 9) == 'WRONGTYPE' then\n" \
 	"        local f = {}\n"                                                                   \
-	"        for j = first, a - 1, 2 do f[args[j]] = args[j + 1] end\n"                        \
+	"        for j = e.first, e.last, 2 do f[args[j]] = args[j + 1] end\n"                     \
 	"        id = redis.pcall('XADD', keys[4], '*', 'reason', 'redis rejected the entry: ' ..\n" \
 	"          id.err, 'stream', keys[1], 'slot', args[5], 'raw', cjson.encode(f))\n"          \
 	"        if type(id) ~= 'table' or not id.err then id = 2 end\n"                           \
 	"      end\n"                                                                              \
 	"      if type(id) == 'table' and id.err then\n"                                           \
-	"        if not rep and top ~= wm then redis.call('SET', keys[2], top .. ' ' .. owner) end\n" \
+	"        finish(top ~= wm and top)\n"                                                      \
 	"        return id\n"                                                                      \
 	"      end\n"                                                                              \
-	"      if ttl ~= '0' and id ~= 2 then redis.call('SET', keys[i], '1', 'EX', ttl) end\n"    \
-	"      res[#res + 1] = id\n"                                                               \
-	"      top = pos\n"                                                                        \
+	"      if win > 0 and id ~= 2 then\n"                                                      \
+	"        redis.call('HSET', base .. ':' .. cur .. ':' .. shard(e.h, curb), e.f, now - cur * span)\n" \
+	"        curb.c = curb.c + 1\n"                                                            \
+	"      end\n"                                                                              \
+	"      res[i] = id\n"                                                                      \
+	"      top = e.pos\n"                                                                      \
 	"    end\n"                                                                                \
 	"  end\n"                                                                                  \
-	"  if not rep then redis.call('SET', keys[2], top .. ' ' .. owner) end\n"                  \
+	"  while curb and curb.c > LOAD * curb.k do\n"                                             \
+	"    local p = curb.k - curb.m\n"                                                          \
+	"    local src, dst = base .. ':' .. cur .. ':' .. p, base .. ':' .. cur .. ':' .. curb.k\n" \
+	"    local all, mv, del = redis.call('HGETALL', src), {'', ''}, {}\n"                      \
+	"    for i = 1, #all, 2 do\n"                                                              \
+	"      local f = all[i]\n"                                                                 \
+	"      if f ~= '' and fhash(f) % (2 * curb.m) ~= p then\n"                                 \
+	"        mv[#mv + 1], mv[#mv + 2] = f, all[i + 1]\n"                                       \
+	"        del[#del + 1] = f\n"                                                              \
+	"      end\n"                                                                              \
+	"    end\n"                                                                                \
+	"    if #del > 0 then redis.call('HDEL', src, unpack(del)) end\n"                          \
+	"    redis.call('HSET', dst, unpack(mv))\n"                                                \
+	"    redis.call('EXPIREAT', dst, exp)\n"                                                   \
+	"    setk(curb, curb.k + 1)\n"                                                             \
+	"  end\n"                                                                                  \
+	"  finish(top)\n"                                                                          \
 	"  return res\n"                                                                           \
 	"end\n"
 
@@ -251,13 +412,12 @@ struct sink_redis {
 	uint64_t b_seq;
 	uint32_t b_n;
 	struct buf b_stream;
-	struct buf b_keys; /* RESP bulk strings: one dedup key per event */
 	struct buf b_args; /* RESP bulk strings: pos, nfields, fields per event */
 	int64_t b_commit_us;
 	uint32_t b_stream_id;
 	uint8_t b_dead_reason;
 	uint64_t b_args_count; /* ARGV entries after ttl and maxlen */
-	struct buf b_prefix;   /* dedup key prefix of the open batch (see dedup_prefix) */
+	struct buf b_prefix;   /* old-layout dedup key prefix of the open batch */
 	uint64_t b_prev_seq;   /* previous call for the batch's stream, 0 none */
 	char b_expect[26];     /* where that call leaves the watermark, "" none */
 	char b_last[26];       /* position of the batch's last event */
@@ -703,7 +863,6 @@ void sink_redis_destroy(struct sink_redis *s)
 	buf_finish(&s->tag);
 	buf_finish(&s->wait_cmd);
 	buf_finish(&s->b_stream);
-	buf_finish(&s->b_keys);
 	buf_finish(&s->b_args);
 	buf_finish(&s->b_prefix);
 	strset_finish(&s->streams);
@@ -888,7 +1047,7 @@ uint64_t sink_redis_inflight_bytes(const struct sink_redis *s)
 {
 	size_t live = s->q_len ? s->out.len - (size_t)(s->q[s->q_head].off - s->out_base) : 0;
 
-	return live + (s->b_open ? s->b_keys.len + s->b_args.len : 0);
+	return live + (s->b_open ? s->b_args.len : 0);
 }
 
 const struct sink_stats *sink_redis_stats(const struct sink_redis *s)
@@ -1518,9 +1677,9 @@ static bool close_batch(struct sink_redis *s)
 	s->b_open = false;
 	(void)stream_hash_tag(s->b_stream.data, s->b_stream.len, &s->tag); /* checked when opened */
 	slot = stream_slot(s, s->b_stream.data, s->b_stream.len);
-	/* FCALL name numkeys | stream wm legacy-wm dead-letter dedup... |
-	 * ttl maxlen owner expect slot args... */
-	resp_array(b, 3 + (4 + s->b_n) + 5 + s->b_args_count);
+	/* FCALL name numkeys | stream wm legacy-wm dead-letter dedup-base |
+	 * ttl maxlen owner expect slot old-dedup-prefix args... */
+	resp_array(b, 3 + 5 + 6 + s->b_args_count);
 	if (s->use_functions) {
 		resp_str(b, "FCALL");
 		resp_str(b, FUNCTION_NAME);
@@ -1528,7 +1687,7 @@ static bool close_batch(struct sink_redis *s)
 		resp_str(b, "EVALSHA");
 		resp_str(b, s->sha);
 	}
-	resp_u64(b, 4 + s->b_n);
+	resp_u64(b, 5);
 	resp_bulk(b, s->b_stream.data, s->b_stream.len);
 	buf_reset(&s->key); /* watermark: <prefix>:wm:{tag}[#<len>:<stream>]:<slot> */
 	(void)stream_key_base(&s->key, cf->key_prefix, "wm", s->b_stream.data, s->b_stream.len,
@@ -1561,12 +1720,16 @@ static bool close_batch(struct sink_redis *s)
 		buf_append(&s->key, cf->dead_letter_stream, dl_len);
 	}
 	resp_bulk(b, s->key.data, s->key.len);
-	buf_append(b, s->b_keys.data, s->b_keys.len);
+	buf_reset(&s->key); /* dedup state: <prefix>:dd:{tag}[#<len>:<stream>] */
+	(void)stream_key_base(&s->key, cf->key_prefix, "dd", s->b_stream.data, s->b_stream.len,
+			      true, &s->tag);
+	resp_bulk(b, s->key.data, s->key.len);
 	resp_u64(b, s->b_dead ? 0 : (uint64_t)cf->dedup_window_s);
 	resp_u64(b, s->b_dead ? 0 : (uint64_t)cf->maxlen);
 	resp_str(b, s->owner);
 	resp_str(b, s->b_expect);
 	resp_str(b, cf->slot);
+	resp_bulk(b, s->b_prefix.data, s->b_prefix.len);
 	buf_append(b, s->b_args.data, s->b_args.len);
 	if (s->key.failed || s->tag.failed)
 		return false;
@@ -1672,6 +1835,72 @@ bool sink_redis_queue_record(struct sink_redis *s, lsn_t confirmed, lsn_t commit
 	return n > 0 && (size_t)n < sizeof(val) && queue_record_cmd(s, Q_RECORD, val, (size_t)n);
 }
 
+/* Whether id[0..len) is a UUID in PostgreSQL's output form (lowercase, 8-4-4-4-12). */
+static bool uuid_canonical(const char *id, size_t len)
+{
+	if (len != 36)
+		return false;
+	for (size_t i = 0; i < 36; i++) {
+		unsigned char c = (unsigned char)id[i];
+
+		if (i == 8 || i == 13 || i == 18 || i == 23) {
+			if (c != '-')
+				return false;
+		} else if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
+			return false;
+		}
+	}
+	return true;
+}
+
+static unsigned hexval(char c)
+{
+	return c <= '9' ? (unsigned)(c - '0') : (unsigned)(c - 'a' + 10);
+}
+
+/*
+ * Append the dedup field of event id[0..len) as a RESP bulk string: a UUID
+ * in PostgreSQL's form packs to its 16 bytes; any other id is 4 bytes of
+ * FNV-1a of it (the shard hash), the id, and a 0 byte when the id is 12
+ * bytes long or (at least 12 bytes long and) ends in a 0 byte. So no other
+ * id gives 16 bytes, and the mapping is one-to-one: two different ids never
+ * share a field (an uppercase UUID is another id, as it always was).
+ */
+static void put_dedup_field(struct buf *b, const char *id, size_t len)
+{
+	unsigned char f[16];
+	uint32_t h = 2166136261u;
+	bool esc;
+
+	if (uuid_canonical(id, len)) {
+		for (size_t i = 0, o = 0; i < 36; i++) {
+			if (id[i] == '-')
+				continue;
+			f[o / 2] = (unsigned char)(o % 2 ? f[o / 2] | hexval(id[i])
+							 : hexval(id[i]) << 4);
+			o++;
+		}
+		resp_bulk(b, (const char *)f, 16);
+		return;
+	}
+	for (size_t i = 0; i < len; i++)
+		h = (h ^ (unsigned char)id[i]) * 16777619u;
+	esc = len == 12 || (len > 12 && id[len - 1] == '\0');
+	buf_putc(b, '$');
+	buf_put_u64(b, 4 + len + esc);
+	buf_append(b, "\r\n", 2);
+	f[0] = (unsigned char)(h >> 24);
+	f[1] = (unsigned char)(h >> 16);
+	f[2] = (unsigned char)(h >> 8);
+	f[3] = (unsigned char)h;
+	buf_append(b, (const char *)f, 4);
+	if (len)
+		buf_append(b, id, len);
+	if (esc)
+		buf_putc(b, '\0');
+	buf_append(b, "\r\n", 2);
+}
+
 bool sink_redis_publish(struct sink_redis *s, const struct event *ev, bool dead_letter)
 {
 	struct lastpos *lp;
@@ -1697,14 +1926,13 @@ bool sink_redis_publish(struct sink_redis *s, const struct event *ev, bool dead_
 		s->b_args_count = 0;
 		buf_reset(&s->b_stream);
 		buf_append(&s->b_stream, ev->stream, ev->stream_len);
-		buf_reset(&s->b_keys);
 		buf_reset(&s->b_args);
 		s->b_commit_us = ev->committed_unix_us;
 		s->b_dead_reason = (uint8_t)ev->dead_reason;
 		s->b_stream_id = !dead_letter && s->m
 					 ? metrics_stream_id(s->m, ev->stream, ev->stream_len)
 					 : 0;
-		/* dedup key prefix: <prefix>:dedup:{tag}[#<len>:<stream>]: */
+		/* old-layout dedup key prefix: <prefix>:dedup:{tag}[#<len>:<stream>]: */
 		buf_reset(&s->b_prefix);
 		if (!stream_key_base(&s->b_prefix, s->cf->key_prefix, "dedup", ev->stream,
 				     ev->stream_len, true, &s->tag))
@@ -1717,30 +1945,23 @@ bool sink_redis_publish(struct sink_redis *s, const struct event *ev, bool dead_
 		else
 			memcpy(s->b_expect, lp ? lp->pos : "", lp ? sizeof(s->b_expect) : 1);
 	}
-	/* KEYS: the dedup key; ARGV: position, field count, fields. */
-	buf_putc(&s->b_keys, '$');
-	buf_put_u64(&s->b_keys, s->b_prefix.len + ev->id_len);
-	buf_append(&s->b_keys, "\r\n", 2);
-	buf_append(&s->b_keys, s->b_prefix.data, s->b_prefix.len);
-	if (ev->id)
-		buf_append(&s->b_keys, ev->id, ev->id_len);
-	buf_append(&s->b_keys, "\r\n", 2);
-
+	/* ARGV: position, dedup field, field count, fields. */
 	put_hex(pos, ev->commit_lsn, 16);
 	pos[16] = ':';
 	put_hex(pos + 17, ev->index, 8);
 	pos[25] = '\0';
 	memcpy(s->b_last, pos, sizeof(s->b_last));
 	resp_bulk(&s->b_args, pos, 25);
+	put_dedup_field(&s->b_args, ev->id, ev->id ? ev->id_len : 0);
 	resp_u64(&s->b_args, ev->nfields);
 	for (size_t i = 0; i < ev->nfields; i++) {
 		resp_bulk(&s->b_args, ev->fields[i].name, ev->fields[i].name_len);
 		resp_bulk(&s->b_args, ev->fields[i].value, ev->fields[i].value_len);
 	}
-	s->b_args_count += 2 + 2 * ev->nfields;
+	s->b_args_count += 3 + 2 * ev->nfields;
 	s->b_n++;
 	s->inflight_events++;
-	if (s->b_keys.failed || s->b_args.failed || s->b_stream.failed || s->b_prefix.failed)
+	if (s->b_args.failed || s->b_stream.failed || s->b_prefix.failed)
 		return false;
 	/* Dead letters are rare and each has its own reason: one per call. */
 	return dead_letter ? close_batch(s) : true;
