@@ -63,51 +63,62 @@ _Static_assert(MAX_NODES <= INT8_MAX, "node indexes are int8_t (slot_node, qent.
  * an entry the stream key cannot take (WRONGTYPE), written instead to the
  * dead-letter stream in the same call, or the new entry's id.
  *
- * Dedup state, per stream (ids seen within the window, by Redis's clock,
- * TIME; functions replicate as effects, so AOF and replicas get the keys
- * written, not the clock): time buckets of span = ceil(window / 8) s. Bucket
- * b (now / span) is K hashes "<base>:<b>:<j>" (fields: dedup_field() of an
- * id; value: seconds since the bucket began), all expiring at the bucket's
- * end + window (EXPIREAT), so about 9 are live. A bucket's K grows by linear
- * hashing (shard j = h mod 2^L, or h mod 2^(L+1) for the j already split;
- * h from the field's first and last 4 bytes), one split per 44 ids on
- * average, so each hash stays far below hash-max-listpack-entries (128 by
- * default) in the compact listpack encoding; a new bucket starts with the K
- * the previous bucket ended with. Each shard holds an empty field "" so that
- * it exists (with its expiry) from its creation. The hash "<base>" (no TTL)
- * holds per live bucket "<K> <count>", and "legacy": until when the old
- * layout (one string key "<old prefix><id>" with a TTL per id) may still hold
- * ids (its first call's time + window when a watermark existed), which are
- * then looked up too. A lookup reads one shard per live bucket (HGET in the
- * oldest, which may hold ids older than the window). Every key is read
- * before the first write, so a key a cluster node cannot serve (slot
- * migration) fails the call before it changed anything.
- * A dedup entry is written only after its XADD succeeded, so a failing XADD
- * leaves nothing to undo: the watermark then covers the events before it and
- * the error is returned; a retry publishes exactly what is missing.
+ * Dedup state, per stream: ids seen within the window W, by Redis's clock
+ * (TIME; functions replicate as effects, so AOF and replicas get the keys
+ * written, not the clock). Time buckets of W seconds: bucket b = now / W is
+ * K hashes "<base>:<b>:<j>" (field: dedup_field() of an id, value: seconds
+ * since the bucket began), all expiring at the bucket's end + W (EXPIREAT),
+ * so at most two are live; an id is looked up (HGET, then the value's age
+ * is compared with W: exact to the second) in the previous bucket and
+ * inserted with HSETNX (0: a duplicate) into the current one. K grows by
+ * linear hashing (shard j = h mod 2^L, or h mod 2^(L+1) for the shards
+ * already split; h from the field's first and last 4 bytes), one split per
+ * 32 ids, so each hash stays far below hash-max-listpack-entries (128 by
+ * default) in the compact listpack encoding. A new bucket starts with the K
+ * the previous one ended with; its shards are created (holding an empty
+ * field "", with their expiry) up to 256 per call, and an id inserted into a
+ * shard not created yet sets that shard's expiry itself. The hash "<base>"
+ * (no TTL) holds per live bucket "<K> <count> <shards created>", and
+ * "legacy": until when the old layout (one string key "<old prefix><id>"
+ * with a TTL per id) may still hold ids (its first call's time + W when the
+ * stream had a watermark, else 0), which are then looked up too (EXISTS).
+ * Those keys are in the stream's slot (its hash tag) but not in KEYS: a
+ * cluster node that cannot serve one (slot migration) fails the call at
+ * that command; every event before it is complete (XADD and its entry), so
+ * the retry finds them as duplicates and publishes the rest. A split
+ * copies first, records the new K, and only then deletes the moved ids
+ * from the old shard, so an id is always where the recorded K says.
+ * An entry whose XADD fails (or is dead-lettered) is removed again (HDEL),
+ * so a failing XADD leaves nothing behind: the watermark then covers the
+ * events before it and the error is returned; a retry publishes exactly
+ * what is missing.
  * The watermark is written by every call, so each call replicates a write
  * that WAIT can wait for even when all its events were replays.
  * expect "R" (outbox-relay republish): the watermark is neither read nor
  * written; only the dedup window drops what was published before.
  */
 #define PUBLISH_BODY                                                                               \
-	"local function word(f, i)\n"                                                              \
-	"  local a, b, c, d = string.byte(f, i, i + 3)\n"                                          \
-	"  return ((a * 256 + b) * 256 + c) * 256 + d\n"                                           \
-	"end\n"                                                                                    \
 	"local function fhash(f)\n"                                                                \
 	"  if #f < 4 then return #f end\n"                                                         \
-	"  return (word(f, 1) + word(f, #f - 3)) % 4294967296\n"                                   \
+	"  local a, b, c, d = string.byte(f, 1, 4)\n"                                              \
+	"  local e, g, i, j = string.byte(f, -4, -1)\n"                                            \
+	"  return (((a + e) * 256 + b + g) * 256 + c + i) * 256 + d + j\n"                         \
 	"end\n"                                                                                    \
 	"local function setk(bk, k)\n"                                                             \
 	"  local m = 1\n"                                                                          \
 	"  while m * 2 <= k do m = m * 2 end\n"                                                    \
 	"  bk.k, bk.m = k, m\n"                                                                    \
 	"end\n"                                                                                    \
+	"local JS = {}\n"                                                                          \
 	"local function shard(h, bk)\n"                                                            \
 	"  local j = h % bk.m\n"                                                                   \
 	"  if j < bk.k - bk.m then j = h % (2 * bk.m) end\n"                                       \
-	"  return j\n"                                                                             \
+	"  local s = JS[j]\n"                                                                      \
+	"  if not s then\n"                                                                        \
+	"    s = tostring(j)\n"                                                                    \
+	"    JS[j] = s\n"                                                                          \
+	"  end\n"                                                                                  \
+	"  return s, j\n"                                                                          \
 	"end\n"                                                                                    \
 	"local function idtext(f)\n"                                                               \
 	"  if #f == 16 then\n"                                                                     \
@@ -135,13 +146,14 @@ _Static_assert(MAX_NODES <= INT8_MAX, "node indexes are int8_t (slot_node, qent.
 	"    return redis.error_reply('OUTBOX_BEHIND ' .. keys[2] .. ' is at ' ..\n"               \
 	"      (wm == '' and 'nothing' or wm) .. ', expected ' .. expect)\n"                       \
 	"  end\n"                                                                                  \
-	"  local win, base, LOAD = tonumber(ttl), keys[5], 44\n"                                   \
-	"  local now, span, cur, bks, curb, prevb, legacy, mset, stale, exp\n"                     \
+	"  local win, base, LOAD = tonumber(ttl), keys[5], 32\n"                                   \
+	"  local now, span, cur, bks, curb, c0, prevb, legacy, mset, stale, exp, cpre, off\n"      \
 	"  if win > 0 then\n"                                                                      \
 	"    now = tonumber(redis.call('TIME')[1])\n"                                              \
-	"    span = math.ceil(win / 8)\n"                                                          \
+	"    span = win\n"                                                                         \
 	"    cur = math.floor(now / span)\n"                                                       \
 	"    exp = (cur + 1) * span + win\n"                                                       \
+	"    cpre, off = base .. ':' .. cur .. ':', tostring(now - cur * span)\n"                  \
 	"    bks, mset, stale = {}, {}, {}\n"                                                      \
 	"    local m = redis.call('HGETALL', base)\n"                                              \
 	"    for i = 1, #m, 2 do\n"                                                                \
@@ -150,124 +162,112 @@ _Static_assert(MAX_NODES <= INT8_MAX, "node indexes are int8_t (slot_node, qent.
 	"        legacy = tonumber(m[i + 1])\n"                                                    \
 	"      else\n"                                                                             \
 	"        local b = tonumber(f)\n"                                                          \
-	"        local k, c = string.match(m[i + 1], '^(%d+) (%d+)$')\n"                           \
-	"        local bk = {b = b, c = tonumber(c), old = b * span < now - win}\n"                \
+	"        local k, c, made = string.match(m[i + 1], '^(%d+) (%d+) (%d+)$')\n"               \
+	"        local bk = {b = b, c = tonumber(c), made = tonumber(made), old = b * span < now - win,\n" \
+	"                    pre = base .. ':' .. f .. ':'}\n"                                     \
 	"        setk(bk, tonumber(k))\n"                                                          \
-	"        if b == cur then curb = bk elseif b == cur - 1 then prevb = bk end\n"             \
-	"        if (b + 1) * span <= now - win then\n"                                            \
+	"        if b == cur then\n"                                                               \
+	"          curb, c0 = bk, bk.c\n"                                                          \
+	"        elseif (b + 1) * span <= now - win then\n"                                        \
 	"          stale[#stale + 1] = f\n"                                                        \
 	"        else\n"                                                                           \
+	"          if b == cur - 1 then prevb = bk end\n"                                          \
 	"          bks[#bks + 1] = bk\n"                                                           \
 	"        end\n"                                                                            \
 	"      end\n"                                                                              \
 	"    end\n"                                                                                \
-	"    table.sort(bks, function(x, y) return x.b > y.b end)\n"                               \
+	"    if #bks > 1 then table.sort(bks, function(x, y) return x.b > y.b end) end\n"          \
 	"    if not legacy then\n"                                                                 \
 	"      legacy = (rep or raw) and now + win or 0\n"                                         \
 	"      mset[#mset + 1], mset[#mset + 2] = 'legacy', legacy\n"                              \
 	"    end\n"                                                                                \
 	"  end\n"                                                                                  \
-	"  local ev, seen, nnew, a = {}, {}, 0, 7\n"                                               \
-	"  while a <= #args do\n"                                                                  \
-	"    local e = {pos = args[a], f = args[a + 1], first = a + 3}\n"                          \
-	"    e.last = e.first + 2 * tonumber(args[a + 2]) - 1\n"                                   \
-	"    a = e.last + 1\n"                                                                     \
-	"    if not rep and wm >= e.pos then\n"                                                    \
-	"      e.r = 0\n"                                                                          \
-	"    elseif win > 0 then\n"                                                                \
-	"      local f = e.f\n"                                                                    \
-	"      e.h = fhash(f)\n"                                                                   \
-	"      if seen[f] then\n"                                                                  \
-	"        e.r, e.dup = 1, seen[f]\n"                                                        \
-	"      else\n"                                                                             \
-	"        for _, bk in ipairs(bks) do\n"                                                    \
-	"          local key = base .. ':' .. bk.b .. ':' .. shard(e.h, bk)\n"                     \
-	"          if bk.old then\n"                                                               \
-	"            local v = redis.call('HGET', key, f)\n"                                       \
-	"            if v and now - bk.b * span - tonumber(v) <= win then e.r = 1 break end\n"     \
-	"          elseif redis.call('HEXISTS', key, f) == 1 then\n"                               \
-	"            e.r = 1 break\n"                                                              \
-	"          end\n"                                                                          \
-	"        end\n"                                                                            \
-	"        if not e.r and now <= legacy and redis.call('EXISTS', args[6] .. idtext(f)) == 1 then\n" \
-	"          e.r = 1\n"                                                                      \
-	"        end\n"                                                                            \
-	"        if not e.r then\n"                                                                \
-	"          seen[f] = #ev + 1\n"                                                            \
-	"          nnew = nnew + 1\n"                                                              \
-	"        end\n"                                                                            \
-	"      end\n"                                                                              \
-	"    end\n"                                                                                \
-	"    ev[#ev + 1] = e\n"                                                                    \
-	"  end\n"                                                                                  \
-	"  local fresh\n"                                                                          \
-	"  if nnew > 0 then\n"                                                                     \
-	"    local names = {}\n"                                                                   \
-	"    if not curb then\n"                                                                   \
-	"      curb = {b = cur, c = 0, old = false}\n"                                             \
-	"      setk(curb, prevb and math.min(1024, math.max(1, math.ceil(prevb.c / LOAD))) or 1)\n" \
-	"      fresh = curb.k\n"                                                                   \
-	"      for j = 0, fresh - 1 do names[#names + 1] = base .. ':' .. cur .. ':' .. j end\n"   \
-	"    end\n"                                                                                \
-	"    local k = curb.k\n"                                                                   \
-	"    while curb.c + nnew > LOAD * k do\n"                                                  \
-	"      names[#names + 1] = base .. ':' .. cur .. ':' .. k\n"                               \
-	"      k = k + 1\n"                                                                        \
-	"    end\n"                                                                                \
-	"    if #names > 0 then redis.call('EXISTS', unpack(names)) end\n"                         \
-	"  end\n"                                                                                  \
 	"  local function finish(top)\n"                                                           \
 	"    if win > 0 then\n"                                                                    \
-	"      if curb then mset[#mset + 1], mset[#mset + 2] = cur, curb.k .. ' ' .. curb.c end\n" \
+	"      if curb and curb.c ~= c0 then\n"                                                    \
+	"        mset[#mset + 1], mset[#mset + 2] = cur, curb.k .. ' ' .. curb.c .. ' ' .. curb.made\n" \
+	"      end\n"                                                                              \
 	"      if #mset > 0 then redis.call('HSET', base, unpack(mset)) end\n"                     \
 	"      if #stale > 0 then redis.call('HDEL', base, unpack(stale)) end\n"                   \
 	"    end\n"                                                                                \
 	"    if not rep and top then redis.call('SET', keys[2], top .. ' ' .. owner) end\n"        \
 	"  end\n"                                                                                  \
-	"  if fresh then\n"                                                                        \
-	"    for j = 0, fresh - 1 do\n"                                                            \
-	"      local key = base .. ':' .. cur .. ':' .. j\n"                                       \
-	"      redis.call('HSET', key, '', '')\n"                                                  \
-	"      redis.call('EXPIREAT', key, exp)\n"                                                 \
-	"    end\n"                                                                                \
-	"  end\n"                                                                                  \
-	"  local res, top = {}, wm\n"                                                              \
-	"  for i, e in ipairs(ev) do\n"                                                            \
-	"    if e.r == 0 then\n"                                                                   \
-	"      res[i] = 0\n"                                                                       \
-	"    elseif e.r == 1 and res[e.dup or 0] ~= 2 then\n"                                      \
-	"      res[i] = 1\n"                                                                       \
-	"      top = e.pos\n"                                                                      \
+	"  local res, top, a, chunk = {}, wm, 6, nil\n"                                            \
+	"  while a < #args do\n"                                                                   \
+	"    local pos, f, first = args[a + 1], args[a + 2], a + 4\n"                              \
+	"    a = a + 3 + 2 * tonumber(args[a + 3])\n"                                              \
+	"    local key, dup\n"                                                                     \
+	"    if not rep and wm >= pos then\n"                                                      \
+	"      res[#res + 1] = 0\n"                                                                \
 	"    else\n"                                                                               \
-	"      local id\n"                                                                         \
-	"      if maxlen ~= '0' then\n"                                                            \
-	"        id = redis.pcall('XADD', keys[1], 'MAXLEN', '~', maxlen, '*',\n"                  \
-	"                         unpack(args, e.first, e.last))\n"                                \
+	"      if win > 0 then\n"                                                                  \
+	"        local h = fhash(f)\n"                                                             \
+	"        for _, bk in ipairs(bks) do\n"                                                    \
+	"          if bk.old then\n"                                                               \
+	"            local v = redis.call('HGET', bk.pre .. shard(h, bk), f)\n"                    \
+	"            dup = v and now - bk.b * span - tonumber(v) <= win\n"                         \
+	"          else\n"                                                                         \
+	"            dup = redis.call('HEXISTS', bk.pre .. shard(h, bk), f) == 1\n"                \
+	"          end\n"                                                                          \
+	"          if dup then break end\n"                                                        \
+	"        end\n"                                                                            \
+	"        if not dup and now <= legacy then\n"                                              \
+	"          dup = redis.call('EXISTS', args[6] .. idtext(f)) == 1\n"                        \
+	"        end\n"                                                                            \
+	"        if not dup then\n"                                                                \
+	"          if not curb then\n"                                                             \
+	"            curb, c0 = {b = cur, c = 0, made = 0}, -1\n"                                  \
+	"            setk(curb, prevb and math.max(1, math.min(1048576, math.ceil(prevb.c / LOAD))) or 1)\n" \
+	"          end\n"                                                                          \
+	"          if not chunk then\n"                                                            \
+	"            chunk = math.min(curb.k, curb.made + 256)\n"                                  \
+	"            for j = curb.made, chunk - 1 do\n"                                            \
+	"              redis.call('HSET', cpre .. j, '', '')\n"                                    \
+	"              redis.call('EXPIREAT', cpre .. j, exp)\n"                                   \
+	"            end\n"                                                                        \
+	"            if chunk > curb.made then curb.made, c0 = chunk, -1 end\n"                    \
+	"          end\n"                                                                          \
+	"          local s, j = shard(h, curb)\n"                                                  \
+	"          key = cpre .. s\n"                                                              \
+	"          dup = redis.call('HSETNX', key, f, off) == 0\n"                                 \
+	"          if not dup and j >= curb.made then redis.call('EXPIREAT', key, exp) end\n"      \
+	"        end\n"                                                                            \
+	"      end\n"                                                                              \
+	"      if dup then\n"                                                                      \
+	"        res[#res + 1] = 1\n"                                                              \
+	"        top = pos\n"                                                                      \
 	"      else\n"                                                                             \
-	"        id = redis.pcall('XADD', keys[1], '*', unpack(args, e.first, e.last))\n"          \
+	"        local id\n"                                                                       \
+	"        if maxlen ~= '0' then\n"                                                          \
+	"          id = redis.pcall('XADD', keys[1], 'MAXLEN', '~', maxlen, '*', unpack(args, first, a))\n" \
+	"        else\n"                                                                           \
+	"          id = redis.pcall('XADD', keys[1], '*', unpack(args, first, a))\n"               \
+	"        end\n"                                                                            \
+	"        if type(id) == 'table' and id.err and string.sub(id.err, 1, 9) == 'WRONGTYPE' then\n" \
+	"          local fs = {}\n"                                                                \
+	"          for j = first, a, 2 do fs[args[j]] = args[j + 1] end\n"                         \
+	"          id = redis.pcall('XADD', keys[4], '*', 'reason', 'redis rejected the entry: ' ..\n" \
+	"            id.err, 'stream', keys[1], 'slot', args[5], 'raw', cjson.encode(fs))\n"       \
+	"          if type(id) ~= 'table' or not id.err then id = 2 end\n"                         \
+	"        end\n"                                                                            \
+	"        local failed = type(id) == 'table' and id.err\n"                                  \
+	"        if key and (failed or id == 2) then\n"                                            \
+	"          redis.call('HDEL', key, f)\n"                                                   \
+	"        elseif key then\n"                                                                \
+	"          curb.c = curb.c + 1\n"                                                          \
+	"        end\n"                                                                            \
+	"        if failed then\n"                                                                 \
+	"          finish(top ~= wm and top)\n"                                                    \
+	"          return id\n"                                                                    \
+	"        end\n"                                                                            \
+	"        res[#res + 1] = id\n"                                                             \
+	"        top = pos\n"                                                                      \
 	"      end\n"                                                                              \
-	"      if type(id) == 'table' and id.err and string.sub(id.err, 1, 9) == 'WRONGTYPE' then\n" \
-	"        local f = {}\n"                                                                   \
-	"        for j = e.first, e.last, 2 do f[args[j]] = args[j + 1] end\n"                     \
-	"        id = redis.pcall('XADD', keys[4], '*', 'reason', 'redis rejected the entry: ' ..\n" \
-	"          id.err, 'stream', keys[1], 'slot', args[5], 'raw', cjson.encode(f))\n"          \
-	"        if type(id) ~= 'table' or not id.err then id = 2 end\n"                           \
-	"      end\n"                                                                              \
-	"      if type(id) == 'table' and id.err then\n"                                           \
-	"        finish(top ~= wm and top)\n"                                                      \
-	"        return id\n"                                                                      \
-	"      end\n"                                                                              \
-	"      if win > 0 and id ~= 2 then\n"                                                      \
-	"        redis.call('HSET', base .. ':' .. cur .. ':' .. shard(e.h, curb), e.f, now - cur * span)\n" \
-	"        curb.c = curb.c + 1\n"                                                            \
-	"      end\n"                                                                              \
-	"      res[i] = id\n"                                                                      \
-	"      top = e.pos\n"                                                                      \
 	"    end\n"                                                                                \
 	"  end\n"                                                                                  \
 	"  while curb and curb.c > LOAD * curb.k do\n"                                             \
 	"    local p = curb.k - curb.m\n"                                                          \
-	"    local src, dst = base .. ':' .. cur .. ':' .. p, base .. ':' .. cur .. ':' .. curb.k\n" \
+	"    local src, dst = cpre .. p, cpre .. curb.k\n"                                         \
 	"    local all, mv, del = redis.call('HGETALL', src), {'', ''}, {}\n"                      \
 	"    for i = 1, #all, 2 do\n"                                                              \
 	"      local f = all[i]\n"                                                                 \
@@ -276,10 +276,12 @@ _Static_assert(MAX_NODES <= INT8_MAX, "node indexes are int8_t (slot_node, qent.
 	"        del[#del + 1] = f\n"                                                              \
 	"      end\n"                                                                              \
 	"    end\n"                                                                                \
-	"    if #del > 0 then redis.call('HDEL', src, unpack(del)) end\n"                          \
 	"    redis.call('HSET', dst, unpack(mv))\n"                                                \
 	"    redis.call('EXPIREAT', dst, exp)\n"                                                   \
+	"    if curb.made == curb.k then curb.made = curb.k + 1 end\n"                             \
 	"    setk(curb, curb.k + 1)\n"                                                             \
+	"    redis.call('HSET', base, cur, curb.k .. ' ' .. curb.c .. ' ' .. curb.made)\n"         \
+	"    if #del > 0 then redis.call('HDEL', src, unpack(del)) end\n"                          \
 	"  end\n"                                                                                  \
 	"  finish(top)\n"                                                                          \
 	"  return res\n"                                                                           \
