@@ -88,8 +88,10 @@ _Static_assert(MAX_NODES <= INT8_MAX, "node indexes are int8_t (slot_node, qent.
  * the retry finds them as duplicates and publishes the rest. A split
  * copies first, records the new K, and only then deletes the moved ids
  * from the old shard, so an id is always where the recorded K says.
- * An entry whose XADD fails (or is dead-lettered) is removed again (HDEL),
- * so a failing XADD leaves nothing behind: the watermark then covers the
+ * An entry whose XADD fails (or is dead-lettered) is removed again (HDEL;
+ * every call first runs a no-op HDEL, so a user without that permission
+ * fails the call before it wrote anything), so a failing XADD leaves nothing
+ * behind: the watermark then covers the
  * events before it and the error is returned; a retry publishes exactly
  * what is missing.
  * The watermark is written by every call, so each call replicates a write
@@ -156,6 +158,7 @@ _Static_assert(MAX_NODES <= INT8_MAX, "node indexes are int8_t (slot_node, qent.
 	"    cpre, off = base .. ':' .. cur .. ':', tostring(now - cur * span)\n"                  \
 	"    bks, mset, stale = {}, {}, {}\n"                                                      \
 	"    local m = redis.call('HGETALL', base)\n"                                              \
+	"    redis.call('HDEL', base, '\\0')\n"                                                    \
 	"    for i = 1, #m, 2 do\n"                                                                \
 	"      local f = m[i]\n"                                                                   \
 	"      if f == 'legacy' then\n"                                                            \
@@ -164,7 +167,7 @@ _Static_assert(MAX_NODES <= INT8_MAX, "node indexes are int8_t (slot_node, qent.
 	"        local b = tonumber(f)\n"                                                          \
 	"        local k, c, made = string.match(m[i + 1], '^(%d+) (%d+) (%d+)$')\n"               \
 	"        local bk = {b = b, c = tonumber(c), made = tonumber(made), old = b * span < now - win,\n" \
-	"                    pre = base .. ':' .. f .. ':'}\n"                                     \
+	"                    pre = base .. ':' .. f .. ':', age = now - b * span}\n"               \
 	"        setk(bk, tonumber(k))\n"                                                          \
 	"        if b == cur then\n"                                                               \
 	"          curb, c0 = bk, bk.c\n"                                                          \
@@ -202,10 +205,11 @@ _Static_assert(MAX_NODES <= INT8_MAX, "node indexes are int8_t (slot_node, qent.
 	"    else\n"                                                                               \
 	"      if win > 0 then\n"                                                                  \
 	"        local h = fhash(f)\n"                                                             \
-	"        for _, bk in ipairs(bks) do\n"                                                    \
+	"        for i = 1, #bks do\n"                                                             \
+	"          local bk = bks[i]\n"                                                            \
 	"          if bk.old then\n"                                                               \
 	"            local v = redis.call('HGET', bk.pre .. shard(h, bk), f)\n"                    \
-	"            dup = v and now - bk.b * span - tonumber(v) <= win\n"                         \
+	"            dup = v and bk.age - tonumber(v) <= win\n"                                    \
 	"          else\n"                                                                         \
 	"            dup = redis.call('HEXISTS', bk.pre .. shard(h, bk), f) == 1\n"                \
 	"          end\n"                                                                          \

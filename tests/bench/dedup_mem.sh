@@ -8,17 +8,18 @@
 #
 # Environment: OLD_REF (git ref of "before", default cdfcce6), OLD_BIN / NEW_BIN
 # (use these binaries instead of building), ROUNDS (default 3), RATE (events/s
-# of the steady run, default 5000).
+# of the steady run, default 5000), STEADY_SECS (its length, default 40).
 #
 # Two runs per relay, each on a fresh redis-server (unix socket, no persistence):
 #   burst:  EVENTS outbox rows (UUID ids, 1000 per transaction) drained with the
 #           default --dedup-window 1h: every id is inside the window (one
 #           bucket, grown from one hash by splits). bytes/event = (used_memory after - before - MEMORY
 #           USAGE of the stream) / EVENTS, i.e. the dedup state plus the
-#           watermark. Median of ROUNDS rounds.
+#           watermark ("streams del": the same after DEL of the streams, without
+#           MEMORY USAGE's estimate). ROUNDS rounds.
 #   steady: --dedup-window 8 (buckets of 8 s: each lookup reads the previous
 #           bucket, each new bucket starts at the size the last one ended
-#           with) while rows arrive at RATE/s for EVENTS/RATE s, ids expiring
+#           with) while rows arrive at RATE/s for STEADY_SECS s, ids expiring
 #           all along (the old layout's expiry costs CPU here). Its bytes/event
 #           divides by the ids inside the window at the end (RATE * 8); ids
 #           live one to two windows, so expect ~1.5x the burst figure.
@@ -32,6 +33,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 EVENTS=${1:-100000}
 ROUNDS=${ROUNDS:-3}
 RATE=${RATE:-5000}
+STEADY_SECS=${STEADY_SECS:-40}
 OLD_REF=${OLD_REF:-cdfcce6}
 
 build_old() {
@@ -83,12 +85,16 @@ measure() {
 	done
 	read -r fu fc <<<"$(fcall_usec)"
 	keys=$(redis_cli DBSIZE)
-	enc=$(redis_cli --scan --pattern 'outbox-relay:dd:*:*' | head -n 200 |
-		while read -r k; do redis_cli OBJECT ENCODING "$k"; done | sort | uniq -c | tr -s ' \n' ' ')
+	# The same without the stream's own estimate: delete the streams, count what is left.
+	for s in $(redis_cli --scan --pattern 'outbox:*'); do redis_cli DEL "$s" >/dev/null; done
+	m2=$(info memory used_memory)
+	redis_cli --scan --pattern 'outbox-relay:dd:*:*' >"$T/scan"
+	enc=$(sed -n '1,200p' "$T/scan" | while read -r k; do redis_cli OBJECT ENCODING "$k"; done |
+		grep . | sort | uniq -c | tr -s ' \n' ' ' || true)
 	awk -v name="$name" -v n="$n" -v w="$inwin" -v m0="$M0" -v m1="$m1" -v st="$st" -v c0="$C0" \
-		-v c1="$c1" -v fu="${fu:-0}" -v fc="${fc:-0}" -v keys="$keys" -v enc="${enc:-none}" \
-		'BEGIN { printf "%s\t%d\t%d\t%.1f\t%.2f\t%.2f\t%d\t%d\t%s\n", name, n, w, (m1 - m0 - st) / w,
-			 (c1 - c0) * 1000000 / n, fu / n, fc, keys, enc }'
+		-v c1="$c1" -v fu="${fu:-0}" -v fc="${fc:-0}" -v keys="$keys" -v enc="${enc:-none}" -v m2="$m2" \
+		'BEGIN { printf "%s\t%d\t%d\t%.1f\t%.1f\t%.2f\t%.2f\t%d\t%d\t%s\n", name, n, w, (m1 - m0 - st) / w,
+			 (m2 - m0) / w, (c1 - c0) * 1000000 / n, fu / n, fc, keys, enc }'
 }
 
 RESULTS=$T/results.tsv
@@ -118,7 +124,7 @@ for r in $(seq 1 "$ROUNDS"); do
 done
 
 # steady: rows arrive at RATE/s while the relay runs, --dedup-window 8.
-secs=$((EVENTS / RATE))
+secs=$STEADY_SECS
 per=$((RATE / 10))
 for who in old new; do
 	bin=$OLD_BIN
@@ -144,6 +150,6 @@ done
 
 echo
 echo "dedup state per event (Redis $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/')), $EVENTS events; before = $OLD_REF, after = this tree"
-printf '%-13s %8s %9s %12s %14s %13s %8s %8s %s\n' run events in-window bytes/event "cpu µs/event" "fcall µs/ev" calls keys "encodings (<=200 dedup hashes)"
-sort -s -k1,1 "$RESULTS" | awk -F'\t' '{ printf "%-13s %8s %9s %12s %14s %13s %8s %8s %s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9 }'
+printf '%-13s %7s %9s %12s %12s %13s %12s %7s %7s %s\n' run events in-window bytes/event "(streams del)" "cpu µs/event" "fcall µs/ev" calls keys "encodings (<=200 dedup hashes)"
+sort -s -k1,1 "$RESULTS" | awk -F'\t' '{ printf "%-13s %7s %9s %12s %12s %13s %12s %7s %7s %s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 }'
 pass
