@@ -73,7 +73,7 @@ _Static_assert(MAX_NODES <= INT8_MAX, "node indexes are int8_t (slot_node, qent.
  * inserted with HSETNX (0: a duplicate) into the current one. K grows by
  * linear hashing (shard j = h mod 2^L, or h mod 2^(L+1) for the shards
  * already split; h from the field's first and last 4 bytes), one split per
- * 32 ids, so each hash stays far below hash-max-listpack-entries (128 by
+ * 40 ids, so each hash stays far below hash-max-listpack-entries (128 by
  * default) in the compact listpack encoding. A new bucket starts with the K
  * the previous one ended with; its shards are created (holding an empty
  * field "", with their expiry) up to 256 per call, and an id inserted into a
@@ -148,7 +148,7 @@ _Static_assert(MAX_NODES <= INT8_MAX, "node indexes are int8_t (slot_node, qent.
 	"    return redis.error_reply('OUTBOX_BEHIND ' .. keys[2] .. ' is at ' ..\n"               \
 	"      (wm == '' and 'nothing' or wm) .. ', expected ' .. expect)\n"                       \
 	"  end\n"                                                                                  \
-	"  local win, base, LOAD = tonumber(ttl), keys[5], 32\n"                                   \
+	"  local win, base, LOAD = tonumber(ttl), keys[5], 40\n"                                   \
 	"  local now, span, cur, bks, curb, c0, prevb, legacy, mset, stale, exp, cpre, off\n"      \
 	"  if win > 0 then\n"                                                                      \
 	"    now = tonumber(redis.call('TIME')[1])\n"                                              \
