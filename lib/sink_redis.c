@@ -1280,6 +1280,29 @@ static redisReply *setup_command(struct sink_redis *s, struct node *n, enum sink
 	return r;
 }
 
+
+/* SCRIPT LOAD script on n; its SHA1 into sha (41 bytes). */
+static enum sink_status script_load(struct sink_redis *s, struct node *n, const char *what,
+				    const char *script, char *sha)
+{
+	const char *argv[] = {"SCRIPT", "LOAD", script};
+	enum sink_status st = SINK_OK;
+	redisReply *r = setup_command(s, n, &st, what, 3, argv);
+
+	if (!r)
+		return st;
+	if (r->type != REDIS_REPLY_STRING || r->len != 40) {
+		if (r->type != REDIS_REPLY_ERROR)
+			snprintf(s->errmsg, sizeof(s->errmsg), "%s returned an unexpected reply", what);
+		freeReplyObject(r);
+		return st == SINK_OK ? SINK_RETRY : st;
+	}
+	memcpy(sha, r->str, 40);
+	sha[40] = '\0';
+	freeReplyObject(r);
+	return SINK_OK;
+}
+
 /*
  * On the first connect, on the node that serves its key: read the slot
  * record (sink_redis_record). A value that is not a record is an error the
@@ -1361,41 +1384,10 @@ static enum sink_status load_function(struct sink_redis *s, struct node *n)
 		freeReplyObject(r);
 		s->use_functions = false;
 	}
-	{
-		const char *argv[] = {"SCRIPT", "LOAD", eval_script};
-
-		r = setup_command(s, n, &st, "SCRIPT LOAD", 3, argv);
-		if (!r)
-			return st;
-		if (r->type != REDIS_REPLY_STRING || r->len != 40) {
-			if (r->type != REDIS_REPLY_ERROR)
-				snprintf(s->errmsg, sizeof(s->errmsg),
-					 "SCRIPT LOAD returned an unexpected reply");
-			freeReplyObject(r);
-			return st == SINK_OK ? SINK_RETRY : st;
-		}
-		memcpy(s->sha, r->str, 40);
-		s->sha[40] = '\0';
-		freeReplyObject(r);
-	}
-	if (s->trim) {
-		const char *argv[] = {"SCRIPT", "LOAD", eval_trim_script};
-
-		r = setup_command(s, n, &st, "SCRIPT LOAD (--trim acked)", 3, argv);
-		if (!r)
-			return st;
-		if (r->type != REDIS_REPLY_STRING || r->len != 40) {
-			if (r->type != REDIS_REPLY_ERROR)
-				snprintf(s->errmsg, sizeof(s->errmsg),
-					 "SCRIPT LOAD returned an unexpected reply");
-			freeReplyObject(r);
-			return st == SINK_OK ? SINK_RETRY : st;
-		}
-		memcpy(s->trim_sha, r->str, 40);
-		s->trim_sha[40] = '\0';
-		freeReplyObject(r);
-	}
-	return SINK_OK;
+	st = script_load(s, n, "SCRIPT LOAD", eval_script, s->sha);
+	if (st == SINK_OK && s->trim)
+		st = script_load(s, n, "SCRIPT LOAD (--trim acked)", eval_trim_script, s->trim_sha);
+	return st;
 }
 
 /*

@@ -57,6 +57,29 @@ static const unsigned char *find_special(const unsigned char *p, const unsigned 
 	return p;
 }
 
+/* What a one-letter escape \\c stands for; 0 when c is not one. */
+static char simple_escape(unsigned char c)
+{
+	switch (c) {
+	case '"':
+	case '\\':
+	case '/':
+		return (char)c;
+	case 'b':
+		return '\b';
+	case 'f':
+		return '\f';
+	case 'n':
+		return '\n';
+	case 'r':
+		return '\r';
+	case 't':
+		return '\t';
+	default:
+		return 0;
+	}
+}
+
 static int hex_val(unsigned char c)
 {
 	return c >= '0' && c <= '9'   ? c - '0'
@@ -98,28 +121,17 @@ static bool scan_escaped(const unsigned char *start, const unsigned char *p,
 
 		if (end - p < 2)
 			return false;
-		switch (p[1]) {
-		case '"':
-		case '\\':
-		case '/':
-		case 'b':
-		case 'f':
-		case 'n':
-		case 'r':
-		case 't':
-			n++;
-			p += 2;
-			break;
-		case 'u': {
+		if (p[1] == 'u') {
 			long c = u_escape(p, end);
 
 			if (c <= 0 || (c >= 0xd800 && c <= 0xdfff))
 				return false;
 			n += c < 0x80 ? 1 : c < 0x800 ? 2 : 3;
 			p += 6;
-			break;
-		}
-		default:
+		} else if (simple_escape(p[1])) {
+			n++;
+			p += 2;
+		} else {
 			return false;
 		}
 		q = find_special(p, end);
@@ -151,21 +163,6 @@ size_t w2j_unescape_inplace(char *o, const char *p, const char *close)
 			continue;
 		}
 		switch (p[1]) {
-		case 'b':
-			*o++ = '\b';
-			break;
-		case 'f':
-			*o++ = '\f';
-			break;
-		case 'n':
-			*o++ = '\n';
-			break;
-		case 'r':
-			*o++ = '\r';
-			break;
-		case 't':
-			*o++ = '\t';
-			break;
 		case 'u': {
 			long c = u_escape((const unsigned char *)p, (const unsigned char *)close);
 
@@ -182,8 +179,8 @@ size_t w2j_unescape_inplace(char *o, const char *p, const char *close)
 			p += 6;
 			continue;
 		}
-		default: /* " \ / */
-			*o++ = p[1];
+		default: /* checked by scan_escaped() */
+			*o++ = simple_escape((unsigned char)p[1]);
 			break;
 		}
 		p += 2;
@@ -283,30 +280,10 @@ static enum fast_result fast_string(struct w2j_decoder *d, const unsigned char *
 		/* *p is a backslash */
 		if (end - p < 2)
 			return FAST_FALLBACK;
-		switch (p[1]) {
-		case '"':
-		case '\\':
-		case '/':
-			*o++ = (char)p[1];
-			break;
-		case 'b':
-			*o++ = '\b';
-			break;
-		case 'f':
-			*o++ = '\f';
-			break;
-		case 'n':
-			*o++ = '\n';
-			break;
-		case 'r':
-			*o++ = '\r';
-			break;
-		case 't':
-			*o++ = '\t';
-			break;
-		default: /* \\u (rare from wal2json) and invalid escapes: yajl's call */
+		/* \\u (rare from wal2json) and invalid escapes: yajl's call */
+		if (!simple_escape(p[1]))
 			return FAST_FALLBACK;
-		}
+		*o++ = simple_escape(p[1]);
 		p += 2;
 		q = find_special(p, end);
 		if (q == end || *q < 0x20)
