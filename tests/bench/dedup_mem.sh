@@ -44,13 +44,8 @@ build_old() {
 	ninja -C "$d/build" cmd/outbox-relay/outbox-relay >/dev/null
 	echo "$d/build/cmd/outbox-relay/outbox-relay"
 }
-if [ -z "${NEW_BIN:-}" ]; then
-	B=$ROOT/build-bench
-	[ -f "$B/build.ninja" ] ||
-		meson setup "$B" "$ROOT" -Dbuildtype=release -Dintegration_tests=false >/dev/null
-	ninja -C "$B" cmd/outbox-relay/outbox-relay >/dev/null
-	NEW_BIN=$B/cmd/outbox-relay/outbox-relay
-fi
+. "$ROOT/tests/bench/lib.sh"
+[ -n "${NEW_BIN:-}" ] || NEW_BIN=$(bench_relay_bin)
 [ -n "${OLD_BIN:-}" ] || OLD_BIN=$(build_old)
 
 export TESTS_DIR=$ROOT/tests RELAY_LOG_LEVEL=info RELAY_TIMEOUT=600 RELAY_BIN=$NEW_BIN

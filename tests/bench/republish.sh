@@ -14,13 +14,8 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 ROWS=${1:-1000000}
-if [ -z "${RELAY_BIN:-}" ]; then
-	B=$ROOT/build-bench
-	[ -f "$B/build.ninja" ] ||
-		meson setup "$B" "$ROOT" -Dbuildtype=release -Dintegration_tests=false >/dev/null
-	ninja -C "$B" cmd/outbox-relay/outbox-relay >/dev/null
-	RELAY_BIN=$B/cmd/outbox-relay/outbox-relay
-fi
+. "$ROOT/tests/bench/lib.sh"
+[ -n "${RELAY_BIN:-}" ] || RELAY_BIN=$(bench_relay_bin)
 export RELAY_BIN TESTS_DIR=$ROOT/tests RELAY_LOG_LEVEL=info RELAY_TIMEOUT=1800
 . "$ROOT/tests/integration/lib.sh"
 setup_tmp
