@@ -273,6 +273,16 @@ assert_eq 0 "$rc" "outbox-relay status through the Sentinels: exit code ($(tail 
 assert_contains "$(cat "$T/status.out")" "Redis: master \"$SENTINEL_NAME\"/0 via Sentinel" "status names the Sentinel target"
 assert_match "$(grep -E '^ *outbox:order ' "$T/status.out")" "outbox:order +$RESULT_EVENTS " "status shows outbox:order with $RESULT_EVENTS entries"
 
+# --check-config finds the master through the Sentinels and checks it.
+rc=0
+"$RELAY_BIN" --check-config --pg-dsn "$PG_DSN" --slot sentinel_wait --http-addr "" \
+	--redis-url "redis-sentinel://outbox-relay:@$SENTINEL_ADDRS#$SENTINEL_NAME" \
+	--redis-password-file "$T/relay-password" --redis-sentinel-password-file "$T/sentinel-password" \
+	>"$T/check.out" 2>&1 || rc=$?
+assert_contains "$(cat "$T/check.out")" "the Sentinels name 127.0.0.1:$NEW_MASTER as the master" "--check-config: the Sentinels' master"
+assert_eq 0 "$(grep -c '^problem: Redis' "$T/check.out" || true)" "--check-config: no Redis problem"
+log "--check-config exit code $rc"
+
 # The relay's refusals, each exit 5 with one error line.
 REDIS_URL="redis-sentinel://outbox-relay:@$SENTINEL_ADDRS#$SENTINEL_NAME"
 printf 'wrong-%s\n' "$sentpw" >"$T/sentinel-password.bad"
