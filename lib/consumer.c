@@ -1119,13 +1119,13 @@ redisContext *consumer_redis_connect(const struct redis_target *t, int timeout_m
 	*ret_permanent = false;
 	if (ret_ssl)
 		*ret_ssl = NULL;
-	if (t->sentinel)
-		return sentinel_connect(t, timeout_ms, ret_ssl, ret_permanent, err, errlen);
 	(void)redis_target_describe(t, desc, sizeof(desc));
 	if (t->tls && !redis_tls_available()) {
 		(void)redis_tls_start(NULL, t, t->host, &ssl, ret_permanent, err, errlen);
 		return NULL;
 	}
+	if (t->sentinel)
+		return sentinel_connect(t, timeout_ms, ret_ssl, ret_permanent, err, errlen);
 	if (t->unix_path)
 		c = redisConnectUnixWithTimeout(t->unix_path, tv);
 	else

@@ -1332,16 +1332,20 @@ _sentinels_ready() {
 # Sentinels monitoring $SENTINEL_NAME at 127.0.0.1:MASTER_PORT, quorum 2,
 # down-after-milliseconds 1000, failover-timeout 3000; waits until each one
 # knows the replica and the other Sentinels. Sets SENTINEL_PORTS and
-# SENTINEL_ADDRS (127.0.0.1:P1,127.0.0.1:P2,...).
+# SENTINEL_ADDRS (127.0.0.1:P1,127.0.0.1:P2,...). With SENTINEL_TLS set each
+# Sentinel also gets a tls-port (the TLS settings come in the extra lines):
+# SENTINEL_TLS_ADDRS lists those.
 sentinels_start() {
-	local m=$1 n=${2:-3} p ports=() addrs=() t0 started
+	local m=$1 n=${2:-3} p tp ports=() addrs=() tls_addrs=() t0 started
 	t0=$(date +%s%N)
 	shift 2 || shift $#
 	for _ in $(seq 1 "$n"); do
 		started=
 		for _ in 1 2 3 4 5; do
 			p=$(free_tcp_port)
-			if _sentinel_launch "$p" "$m" "$@"; then
+			tp=
+			[ -z "${SENTINEL_TLS:-}" ] || tp=$(free_tcp_port)
+			if _sentinel_launch "$p" "$m" ${tp:+"tls-port $tp"} "$@"; then
 				started=1
 				break
 			fi
@@ -1349,10 +1353,12 @@ sentinels_start() {
 		[ -n "$started" ] || fail "could not start a Sentinel (see $T/sentinel.*/sentinel.log)"
 		ports+=("$p")
 		addrs+=("127.0.0.1:$p")
+		[ -z "$tp" ] || tls_addrs+=("127.0.0.1:$tp")
 	done
 	SENTINEL_PORTS="${ports[*]}"
 	SENTINEL_ADDRS=$(IFS=,; echo "${addrs[*]}")
-	export SENTINEL_PORTS SENTINEL_ADDRS
+	SENTINEL_TLS_ADDRS=$(IFS=,; echo "${tls_addrs[*]}")
+	export SENTINEL_PORTS SENTINEL_ADDRS SENTINEL_TLS_ADDRS
 	wait_for "_sentinels_ready $n" 60 ||
 		fail "Sentinels not ready after 60 s: $(for p in "${ports[@]}"; do printf '%s: slaves=%s others=%s flags=%s; ' "$p" "$(sentinel_field "$p" num-slaves)" "$(sentinel_field "$p" num-other-sentinels)" "$(sentinel_field "$p" flags)"; done)"
 	log "$n Sentinels ($SENTINEL_PORTS) watch master $m in $(((($(date +%s%N) - t0) / 1000000))) ms"
