@@ -26,8 +26,10 @@
 #      (republish from the outbox table, from before the failover, then a
 #      restart) must end with every event exactly once, in order. Otherwise
 #      it resumed by itself.
-# Each mode prints one line: events, lost, duplicated, time to resume (s from
-# the SIGKILL to the first event the relay published on the new master).
+#  (c) a planned failover (SENTINEL FAILOVER) while the relay streams with
+#      --wait-replicas 1: it follows the master, exactly once, in order.
+# Modes (a) and (b) print one line: events, lost, duplicated, time to resume
+# (s from the SIGKILL to the first event the relay published on the new master).
 RELAY_TIMEOUT=${RELAY_TIMEOUT:-60}
 . "$(dirname "$0")/lib.sh"
 command -v redis-sentinel >/dev/null || [ -n "$REDIS_CHROOT" ] ||
@@ -193,6 +195,7 @@ failover() {
 	wait_for "[ \"\$(rcli $PRIMARY_PORT ROLE | head_n 1)\" = slave ] && replicas_synced $PRIMARY_PORT" 60 ||
 		fail "$tag: the old master $PRIMARY_PORT did not rejoin as a replica"
 	ok "$tag: the old master $PRIMARY_PORT rejoined as a replica of $NEW_MASTER"
+	acl_users "$PRIMARY_PORT" # a restart forgets users made with ACL SETUSER (an aclfile would not)
 
 	sleep 2 # events keep coming after the failover
 	emitter_stop "$tag"
@@ -356,4 +359,32 @@ if [ -n "$RELAY_STOPPED" ]; then
 else
 	check_stream async "without WAIT, new master $NEW_MASTER"
 fi
+
+# ---------------------------------------------------------------------------
+# (c) a planned failover (SENTINEL FAILOVER) while the relay streams
+# ---------------------------------------------------------------------------
+# Sentinel demotes the live master (its clients are disconnected, or get
+# READONLY) and promotes the replica: the relay asks the Sentinels again.
+OLD=$NEW_MASTER
+if [ "$OLD" = "$REPLICA_PORT" ]; then OTHER=$PRIMARY_PORT; else OTHER=$REPLICA_PORT; fi
+relay_start "${RELAY_FLAGS[@]}" --wait-replicas 1 --wait-timeout 500ms
+emitter_start planned 100000
+wait_for "[ \"\$(xlen_on $OLD)\" -ge $(($(wc -l <"$T/expected.async") + 100)) ]" 30 ||
+	fail "planned: the relay does not publish on $OLD; $(tail -n 3 "$RELAY_LOG")"
+assert_eq OK "$(scli "${SENTINEL_PORTS%% *}" SENTINEL FAILOVER "$SENTINEL_NAME")" "planned: SENTINEL FAILOVER"
+wait_for "sentinels_agree $OTHER" 30 || fail "planned: the Sentinels did not move the master to $OTHER"
+NEW_MASTER=$OTHER
+l=$(xlen_on "$OTHER")
+wait_for "[ \"\$(xlen_on $OTHER)\" -gt $l ]" 30 || fail "planned: nothing published on the new master $OTHER; $(tail -n 3 "$RELAY_LOG")"
+ok "planned: the relay publishes on the new master $OTHER"
+sleep 1
+emitter_stop planned
+l=$(current_lsn)
+wait_for "replicas_synced $OLD" 60 || fail "planned: $OLD did not follow $OTHER"
+wait_confirmed sentinel_async "$l" 60 || fail "planned: not confirmed up to $l ($(slot_confirmed_lsn sentinel_async)); $(tail -n 3 "$RELAY_LOG")"
+relay_stop
+assert_eq 0 "$RELAY_RC" "planned: relay exit code after SIGTERM"
+grep -E '^[0-9a-f-]{36}$' "$T/emitted.planned" >>"$T/expected.async"
+check_stream async "planned failover to $OTHER, --wait-replicas 1"
+log "planned: how the relay learned: $(grep -m1 -E ' (warn|info): Redis: ' "$RELAY_LOG" | cut -c1-300 || echo '(nothing logged)')"
 pass
