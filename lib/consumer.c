@@ -1093,6 +1093,8 @@ static redisContext *sentinel_connect(const struct redis_target *t, int timeout_
 				            ? " (grant +role to this Redis user: see deploy/redis/users.acl)"
 				            : " (a failover in progress?)");
 			*ret_permanent = r && r->type == REDIS_REPLY_ERROR && consumer_redis_auth_error(r->str);
+			if (r && r->type != REDIS_REPLY_ERROR)
+				redis_sentinel_distrust_first(t);
 			redisFree(c);
 			c = NULL;
 			if (ret_ssl)

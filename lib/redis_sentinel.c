@@ -84,6 +84,18 @@ void redis_sentinel_master_target(const struct redis_target *t, char *host, int 
 	ret->nseeds = 0;
 }
 
+/* See redis_sentinel.h. */
+void redis_sentinel_distrust_first(const struct redis_target *t)
+{
+	struct redis_seed first;
+
+	if (t->nseeds < 2)
+		return;
+	first = t->seeds[0];
+	memmove(&t->seeds[0], &t->seeds[1], (t->nseeds - 1) * sizeof(first));
+	t->seeds[t->nseeds - 1] = first;
+}
+
 static bool is_auth_refusal(const char *msg)
 {
 	return strncmp(msg, "WRONGPASS", 9) == 0 || strncmp(msg, "NOAUTH", 6) == 0 ||

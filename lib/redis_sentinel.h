@@ -64,6 +64,14 @@ bool redis_sentinel_discover(const struct redis_target *t, int timeout_ms, char 
                              int *ret_port, bool *ret_permanent, char *err, size_t errlen);
 
 /*
+ * The Sentinel that answered last (the first of t->seeds after a
+ * successful redis_sentinel_discover) named a server that is not the master:
+ * move it to the end of the list, so the next discovery asks the others
+ * first instead of getting the same stale answer again.
+ */
+void redis_sentinel_distrust_first(const struct redis_target *t);
+
+/*
  * *ret as t with host:port of the discovered master: a shallow copy (it
  * borrows t's strings and host; never pass it to redis_target_finish) with
  * sentinel off and no seeds, for code that connects to one server.

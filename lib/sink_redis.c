@@ -1210,6 +1210,7 @@ static enum sink_status check_role(struct sink_redis *s, struct node *n)
 		         "in progress?): asking the Sentinels again",
 		         node_addr(n, a, sizeof(a)), s->cf->redis.master_name, role);
 		s->errkind = SINK_ERR_READONLY;
+		redis_sentinel_distrust_first(&s->cf->redis);
 		freeReplyObject(r);
 		return SINK_RETRY;
 	}

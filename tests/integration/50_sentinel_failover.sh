@@ -28,6 +28,8 @@
 #      it resumed by itself.
 #  (c) a planned failover (SENTINEL FAILOVER) while the relay streams with
 #      --wait-replicas 1: it follows the master, exactly once, in order.
+#  (d) a stale fourth Sentinel, listed first, names the replica: the relay
+#      and outbox-consume see ROLE "slave", ask the others, and deliver.
 # Modes (a) and (b) print one line: events, lost, duplicated, time to resume
 # (s from the SIGKILL to the first event the relay published on the new master).
 RELAY_TIMEOUT=${RELAY_TIMEOUT:-60}
@@ -387,4 +389,32 @@ assert_eq 0 "$RELAY_RC" "planned: relay exit code after SIGTERM"
 grep -E '^[0-9a-f-]{36}$' "$T/emitted.planned" >>"$T/expected.async"
 check_stream async "planned failover to $OTHER, --wait-replicas 1"
 log "planned: how the relay learned: $(grep -m1 -E ' (warn|info): Redis: ' "$RELAY_LOG" | cut -c1-300 || echo '(nothing logged)')"
+
+# ---------------------------------------------------------------------------
+# (d) a stale Sentinel listed first: it names the replica
+# ---------------------------------------------------------------------------
+# A fourth Sentinel monitors the replica $OLD under the same name. It cannot
+# learn better: its user on $OLD may not use the hello channel, so it never
+# hears the other Sentinels. The relay must notice ROLE "slave", ask the
+# others, and keep the stale one last from then on.
+assert_eq OK "$(rcli "$OLD" ACL SETUSER stale on '>stale-pw' '~*' resetchannels +@all)" "stale: a user without channels on $OLD"
+SP=$(free_tcp_port)
+_sentinel_launch "$SP" "$OLD" "sentinel auth-user $SENTINEL_NAME stale" "sentinel auth-pass $SENTINEL_NAME stale-pw" \
+	"sentinel down-after-milliseconds $SENTINEL_NAME 60000" || fail "the stale Sentinel does not start"
+SENTINEL_PORTS="$SENTINEL_PORTS $SP" # stopped with the others
+assert_eq "$OLD" "$(sentinel_master_port "$SP")" "stale: the fourth Sentinel names the replica $OLD"
+assert_eq slave "$(rcli "$OLD" ROLE | head_n 1)" "stale: $OLD is a replica"
+REDIS_URL="redis-sentinel://outbox-relay:@127.0.0.1:$SP,$SENTINEL_ADDRS#$SENTINEL_NAME"
+psql_q "SELECT outbox_emit('order', 'stale-' || i, 'created', '{}') FROM generate_series(1, 20) i" >>"$T/expected.async"
+relay_drain "${RELAY_FLAGS[@]}"
+assert_eq 1 "$(grep -c "ROLE is \"slave\"" "$RELAY_LOG")" "stale: the relay saw ROLE slave once, then asked the other Sentinels first"
+assert_eq "$OLD" "$(sentinel_master_port "$SP")" "stale: the fourth Sentinel still names $OLD"
+check_stream async "stale Sentinel first in the URL"
+rc=0
+timeout 60 "$CONSUME_BIN" --redis-url "redis-sentinel://outbox-consume:@127.0.0.1:$SP,$SENTINEL_ADDRS#$SENTINEL_NAME" \
+	--redis-password-file "$T/consume-password" --stream outbox:order --group g-stale --create-group \
+	--count "$(wc -l <"$T/expected.async")" --block 1000 >"$T/consumed.stale" 2>"$T/consume.stale.log" || rc=$?
+assert_eq 0 "$rc" "stale: outbox-consume exit code ($(tail -n 2 "$T/consume.stale.log" | tr '\n' ' '))"
+assert_eq "$(wc -l <"$T/expected.async")" "$(wc -l <"$T/consumed.stale")" "stale: outbox-consume read every event"
+assert_contains "$(cat "$T/consume.stale.log")" "ROLE is \"slave\"" "stale: outbox-consume saw ROLE slave and retried"
 pass

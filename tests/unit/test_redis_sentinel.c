@@ -122,9 +122,26 @@ TEST(role)
 	CHECK_STR(word, "");
 }
 
+TEST(distrust_first)
+{
+	struct redis_seed seeds[3] = {{"a", 1}, {"b", 2}, {"c", 3}};
+	struct redis_target t = {.sentinel = true, .seeds = seeds, .nseeds = 3};
+	const struct redis_target *ct = &t;
+
+	redis_sentinel_distrust_first(ct);
+	CHECK_STR(seeds[0].host, "b");
+	CHECK_STR(seeds[1].host, "c");
+	CHECK_STR(seeds[2].host, "a");
+	CHECK_INT(seeds[2].port, 1);
+	t.nseeds = 1;
+	redis_sentinel_distrust_first(ct);
+	CHECK_STR(seeds[0].host, "b");
+}
+
 int main(void)
 {
 	RUN(addr);
 	RUN(role);
+	RUN(distrust_first);
 	return test_done();
 }
