@@ -2301,6 +2301,13 @@ bool sink_redis_memory(const struct sink_redis *s, uint64_t *used, uint64_t *max
 	return found;
 }
 
+const char *sink_redis_sentinel_master(const struct sink_redis *s, char *buf, size_t len)
+{
+	if (!s->cf->redis.sentinel || s->nnodes != 1)
+		return NULL;
+	return node_addr(&s->nodes[0], buf, len);
+}
+
 const char *sink_redis_maxmemory_policy(const struct sink_redis *s)
 {
 	return s->policy;

@@ -141,7 +141,8 @@ failover() {
 	emitter_start "$tag" 1
 	wait_for "[ \"\$(xlen_on $PRIMARY_PORT)\" -ge 200 ] || ! relay_alive" 30 && relay_alive ||
 		fail "$tag: the relay did not publish 200 events on the master $PRIMARY_PORT ($(xlen_on "$PRIMARY_PORT")); $(tail -n 3 "$RELAY_LOG")"
-	assert_contains "$(cat "$RELAY_LOG")" "connected to Redis at master \"$SENTINEL_NAME\"" "$tag: the relay found the master through the Sentinels"
+	assert_match "$(cat "$RELAY_LOG")" "connected to Redis at master \"$SENTINEL_NAME\"/0 via Sentinel 127\\.0\\.0\\.1:[0-9]+ \\(3 Sentinels\\), at 127\\.0\\.0\\.1:$PRIMARY_PORT\$" \
+		"$tag: the relay found the master $PRIMARY_PORT through the Sentinels"
 	wait_for "[ \"\$(xlen_on $REPLICA_PORT)\" -ge 200 ]" 10 || fail "$tag: the replica does not follow"
 	# The slot record (written before each confirmation) has reached the
 	# replica: the relay's gap check at the next start has something to compare.
