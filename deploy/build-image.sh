@@ -74,8 +74,9 @@ if ! podman image exists localhost/debian:12; then
 	tar -C "$ROOTFS" --exclude="./$MARKER" -c . | podman import -q - localhost/debian:12 >/dev/null ||
 		unavailable "podman import failed"
 fi
-# The names the Dockerfile's FROM lines (debian:12, debian:12-slim) resolve to
-# with podman's short-name rules: the docker.io/library/ ones.
+# The names FROM lines resolve to with podman's short-name rules: the
+# docker.io/library/ ones (deploy/Dockerfile's build stage uses debian:12, its
+# runtime stage is FROM scratch; deploy/compose/redis.Dockerfile debian:12-slim).
 lib=docker.io/library
 podman tag localhost/debian:12 "$lib/debian:12" "$lib/debian:12-slim"
 

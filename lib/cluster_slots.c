@@ -280,3 +280,77 @@ enum cluster_cmdinfo cluster_slots_command_info(const struct redisReply *r, size
 		}
 	return CMDINFO_PRESENT;
 }
+
+/* See cluster_slots.h. */
+uint16_t cluster_slots_crc16(const char *buf, size_t len)
+{
+	uint16_t crc = 0;
+
+	for (size_t i = 0; i < len; i++) {
+		crc ^= (uint16_t)((unsigned char)buf[i] << 8);
+		for (int b = 0; b < 8; b++)
+			crc = (crc & 0x8000) ? (uint16_t)((crc << 1) ^ 0x1021) : (uint16_t)(crc << 1);
+	}
+	return crc;
+}
+
+/* See cluster_slots.h. */
+unsigned cluster_slots_key_slot(const char *key, size_t len)
+{
+	const char *open = memchr(key, '{', len);
+
+	if (open) {
+		size_t rest = len - (size_t)(open - key) - 1;
+		const char *close = memchr(open + 1, '}', rest);
+
+		if (close && close > open + 1)
+			return cluster_slots_crc16(open + 1, (size_t)(close - open - 1)) &
+			       (CLUSTER_SLOTS_COUNT - 1);
+	}
+	return cluster_slots_crc16(key, len) & (CLUSTER_SLOTS_COUNT - 1);
+}
+
+/* See cluster_slots.h. */
+bool cluster_slots_redirect(const char *msg, bool *ret_ask, unsigned *ret_slot, char *host,
+			    size_t hostlen, int *ret_port)
+{
+	const char *p, *colon;
+	char *end;
+	unsigned long slot;
+	long port;
+	size_t hl;
+
+	if (strncmp(msg, "MOVED ", 6) == 0) {
+		*ret_ask = false;
+		p = msg + 6;
+	} else if (strncmp(msg, "ASK ", 4) == 0) {
+		*ret_ask = true;
+		p = msg + 4;
+	} else {
+		return false;
+	}
+	if (*p < '0' || *p > '9')
+		return false;
+	slot = strtoul(p, &end, 10);
+	if (*end != ' ' || slot >= CLUSTER_SLOTS_COUNT)
+		return false;
+	p = end + 1;
+	colon = strrchr(p, ':'); /* IPv6 hosts hold colons too: the port follows the last one */
+	if (!colon || colon[1] < '0' || colon[1] > '9')
+		return false;
+	port = strtol(colon + 1, &end, 10);
+	if (*end != '\0' || port < 1 || port > 65535)
+		return false;
+	hl = (size_t)(colon - p);
+	if (hl >= hostlen || hl > CLUSTER_SLOTS_HOST_MAX)
+		return false;
+	for (size_t i = 0; i < hl; i++) {
+		if ((unsigned char)p[i] <= ' ' || p[i] == 0x7f)
+			return false;
+	}
+	memcpy(host, p, hl);
+	host[hl] = '\0';
+	*ret_slot = (unsigned)slot;
+	*ret_port = (int)port;
+	return true;
+}

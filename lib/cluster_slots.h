@@ -55,6 +55,25 @@ struct cluster_slots_map *cluster_slots_parse(const struct redisReply *r, const 
 /* NULL is a no-op. */
 void cluster_slots_map_free(struct cluster_slots_map *map);
 
+/* CRC16-CCITT (XMODEM) of buf[0..len), the checksum Redis Cluster's key slots use. */
+uint16_t cluster_slots_crc16(const char *buf, size_t len);
+
+/*
+ * The hash slot of key[0..len) as Redis Cluster computes it: CRC16 modulo
+ * 16384 of the hash tag (what lies between the first '{' and the first '}'
+ * after it, when that is not empty), else of the whole key.
+ */
+unsigned cluster_slots_key_slot(const char *key, size_t len);
+
+/*
+ * Read a MOVED or ASK redirection ("MOVED <slot> <host>:<port>", "ASK ...";
+ * an empty host means the node that answered, whose address is then
+ * written as empty). True with *ret_ask, *ret_slot, host and *ret_port set;
+ * false for any other message or a malformed one.
+ */
+bool cluster_slots_redirect(const char *msg, bool *ret_ask, unsigned *ret_slot, char *host,
+			    size_t hostlen, int *ret_port);
+
 enum cluster_cmdinfo {
 	CMDINFO_PRESENT,    /* every command asked about is known to the server */
 	CMDINFO_MISSING,    /* *ret_missing: the first one it answered nil for */

@@ -133,6 +133,7 @@ static bool check_key_prefix(const char *value, char *why, size_t whylen);
 static bool check_stream_name(const char *value, char *why, size_t whylen);
 static bool check_id_format(const char *value, char *why, size_t whylen);
 static bool check_wait_aof(const char *value, char *why, size_t whylen);
+static bool check_trim(const char *value, char *why, size_t whylen);
 
 #define FIELD(f)                                                                                   \
 	.offset = offsetof(struct relay_config, f), .size = sizeof(((struct relay_config *)0)->f)
@@ -353,6 +354,32 @@ static const struct option_def option_table[] = {
         .max = INT64_C(1000000000000),
         .metavar = "N",
         .help = "trim each stream to about N entries (XADD MAXLEN ~ N); 0 never trims",
+    },
+    {
+        .name = "trim",
+        .env = "OUTBOX_RELAY_TRIM",
+        .kind = OPT_STRING,
+        .group = GROUP_REDIS,
+        FIELD(trim),
+        .defval = "none",
+        .check = check_trim,
+        .metavar = "MODE",
+        .help = "none; acked: every --trim-interval, trim each stream the relay published "
+                "to up to the oldest entry a consumer group has not yet been delivered or "
+                "acknowledged (XTRIM MINID ~); a stream without a group is not trimmed; "
+                "--maxlen stays a hard cap",
+    },
+    {
+        .name = "trim-interval",
+        .env = "OUTBOX_RELAY_TRIM_INTERVAL",
+        .kind = OPT_DURATION,
+        .group = GROUP_REDIS,
+        FIELD(trim_interval_ms),
+        .defval = "60s",
+        .min = 100,
+        .max = 7 * MS_DAY,
+        .metavar = "DURATION",
+        .help = "how often --trim acked trims the streams",
     },
     {
         .name = "group",
@@ -615,8 +642,9 @@ static const struct option_def option_table[] = {
         .min = 1 * KIB,
         .max = 512 * MIB,
         .metavar = "SIZE",
-        .help = "largest event (sum of its field names and values) published as it is; "
-                "larger ones go to the dead-letter stream with the reason",
+        .help = "largest event (its row as wal2json prints it, and the sum of its field "
+                "names and values) published as it is; larger ones go to the dead-letter "
+                "stream with the reason, undecoded",
     },
 
     /* Operations */
@@ -1595,6 +1623,14 @@ static bool check_wait_aof(const char *value, char *why, size_t whylen)
 	    strcmp(value, "local,replicas") == 0)
 		return true;
 	msg_set(why, whylen, "expected none, local or local,replicas");
+	return false;
+}
+
+static bool check_trim(const char *value, char *why, size_t whylen)
+{
+	if (strcmp(value, "none") == 0 || strcmp(value, "acked") == 0)
+		return true;
+	msg_set(why, whylen, "expected none or acked");
 	return false;
 }
 

@@ -19,6 +19,9 @@
  *   3. every so often claims entries other consumers left pending longer
  *      than --claim-idle (XAUTOCLAIM);
  *   4. reads new entries (XREADGROUP ... BLOCK ... >) from all streams.
+ * In a Redis Cluster (consumer_cluster.h) each command goes to the master of
+ * its stream's slot, MOVED and ASK are followed, step 1 scans every master,
+ * and step 4 polls each stream without BLOCK (see read_new_cluster()).
  * Every entry is printed, stdout is flushed, and only then is it
  * acknowledged (XACK, one per batch and stream): at-least-once. A crash
  * between the two delivers the entry again, to this consumer name at its
@@ -50,6 +53,7 @@
 #include <yajl/yajl_parse.h>
 
 #include "buf.h"
+#include "consumer_cluster.h"
 #include "exitcode.h"
 #include "log.h"
 #include "lsn.h"
@@ -73,6 +77,9 @@
 #define SCAN_COUNT "1000"
 #define RETRY_BASE_MS 200 /* reconnect backoff: doubles up to RETRY_MAX_MS */
 #define RETRY_MAX_MS 5000
+/* Redis Cluster: the longest pause between two rounds of non-blocking reads
+ * when the last round found nothing (--block caps it too). */
+#define CLUSTER_POLL_MS 100
 
 /* Longest stream entry id: two 20-digit numbers and a dash, plus slack. */
 #define ENTRY_ID_MAX 64
@@ -117,8 +124,10 @@ static const struct copt copt_table[] = {
         .defval = "redis://127.0.0.1:6379",
         .metavar = "URL",
         .help = "Redis server, as for outbox-relay: redis://[[user]:password@]host[:port][/db], "
-                "unix:///path/to/redis.sock[?db=N], /path/to/redis.sock, or "
-                "redis-sentinel://[[user]:password@]host:port[,host:port...][/db]#master",
+                "unix:///path/to/redis.sock[?db=N] or /path/to/redis.sock, Redis Cluster "
+                "seeds redis-cluster://host:port[,host:port...], or Redis Sentinels "
+                "redis-sentinel://[[user]:password@]host:port[,host:port...][/db]#master "
+                "(rediss://, rediss-cluster:// and rediss-sentinel:// for TLS)",
     },
     {
         .name = "redis-password-file",
@@ -266,7 +275,8 @@ static const struct copt copt_table[] = {
         .min = 1,
         .max = MS_PER_DAY,
         .metavar = "MS",
-        .help = "longest XREADGROUP BLOCK wait for new entries, in milliseconds (or 10s, 1m)",
+        .help = "longest XREADGROUP BLOCK wait for new entries, in milliseconds (or 10s, 1m); "
+                "in a Redis Cluster the pause between polling rounds, at most 100 ms",
     },
     {
         .name = "batch",
@@ -1261,6 +1271,10 @@ struct consumer {
 	redisContext *ctx;
 	void *ssl;      /* ctx's TLS session, NULL for plain connections */
 	char desc[300]; /* Redis target without credentials, for messages */
+	/* Redis Cluster (cf->redis.cluster): the slot map and node connections;
+	 * ctx, ssl and desc are then those of node, the one the next command goes to. */
+	struct ccluster *cl;
+	struct ccluster_conn *node;
 
 	struct cstream *streams;
 	size_t nstreams, capstreams;
@@ -1334,8 +1348,8 @@ static bool is_array(const redisReply *r)
  * then unusable). A reply already on its way is read even after a signal,
  * so entries Redis handed over are still printed.
  */
-static redisReply *command(struct consumer *c, int argc, const char **argv, const size_t *lens,
-                           int64_t timeout_ms, bool interruptible, enum step *st)
+static redisReply *command_once(struct consumer *c, int argc, const char **argv, const size_t *lens,
+                                int64_t timeout_ms, bool interruptible, enum step *st)
 {
 	redisContext *ctx = c->ctx;
 	int64_t deadline = time_mono_us() + timeout_ms * 1000;
@@ -1400,6 +1414,97 @@ static redisReply *command(struct consumer *c, int argc, const char **argv, cons
 			return NULL;
 		}
 	}
+}
+
+/* Redis Cluster: send the next commands to node n. */
+static void use_node(struct consumer *c, struct ccluster_conn *n)
+{
+	c->node = n;
+	c->ctx = n->c;
+	c->ssl = n->ssl;
+	(void)snprintf(c->desc, sizeof(c->desc), "%s", n->desc);
+}
+
+/* A failed node lookup or connection: permanent (credentials, ACL) or retried. */
+static enum step node_failed(struct consumer *c, bool permanent, const char *err)
+{
+	if (permanent)
+		return fail(c, STEP_FATAL, EXIT_REDIS_SETUP, "%s", err);
+	return fail(c, STEP_RETRY, 0, "%s", err);
+}
+
+/* Redis Cluster: send the next commands to the master of key's slot. No-op on one server. */
+static enum step route_key(struct consumer *c, const char *key)
+{
+	struct ccluster_conn *n;
+	char err[600];
+	bool permanent;
+
+	if (!c->cl)
+		return STEP_OK;
+	n = ccluster_for_key(c->cl, key, strlen(key), &permanent, err, sizeof(err));
+	if (!n)
+		return node_failed(c, permanent, err);
+	use_node(c, n);
+	return STEP_OK;
+}
+
+/*
+ * command_once(), and in a cluster the redirections: a MOVED reply reads the
+ * slot map again and sends the command to the node it names (later commands
+ * on that key follow the new map), an ASK reply sends ASKING and the command
+ * to the node it names (the map stays: the slot is still being migrated).
+ */
+static redisReply *command(struct consumer *c, int argc, const char **argv, const size_t *lens,
+                           int64_t timeout_ms, bool interruptible, enum step *st)
+{
+	redisReply *r = command_once(c, argc, argv, lens, timeout_ms, interruptible, st);
+
+	for (int hop = 0; c->cl && r && r->type == REDIS_REPLY_ERROR; hop++) {
+		char host[CLUSTER_SLOTS_HOST_MAX + 1], err[600];
+		struct ccluster_conn *n;
+		bool ask, permanent;
+		unsigned slot;
+		int port;
+
+		if (!cluster_slots_redirect(r->str, &ask, &slot, host, sizeof(host), &port))
+			break;
+		if (hop == CCLUSTER_MAX_REDIRECTS) {
+			*st = fail(c, STEP_RETRY, 0, "%s: still redirected after %d hops (%s)", argv[0],
+			           CCLUSTER_MAX_REDIRECTS, r->str);
+			freeReplyObject(r);
+			return NULL;
+		}
+		if (!host[0]) /* "MOVED 12 :6379": the node that answered */
+			(void)snprintf(host, sizeof(host), "%s", c->node->host);
+		log_info("%s: %s from %s; following it", argv[0], r->str, c->desc);
+		freeReplyObject(r);
+		if (!ask && !ccluster_refresh(c->cl, &permanent, err, sizeof(err))) {
+			*st = node_failed(c, permanent, err);
+			return NULL;
+		}
+		n = ccluster_for_addr(c->cl, host, port, &permanent, err, sizeof(err));
+		if (!n) {
+			*st = node_failed(c, permanent, err);
+			return NULL;
+		}
+		use_node(c, n);
+		if (ask) {
+			const char *asking[1] = {"ASKING"};
+
+			r = command_once(c, 1, asking, NULL, CMD_TIMEOUT_MS, false, st);
+			if (!r)
+				return NULL;
+			if (r->type == REDIS_REPLY_ERROR) {
+				*st = fail(c, STEP_RETRY, 0, "ASKING on %s failed: %s", c->desc, r->str);
+				freeReplyObject(r);
+				return NULL;
+			}
+			freeReplyObject(r);
+		}
+		r = command_once(c, argc, argv, lens, timeout_ms, interruptible, st);
+	}
+	return r;
 }
 
 /* Classify an unexpected error reply to `what` on stream key. */
@@ -1491,9 +1596,11 @@ static bool grow_scratch(struct consumer *c, size_t nfields, size_t nack)
 /* XACK the ids collected in c->ack_argv[3..3+n). */
 static enum step xack(struct consumer *c, const char *key, size_t n)
 {
-	enum step st = STEP_OK;
+	enum step st = route_key(c, key);
 	redisReply *r;
 
+	if (st != STEP_OK)
+		return st;
 	c->ack_argv[0] = "XACK";
 	c->ack_lens[0] = 4;
 	c->ack_argv[1] = key;
@@ -1606,9 +1713,12 @@ static enum step print_entries(struct consumer *c, const char *key, const redisR
 static enum step create_group(struct consumer *c, struct cstream *s)
 {
 	const char *argv[6] = {"XGROUP", "CREATE", s->key, c->cf->group, "0", "MKSTREAM"};
-	enum step st = STEP_OK;
-	redisReply *r = command(c, 6, argv, NULL, CMD_TIMEOUT_MS, false, &st);
+	enum step st = route_key(c, s->key);
+	redisReply *r;
 
+	if (st != STEP_OK)
+		return st;
+	r = command(c, 6, argv, NULL, CMD_TIMEOUT_MS, false, &st);
 	if (!r)
 		return st;
 	if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "BUSYGROUP", 9) != 0)
@@ -1664,6 +1774,9 @@ static enum step read_own_pending(struct consumer *c, struct cstream *s)
 		if (stop_requested)
 			return STEP_STOP;
 		(void)snprintf(count, sizeof(count), "%" PRIu64, want(c));
+		st = route_key(c, s->key);
+		if (st != STEP_OK)
+			return st;
 		r = command(c, 9, argv, NULL, CMD_TIMEOUT_MS, false, &st);
 		if (!r)
 			return st;
@@ -1713,6 +1826,9 @@ static enum step claim_stream(struct consumer *c, struct cstream *s)
 		if (stop_requested)
 			return STEP_STOP;
 		(void)snprintf(count, sizeof(count), "%" PRIu64, want(c));
+		st = route_key(c, s->key);
+		if (st != STEP_OK)
+			return st;
 		r = command(c, 8, argv, NULL, CMD_TIMEOUT_MS, false, &st);
 		if (!r)
 			return st;
@@ -1780,16 +1896,13 @@ static struct cstream *add_stream(struct consumer *c, const char *key, size_t le
 	return s;
 }
 
-/* SCAN for --stream-pattern streams: add new ones, drop vanished ones. */
-static enum step scan_streams(struct consumer *c)
+/* One full SCAN of the current connection's server: add new streams, mark the known ones seen. */
+static enum step scan_node(struct consumer *c)
 {
 	char cursor[32] = "0";
 	const char *argv[8] = {"SCAN", cursor,   "MATCH", c->cf->stream_pattern,
 	                       "TYPE", "stream", "COUNT", SCAN_COUNT};
-	size_t kept = 0;
 
-	for (size_t i = 0; i < c->nstreams; i++)
-		c->streams[i].seen = c->streams[i].listed;
 	do {
 		enum step st = STEP_OK;
 		redisReply *r = command(c, 8, argv, NULL, CMD_TIMEOUT_MS, false, &st), *keys;
@@ -1838,6 +1951,40 @@ static enum step scan_streams(struct consumer *c)
 		}
 		freeReplyObject(r);
 	} while (strcmp(cursor, "0") != 0);
+	return STEP_OK;
+}
+
+/*
+ * SCAN for --stream-pattern streams: add new ones, drop vanished ones. In a
+ * cluster every master holds some of the keys: each is scanned in turn (a
+ * stream whose slot moves meanwhile may be missed by both; it is found again
+ * at the next scan, its pending entries with it).
+ */
+static enum step scan_streams(struct consumer *c)
+{
+	size_t kept = 0;
+	enum step st;
+
+	for (size_t i = 0; i < c->nstreams; i++)
+		c->streams[i].seen = c->streams[i].listed;
+	if (!c->cl) {
+		st = scan_node(c);
+		if (st != STEP_OK)
+			return st;
+	}
+	for (int m = 0; c->cl && m < ccluster_nmasters(c->cl); m++) {
+		struct ccluster_conn *n;
+		char err[600];
+		bool permanent;
+
+		n = ccluster_master(c->cl, m, &permanent, err, sizeof(err));
+		if (!n)
+			return node_failed(c, permanent, err);
+		use_node(c, n);
+		st = scan_node(c);
+		if (st != STEP_OK)
+			return st;
+	}
 
 	for (size_t i = 0; i < c->nstreams; i++) {
 		struct cstream *s = &c->streams[i];
@@ -1871,6 +2018,13 @@ static enum step read_streams(struct consumer *c, const size_t *idx, size_t n, u
 	*got = false;
 	if (!argv)
 		return fail(c, STEP_FATAL, EXIT_FAILURE_RUNTIME, "out of memory");
+	if (c->cl) { /* in a cluster read_new() reads one stream per call */
+		st = route_key(c, c->streams[idx[0]].key);
+		if (st != STEP_OK) {
+			free(argv);
+			return st;
+		}
+	}
 	(void)snprintf(count, sizeof(count), "%" PRIu64, per);
 	(void)snprintf(block, sizeof(block), "%" PRId64, block_ms);
 	argv[argc++] = "XREADGROUP";
@@ -1943,6 +2097,35 @@ static enum step read_streams(struct consumer *c, const size_t *idx, size_t n, u
 }
 
 /*
+ * Redis Cluster: one XREADGROUP can only name keys of one hash slot
+ * (CROSSSLOT otherwise), and a BLOCK on one node cannot wake for entries on
+ * another. So every live stream is read on its own, without BLOCK, COUNT
+ * what --batch and --count leave, round robin; when a whole round found
+ * nothing the consumer sleeps min(--block, CLUSTER_POLL_MS) and polls again.
+ * The trade-off: a new entry waits up to CLUSTER_POLL_MS (plus one round)
+ * instead of being handed over at once by a blocked read, and an idle
+ * consumer sends (streams x 1000 / CLUSTER_POLL_MS) cheap XREADGROUPs a
+ * second.
+ */
+static enum step read_new_cluster(struct consumer *c, const size_t *idx, size_t n, int64_t block)
+{
+	bool any = false, got;
+
+	for (size_t j = 0; j < n; j++) {
+		size_t one = idx[(c->rr + j) % n];
+		enum step st = read_streams(c, &one, 1, want(c), -1, &got);
+
+		any = any || got;
+		if (st != STEP_OK)
+			return st;
+	}
+	c->rr = (c->rr + 1) % n;
+	if (!any)
+		sleep_interruptible(block < CLUSTER_POLL_MS ? block : CLUSTER_POLL_MS);
+	return stop_requested ? STEP_STOP : STEP_OK;
+}
+
+/*
  * Read new entries from every live stream. Without --count this is the
  * textbook call: one XREADGROUP over all streams, COUNT --batch, BLOCK.
  * With --count a read must never hand this consumer more entries than it
@@ -1980,6 +2163,11 @@ static enum step read_new(struct consumer *c, int64_t now_us)
 		free(idx);
 		sleep_interruptible(block);
 		return stop_requested ? STEP_STOP : STEP_OK;
+	}
+	if (c->cl) {
+		st = read_new_cluster(c, idx, n, block);
+		free(idx);
+		return st;
 	}
 	per = want(c);
 	if (cf->count > 0) {
@@ -2059,11 +2247,32 @@ static enum step step_once(struct consumer *c)
 
 static void disconnect(struct consumer *c)
 {
+	if (c->cl) {
+		ccluster_disconnect(c->cl);
+		c->ctx = NULL;
+		c->ssl = NULL;
+		c->node = NULL;
+		return;
+	}
 	if (c->ctx) {
 		redisFree(c->ctx);
 		c->ctx = NULL;
 		c->ssl = NULL;
 	}
+}
+
+/* Redis Cluster: read the slot map and connect to its first master. */
+static bool connect_cluster(struct consumer *c, bool *ret_permanent, char *err, size_t errlen)
+{
+	struct ccluster_conn *n;
+
+	if (!ccluster_refresh(c->cl, ret_permanent, err, errlen))
+		return false;
+	n = ccluster_master(c->cl, 0, ret_permanent, err, errlen);
+	if (!n)
+		return false;
+	use_node(c, n);
+	return true;
 }
 
 static int64_t backoff_ms(int attempt)
@@ -2078,6 +2287,7 @@ static int64_t backoff_ms(int attempt)
 static void consumer_finish(struct consumer *c)
 {
 	disconnect(c);
+	ccluster_destroy(c->cl);
 	for (size_t i = 0; i < c->nstreams; i++)
 		free(c->streams[i].key);
 	free(c->streams);
@@ -2105,6 +2315,14 @@ int consumer_run(const struct consumer_config *cf)
 		log_error("out of memory");
 		return EXIT_FAILURE_RUNTIME;
 	}
+	if (cf->redis.cluster) {
+		c.cl = ccluster_create(&cf->redis, CMD_TIMEOUT_MS);
+		if (!c.cl) {
+			log_error("out of memory");
+			consumer_finish(&c);
+			return EXIT_FAILURE_RUNTIME;
+		}
+	}
 	for (size_t i = 0; i < cf->nstreams; i++) {
 		if (!add_stream(&c, cf->streams[i], strlen(cf->streams[i]), true)) {
 			log_error("out of memory");
@@ -2121,9 +2339,11 @@ int consumer_run(const struct consumer_config *cf)
 			bool permanent;
 			int64_t delay;
 
-			c.ctx =
-			    consumer_redis_connect(&cf->redis, CMD_TIMEOUT_MS, &c.ssl, &permanent, err,
-			                           sizeof(err));
+			if (c.cl)
+				(void)connect_cluster(&c, &permanent, err, sizeof(err));
+			else
+				c.ctx = consumer_redis_connect(&cf->redis, CMD_TIMEOUT_MS, &c.ssl, &permanent, err,
+				                               sizeof(err));
 			if (!c.ctx) {
 				if (permanent) {
 					log_error("%s", err);
@@ -2135,8 +2355,16 @@ int consumer_run(const struct consumer_config *cf)
 				sleep_interruptible(delay);
 				continue;
 			}
-			log_info("connected to Redis at %s as consumer \"%s\" of group \"%s\"", c.desc,
-			         cf->consumer, cf->group);
+			if (c.cl) {
+				char where[300];
+
+				log_info("connected to Redis %s: %d masters, as consumer \"%s\" of group "
+				         "\"%s\"",
+				         redis_target_describe(&cf->redis, where, sizeof(where)),
+				         ccluster_nmasters(c.cl), cf->consumer, cf->group);
+			} else
+				log_info("connected to Redis at %s as consumer \"%s\" of group \"%s\"", c.desc,
+				         cf->consumer, cf->group);
 			/* Entries may have been delivered whose replies were lost: read this
 			 * consumer's pending entries again before anything new. */
 			for (size_t i = 0; i < c.nstreams; i++)

@@ -523,6 +523,13 @@ char *metrics_render(struct metrics *m, const char *slot)
 	       "Committed transactions received from the replication slot.");
 	sample(&o, "outbox_relay_transactions_total", slot, load(&m->transactions));
 
+	family(&o, "outbox_relay_trimmed_entries_total", "counter",
+	       "Stream entries removed by --trim acked (consumed by every consumer group).");
+	sample(&o, "outbox_relay_trimmed_entries_total", slot, load(&m->trimmed_entries));
+	family(&o, "outbox_relay_trim_episodes_total", "counter",
+	       "Completed --trim acked rounds over the streams the relay published to.");
+	sample(&o, "outbox_relay_trim_episodes_total", slot, load(&m->trim_episodes));
+
 	family(&o, "outbox_relay_inflight_events", "gauge",
 	       "Events sent to Redis and not yet acknowledged.");
 	sample(&o, "outbox_relay_inflight_events", slot, load(&m->inflight_events));

@@ -70,6 +70,8 @@ struct metrics {
 	_Atomic uint64_t pg_reconnects;
 	_Atomic uint64_t redis_reconnects;
 	_Atomic uint64_t transactions;
+	_Atomic uint64_t trimmed_entries; /* --trim acked: entries XTRIM removed */
+	_Atomic uint64_t trim_episodes;   /* --trim acked: trim rounds completed */
 
 	/* Gauges. */
 	_Atomic uint64_t inflight_events;

@@ -750,6 +750,24 @@ bool pgrepl_consume(struct pgrepl *p)
 	return true;
 }
 
+void *pgrepl_take_buffer(struct pgrepl *p)
+{
+	void *b = p->copybuf;
+
+	p->copybuf = NULL;
+	return b;
+}
+
+void *pgrepl_buffer(const struct pgrepl *p)
+{
+	return p->copybuf;
+}
+
+void pgrepl_free_buffer(void *buf)
+{
+	PQfreemem(buf);
+}
+
 int pgrepl_next(struct pgrepl *p, struct pg_msg *ret)
 {
 	const unsigned char *b;

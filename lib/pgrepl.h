@@ -29,13 +29,23 @@ struct pg_msg {
 	lsn_t data_start;     /* 'w' only */
 	lsn_t wal_end;
 	bool reply_requested; /* 'k' only */
-	const char *data;     /* 'w' payload (one wal2json object), valid until the next pgrepl_next() */
+	char *data; /* 'w' payload (one wal2json object), the caller's to change; valid until
+		     * the next pgrepl_next(), or longer after pgrepl_take_buffer() */
 	size_t len;
 };
 
 struct pgrepl;
 
 struct pgrepl *pgrepl_create(const struct relay_config *cf);
+
+/*
+ * The memory the last message's data lies in, handed over: the next
+ * pgrepl_next() no longer frees it; pgrepl_free_buffer() does. NULL when
+ * there is none.
+ */
+void *pgrepl_take_buffer(struct pgrepl *p);
+void *pgrepl_buffer(const struct pgrepl *p); /* the same, not handed over */
+void pgrepl_free_buffer(void *buf);
 void pgrepl_destroy(struct pgrepl *p); /* NULL is a no-op */
 
 /*

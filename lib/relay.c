@@ -14,8 +14,9 @@
  *     is nothing below walEnd left to deliver);
  *   - a skipped non-transactional message outside a transaction.
  * A mark becomes confirmable when Redis has replied to every command up to
- * its sequence number. advance_confirm() is the only place that moves the
- * acknowledged position, and it only ever moves it forward.
+ * its sequence number. The rule itself is lib/confirm.c (pure, unit-tested);
+ * advance_confirm() is the only place that feeds it acknowledgements, and
+ * send_status() the only place that sends what it answers.
  *
  * The slot record. Before a position is confirmed to PostgreSQL, Redis must
  * have acknowledged the slot record (sink_redis.h) at or past it: the flush
@@ -36,6 +37,7 @@
 #include <unistd.h>
 
 #include "buf.h"
+#include "confirm.h"
 #include "event.h"
 #include "exitcode.h"
 #include "log.h"
@@ -67,13 +69,6 @@ static void on_stop_signal(int sig)
 	stop_requested = 1;
 }
 
-struct mark {
-	uint64_t seq;
-	lsn_t lsn;
-	lsn_t commit_lsn;  /* the last commit with events up to here, 0 none */
-	int64_t commit_us; /* its commit time */
-};
-
 struct relay {
 	const struct relay_config *cf;
 	struct pgrepl *pg;
@@ -91,22 +86,13 @@ struct relay {
 	uint32_t next_index;
 	struct buf content; /* copy of a logical message's content */
 
-	/* Marks, oldest first. */
-	struct mark *marks;
-	size_t m_cap, m_head, m_len;
+	struct confirm cfm; /* marks, acknowledged and confirmed positions (confirm.h) */
 
 	lsn_t received;   /* highest LSN seen on the stream */
 	lsn_t server_wal_end; /* newest keepalive walEnd: how far the server has read WAL */
-	lsn_t acked;      /* highest LSN that Redis has fully acknowledged */
-	lsn_t confirmed;  /* highest flush LSN sent to PostgreSQL */
-	lsn_t commit_lsn; /* the last commit with events Redis acknowledged, and */
-	int64_t commit_us; /* its commit time (from the slot record at start) */
 
 	/* Slot record (see the top of this file). */
 	bool guard_set;      /* the record was read and handed to pgrepl */
-	lsn_t rec_acked;     /* the record position Redis acknowledged */
-	lsn_t rec_pending;   /* the position of the record write in flight */
-	uint64_t rec_seq;    /* its sequence number, 0 when none */
 	int64_t rec_last_us; /* when the last one was queued */
 	bool gap_wait;       /* a start found a gap: re-reading the record */
 	uint64_t gap_gen;    /* sink_redis_record_gen() when that read was queued */
@@ -114,6 +100,8 @@ struct relay {
 	uint64_t redis_fail_seq; /* Redis counts as recovered once this seq is acknowledged */
 	bool redis_fatal;        /* Redis state no retry can fix (sink_error_is_fatal) */
 	bool redis_noperm;       /* ... and it was an ACL refusal: a setup error (exit 5) */
+	uint64_t refused;        /* values this large or larger are dead-lettered (0: none) */
+	uint64_t refused_now;    /* Redis refused a value this large: run again (relay_run) */
 	uint64_t rejected_seen;  /* sink's rejected count already logged */
 	int64_t rejected_log_us; /* when it was last logged (one line per stats interval) */
 	int64_t last_status_us;
@@ -124,7 +112,15 @@ struct relay {
 	bool pg_down, redis_down, standby;
 
 	int64_t last_stats_us;
+
+	/* How the run goes and ends (relay_turn). */
+	bool stopping;          /* a stop signal came: draining */
+	int64_t stop_deadline;  /* ... until then (--shutdown-timeout) */
+	int rc;                 /* the exit code, EXIT_OK unless a step says otherwise */
+	const char *final_reason;
+	bool oom;
 	int64_t memory_poll_us;  /* when INFO memory was last asked for */
+	int64_t trim_us;         /* when the last --trim acked round was started */
 	char policy_warned[32];  /* the volatile-* policy last warned about */
 	uint64_t last_stats_published;
 	char last_notice[512]; /* the server notice logged last, and when */
@@ -158,41 +154,6 @@ int64_t backoff_next(struct backoff *b, int cap_ms)
 	return delay;
 }
 
-/* commit_lsn: a commit that carried events (0 for other marks), committed at commit_us. */
-static bool push_mark(struct relay *r, uint64_t seq, lsn_t lsn, lsn_t commit_lsn,
-		      int64_t commit_us)
-{
-	if (r->m_len > 0) {
-		struct mark *tail = &r->marks[(r->m_head + r->m_len - 1) % r->m_cap];
-
-		if (tail->seq == seq) { /* nothing queued since: just move it forward */
-			if (lsn > tail->lsn)
-				tail->lsn = lsn;
-			if (commit_lsn > tail->commit_lsn) {
-				tail->commit_lsn = commit_lsn;
-				tail->commit_us = commit_us;
-			}
-			return true;
-		}
-	}
-	if (r->m_len == r->m_cap) {
-		size_t cap = r->m_cap ? r->m_cap * 2 : 256;
-		struct mark *m = malloc(cap * sizeof(*m));
-
-		if (!m)
-			return false;
-		for (size_t i = 0; i < r->m_len; i++)
-			m[i] = r->marks[(r->m_head + i) % r->m_cap];
-		free(r->marks);
-		r->marks = m;
-		r->m_cap = cap;
-		r->m_head = 0;
-	}
-	r->marks[(r->m_head + r->m_len) % r->m_cap] = (struct mark){seq, lsn, commit_lsn, commit_us};
-	r->m_len++;
-	return true;
-}
-
 /*
  * The record Redis acknowledged is this relay's own: from now on every start
  * (a reconnect after a failover included) checks the slot against it.
@@ -200,14 +161,14 @@ static bool push_mark(struct relay *r, uint64_t seq, lsn_t lsn, lsn_t commit_lsn
 static void refresh_guard(struct relay *r)
 {
 	char owner[200];
-	struct slot_guard g = {.active = true, .confirmed = r->rec_acked, .owner = owner,
+	struct slot_guard g = {.active = true, .confirmed = r->cfm.rec_acked, .owner = owner,
 			       .accept = r->cf->accept_gap};
 
 	snprintf(owner, sizeof(owner), "%s/%s", pgrepl_system_id(r->pg), pgrepl_dbname(r->pg));
 	pgrepl_set_guard(r->pg, &g);
 }
 
-/* Move r->acked over every mark whose commands Redis has acknowledged. */
+/* Take what Redis acknowledged: marks it covers, a slot record write (confirm.h). */
 static void advance_confirm(struct relay *r)
 {
 	uint64_t acked_seq = sink_redis_acked_seq(r->sink);
@@ -222,33 +183,8 @@ static void advance_confirm(struct relay *r)
 			r->redis_down = false;
 		}
 	}
-	while (r->m_len > 0 && r->marks[r->m_head].seq <= acked_seq) {
-		const struct mark *mk = &r->marks[r->m_head];
-
-		if (mk->lsn > r->acked)
-			r->acked = mk->lsn;
-		if (mk->commit_lsn > r->commit_lsn) {
-			r->commit_lsn = mk->commit_lsn;
-			r->commit_us = mk->commit_us;
-		}
-		r->m_head = (r->m_head + 1) % r->m_cap;
-		r->m_len--;
-	}
-	if (r->rec_seq && acked_seq >= r->rec_seq) {
-		if (r->rec_pending > r->rec_acked)
-			r->rec_acked = r->rec_pending;
-		r->rec_seq = 0;
+	if (confirm_acked(&r->cfm, acked_seq))
 		refresh_guard(r);
-	}
-}
-
-/* The position PostgreSQL may be told: acknowledged by Redis and covered by
- * the acknowledged slot record; never below what was sent before. */
-static lsn_t flush_pos(const struct relay *r)
-{
-	lsn_t f = r->acked < r->rec_acked ? r->acked : r->rec_acked;
-
-	return f > r->confirmed ? f : r->confirmed;
 }
 
 /*
@@ -260,41 +196,47 @@ static bool queue_record(struct relay *r, bool now)
 {
 	int64_t t = time_mono_us();
 
-	if (!r->guard_set || r->rec_seq || r->acked <= r->rec_acked ||
+	if (!r->guard_set || !confirm_record_due(&r->cfm) ||
 	    (!now && t - r->rec_last_us < STATUS_MIN_GAP_US))
 		return true;
-	if (!sink_redis_queue_record(r->sink, r->acked, r->commit_lsn, r->commit_us))
+	if (!sink_redis_queue_record(r->sink, r->cfm.acked, r->cfm.commit_lsn, r->cfm.commit_us))
 		return false;
-	r->rec_seq = sink_redis_last_seq(r->sink);
-	r->rec_pending = r->acked;
+	confirm_record_queued(&r->cfm, sink_redis_last_seq(r->sink));
 	r->rec_last_us = t;
 	return true;
 }
 
 static bool send_status(struct relay *r, bool reply_requested)
 {
-	lsn_t flush = flush_pos(r); /* never backwards */
+	lsn_t flush = confirm_flush(&r->cfm); /* never backwards */
 
 	if (!pgrepl_send_status(r->pg, r->received, flush, reply_requested))
 		return false;
-	if (flush > r->confirmed) {
+	if (flush > r->cfm.confirmed) {
 		atomic_store_explicit(&r->m->last_confirm_unix_us, time_now_us(), memory_order_relaxed);
 		gauge(&r->m->confirmed_lsn, flush);
 	}
-	r->confirmed = flush;
+	confirm_sent(&r->cfm, flush);
 	r->last_status_us = time_mono_us();
 	return true;
 }
 
 /* ---- WAL message handling ---- */
 
-static bool queue_event(struct relay *r, const struct event *ev, bool dead)
+/*
+ * held: ev's values may point into the WAL message's own buffer (decoded in
+ * place), which the sink may then keep instead of copying large values.
+ */
+static bool queue_event(struct relay *r, const struct event *ev, bool dead, bool held)
 {
-	if (!sink_redis_publish(r->sink, ev, dead)) {
+	struct sink_hold hold = {held ? pgrepl_buffer(r->pg) : NULL, pgrepl_free_buffer};
+	bool ok = sink_redis_publish_held(r->sink, ev, dead, &hold);
+
+	if (held && !hold.p) /* the sink keeps it now */
+		(void)pgrepl_take_buffer(r->pg);
+	if (!ok)
 		log_error("out of memory queueing an event for Redis");
-		return false;
-	}
-	return true;
+	return ok;
 }
 
 /* One warning per dead letter, with the transaction's position as fields. */
@@ -326,16 +268,33 @@ static bool dead_letter(struct relay *r, enum dead_reason kind, const char *reas
 		return false;
 	}
 	warn_dead_letter(r, reason);
-	return queue_event(r, &ev, true);
+	return queue_event(r, &ev, true, false);
 }
 
 enum map_result relay_map_event(struct mapper *m, const struct relay_config *cf,
 				const struct txn_info *tx, uint32_t index,
 				const struct w2j_field *fields, size_t n, const char *raw, size_t len,
-				struct event *ev, const char **reason, char *why, size_t whylen)
+				uint64_t max_value, struct event *ev, const char **reason, char *why,
+				size_t whylen)
 {
 	enum map_result mr = mapper_map(m, tx, index, fields, n, raw, len, ev, reason);
 
+	if (mr == MAP_EVENT && !mapper_failed(m) && max_value) {
+		/* A value Redis would refuse: dead-lettered, not sent to fail forever. */
+		for (size_t i = 0; i < ev->nfields; i++) {
+			if (ev->fields[i].value_len <= max_value)
+				continue;
+			snprintf(why, whylen,
+				 "field \"%.*s\" is %zu bytes, over %llu, the largest value Redis "
+				 "takes (its proto-max-bulk-len, or learned from a refusal)",
+				 (int)(ev->fields[i].name_len > 64 ? 64 : ev->fields[i].name_len),
+				 ev->fields[i].name, ev->fields[i].value_len,
+				 (unsigned long long)max_value);
+			mapper_dead_letter(m, tx, index, DEAD_TOO_LARGE, why, raw, len, ev);
+			*reason = why;
+			return MAP_DEAD_LETTER;
+		}
+	}
 	if (mr == MAP_EVENT && !mapper_failed(m) &&
 	    (int64_t)sink_redis_event_size(ev) > cf->max_event_bytes) {
 		snprintf(why, whylen, "event is %zu bytes, over --max-event-bytes %lld",
@@ -349,14 +308,17 @@ enum map_result relay_map_event(struct mapper *m, const struct relay_config *cf,
 }
 
 static bool map_and_queue(struct relay *r, const struct w2j_field *fields, size_t n,
-			  const char *raw, size_t len)
+			  const char *raw, size_t len, bool held)
 {
 	const char *reason = NULL;
 	char why[200];
 	struct event ev;
 	enum map_result mr;
+	uint64_t mv = sink_redis_max_value(r->sink);
 
-	mr = relay_map_event(r->map, r->cf, &r->tx, r->next_index++, fields, n, raw, len, &ev,
+	if (r->refused && (!mv || r->refused - 1 < mv))
+		mv = r->refused - 1;
+	mr = relay_map_event(r->map, r->cf, &r->tx, r->next_index++, fields, n, raw, len, mv, &ev,
 			     &reason, why, sizeof(why));
 	if (mapper_failed(r->map)) {
 		log_error("out of memory mapping an event");
@@ -364,7 +326,7 @@ static bool map_and_queue(struct relay *r, const struct w2j_field *fields, size_
 	}
 	if (mr == MAP_DEAD_LETTER)
 		warn_dead_letter(r, reason);
-	return queue_event(r, &ev, mr == MAP_DEAD_LETTER);
+	return queue_event(r, &ev, mr == MAP_DEAD_LETTER, held && mr == MAP_EVENT);
 }
 
 static bool is_outbox_table(const struct relay *r, const struct w2j_change *ch)
@@ -406,9 +368,26 @@ static bool handle_xlogdata(struct relay *r, const struct pg_msg *m)
 	struct w2j_change ch;
 	char lsnbuf[LSN_STRLEN];
 
+	const char *raw;
+	size_t rawlen;
+	bool inplace = m->len >= W2J_INPLACE_MIN;
+
 	if (m->data_start > r->received)
 		r->received = m->data_start;
-	if (!w2j_decode(r->dec, m->data, m->len, &ch)) {
+	if ((int64_t)m->len > r->cf->max_event_bytes && r->in_txn && m->len > 14 &&
+	    memcmp(m->data, "{\"action\":\"I\"", 14) == 0) {
+		/* An outbox row (add-tables lets no other through) too big to publish:
+		 * dead-lettered without decoding it, so it costs no more memory than
+		 * libpq's own copies. */
+		char reason[200];
+
+		snprintf(reason, sizeof(reason), "row is %zu bytes of wal2json, over --max-event-bytes %lld",
+			 m->len, (long long)r->cf->max_event_bytes);
+		return dead_letter(r, DEAD_TOO_LARGE, reason, m->data, m->len);
+	}
+	/* A large row is decoded in its own buffer, which may then go to Redis as it is. */
+	if (!(inplace ? w2j_decode_inplace(r->dec, m->data, m->len, DEAD_RAW_MAX + 4, &ch)
+		      : w2j_decode(r->dec, m->data, m->len, &ch))) {
 		char reason[600];
 
 		snprintf(reason, sizeof(reason), "undecodable wal2json output: %s", w2j_errmsg(r->dec));
@@ -433,7 +412,7 @@ static bool handle_xlogdata(struct relay *r, const struct pg_msg *m)
 		r->in_txn = false;
 		count(&r->m->transactions);
 		/* dataStart of C is the commit record's end: the LSN to confirm. */
-		return push_mark(r, sink_redis_last_seq(r->sink), m->data_start,
+		return confirm_mark(&r->cfm, sink_redis_last_seq(r->sink), m->data_start,
 				 r->next_index > 0 ? m->data_start : LSN_INVALID,
 				 r->tx.committed_unix_us);
 	case W2J_INSERT:
@@ -445,7 +424,10 @@ static bool handle_xlogdata(struct relay *r, const struct pg_msg *m)
 				  lsn_format(m->data_start, lsnbuf));
 			return false;
 		}
-		return map_and_queue(r, ch.columns, ch.ncolumns, m->data, m->len);
+		/* Dead letters keep the row as it came, before decoding changed it. */
+		raw = inplace ? w2j_original(r->dec, &rawlen) : NULL;
+		return map_and_queue(r, ch.columns, ch.ncolumns, raw ? raw : m->data, m->len,
+				     inplace);
 	case W2J_UPDATE:
 		count(&r->m->ignored[IGN_UPDATE]);
 		return true;
@@ -462,7 +444,7 @@ static bool handle_xlogdata(struct relay *r, const struct pg_msg *m)
 				 "%s: only pg_logical_emit_message(true, ...) is delivered",
 				 ch.prefix ? ch.prefix : "", lsn_format(m->data_start, lsnbuf));
 			if (!r->in_txn)
-				return push_mark(r, sink_redis_last_seq(r->sink), m->data_start, 0, 0);
+				return confirm_mark(&r->cfm, sink_redis_last_seq(r->sink), m->data_start, 0, 0);
 			return true;
 		} else {
 			struct w2j_field *fields;
@@ -482,9 +464,12 @@ static bool handle_xlogdata(struct relay *r, const struct pg_msg *m)
 					snprintf(reason, sizeof(reason), "%s", e);
 				else
 					snprintf(reason, sizeof(reason), "message content is not a JSON object: %s", e);
-				return dead_letter(r, DEAD_NOT_JSON, reason, m->data, m->len);
+				raw = inplace ? w2j_original(r->dec, &rawlen) : NULL;
+				return dead_letter(r, DEAD_NOT_JSON, reason, raw ? raw : m->data,
+						   m->len);
 			}
-			return map_and_queue(r, fields, n, m->data, m->len);
+			raw = inplace ? w2j_original(r->dec, &rawlen) : NULL;
+			return map_and_queue(r, fields, n, raw ? raw : m->data, m->len, false);
 		}
 	}
 	return true;
@@ -532,6 +517,7 @@ static enum redis_err_kind err_kind(enum sink_error_kind k)
 	case SINK_ERR_LOST:
 		return RERR_STATE;
 	case SINK_ERR_NOPERM:
+	case SINK_ERR_TOO_BIG:
 		return RERR_OTHER;
 	case SINK_ERR_IO:
 	case SINK_ERR_NONE:
@@ -548,9 +534,14 @@ static void redis_lost(struct relay *r, const char *why)
 
 	count(&r->m->redis_errors[err_kind(sink_redis_errkind(r->sink))]);
 	if (sink_error_is_fatal(sink_redis_errkind(r->sink))) {
-		log_error("Redis: %s", why);
+		if (sink_redis_errkind(r->sink) == SINK_ERR_TOO_BIG)
+			log_warn("Redis: %s", why); /* relay_run goes on */
+		else
+			log_error("Redis: %s", why);
 		r->redis_fatal = true;
 		r->redis_noperm = sink_redis_errkind(r->sink) == SINK_ERR_NOPERM;
+		if (sink_redis_errkind(r->sink) == SINK_ERR_TOO_BIG)
+			r->refused_now = sink_redis_refused_value(r->sink);
 		sink_redis_disconnect(r->sink);
 		return;
 	}
@@ -594,10 +585,10 @@ static int gap_refuse(struct relay *r)
 		  "since then (outbox-relay republish --since %s; README, \"Gaps\"), then start once "
 		  "with --accept-gap %s to stream from the slot's position",
 		  pgrepl_errmsg(r->pg), r->cf->key_prefix, r->cf->slot,
-		  lsn_format(r->rec_acked, conf),
-		  r->commit_lsn ? lsn_format(r->commit_lsn, commit) : "(none recorded)",
-		  format_us(r->commit_us, when, sizeof(when)),
-		  r->commit_us > 0 ? when : "<the time of the last event in Redis>", conf);
+		  lsn_format(r->cfm.rec_acked, conf),
+		  r->cfm.commit_lsn ? lsn_format(r->cfm.commit_lsn, commit) : "(none recorded)",
+		  format_us(r->cfm.commit_us, when, sizeof(when)),
+		  r->cfm.commit_us > 0 ? when : "<the time of the last event in Redis>", conf);
 	return EXIT_SLOT_GAP;
 }
 
@@ -619,12 +610,7 @@ static void set_guard(struct relay *r)
 	if (rec) {
 		g.confirmed = rec->confirmed;
 		g.owner = rec->owner;
-		if (rec->confirmed > r->rec_acked)
-			r->rec_acked = rec->confirmed;
-		if (rec->commit_lsn > r->commit_lsn) {
-			r->commit_lsn = rec->commit_lsn;
-			r->commit_us = rec->commit_us;
-		}
+		confirm_record_read(&r->cfm, rec->confirmed, rec->commit_lsn, rec->commit_us);
 	}
 	pgrepl_set_guard(r->pg, &g);
 	r->guard_set = true;
@@ -642,10 +628,7 @@ static bool accept_gap(struct relay *r)
 	log_warn("%s: accepted; streaming from %s, events committed between the record and that "
 		 "position are not published by this relay",
 		 pgrepl_gap_accepted(r->pg), lsn_format(at, lsnbuf));
-	if (at > r->acked)
-		r->acked = at;
-	if (at > r->confirmed)
-		r->confirmed = at;
+	confirm_accept(&r->cfm, at);
 	return queue_record(r, true);
 }
 
@@ -860,6 +843,27 @@ static void publish_gauges(struct relay *r, int64_t now, bool stopping)
 	}
 }
 
+/* --trim acked: count a finished round and log one line for it. */
+static void trim_finished(struct relay *r)
+{
+	struct sink_trim_result t;
+
+	if (!sink_redis_trim_result(r->sink, &t))
+		return;
+	atomic_fetch_add_explicit(&r->m->trimmed_entries, t.removed, memory_order_relaxed);
+	count(&r->m->trim_episodes);
+	if (t.failed)
+		log_warn("trim: %u of %u stream(s) trimmed, %llu entries removed; %u stream(s) "
+			 "not trimmed (last error: %s), tried again in the next round",
+			 t.trimmed, t.streams, (unsigned long long)t.removed, t.failed, t.err);
+	else if (t.removed)
+		log_info("trim: %u of %u stream(s) trimmed, %llu entries removed", t.trimmed,
+			 t.streams, (unsigned long long)t.removed);
+	else
+		log_debug("trim: %u stream(s) checked, nothing consumed by every group to remove",
+			  t.streams);
+}
+
 static void log_stats(struct relay *r, int64_t now)
 {
 	const struct sink_stats *s = sink_redis_stats(r->sink);
@@ -876,9 +880,9 @@ static void log_stats(struct relay *r, int64_t now)
 				      atomic_load(&r->m->ignored[IGN_DELETE]) +
 				      atomic_load(&r->m->ignored[IGN_TRUNCATE]) +
 				      atomic_load(&r->m->ignored[IGN_MESSAGE])),
-		 (unsigned long long)sink_redis_inflight_events(r->sink), lsn_format(r->confirmed, c),
+		 (unsigned long long)sink_redis_inflight_events(r->sink), lsn_format(r->cfm.confirmed, c),
 		 lsn_format(r->received, rcv),
-		 (unsigned long long)(r->received > r->confirmed ? r->received - r->confirmed : 0));
+		 (unsigned long long)(r->received > r->cfm.confirmed ? r->received - r->cfm.confirmed : 0));
 	r->last_stats_us = now;
 	r->last_stats_published = s->published;
 }
@@ -913,7 +917,7 @@ static void log_final(struct relay *r, const char *why)
 
 	log_info("stopped (%s): confirmed=%s published=%llu replays=%llu duplicates=%llu "
 		 "dead_lettered=%llu transactions=%llu ask_redirects=%llu peak_rss_kb=%ld",
-		 why, lsn_format(r->confirmed, c), (unsigned long long)s->published,
+		 why, lsn_format(r->cfm.confirmed, c), (unsigned long long)s->published,
 		 (unsigned long long)s->replays, (unsigned long long)s->duplicates,
 		 (unsigned long long)s->dead_lettered,
 		 (unsigned long long)atomic_load(&r->m->transactions),
@@ -942,20 +946,311 @@ static void relay_free(struct relay *r)
 	sink_redis_destroy(r->sink);
 	w2j_destroy(r->dec);
 	mapper_destroy(r->map);
-	free(r->marks);
+	confirm_finish(&r->cfm);
 	buf_finish(&r->content);
 }
 
 /* ---- the loop ---- */
 
-int relay_run(const struct relay_config *cf)
+/* ---- the loop, one step at a time ---- */
+
+/* Leave the loop with this exit code and reason for the final log line. */
+static bool finish(struct relay *r, int rc, const char *why)
 {
-	struct relay r = {.cf = cf};
-	char err[512], lsnbuf[LSN_STRLEN];
-	int64_t stop_deadline = 0;
-	bool stopping = false;
-	const char *final_reason = "signal";
-	int rc = EXIT_OK;
+	r->rc = rc;
+	r->final_reason = why;
+	return false;
+}
+
+static bool out_of_memory(struct relay *r)
+{
+	r->oom = true;
+	return false;
+}
+
+/* A Redis state no retry fixes ends the run; a stop signal starts the drain. */
+static bool step_stop(struct relay *r, int64_t now)
+{
+	if (r->redis_fatal) {
+		if (r->refused_now) /* relay_run runs again */
+			return finish(r, EXIT_OK, "Redis refused a value this large");
+		return r->redis_noperm
+			       ? finish(r, EXIT_REDIS_SETUP, "the Redis ACL user lacks a permission")
+			       : finish(r, EXIT_REDIS_STATE, "Redis state contradicts this relay");
+	}
+	if (stop_requested && !r->stopping) {
+		r->stopping = true;
+		r->stop_deadline = now + (int64_t)r->cf->shutdown_timeout_ms * 1000;
+		log_info("stopping: waiting up to %d ms for %llu in-flight event(s)",
+			 r->cf->shutdown_timeout_ms,
+			 (unsigned long long)sink_redis_inflight_events(r->sink));
+	}
+	return true;
+}
+
+/*
+ * (Re)connect what is down, when its backoff allows. Redis first: a Redis
+ * that refuses us for good (credentials, ACL) must stop the relay before it
+ * creates a slot that would then hold WAL for nobody.
+ */
+static bool step_connect(struct relay *r, int64_t now)
+{
+	int code;
+
+	if (!sink_redis_connected(r->sink) && now >= r->redis_bo.next_us) {
+		code = try_redis(r);
+		if (code >= 0)
+			return finish(r, code, "Redis setup failed");
+	}
+	/* The slot record, read at the first connect or again after a start
+	 * found a gap: judge the slot against it before going on. */
+	if (sink_redis_record_read(r->sink) &&
+	    (!r->guard_set || (r->gap_wait && sink_redis_record_gen(r->sink) != r->gap_gen))) {
+		code = record_arrived(r);
+		if (code >= 0)
+			return finish(r, code, "the slot is not the one this relay streamed");
+	}
+	if (!r->stopping && !pgrepl_streaming(r->pg) && !r->gap_wait && now >= r->pg_bo.next_us) {
+		code = try_pg(r);
+		if (code >= 0)
+			return finish(r, code, "PostgreSQL setup failed");
+	}
+	return true;
+}
+
+/*
+ * Take WAL messages while the window has room: XLogData decoded and queued,
+ * keepalives beside them (a mark outside a transaction, an answer when the
+ * server asks). *more: a full round was taken, poll without waiting.
+ */
+static bool step_wal(struct relay *r, int64_t now, bool *more)
+{
+	int i;
+
+	*more = false;
+	if (!pgrepl_streaming(r->pg) || r->stopping)
+		return true;
+	for (i = 0; i < MSGS_PER_ROUND && !sink_redis_full(r->sink); i++) {
+		struct pg_msg m;
+		int got = pgrepl_next(r->pg, &m);
+
+		if (got == 0)
+			break;
+		if (got < 0) {
+			pg_lost(r, pgrepl_errmsg(r->pg));
+			break;
+		}
+		r->pg_bo.attempt = 0; /* the stream delivers: progress */
+		r->last_pg_msg_us = now;
+		if (m.type == 'k') {
+			if (m.wal_end > r->received)
+				r->received = m.wal_end;
+			if (m.wal_end > r->server_wal_end)
+				r->server_wal_end = m.wal_end;
+			if (!r->in_txn &&
+			    !confirm_mark(&r->cfm, sink_redis_last_seq(r->sink), m.wal_end, 0, 0))
+				return out_of_memory(r);
+			if (m.reply_requested) {
+				advance_confirm(r);
+				if (!send_status(r, false))
+					pg_lost(r, pgrepl_errmsg(r->pg));
+			}
+		} else if (!handle_xlogdata(r, &m)) {
+			return out_of_memory(r);
+		}
+	}
+	*more = i == MSGS_PER_ROUND;
+	return true;
+}
+
+/* Close the open batch (what this burst decoded goes out now), write, read replies. */
+static bool step_redis(struct relay *r)
+{
+	if (!sink_redis_flush(r->sink, r->stopping))
+		return out_of_memory(r);
+	if (sink_redis_connected(r->sink) && sink_redis_want_write(r->sink) &&
+	    !sink_redis_io(r->sink, NULL, 0))
+		redis_lost(r, sink_redis_errmsg(r->sink));
+	return true;
+}
+
+/*
+ * Confirm what Redis acknowledged once the slot record covers it, and keep
+ * the replication connection alive (--pg-timeout). Ends the run at --endpos
+ * and when a drain is done.
+ */
+static bool step_confirm(struct relay *r, int64_t now)
+{
+	const struct relay_config *cf = r->cf;
+	char lsnbuf[LSN_STRLEN];
+
+	advance_confirm(r);
+	if (!queue_record(r, r->stopping ||
+				     (cf->endpos != LSN_INVALID && r->cfm.acked >= cf->endpos)))
+		return out_of_memory(r);
+	if (pgrepl_streaming(r->pg)) {
+		bool moved = confirm_flush(&r->cfm) > r->cfm.confirmed;
+		int64_t since = now - r->last_status_us;
+		int64_t silent = now - r->last_pg_msg_us;
+
+		if ((moved && since >= STATUS_MIN_GAP_US) ||
+		    since >= (int64_t)cf->status_interval_ms * 1000) {
+			/* Ask for an answer when the server has been quiet, so that
+			 * silence means trouble for --pg-timeout. */
+			if (!send_status(r, silent >= (int64_t)cf->status_interval_ms * 1000))
+				pg_lost(r, pgrepl_errmsg(r->pg));
+		}
+		if (cf->pg_timeout_ms > 0 && pgrepl_streaming(r->pg) &&
+		    silent > (int64_t)cf->pg_timeout_ms * 1000) {
+			char why[128];
+
+			snprintf(why, sizeof(why), "no message from the server within %d ms (--pg-timeout)",
+				 cf->pg_timeout_ms);
+			pg_lost(r, why);
+		}
+	}
+	/* Past --endpos once Redis acknowledged it: the final status update
+	 * confirms it, so there is no need to wait for the next one. */
+	if (cf->endpos != LSN_INVALID && confirm_flush(&r->cfm) >= cf->endpos) {
+		log_info("reached --endpos %s", lsn_format(cf->endpos, lsnbuf));
+		return finish(r, EXIT_OK, "endpos reached");
+	}
+	if (r->stopping && ((sink_redis_inflight_events(r->sink) == 0 &&
+			     (!r->guard_set || r->cfm.acked <= r->cfm.rec_acked)) ||
+			    now >= r->stop_deadline)) {
+		if (sink_redis_inflight_events(r->sink) > 0)
+			log_warn("shutdown timeout: %llu event(s) unacknowledged; they are not "
+				 "confirmed and will be delivered after restart",
+				 (unsigned long long)sink_redis_inflight_events(r->sink));
+		return false; /* rc and final_reason as they are: "signal" */
+	}
+	return true;
+}
+
+/* Stats, Redis memory, --trim acked rounds, what the servers warn about, the gauges. */
+static bool step_housekeeping(struct relay *r, int64_t now)
+{
+	const struct relay_config *cf = r->cf;
+	const char *notice;
+
+	if (now - r->last_stats_us >= STATS_INTERVAL_US)
+		log_stats(r, now);
+	if (sink_redis_connected(r->sink) && now - r->memory_poll_us >= MEMORY_POLL_US) {
+		sink_redis_poll_memory(r->sink);
+		r->memory_poll_us = now;
+	}
+	if (sink_redis_connected(r->sink) && now - r->trim_us >= (int64_t)cf->trim_interval_ms * 1000) {
+		if (sink_redis_trim_start(r->sink) < 0) {
+			log_error("out of memory");
+			return finish(r, EXIT_FAILURE_RUNTIME, "out of memory");
+		}
+		r->trim_us = now;
+	}
+	trim_finished(r);
+	/* What the server warns about (one line; the same text at most once per
+	 * stats interval). */
+	notice = pgrepl_take_notice(r->pg);
+	if (notice &&
+	    (strcmp(notice, r->last_notice) != 0 || now - r->last_notice_us >= STATS_INTERVAL_US)) {
+		log_warn("PostgreSQL says: %s", notice);
+		snprintf(r->last_notice, sizeof(r->last_notice), "%s", notice);
+		r->last_notice_us = now;
+	}
+	/* Entries a stream key refused went to the dead-letter stream. */
+	if (sink_redis_stats(r->sink)->rejected > r->rejected_seen &&
+	    now - r->rejected_log_us >= STATS_INTERVAL_US) {
+		uint64_t n = sink_redis_stats(r->sink)->rejected - r->rejected_seen;
+
+		r->rejected_seen += n;
+		r->rejected_log_us = now;
+		log_warn("Redis refused %llu entr%s for a stream key that holds another type "
+			 "(WRONGTYPE): dead-lettered to %s (in a Redis Cluster, to %s{<tag>} when "
+			 "that is in another slot)",
+			 (unsigned long long)n, n == 1 ? "y" : "ies", cf->dead_letter_stream,
+			 cf->dead_letter_stream);
+	}
+	/* What /metrics and the probes see while we sleep. */
+	publish_gauges(r, now, r->stopping);
+	return true;
+}
+
+/* When the loop must turn again at the latest: the next status, record write, retry or deadline. */
+static int wait_ms(const struct relay *r, int64_t now)
+{
+	int64_t next = now + 1000000;
+
+	if (pgrepl_streaming(r->pg)) {
+		int64_t due = r->last_status_us + (int64_t)r->cf->status_interval_ms * 1000;
+
+		if (confirm_flush(&r->cfm) > r->cfm.confirmed)
+			due = r->last_status_us + STATUS_MIN_GAP_US;
+		if (due < next)
+			next = due;
+		/* the next slot record write, when one is due */
+		due = r->rec_last_us + STATUS_MIN_GAP_US;
+		if (r->guard_set && confirm_record_due(&r->cfm) && due < next)
+			next = due;
+	} else if (!r->stopping && r->pg_bo.next_us < next) {
+		next = r->pg_bo.next_us;
+	}
+	if (!sink_redis_connected(r->sink) && r->redis_bo.next_us < next)
+		next = r->redis_bo.next_us;
+	if (r->stopping && r->stop_deadline < next)
+		next = r->stop_deadline;
+	return next <= now ? 0 : (int)((next - now + 999) / 1000);
+}
+
+/* Wait for the sockets (or the next deadline), then take what they have. */
+static bool step_wait(struct relay *r, int64_t now, bool more)
+{
+	struct pollfd pfd[1 + MAX_REDIS_FDS];
+	int npfd = 0, pg_i = -1, rd_i = -1, nrd = 0;
+
+	if (pgrepl_streaming(r->pg) && !r->stopping && !sink_redis_full(r->sink)) {
+		pg_i = npfd;
+		pfd[npfd++] = (struct pollfd){.fd = pgrepl_fd(r->pg), .events = POLLIN};
+	}
+	if (sink_redis_connected(r->sink)) {
+		rd_i = npfd;
+		nrd = sink_redis_pollfds(r->sink, pfd + npfd, MAX_REDIS_FDS);
+		npfd += nrd;
+	}
+	if (poll(pfd, (nfds_t)npfd, more ? 0 : wait_ms(r, now)) < 0) {
+		if (errno == EINTR)
+			return true;
+		log_error("poll failed: %s", strerror(errno));
+		return finish(r, EXIT_FAILURE_RUNTIME, "poll failed");
+	}
+	if (pg_i >= 0 && (pfd[pg_i].revents & (POLLIN | POLLERR | POLLHUP)) &&
+	    !pgrepl_consume(r->pg))
+		pg_lost(r, pgrepl_errmsg(r->pg));
+	if (rd_i >= 0 && !sink_redis_io(r->sink, pfd + rd_i, nrd))
+		redis_lost(r, sink_redis_errmsg(r->sink));
+	if (sink_redis_connected(r->sink) && !sink_redis_check_stall(r->sink, time_mono_us()))
+		redis_lost(r, sink_redis_errmsg(r->sink));
+	return true;
+}
+
+/* One turn of the loop; false when the run is over (r->rc, r->final_reason, r->oom say how). */
+static bool relay_turn(struct relay *r)
+{
+	int64_t now = time_mono_us();
+	bool more;
+
+	return step_stop(r, now) && step_connect(r, now) && step_wal(r, now, &more) &&
+	       step_redis(r) && step_confirm(r, now) && step_housekeeping(r, now) &&
+	       step_wait(r, now, more);
+}
+
+/*
+ * One run of the relay. *refused: in, the size from which values are
+ * dead-lettered (0: no such limit); out, when Redis refused a value Redis
+ * would refuse again, its size (relay_run then runs again), else unchanged.
+ */
+static int relay_run_once(const struct relay_config *cf, uint64_t *refused)
+{
+	struct relay r = {.cf = cf, .refused = *refused};
+	char err[512];
 
 	srandom((unsigned)(time_now_us() ^ getpid()));
 	log_set_context("slot", cf->slot);
@@ -989,253 +1284,59 @@ int relay_run(const struct relay_config *cf)
 			 metrics_server_port(r.http));
 	}
 	r.last_stats_us = time_mono_us();
-
-	for (;;) {
-		int64_t now = time_mono_us();
-		struct pollfd pfd[1 + MAX_REDIS_FDS];
-		int npfd = 0, pg_i = -1, rd_i = -1, nrd = 0, timeout_ms = 1000;
-		bool more = false;
-		int code;
-
-		if (r.redis_fatal) {
-			rc = r.redis_noperm ? EXIT_REDIS_SETUP : EXIT_REDIS_STATE;
-			final_reason = r.redis_noperm ? "the Redis ACL user lacks a permission"
-						      : "Redis state contradicts this relay";
-			break;
-		}
-		if (stop_requested && !stopping) {
-			stopping = true;
-			stop_deadline = now + (int64_t)cf->shutdown_timeout_ms * 1000;
-			log_info("stopping: waiting up to %d ms for %llu in-flight event(s)",
-				 cf->shutdown_timeout_ms,
-				 (unsigned long long)sink_redis_inflight_events(r.sink));
-		}
-
-		/* (Re)connect what is down, when its backoff allows. Redis first: a
-		 * Redis that refuses us for good (credentials, ACL) must stop the relay
-		 * before it creates a slot that would then hold WAL for nobody. */
-		if (!sink_redis_connected(r.sink) && now >= r.redis_bo.next_us) {
-			code = try_redis(&r);
-			if (code >= 0) {
-				rc = code;
-				final_reason = "Redis setup failed";
-				break;
-			}
-		}
-		/* The slot record, read at the first connect or again after a start
-		 * found a gap: judge the slot against it before going on. */
-		if (sink_redis_record_read(r.sink) &&
-		    (!r.guard_set || (r.gap_wait && sink_redis_record_gen(r.sink) != r.gap_gen))) {
-			code = record_arrived(&r);
-			if (code >= 0) {
-				rc = code;
-				final_reason = "the slot is not the one this relay streamed";
-				break;
-			}
-		}
-		if (!stopping && !pgrepl_streaming(r.pg) && !r.gap_wait && now >= r.pg_bo.next_us) {
-			code = try_pg(&r);
-			if (code >= 0) {
-				rc = code;
-				final_reason = "PostgreSQL setup failed";
-				break;
-			}
-		}
-
-		/* Take WAL messages while the window has room. */
-		if (pgrepl_streaming(r.pg) && !stopping) {
-			int i;
-
-			for (i = 0; i < MSGS_PER_ROUND && !sink_redis_full(r.sink); i++) {
-				struct pg_msg m;
-				int got = pgrepl_next(r.pg, &m);
-
-				if (got == 0)
-					break;
-				if (got < 0) {
-					pg_lost(&r, pgrepl_errmsg(r.pg));
-					break;
-				}
-				r.pg_bo.attempt = 0; /* the stream delivers: progress */
-				r.last_pg_msg_us = now;
-				if (m.type == 'k') {
-					if (m.wal_end > r.received)
-						r.received = m.wal_end;
-					if (m.wal_end > r.server_wal_end)
-						r.server_wal_end = m.wal_end;
-					if (!r.in_txn &&
-					    !push_mark(&r, sink_redis_last_seq(r.sink), m.wal_end, 0, 0))
-						goto oom;
-					if (m.reply_requested) {
-						advance_confirm(&r);
-						if (!send_status(&r, false))
-							pg_lost(&r, pgrepl_errmsg(r.pg));
-					}
-				} else if (!handle_xlogdata(&r, &m)) {
-					goto oom;
-				}
-			}
-			more = i == MSGS_PER_ROUND;
-		}
-		/* Close the open batch: what this burst decoded goes out now. */
-		if (!sink_redis_flush(r.sink, stopping))
-			goto oom;
-
-		/* Push queued commands out; read replies. */
-		if (sink_redis_connected(r.sink) && sink_redis_want_write(r.sink) &&
-		    !sink_redis_io(r.sink, NULL, 0))
-			redis_lost(&r, sink_redis_errmsg(r.sink));
-
-		/* Confirm what Redis acknowledged, once the slot record covers it. */
-		advance_confirm(&r);
-		if (!queue_record(&r, stopping || (cf->endpos != LSN_INVALID && r.acked >= cf->endpos)))
-			goto oom;
-		if (pgrepl_streaming(r.pg)) {
-			bool moved = flush_pos(&r) > r.confirmed;
-			int64_t since = now - r.last_status_us;
-
-			int64_t silent = now - r.last_pg_msg_us;
-
-			if ((moved && since >= STATUS_MIN_GAP_US) ||
-			    since >= (int64_t)cf->status_interval_ms * 1000) {
-				/* Ask for an answer when the server has been quiet, so that
-				 * silence means trouble for --pg-timeout. */
-				if (!send_status(&r, silent >= (int64_t)cf->status_interval_ms * 1000))
-					pg_lost(&r, pgrepl_errmsg(r.pg));
-			}
-			if (cf->pg_timeout_ms > 0 && pgrepl_streaming(r.pg) &&
-			    silent > (int64_t)cf->pg_timeout_ms * 1000) {
-				char why[128];
-
-				snprintf(why, sizeof(why), "no message from the server within %d ms (--pg-timeout)",
-					 cf->pg_timeout_ms);
-				pg_lost(&r, why);
-			}
-		}
-		/* Past --endpos once Redis acknowledged it: the final status update
-		 * below confirms it, so there is no need to wait for the next one. */
-		if (cf->endpos != LSN_INVALID && flush_pos(&r) >= cf->endpos) {
-			log_info("reached --endpos %s", lsn_format(cf->endpos, lsnbuf));
-			final_reason = "endpos reached";
-			break;
-		}
-		if (stopping && ((sink_redis_inflight_events(r.sink) == 0 &&
-				  (!r.guard_set || r.acked <= r.rec_acked)) ||
-				 now >= stop_deadline)) {
-			if (sink_redis_inflight_events(r.sink) > 0)
-				log_warn("shutdown timeout: %llu event(s) unacknowledged; they are not "
-					 "confirmed and will be delivered after restart",
-					 (unsigned long long)sink_redis_inflight_events(r.sink));
-			break;
-		}
-		if (now - r.last_stats_us >= STATS_INTERVAL_US)
-			log_stats(&r, now);
-		if (sink_redis_connected(r.sink) && now - r.memory_poll_us >= MEMORY_POLL_US) {
-			sink_redis_poll_memory(r.sink);
-			r.memory_poll_us = now;
-		}
-		{
-			/* What the server warns about (one line; the same text at most
-			 * once per stats interval). */
-			const char *notice = pgrepl_take_notice(r.pg);
-
-			if (notice && (strcmp(notice, r.last_notice) != 0 ||
-				       now - r.last_notice_us >= STATS_INTERVAL_US)) {
-				log_warn("PostgreSQL says: %s", notice);
-				snprintf(r.last_notice, sizeof(r.last_notice), "%s", notice);
-				r.last_notice_us = now;
-			}
-		}
-
-		/* Entries a stream key refused went to the dead-letter stream. */
-		if (sink_redis_stats(r.sink)->rejected > r.rejected_seen &&
-		    now - r.rejected_log_us >= STATS_INTERVAL_US) {
-			uint64_t n = sink_redis_stats(r.sink)->rejected - r.rejected_seen;
-
-			r.rejected_seen += n;
-			r.rejected_log_us = now;
-			log_warn("Redis refused %llu entr%s for a stream key that holds another type "
-				 "(WRONGTYPE): dead-lettered to %s (in a Redis Cluster, to %s{<tag>} when "
-				 "that is in another slot)",
-				 (unsigned long long)n, n == 1 ? "y" : "ies", cf->dead_letter_stream,
-				 cf->dead_letter_stream);
-		}
-		/* What /metrics and the probes see while we sleep. */
-		publish_gauges(&r, now, stopping);
-
-		/* Wait for sockets or the next deadline. */
-		if (pgrepl_streaming(r.pg) && !stopping && !sink_redis_full(r.sink)) {
-			pg_i = npfd;
-			pfd[npfd++] = (struct pollfd){.fd = pgrepl_fd(r.pg), .events = POLLIN};
-		}
-		if (sink_redis_connected(r.sink)) {
-			rd_i = npfd;
-			nrd = sink_redis_pollfds(r.sink, pfd + npfd, MAX_REDIS_FDS);
-			npfd += nrd;
-		}
-		if (more) {
-			timeout_ms = 0;
-		} else {
-			int64_t next = now + 1000000;
-
-			if (pgrepl_streaming(r.pg)) {
-				int64_t due = r.last_status_us + (int64_t)cf->status_interval_ms * 1000;
-
-				if (flush_pos(&r) > r.confirmed)
-					due = r.last_status_us + STATUS_MIN_GAP_US;
-				if (due < next)
-					next = due;
-				/* the next slot record write, when one is due */
-				due = r.rec_last_us + STATUS_MIN_GAP_US;
-				if (r.guard_set && !r.rec_seq && r.acked > r.rec_acked && due < next)
-					next = due;
-			} else if (!stopping && r.pg_bo.next_us < next) {
-				next = r.pg_bo.next_us;
-			}
-			if (!sink_redis_connected(r.sink) && r.redis_bo.next_us < next)
-				next = r.redis_bo.next_us;
-			if (stopping && stop_deadline < next)
-				next = stop_deadline;
-			timeout_ms = next <= now ? 0 : (int)((next - now + 999) / 1000);
-		}
-		if (poll(pfd, (nfds_t)npfd, timeout_ms) < 0) {
-			if (errno == EINTR)
-				continue;
-			log_error("poll failed: %s", strerror(errno));
-			rc = EXIT_FAILURE_RUNTIME;
-			final_reason = "poll failed";
-			break;
-		}
-		if (pg_i >= 0 && (pfd[pg_i].revents & (POLLIN | POLLERR | POLLHUP)) &&
-		    !pgrepl_consume(r.pg))
-			pg_lost(&r, pgrepl_errmsg(r.pg));
-		if (rd_i >= 0 && !sink_redis_io(r.sink, pfd + rd_i, nrd))
-			redis_lost(&r, sink_redis_errmsg(r.sink));
-		if (sink_redis_connected(r.sink) && !sink_redis_check_stall(r.sink, time_mono_us()))
-			redis_lost(&r, sink_redis_errmsg(r.sink));
+	r.final_reason = "signal";
+	while (relay_turn(&r))
+		;
+	if (r.oom) {
+		log_error("out of memory; exiting without confirming anything further");
+		log_final(&r, "out of memory");
+		relay_free(&r);
+		return EXIT_FAILURE_RUNTIME;
 	}
 
 	advance_confirm(&r);
 	/* After Redis lost acknowledged writes, confirm nothing more: what is
 	 * not confirmed yet is sent again by the next start. */
 	if (r.redis_fatal)
-		r.acked = r.confirmed;
+		confirm_freeze(&r.cfm);
 	if (pgrepl_streaming(r.pg)) {
 		/* What is left of --shutdown-timeout, but at least 1 s: enough for
 		 * the server's answer to CopyDone on a live connection. */
-		int64_t left = stopping ? (stop_deadline - time_mono_us()) / 1000 : 0;
+		int64_t left = r.stopping ? (r.stop_deadline - time_mono_us()) / 1000 : 0;
 
-		pgrepl_stop(r.pg, r.received, flush_pos(&r), left > 1000 ? (int)left : 1000);
+		pgrepl_stop(r.pg, r.received, confirm_flush(&r.cfm), left > 1000 ? (int)left : 1000);
 	}
-	r.confirmed = flush_pos(&r);
-	log_final(&r, final_reason);
+	confirm_sent(&r.cfm, confirm_flush(&r.cfm));
+	log_final(&r, r.final_reason);
+	if (r.refused_now)
+		*refused = r.refused_now;
 	relay_free(&r);
-	return rc;
-oom:
-	log_error("out of memory; exiting without confirming anything further");
-	log_final(&r, "out of memory");
-	relay_free(&r);
-	return EXIT_FAILURE_RUNTIME;
+	return r.rc;
+}
+
+/*
+ * Redis drops the connection on a value over its proto-max-bulk-len, so
+ * that call would fail after every reconnect and every restart. When the
+ * relay cannot read the limit (CONFIG GET denied), it learns it from the
+ * refusal: it stops (confirming only what Redis acknowledged) and runs
+ * again from the slot's position with values of the refused size
+ * dead-lettered, so the stream goes on without an operator.
+ */
+int relay_run(const struct relay_config *cf)
+{
+	uint64_t refused = 0;
+
+	for (;;) {
+		uint64_t before = refused;
+		int rc = relay_run_once(cf, &refused);
+
+		if (refused == before || stop_requested)
+			return rc;
+		log_warn("running again from the last confirmed position, with field values of %llu "
+			 "bytes or more dead-lettered: Redis refuses them (its proto-max-bulk-len is "
+			 "lower); raise proto-max-bulk-len, or set --max-event-bytes below it",
+			 (unsigned long long)refused);
+	}
 }
 
 /* --check-config's connecting part: every item one line, then the count. */

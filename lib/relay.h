@@ -44,12 +44,14 @@ long relay_peak_rss_kb(void);
 /*
  * One row or message to the event the relay publishes: mapper_map(), then
  * the --max-event-bytes rule (a larger event becomes a DEAD_TOO_LARGE dead
- * letter, its reason written to why). The stream path and republish both
+ * letter, its reason written to why), and the same for a field value over
+ * max_value (Redis's proto-max-bulk-len, 0 unknown). The stream path and republish both
  * map through here, so they publish the same entries.
  */
 enum map_result relay_map_event(struct mapper *m, const struct relay_config *cf,
 				const struct txn_info *tx, uint32_t index,
 				const struct w2j_field *fields, size_t n, const char *raw, size_t len,
-				struct event *ev, const char **reason, char *why, size_t whylen);
+				uint64_t max_value, struct event *ev, const char **reason, char *why,
+				size_t whylen);
 
 #endif

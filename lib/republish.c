@@ -362,7 +362,8 @@ static bool queue_row(struct republish *rp, const PGresult *res, int row, bool h
 	if (rp->raw.failed)
 		return false;
 	mr = relay_map_event(rp->map, rp->cf, &tx, 0, rp->fields, (size_t)n + 1, rp->raw.data,
-			     rp->raw.len, &ev, &reason, why, sizeof(why));
+			     rp->raw.len, sink_redis_max_value(rp->sink), &ev, &reason, why,
+			     sizeof(why));
 	if (mapper_failed(rp->map))
 		return false;
 	if (mr == MAP_DEAD_LETTER)

@@ -38,10 +38,14 @@
 #include "redis_tls.h"
 
 #define FUNCTION_NAME "outbox_relay_publish"
+#define TRIM_FUNCTION_NAME "outbox_relay_trim"
 #define MAX_NODES CLUSTER_SLOTS_MAX_NODES
 #define CLUSTER_SLOTS CLUSTER_SLOTS_COUNT
 _Static_assert(MAX_NODES <= INT8_MAX, "node indexes are int8_t (slot_node, qent.node)");
 #define WBUF_FILL (256 * 1024) /* bytes staged per write round */
+/* Field values at least this large are sent from the event's memory, not copied. */
+#define EXT_MIN_BYTES (64 * 1024)
+#define EXT_MAX_SEGS 8
 
 /*
  * One call publishes a batch: consecutive events of one stream.
@@ -125,11 +129,52 @@ _Static_assert(MAX_NODES <= INT8_MAX, "node indexes are int8_t (slot_node, qent.
 	"  return res\n"                                                                           \
 	"end\n"
 
-const char sink_redis_function_library[] = "#!lua name=outbox_relay\n" PUBLISH_BODY
-					   "redis.register_function('" FUNCTION_NAME
-					   "', publish)\n";
+/*
+ * --trim acked, on one stream (KEYS[1]): remove the entries no consumer group
+ * needs any more. A group needs every entry after its last-delivered-id (all
+ * of them when that is 0-0) and every entry still pending (the XPENDING
+ * summary's smallest id), so the stream keeps everything from the smallest of
+ * those over all groups on (XTRIM MINID ~: whole macro nodes only, never
+ * past that id). A stream without groups, or no stream, is left alone.
+ * XTRIM, unlike XDEL, leaves XINFO's entries-read and lag exact. Returns the
+ * number of entries removed. allow-oom: trimming is what frees memory.
+ */
+#define TRIM_BODY                                                                                  \
+	"local function idlt(a, b)\n"                                                              \
+	"  local am, as = string.match(a, '^(%d+)-(%d+)$')\n"                                      \
+	"  local bm, bs = string.match(b, '^(%d+)-(%d+)$')\n"                                      \
+	"  if #am ~= #bm then return #am < #bm end\n"                                              \
+	"  if am ~= bm then return am < bm end\n"                                                  \
+	"  if #as ~= #bs then return #as < #bs end\n"                                              \
+	"  return as < bs\n"                                                                       \
+	"end\n"                                                                                    \
+	"local function trim(keys, args)\n"                                                        \
+	"  if redis.call('EXISTS', keys[1]) == 0 then return 0 end\n"                              \
+	"  local keep\n"                                                                           \
+	"  for _, g in ipairs(redis.call('XINFO', 'GROUPS', keys[1])) do\n"                        \
+	"    local name, need\n"                                                                   \
+	"    for i = 1, #g, 2 do\n"                                                                \
+	"      if g[i] == 'name' then name = g[i + 1]\n"                                           \
+	"      elseif g[i] == 'last-delivered-id' then need = g[i + 1] end\n"                      \
+	"    end\n"                                                                                \
+	"    local ms, seq = string.match(need, '^(%d+)-(%d+)$')\n"                                \
+	"    if #seq < 15 then need = ms .. '-' .. string.format('%d', tonumber(seq) + 1) end\n"   \
+	"    local p = redis.call('XPENDING', keys[1], name)\n"                                    \
+	"    if p[1] > 0 and idlt(p[2], need) then need = p[2] end\n"                              \
+	"    if not keep or idlt(need, keep) then keep = need end\n"                               \
+	"  end\n"                                                                                  \
+	"  if not keep then return 0 end\n"                                                        \
+	"  return redis.call('XTRIM', keys[1], 'MINID', '~', keep)\n"                              \
+	"end\n"
+
+const char sink_redis_function_library[] =
+	"#!lua name=outbox_relay\n" PUBLISH_BODY TRIM_BODY "redis.register_function('" FUNCTION_NAME
+	"', publish)\n"
+	"redis.register_function{function_name='" TRIM_FUNCTION_NAME "', callback=trim, "
+	"flags={'allow-oom'}}\n";
 
 static const char eval_script[] = PUBLISH_BODY "return publish(KEYS, ARGV)\n";
+static const char eval_trim_script[] = TRIM_BODY "return trim(KEYS, ARGV)\n";
 
 enum qkind { Q_PUBLISH, Q_DEAD, Q_GROUP, Q_RECORD, Q_GETREC };
 enum qstate { QS_QUEUED = 0, QS_ROUTED, QS_EXECUTED, QS_DONE };
@@ -154,6 +199,27 @@ struct qent {
 	uint8_t dead_reason;
 	bool asking;        /* send ASKING first (after an ASK redirect) */
 	uint64_t prev_seq;  /* this relay's previous call for the same stream, 0 none */
+	struct ext *ext;    /* large values sent from the event's own memory, NULL none */
+	size_t max_value;   /* its largest field value, for messages */
+};
+
+/*
+ * A command whose large field values are not copied into out: its bytes are
+ * out[off, off + len) with seg[i].len bytes from seg[i].p inserted at offset
+ * seg[i].at (ascending). hold is the memory the segments point into (the
+ * relay's copy of the WAL message), released with hold_free once the command
+ * is acknowledged.
+ */
+struct ext {
+	void *hold;
+	void (*hold_free)(void *);
+	size_t total; /* sum of seg[].len */
+	size_t nseg;
+	struct {
+		size_t at;
+		const char *p;
+		size_t len;
+	} seg[EXT_MAX_SEGS];
 };
 
 /* A FIFO of 64-bit values: sequence numbers, or the markers below. */
@@ -165,6 +231,7 @@ struct u64q {
 #define WAIT_MARK UINT64_MAX          /* the reply answers WAIT / WAITAOF */
 #define ASKING_MARK (UINT64_MAX - 1)  /* the reply answers ASKING */
 #define INFO_MARK (UINT64_MAX - 2)    /* the reply answers INFO memory */
+#define TRIM_MARK (UINT64_MAX - 3)    /* the reply answers a --trim acked call */
 
 /* One connection: the single server, or one cluster master. */
 struct node {
@@ -175,6 +242,8 @@ struct node {
 	struct u64q sendq;   /* seqs routed here, not yet staged */
 	struct buf wbuf;     /* staged bytes, written from wsent */
 	size_t wsent;
+	uint64_t part_seq;   /* command staged only up to part_off (0: none) */
+	size_t part_off;
 	struct u64q waitq;   /* what each coming reply answers */
 	struct u64q durable; /* executed seqs that the next WAIT must cover */
 	bool staged_publish; /* a publish was staged since the last WAIT */
@@ -187,6 +256,9 @@ struct node {
 	bool info_sent;      /* its reply is still to come */
 	bool mem_known;      /* used_memory and maxmemory were read */
 	uint64_t used_memory, maxmemory;
+	struct buf trimq;    /* --trim acked calls to stage with the next write */
+	uint32_t trimq_n;
+	uint64_t max_bulk; /* proto-max-bulk-len, 0 unknown */
 };
 
 struct strset {
@@ -259,6 +331,10 @@ struct sink_redis {
 	uint32_t b_stream_id;
 	uint8_t b_dead_reason;
 	uint64_t b_args_count; /* ARGV entries after ttl and maxlen */
+	struct ext *b_ext;     /* segments of the open batch (at: offsets in b_args) */
+	uint64_t refused_value; /* SINK_ERR_TOO_BIG: the largest value of the refused call */
+	size_t b_max_value;    /* largest field value in the open batch */
+	uint64_t ext_bytes;    /* bytes of live commands' segments */
 	struct buf b_prefix;   /* dedup key prefix of the open batch (see dedup_prefix) */
 	uint64_t b_prev_seq;   /* previous call for the batch's stream, 0 none */
 	char b_expect[26];     /* where that call leaves the watermark, "" none */
@@ -272,6 +348,12 @@ struct sink_redis {
 	uint64_t record_gen;   /* counts record reads */
 
 	struct strset streams; /* streams that got XGROUP CREATE on this connection set */
+	bool trim;             /* --trim acked */
+	char trim_sha[41];     /* EVALSHA digest of the trim script when functions are unavailable */
+	struct strset trim_streams; /* streams published to, for --trim acked */
+	uint32_t trim_pending;      /* calls of the current round still to answer */
+	bool trim_done;             /* a round finished: trim_res is to be taken */
+	struct sink_trim_result trim_res;
 	struct buf key;        /* scratch for key names */
 	struct buf tag;
 	struct buf wait_cmd;   /* encoded WAIT or WAITAOF */
@@ -533,12 +615,30 @@ static bool queue_push(struct sink_redis *s, const struct qent *ent)
 	return true;
 }
 
+static void ext_free(struct sink_redis *s, struct ext **x)
+{
+	if (!*x)
+		return;
+	if ((*x)->hold_free)
+		(*x)->hold_free((*x)->hold);
+	s->ext_bytes -= (*x)->total;
+	free(*x);
+	*x = NULL;
+}
+
+/* Bytes on the wire: out's plus the segments'. */
+static size_t cmd_len(const struct qent *e)
+{
+	return e->len + (e->ext ? e->ext->total : 0);
+}
+
 /* Pop the done prefix: it is acknowledged. Reclaim its bytes now and then. */
 static void advance_head(struct sink_redis *s)
 {
 	while (s->q_len > 0 && s->q[s->q_head].state == QS_DONE) {
 		struct qent *e = &s->q[s->q_head];
 
+		ext_free(s, &e->ext);
 		s->acked_seq = e->seq;
 		s->inflight_events -= e->nevents;
 		s->q_head = (s->q_head + 1) % s->q_cap;
@@ -560,25 +660,12 @@ static void advance_head(struct sink_redis *s)
 
 /* ---- cluster hash slots ---- */
 
-/* CRC16-CCITT (XMODEM), as Redis Cluster uses for key slots. */
-static uint16_t crc16(const char *buf, size_t len)
-{
-	uint16_t crc = 0;
-
-	for (size_t i = 0; i < len; i++) {
-		crc ^= (uint16_t)((unsigned char)buf[i] << 8);
-		for (int b = 0; b < 8; b++)
-			crc = (crc & 0x8000) ? (uint16_t)((crc << 1) ^ 0x1021) : (uint16_t)(crc << 1);
-	}
-	return crc;
-}
-
 /* Slot of stream s: stream_hash_tag() gives "{x}" where x is what Redis hashes. */
 static uint16_t stream_slot(struct sink_redis *s, const char *stream, size_t len)
 {
 	if (!stream_hash_tag(stream, len, &s->tag) || s->tag.len < 2)
-		return (uint16_t)(crc16(stream, len) & (CLUSTER_SLOTS - 1));
-	return (uint16_t)(crc16(s->tag.data + 1, s->tag.len - 2) & (CLUSTER_SLOTS - 1));
+		return (uint16_t)(cluster_slots_crc16(stream, len) & (CLUSTER_SLOTS - 1));
+	return (uint16_t)(cluster_slots_crc16(s->tag.data + 1, s->tag.len - 2) & (CLUSTER_SLOTS - 1));
 }
 
 /* ---- lifecycle ---- */
@@ -623,6 +710,7 @@ struct sink_redis *sink_redis_create(const struct relay_config *cf, struct metri
 	s->cf = cf;
 	s->m = m;
 	s->use_functions = cf->redis_functions;
+	s->trim = cf->trim && strcmp(cf->trim, "acked") == 0;
 	s->next_seq = 1;
 	s->wait_mode = cf->wait_replicas > 0 || (cf->wait_aof && strcmp(cf->wait_aof, "none") != 0);
 	if (s->wait_mode) {
@@ -664,11 +752,15 @@ static void node_close(struct node *n)
 	n->sendq.len = n->waitq.len = n->durable.len = 0;
 	buf_reset(&n->wbuf);
 	n->wsent = 0;
+	n->part_seq = 0;
+	n->part_off = 0;
 	n->staged_publish = false;
 	n->wblocked = false;
 	n->ssl = NULL;
 	n->w_wants_read = n->r_wants_write = false;
 	n->info_due = n->info_sent = n->mem_known = false;
+	buf_reset(&n->trimq);
+	n->trimq_n = 0;
 }
 
 /* "host:port" or the unix socket path, for messages. */
@@ -688,6 +780,7 @@ static void node_finish(struct node *n)
 	u64q_finish(&n->waitq);
 	u64q_finish(&n->durable);
 	buf_finish(&n->wbuf);
+	buf_finish(&n->trimq);
 	free(n->host);
 	free(n->unix_path);
 	memset(n, 0, sizeof(*n));
@@ -699,6 +792,9 @@ void sink_redis_destroy(struct sink_redis *s)
 		return;
 	for (int i = 0; i < s->nnodes; i++)
 		node_finish(&s->nodes[i]);
+	for (size_t i = 0; i < s->q_len; i++)
+		ext_free(s, &s->q[(s->q_head + i) % s->q_cap].ext);
+	ext_free(s, &s->b_ext);
 	free(s->slot_node);
 	buf_finish(&s->out);
 	buf_finish(&s->key);
@@ -709,6 +805,7 @@ void sink_redis_destroy(struct sink_redis *s)
 	buf_finish(&s->b_args);
 	buf_finish(&s->b_prefix);
 	strset_finish(&s->streams);
+	strset_finish(&s->trim_streams);
 	posmap_finish(&s->last_pos);
 	free(s->q);
 	free(s);
@@ -780,17 +877,82 @@ static void noperm_message(struct sink_redis *s, const char *what, const char *f
 			 what, msg);
 }
 
-/* An ACL refusal of a key (not of a command): fixed per stream, like WRONGTYPE. */
+/* An ACL refusal of a key (not of a command). */
 static bool key_refusal(const char *msg)
 {
 	return noperm_reply(msg) && strstr(msg, "access") && strstr(msg, "key");
+}
+
+/*
+ * The idx-th argument of an encoded command (RESP array of bulk strings):
+ * its length in *len, or NULL when the command has fewer arguments.
+ */
+static const char *resp_arg(const char *p, size_t n, size_t idx, size_t *len)
+{
+	const char *end = p + n;
+	size_t argc = 0;
+
+	if (n < 4 || p[0] != '*')
+		return NULL;
+	argc = strtoul(p + 1, NULL, 10);
+	if (idx >= argc || !(p = memchr(p, '\n', n)))
+		return NULL;
+	for (size_t i = 0; ++p < end && *p == '$'; i++) {
+		size_t l = strtoul(p + 1, NULL, 10);
+		const char *d = memchr(p, '\n', (size_t)(end - p));
+
+		if (!d || (size_t)(end - d - 1) < l)
+			return NULL;
+		if (i == idx) {
+			*len = l;
+			return d + 1;
+		}
+		p = d + 1 + l + 1; /* past the data's \r\n */
+	}
+	return NULL;
+}
+
+static const char *kind_name(unsigned k);
+
+/*
+ * One line for an ACL refusal of a key of e's call: which key the call was
+ * for (Redis does not say which of its keys it refused) and the patterns to
+ * grant. No retry can get past it.
+ */
+static void key_noperm_message(struct sink_redis *s, const struct qent *e, const char *msg)
+{
+	size_t klen = 0;
+	const char *key = resp_arg(ent_bytes(s, e), e->len,
+				   e->kind == Q_PUBLISH || e->kind == Q_DEAD ? 3
+				   : e->kind == Q_GROUP			      ? 2
+									      : 1,
+				   &klen);
+
+	s->errkind = SINK_ERR_NOPERM;
+	if (!key)
+		key = "?";
+	if (e->kind == Q_PUBLISH || e->kind == Q_DEAD)
+		snprintf(s->errmsg, sizeof(s->errmsg),
+			 "%s to stream \"%.*s\" refused by the Redis ACL (%s): the relay's Redis "
+			 "user may not access a key of this call (the stream, the dead-letter stream "
+			 "\"%s\", or the \"%s:*\" watermark and dedup keys): add their patterns to "
+			 "its ACL (~outbox:* ~outbox-relay:* in deploy/redis/users.acl, or your "
+			 "stream names and --key-prefix)",
+			 kind_name(e->kind), (int)(klen < 200 ? klen : 200), key, msg,
+			 s->cf->dead_letter_stream, s->cf->key_prefix);
+	else
+		snprintf(s->errmsg, sizeof(s->errmsg),
+			 "%s of key \"%.*s\" refused by the Redis ACL (%s): add the key's pattern to "
+			 "the relay's Redis user (~outbox:* ~outbox-relay:* in deploy/redis/users.acl, "
+			 "or your stream names and --key-prefix)",
+			 kind_name(e->kind), (int)(klen < 200 ? klen : 200), key, msg);
 }
 
 /* Classify an error reply by its first word. */
 static enum sink_error_kind classify_reply_error(const char *msg)
 {
 	if (noperm_reply(msg))
-		return key_refusal(msg) ? SINK_ERR_OTHER : SINK_ERR_NOPERM;
+		return SINK_ERR_NOPERM;
 
 	static const struct {
 		const char *prefix;
@@ -831,11 +993,11 @@ static bool node_wants_write(const struct node *n)
 		return false;
 	if (n->r_wants_write)
 		return true;
-	if (n->info_due && !n->w_wants_read && n->wsent == n->wbuf.len)
+	if ((n->info_due || n->trimq_n) && !n->w_wants_read && n->wsent == n->wbuf.len)
 		return true;
 	if (n->w_wants_read)
 		return false; /* POLLIN wakes the blocked TLS write */
-	return n->sendq.len > 0 || n->wsent < n->wbuf.len;
+	return n->sendq.len > 0 || n->part_seq || n->wsent < n->wbuf.len;
 }
 
 bool sink_redis_want_write(const struct sink_redis *s)
@@ -890,7 +1052,7 @@ uint64_t sink_redis_inflight_bytes(const struct sink_redis *s)
 {
 	size_t live = s->q_len ? s->out.len - (size_t)(s->q[s->q_head].off - s->out_base) : 0;
 
-	return live + (s->b_open ? s->b_keys.len + s->b_args.len : 0);
+	return live + s->ext_bytes + (s->b_open ? s->b_keys.len + s->b_args.len : 0);
 }
 
 const struct sink_stats *sink_redis_stats(const struct sink_redis *s)
@@ -912,6 +1074,7 @@ void sink_redis_disconnect(struct sink_redis *s)
 			e->asking = false;
 		}
 	}
+	s->trim_pending = 0; /* an unfinished trim round is dropped */
 	s->connected = false;
 }
 
@@ -963,6 +1126,7 @@ static enum sink_status read_record(struct sink_redis *s, struct node *n)
 {
 	enum sink_status st = SINK_OK;
 	const char *argv[2] = {"GET", NULL};
+	char what[260];
 	redisReply *r;
 
 	record_key(s->cf, &s->key);
@@ -970,7 +1134,8 @@ static enum sink_status read_record(struct sink_redis *s, struct node *n)
 	    (s->slot_node && s->slot_node[stream_slot(s, s->key.data, s->key.len)] != n - s->nodes))
 		return s->key.failed ? SINK_RETRY : SINK_OK;
 	argv[1] = s->key.data;
-	r = setup_command(s, n, &st, "GET of the slot record", 2, argv);
+	snprintf(what, sizeof(what), "GET of the slot record \"%.200s\"", s->key.data);
+	r = setup_command(s, n, &st, what, 2, argv);
 	if (!r || r->type == REDIS_REPLY_ERROR) {
 		freeReplyObject(r);
 		return st == SINK_OK ? SINK_RETRY : st;
@@ -1050,6 +1215,23 @@ static enum sink_status load_function(struct sink_redis *s, struct node *n)
 		s->sha[40] = '\0';
 		freeReplyObject(r);
 	}
+	if (s->trim) {
+		const char *argv[] = {"SCRIPT", "LOAD", eval_trim_script};
+
+		r = setup_command(s, n, &st, "SCRIPT LOAD (--trim acked)", 3, argv);
+		if (!r)
+			return st;
+		if (r->type != REDIS_REPLY_STRING || r->len != 40) {
+			if (r->type != REDIS_REPLY_ERROR)
+				snprintf(s->errmsg, sizeof(s->errmsg),
+					 "SCRIPT LOAD returned an unexpected reply");
+			freeReplyObject(r);
+			return st == SINK_OK ? SINK_RETRY : st;
+		}
+		memcpy(s->trim_sha, r->str, 40);
+		s->trim_sha[40] = '\0';
+		freeReplyObject(r);
+	}
 	return SINK_OK;
 }
 
@@ -1122,6 +1304,51 @@ static enum sink_status check_server(struct sink_redis *s, struct node *n)
 		}
 	}
 	return SINK_OK;
+}
+
+/*
+ * proto-max-bulk-len into n->max_bulk when CONFIG GET is allowed. Many
+ * deployments deny CONFIG (it shows requirepass): any error is no verdict.
+ */
+static enum sink_status read_bulk_limit(struct sink_redis *s, struct node *n)
+{
+	const char *argv[] = {"CONFIG", "GET", "proto-max-bulk-len"};
+	redisReply *r = redisCommandArgv(n->c, 3, argv, NULL);
+
+	n->max_bulk = 0;
+	if (!r) {
+		snprintf(s->errmsg, sizeof(s->errmsg), "CONFIG GET failed: %s",
+			 n->c->errstr[0] ? n->c->errstr : "connection lost");
+		return SINK_RETRY;
+	}
+	if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+	    r->element[1]->type == REDIS_REPLY_STRING) {
+		char *end;
+		unsigned long long v = strtoull(r->element[1]->str, &end, 10);
+
+		if (*end == '\0' && end != r->element[1]->str)
+			n->max_bulk = v;
+	}
+	freeReplyObject(r);
+	return SINK_OK;
+}
+
+uint64_t sink_redis_refused_value(const struct sink_redis *s)
+{
+	return s->refused_value;
+}
+
+uint64_t sink_redis_max_value(const struct sink_redis *s)
+{
+	uint64_t m = 0;
+
+	for (int i = 0; i < s->nnodes; i++) {
+		if (!s->nodes[i].c || !s->nodes[i].max_bulk)
+			continue;
+		if (!m || s->nodes[i].max_bulk < m)
+			m = s->nodes[i].max_bulk;
+	}
+	return m;
 }
 
 /* used_memory and maxmemory from an INFO memory reply into n. */
@@ -1316,6 +1543,9 @@ static enum sink_status node_connect(struct sink_redis *s, struct node *n)
 	if (st != SINK_OK)
 		goto fail;
 	st = check_memory(s, n);
+	if (st != SINK_OK)
+		goto fail;
+	st = read_bulk_limit(s, n);
 	if (st != SINK_OK)
 		goto fail;
 	st = load_function(s, n);
@@ -1570,8 +1800,10 @@ static bool push_command(struct sink_redis *s, struct qent *ent, size_t start)
 	ent->len = s->out.len - start;
 	ent->node = -1;
 	ent->state = QS_QUEUED;
-	if (s->out.failed || !queue_push(s, ent))
+	if (s->out.failed || !queue_push(s, ent)) {
+		ext_free(s, &ent->ext);
 		return false;
+	}
 	e = ent_of(s, ent->seq);
 	if (s->connected && !route(s, e)) {
 		/* No master for the slot right now: the caller reconnects and routes it. */
@@ -1644,6 +1876,9 @@ static bool close_batch(struct sink_redis *s)
 	resp_str(b, s->owner);
 	resp_str(b, s->b_expect);
 	resp_str(b, cf->slot);
+	if (s->b_ext) /* segment offsets: from b_args to the command */
+		for (size_t i = 0; i < s->b_ext->nseg; i++)
+			s->b_ext->seg[i].at += b->len - start;
 	buf_append(b, s->b_args.data, s->b_args.len);
 	if (s->key.failed || s->tag.failed)
 		return false;
@@ -1663,7 +1898,10 @@ static bool close_batch(struct sink_redis *s)
 		.kind = s->b_dead ? Q_DEAD : Q_PUBLISH,
 		.dead_reason = s->b_dead_reason,
 		.prev_seq = s->b_prev_seq,
+		.ext = s->b_ext,
+		.max_value = s->b_max_value,
 	};
+	s->b_ext = NULL;
 	return push_command(s, &ent, start);
 }
 
@@ -1749,12 +1987,28 @@ bool sink_redis_queue_record(struct sink_redis *s, lsn_t confirmed, lsn_t commit
 	return n > 0 && (size_t)n < sizeof(val) && queue_record_cmd(s, Q_RECORD, val, (size_t)n);
 }
 
+/* Does ev have a value worth sending from its own memory (see struct ext)? */
+static bool has_large_value(const struct event *ev)
+{
+	for (size_t i = 0; i < ev->nfields; i++)
+		if (ev->fields[i].value_len >= EXT_MIN_BYTES)
+			return true;
+	return false;
+}
+
 bool sink_redis_publish(struct sink_redis *s, const struct event *ev, bool dead_letter)
+{
+	return sink_redis_publish_held(s, ev, dead_letter, NULL);
+}
+
+bool sink_redis_publish_held(struct sink_redis *s, const struct event *ev, bool dead_letter,
+			     struct sink_hold *hold)
 {
 	struct lastpos *lp;
 	char pos[26];
+	bool large = hold && hold->p && !dead_letter && has_large_value(ev);
 
-	if (s->b_open && (dead_letter || s->b_dead || s->b_n >= BATCH_MAX_EVENTS ||
+	if (s->b_open && (large || dead_letter || s->b_dead || s->b_n >= BATCH_MAX_EVENTS ||
 			  s->b_args.len >= BATCH_MAX_BYTES || s->b_stream.len != ev->stream_len ||
 			  memcmp(s->b_stream.data, ev->stream, ev->stream_len) != 0) &&
 	    !close_batch(s))
@@ -1772,6 +2026,7 @@ bool sink_redis_publish(struct sink_redis *s, const struct event *ev, bool dead_
 		s->b_seq = s->next_seq++;
 		s->b_n = 0;
 		s->b_args_count = 0;
+		s->b_max_value = 0;
 		buf_reset(&s->b_stream);
 		buf_append(&s->b_stream, ev->stream, ev->stream_len);
 		buf_reset(&s->b_keys);
@@ -1781,6 +2036,9 @@ bool sink_redis_publish(struct sink_redis *s, const struct event *ev, bool dead_
 		s->b_stream_id = !dead_letter && s->m
 					 ? metrics_stream_id(s->m, ev->stream, ev->stream_len)
 					 : 0;
+		if (s->trim && !dead_letter &&
+		    strset_add(&s->trim_streams, ev->stream, ev->stream_len) < 0)
+			return false;
 		/* dedup key prefix: <prefix>:dedup:{tag}[#<len>:<stream>]: */
 		buf_reset(&s->b_prefix);
 		if (!stream_key_base(&s->b_prefix, s->cf->key_prefix, "dedup", ev->stream,
@@ -1810,15 +2068,43 @@ bool sink_redis_publish(struct sink_redis *s, const struct event *ev, bool dead_
 	memcpy(s->b_last, pos, sizeof(s->b_last));
 	resp_bulk(&s->b_args, pos, 25);
 	resp_u64(&s->b_args, ev->nfields);
+	if (large && !(s->b_ext = calloc(1, sizeof(*s->b_ext))))
+		return false;
 	for (size_t i = 0; i < ev->nfields; i++) {
-		resp_bulk(&s->b_args, ev->fields[i].name, ev->fields[i].name_len);
-		resp_bulk(&s->b_args, ev->fields[i].value, ev->fields[i].value_len);
+		const struct event_field *f = &ev->fields[i];
+		struct ext *x = s->b_ext;
+
+		resp_bulk(&s->b_args, f->name, f->name_len);
+		if (f->value_len > s->b_max_value)
+			s->b_max_value = f->value_len;
+		if (large && f->value_len >= EXT_MIN_BYTES && x->nseg < EXT_MAX_SEGS) {
+			/* Header and trailer here, the value itself from the event's memory. */
+			buf_putc(&s->b_args, '$');
+			buf_put_u64(&s->b_args, f->value_len);
+			buf_append(&s->b_args, "\r\n", 2);
+			x->seg[x->nseg].at = s->b_args.len;
+			x->seg[x->nseg].p = f->value;
+			x->seg[x->nseg].len = f->value_len;
+			x->nseg++;
+			x->total += f->value_len;
+			buf_append(&s->b_args, "\r\n", 2);
+		} else {
+			resp_bulk(&s->b_args, f->value, f->value_len);
+		}
 	}
 	s->b_args_count += 2 + 2 * ev->nfields;
 	s->b_n++;
 	s->inflight_events++;
 	if (s->b_keys.failed || s->b_args.failed || s->b_stream.failed || s->b_prefix.failed)
 		return false;
+	if (large) {
+		/* The call now owns the event's memory; it goes out alone. */
+		s->b_ext->hold = hold->p;
+		s->b_ext->hold_free = hold->free_fn;
+		s->ext_bytes += s->b_ext->total;
+		hold->p = NULL;
+		return close_batch(s);
+	}
 	/* Dead letters are rare and each has its own reason: one per call. */
 	return dead_letter ? close_batch(s) : true;
 }
@@ -1932,6 +2218,34 @@ static bool refused_behind(struct sink_redis *s, const struct qent *e, const cha
 	return false;
 }
 
+/* The answer to one --trim acked call: entries removed, or why not. */
+static bool trim_reply(struct sink_redis *s, const redisReply *r)
+{
+	struct sink_trim_result *t = &s->trim_res;
+
+	if (r->type == REDIS_REPLY_ERROR && noperm_reply(r->str)) {
+		s->errkind = SINK_ERR_NOPERM;
+		snprintf(s->errmsg, sizeof(s->errmsg),
+			 "--trim acked refused by the Redis ACL (%s): grant +xinfo|groups +xpending "
+			 "+xtrim (and +%s) to the relay's Redis user (see deploy/redis/users.acl), or "
+			 "drop --trim acked",
+			 r->str, s->use_functions ? "fcall" : "evalsha");
+		return false;
+	}
+	if (r->type == REDIS_REPLY_INTEGER) {
+		t->removed += r->integer > 0 ? (uint64_t)r->integer : 0;
+		t->trimmed += r->integer > 0;
+	} else {
+		/* Not fatal: the stream keeps its entries until the next round. */
+		t->failed++;
+		snprintf(t->err, sizeof(t->err), "%s",
+			 r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply type");
+	}
+	if (s->trim_pending > 0 && --s->trim_pending == 0)
+		s->trim_done = true;
+	return true;
+}
+
 /* Match one reply against what n's oldest outstanding request was. */
 static bool handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 {
@@ -1950,6 +2264,8 @@ static bool handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 			read_memory(n, r->str);
 		return true; /* only for the metrics: an error changes nothing */
 	}
+	if (what == TRIM_MARK)
+		return trim_reply(s, r);
 	if (what == ASKING_MARK) {
 		if (r->type == REDIS_REPLY_ERROR && noperm_reply(r->str)) {
 			noperm_message(s, "ASKING", "asking", r->str);
@@ -2020,8 +2336,22 @@ static bool handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 		}
 		s->stats.error_replies++;
 		s->errkind = classify_reply_error(r->str);
+		if (strstr(r->str, "Protocol error") && e->max_value >= 1024 * 1024) {
+			/* The server drops the connection: the same call would fail forever. */
+			s->errkind = SINK_ERR_TOO_BIG;
+			s->refused_value = e->max_value;
+			snprintf(s->errmsg, sizeof(s->errmsg),
+				 "%s refused (%s): a value of %zu bytes in it is over the server's "
+				 "proto-max-bulk-len",
+				 kind_name(e->kind), r->str, e->max_value);
+			return false;
+		}
 		if (s->errkind == SINK_ERR_ORDER)
 			return refused_behind(s, e, r->str);
+		if (s->errkind == SINK_ERR_NOPERM && key_refusal(r->str)) {
+			key_noperm_message(s, e, r->str);
+			return false;
+		}
 		if (s->errkind == SINK_ERR_NOPERM) {
 			noperm_message(s, kind_name(e->kind),
 				       e->kind == Q_GROUP    ? "xgroup|create"
@@ -2041,12 +2371,6 @@ static bool handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 				 "\"%s:wm:*\" keys)",
 				 kind_name(e->kind), r->str + strlen("OUTBOX_FOREIGN "), s->owner,
 				 s->cf->key_prefix);
-		else if (key_refusal(r->str))
-			snprintf(s->errmsg, sizeof(s->errmsg),
-				 "%s failed: %s (the relay's Redis user may not access this stream's "
-				 "keys: add their pattern to its ACL, see deploy/redis/users.acl; the "
-				 "relay retries until then)",
-				 kind_name(e->kind), r->str);
 		else if (s->errkind == SINK_ERR_WRONGTYPE)
 			snprintf(s->errmsg, sizeof(s->errmsg),
 				 "%s failed: %s (a watermark, dedup or dead-letter key the relay writes "
@@ -2098,13 +2422,71 @@ static bool handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 }
 
 /* Stage commands from n's send queue (ASKING and WAIT included) into its write buffer. */
+/*
+ * Append the part of p[0..len) that lies in the command's window: *pos is
+ * where p starts in the command, *cur the next byte wanted, *left how many
+ * more fit.
+ */
+static void stage_piece(struct buf *dst, const char *p, size_t len, size_t *pos, size_t *cur,
+			size_t *left)
+{
+	if (*left > 0 && *cur < *pos + len) {
+		size_t skip = *cur - *pos, take = len - skip;
+
+		if (take > *left)
+			take = *left;
+		buf_append(dst, p + skip, take);
+		*cur += take;
+		*left -= take;
+	}
+	*pos += len;
+}
+
+/*
+ * Stage e's bytes from offset from into n->wbuf until WBUF_FILL: a large
+ * command goes out in slices, never copied whole. n->part_seq says where the
+ * next round resumes.
+ */
+static void stage_cmd(const struct sink_redis *s, struct node *n, const struct qent *e,
+		      size_t from)
+{
+	const char *base = ent_bytes(s, e);
+	size_t nseg = e->ext ? e->ext->nseg : 0, pos = 0, raw = 0, cur = from;
+	size_t left = n->wbuf.len < WBUF_FILL ? WBUF_FILL - n->wbuf.len : 0;
+
+	for (size_t i = 0; i <= nseg && left > 0; i++) {
+		size_t at = i < nseg ? e->ext->seg[i].at : e->len;
+
+		stage_piece(&n->wbuf, base + raw, at - raw, &pos, &cur, &left);
+		raw = at;
+		if (i < nseg)
+			stage_piece(&n->wbuf, e->ext->seg[i].p, e->ext->seg[i].len, &pos, &cur,
+				    &left);
+	}
+	if (cur < cmd_len(e)) {
+		n->part_seq = e->seq;
+		n->part_off = cur;
+	} else {
+		n->part_seq = 0;
+		n->part_off = 0;
+	}
+}
+
 static bool stage(struct sink_redis *s, struct node *n)
 {
 	static const char asking[] = "*1\r\n$6\r\nASKING\r\n";
 
 	buf_reset(&n->wbuf);
 	n->wsent = 0;
-	while (n->sendq.len > 0 && n->wbuf.len < WBUF_FILL) {
+	if (n->part_seq) {
+		/* Not done before its reply, and the connection it is on is open. */
+		const struct qent *e = ent_of(s, n->part_seq);
+
+		if (!e)
+			return false;
+		stage_cmd(s, n, e, n->part_off);
+	}
+	while (!n->part_seq && n->sendq.len > 0 && n->wbuf.len < WBUF_FILL) {
 		struct qent *e = ent_of(s, u64q_pop(&n->sendq));
 
 		if (!e || e->state != QS_ROUTED)
@@ -2114,12 +2496,14 @@ static bool stage(struct sink_redis *s, struct node *n)
 			if (!u64q_push(&n->waitq, ASKING_MARK))
 				return false;
 		}
-		buf_append(&n->wbuf, ent_bytes(s, e), e->len);
 		if (!u64q_push(&n->waitq, e->seq))
 			return false;
+		stage_cmd(s, n, e, 0);
 		if (e->kind != Q_GROUP)
 			n->staged_publish = true;
 	}
+	if (n->part_seq)
+		return !n->wbuf.failed; /* WAIT and INFO only between commands */
 	if (s->wait_mode && n->staged_publish) {
 		buf_append(&n->wbuf, s->wait_cmd.data, s->wait_cmd.len);
 		if (!u64q_push(&n->waitq, WAIT_MARK))
@@ -2135,6 +2519,13 @@ static bool stage(struct sink_redis *s, struct node *n)
 		n->info_due = false;
 		n->info_sent = true;
 	}
+	if (n->trimq_n) {
+		buf_append(&n->wbuf, n->trimq.data, n->trimq.len);
+		for (; n->trimq_n > 0; n->trimq_n--)
+			if (!u64q_push(&n->waitq, TRIM_MARK))
+				return false;
+		buf_reset(&n->trimq);
+	}
 	return !n->wbuf.failed;
 }
 
@@ -2146,7 +2537,8 @@ static bool node_write(struct sink_redis *s, struct node *n)
 		if (n->wsent == n->wbuf.len) {
 			bool was_idle = n->waitq.len == 0;
 
-			if (n->sendq.len == 0 && !n->info_due)
+			if (n->sendq.len == 0 && !n->info_due && !n->trimq_n &&
+			    !n->part_seq)
 				return true;
 			if (!stage(s, n)) {
 				snprintf(s->errmsg, sizeof(s->errmsg), "out of memory");
@@ -2333,5 +2725,48 @@ bool sink_redis_check_stall(struct sink_redis *s, int64_t now_us)
 			return false;
 		}
 	}
+	return true;
+}
+
+int sink_redis_trim_start(struct sink_redis *s)
+{
+	int queued = 0;
+
+	if (!s->trim || !s->connected || s->trim_pending > 0 || s->trim_done)
+		return 0;
+	s->trim_res = (struct sink_trim_result){0};
+	for (size_t i = 0; i < s->trim_streams.cap; i++) {
+		const char *stream = s->trim_streams.slots[i];
+		size_t len = stream ? strlen(stream) : 0;
+		struct node *n;
+		int idx;
+
+		if (!stream)
+			continue;
+		idx = s->slot_node ? s->slot_node[stream_slot(s, stream, len)] : 0;
+		if (idx < 0 || idx >= s->nnodes || !s->nodes[idx].c)
+			continue; /* no master for the slot now: next round */
+		n = &s->nodes[idx];
+		resp_array(&n->trimq, 4);
+		resp_str(&n->trimq, s->use_functions ? "FCALL" : "EVALSHA");
+		resp_str(&n->trimq, s->use_functions ? TRIM_FUNCTION_NAME : s->trim_sha);
+		resp_str(&n->trimq, "1");
+		resp_bulk(&n->trimq, stream, len);
+		if (n->trimq.failed)
+			return -1;
+		n->trimq_n++;
+		queued++;
+	}
+	s->trim_res.streams = (uint32_t)queued;
+	s->trim_pending = (uint32_t)queued;
+	return queued;
+}
+
+bool sink_redis_trim_result(struct sink_redis *s, struct sink_trim_result *res)
+{
+	if (!s->trim_done)
+		return false;
+	*res = s->trim_res;
+	s->trim_done = false;
 	return true;
 }

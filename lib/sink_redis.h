@@ -42,13 +42,15 @@ enum sink_error_kind {
 	SINK_ERR_ORDER,     /* a call ran while an earlier one for its stream had not: resent in order */
 	SINK_ERR_FOREIGN,   /* the watermark belongs to another database: permanent */
 	SINK_ERR_LOST,      /* Redis lost writes it had acknowledged: permanent */
+	SINK_ERR_TOO_BIG,   /* a value over the server's proto-max-bulk-len (sink_redis_refused_value) */
 	SINK_ERR_NOPERM     /* the ACL user may not run a command: permanent (configuration) */
 };
 
 /* Failures no retry can fix: the relay stops (see relay.c). */
 static inline bool sink_error_is_fatal(enum sink_error_kind k)
 {
-	return k == SINK_ERR_FOREIGN || k == SINK_ERR_LOST || k == SINK_ERR_NOPERM;
+	return k == SINK_ERR_FOREIGN || k == SINK_ERR_LOST || k == SINK_ERR_NOPERM ||
+	       k == SINK_ERR_TOO_BIG;
 }
 
 struct sink_stats {
@@ -93,7 +95,7 @@ bool sink_redis_full(const struct sink_redis *s);
 /*
  * Queue ev (and, for a stream seen for the first time on this connection,
  * XGROUP CREATE ... 0 MKSTREAM for every --group). Consecutive events for
- * the same stream are batched into one function call (up to 64 events or
+ * the same stream are batched into one function call (up to 128 events or
  * 256 KiB); the batch is closed by an event for another stream, by any
  * other command, or by sink_redis_flush(). dead_letter marks an entry for
  * the dead-letter stream (no dedup, counted separately, never batched).
@@ -101,6 +103,22 @@ bool sink_redis_full(const struct sink_redis *s);
  * Returns false only when out of memory.
  */
 bool sink_redis_publish(struct sink_redis *s, const struct event *ev, bool dead_letter);
+
+/*
+ * Memory that an event's fields point into, offered to the sink: when the
+ * event has a field value of 64 KiB or more, sink_redis_publish_held() sends
+ * those values from this memory instead of copying them, takes ownership
+ * (sets p to NULL) and calls free_fn(p) once Redis acknowledged the call.
+ * Otherwise p is left to the caller. Large events so cost no copy of their
+ * own between the WAL message and the socket.
+ */
+struct sink_hold {
+	void *p;
+	void (*free_fn)(void *);
+};
+
+bool sink_redis_publish_held(struct sink_redis *s, const struct event *ev, bool dead_letter,
+			     struct sink_hold *hold);
 
 /*
  * Close the open batch so that it is written by the next sink_redis_io() --
@@ -142,6 +160,40 @@ bool sink_redis_memory(const struct sink_redis *s, uint64_t *used, uint64_t *max
 const char *sink_redis_maxmemory_policy(const struct sink_redis *s);
 /* Sentinel mode: "host:port" of the master found last into buf; NULL otherwise. */
 const char *sink_redis_sentinel_master(const struct sink_redis *s, char *buf, size_t len);
+
+/* The outcome of one --trim acked round (sink_redis_trim_start). */
+struct sink_trim_result {
+	uint32_t streams;  /* streams asked */
+	uint32_t trimmed;  /* streams that lost entries */
+	uint32_t failed;   /* streams whose call failed (err says why, for the last one) */
+	uint64_t removed;  /* entries removed */
+	char err[512];
+};
+
+/*
+ * --trim acked: queue one trim call (the library's outbox_relay_trim: XINFO
+ * GROUPS, XPENDING, XTRIM MINID ~, atomically on one stream) for every stream
+ * this relay published to since it started (the dead-letter stream
+ * excepted), each on the connection serving the stream's slot, written with
+ * the next write round. Publishes never wait for it. Returns the number of
+ * calls queued: 0 when there is nothing to trim, not connected, or the
+ * previous round is still under way; -1 when out of memory. A lost
+ * connection drops an unfinished round. An ACL refusal of the call stops the
+ * sink like any NOPERM (SINK_ERR_NOPERM).
+ */
+int sink_redis_trim_start(struct sink_redis *s);
+/* True once for each finished round, with its outcome in *res. */
+bool sink_redis_trim_result(struct sink_redis *s, struct sink_trim_result *res);
+/*
+ * The largest bulk string (one field value) every connected server accepts:
+ * proto-max-bulk-len as CONFIG GET read it at connect, 0 when no server let
+ * the relay read it. A value over it would make Redis drop the connection
+ * (the relay then stops with SINK_ERR_TOO_BIG), so the relay dead-letters
+ * such events instead.
+ */
+uint64_t sink_redis_max_value(const struct sink_redis *s);
+/* After SINK_ERR_TOO_BIG: the size of the refused call's largest value. */
+uint64_t sink_redis_refused_value(const struct sink_redis *s);
 
 /* Bytes the publish command for ev would take (to enforce --max-event-bytes). */
 size_t sink_redis_event_size(const struct event *ev);

@@ -11,7 +11,9 @@
  * PostgreSQL is asked through a normal (non-replication) connection, so the
  * report works while the relay is streaming from the slot. Redis streams are
  * found with SCAN MATCH ... TYPE stream and described with XINFO STREAM and
- * XINFO GROUPS; the relay's watermark for the slot is read with GET.
+ * XINFO GROUPS; the relay's watermark for the slot is read with GET. In a
+ * Redis Cluster every master is scanned and every key is asked of the master
+ * of its hash slot (consumer_cluster.h; MOVED and ASK are followed).
  *
  * This is command code: it prints the report to stdout, problems inline,
  * and never a password (only host, port, database and user of the
@@ -31,6 +33,7 @@
 #include "buf.h"
 #include "config.h"
 #include "consumer.h"
+#include "consumer_cluster.h"
 #include "event.h"
 #include "exitcode.h"
 #include "lsn.h"
@@ -55,7 +58,9 @@ static void usage(FILE *out)
 	             "  --pg-password-file PATH     OUTBOX_RELAY_PG_PASSWORD_FILE\n"
 	             "  --slot NAME                 OUTBOX_RELAY_SLOT (default: outbox_relay)\n"
 	             "  --redis-url URL             OUTBOX_RELAY_REDIS_URL "
-	             "(default: redis://127.0.0.1:6379)\n"
+	             "(default: redis://127.0.0.1:6379);\n"
+	             "                              redis-cluster://host:port[,host:port...] (or\n"
+	             "                              --redis-cluster) for a Redis Cluster\n"
 	             "  --redis-password-file PATH  OUTBOX_RELAY_REDIS_PASSWORD_FILE\n"
 	             "  --redis-sentinel-password-file PATH\n"
 	             "                              OUTBOX_RELAY_REDIS_SENTINEL_PASSWORD_FILE\n"
@@ -386,6 +391,26 @@ static const redisReply *map_get(const redisReply *map, const char *name)
 	return NULL;
 }
 
+/* The Redis side: one server, or a cluster whose commands are routed by key. */
+struct rconn {
+	redisContext *c;     /* one server */
+	struct ccluster *cl; /* a cluster (c is then NULL) */
+};
+
+/* Send a command about key to the server holding it. NULL with the reason in err. */
+static redisReply *rcmd(struct rconn *rc, const char *key, int argc, const char **argv, char *err,
+                        size_t errlen)
+{
+	redisReply *r;
+
+	if (rc->cl)
+		return ccluster_command(rc->cl, key, argc, argv, err, errlen);
+	r = redisCommandArgv(rc->c, argc, argv, NULL);
+	if (!r)
+		(void)snprintf(err, errlen, "%s", rc->c->errstr[0] ? rc->c->errstr : "connection lost");
+	return r;
+}
+
 static int cmp_str(const void *a, const void *b)
 {
 	return strcmp(*(char *const *)a, *(char *const *)b);
@@ -474,6 +499,22 @@ static bool scan_streams(redisContext *c, const char *pattern, struct keylist *l
 	return true;
 }
 
+/* scan_streams() on the one server, or on every master of the cluster. */
+static bool scan_all(struct rconn *c, const char *pattern, struct keylist *l, char *err,
+                     size_t errlen)
+{
+	if (!c->cl)
+		return scan_streams(c->c, pattern, l, err, errlen);
+	for (int m = 0; m < ccluster_nmasters(c->cl); m++) {
+		bool permanent;
+		struct ccluster_conn *n = ccluster_master(c->cl, m, &permanent, err, errlen);
+
+		if (!n || !scan_streams(n->c, pattern, l, err, errlen))
+			return false;
+	}
+	return true;
+}
+
 /*
  * The relay's watermark for stream key and the slot, as "LSN:index" (the
  * stored value is "<commit LSN, 16 hex digits>:<index in the transaction,
@@ -481,7 +522,7 @@ static bool scan_streams(redisContext *c, const char *pattern, struct keylist *l
  * kept per hash tag); NULL when there is none. Other values are shown as
  * they are.
  */
-static const char *watermark(redisContext *c, const struct relay_config *cf, const char *key,
+static const char *watermark(struct rconn *c, const struct relay_config *cf, const char *key,
                              char *buf, size_t len, char *err, size_t errlen, bool *failed)
 {
 	struct buf tag = {0}, wm = {0};
@@ -490,6 +531,7 @@ static const char *watermark(redisContext *c, const struct relay_config *cf, con
 	*failed = false;
 	for (int legacy = 0; legacy < 2 && !shown; legacy++) {
 		const char *argv[2] = {"GET", NULL};
+		char why[600] = "out of memory";
 		redisReply *r;
 
 		buf_reset(&wm);
@@ -504,11 +546,9 @@ static const char *watermark(redisContext *c, const struct relay_config *cf, con
 		buf_putc(&wm, ':');
 		buf_puts(&wm, cf->slot);
 		argv[1] = wm.data;
-		r = wm.failed ? NULL : redisCommandArgv(c, 2, argv, NULL);
+		r = wm.failed ? NULL : rcmd(c, wm.data, 2, argv, why, sizeof(why));
 		if (!r) {
-			(void)snprintf(err, errlen, "GET failed: %s",
-			               wm.failed ? "out of memory"
-			               : c->errstr[0] ? c->errstr : "connection lost");
+			(void)snprintf(err, errlen, "GET failed: %s", why);
 			*failed = true;
 			break;
 		}
@@ -546,20 +586,19 @@ static const char *const group_head[] = {"STREAM",  "GROUP", "CONSUMERS",
  * One stream: a row in streams, a row per group in groups. Returns false
  * with err when the connection failed; a stream deleted meanwhile is skipped.
  */
-static bool describe_stream(redisContext *c, const struct relay_config *cf, const char *key,
+static bool describe_stream(struct rconn *c, const struct relay_config *cf, const char *key,
                             struct table *streams, struct table *groups, char *err, size_t errlen)
 {
 	const char *info_argv[3] = {"XINFO", "STREAM", key};
 	const char *groups_argv[3] = {"XINFO", "GROUPS", key};
-	char len_s[32], last_s[CELL_MAX], added_s[32], ngroups_s[32], wm_s[CELL_MAX];
+	char len_s[32], last_s[CELL_MAX], added_s[32], ngroups_s[32], wm_s[CELL_MAX], why[600];
 	redisReply *info, *gr;
 	const char *wm;
 	bool failed;
 
-	info = redisCommandArgv(c, 3, info_argv, NULL);
+	info = rcmd(c, key, 3, info_argv, why, sizeof(why));
 	if (!info) {
-		(void)snprintf(err, errlen, "XINFO STREAM failed: %s",
-		               c->errstr[0] ? c->errstr : "connection lost");
+		(void)snprintf(err, errlen, "XINFO STREAM failed: %s", why);
 		return false;
 	}
 	if (info->type == REDIS_REPLY_ERROR) {
@@ -575,11 +614,10 @@ static bool describe_stream(redisContext *c, const struct relay_config *cf, cons
 		freeReplyObject(info);
 		return true;
 	}
-	gr = redisCommandArgv(c, 3, groups_argv, NULL);
+	gr = rcmd(c, key, 3, groups_argv, why, sizeof(why));
 	if (!gr) {
 		freeReplyObject(info);
-		(void)snprintf(err, errlen, "XINFO GROUPS failed: %s",
-		               c->errstr[0] ? c->errstr : "connection lost");
+		(void)snprintf(err, errlen, "XINFO GROUPS failed: %s", why);
 		return false;
 	}
 	wm = watermark(c, cf, key, wm_s, sizeof(wm_s), err, errlen, &failed);
@@ -629,22 +667,21 @@ static bool describe_stream(redisContext *c, const struct relay_config *cf, cons
  * found. Returns EXIT_SLOT_GAP when a gap is suspected, EXIT_REDIS_SETUP when
  * the record could not be read, else EXIT_OK.
  */
-static int record_section(redisContext *c, const struct relay_config *cf,
+static int record_section(struct rconn *c, const struct relay_config *cf,
                           const struct slot_view *view, FILE *out)
 {
 	const char *argv[2] = {"GET", NULL};
-	char key[300], a[LSN_STRLEN], b[LSN_STRLEN], when[64] = "an unknown time";
+	char key[300], a[LSN_STRLEN], b[LSN_STRLEN], when[64] = "an unknown time", why[600];
 	struct slot_record rec;
 	redisReply *r;
 	int rc = EXIT_OK;
 
 	(void)snprintf(key, sizeof(key), "%s:slot:%s", cf->key_prefix, cf->slot);
 	argv[1] = key;
-	r = redisCommandArgv(c, 2, argv, NULL);
+	r = rcmd(c, key, 2, argv, why, sizeof(why));
 	fprintf(out, "Slot record (%s):\n", key);
 	if (!r || r->type == REDIS_REPLY_ERROR) {
-		fprintf(out, "  error: GET failed: %s\n",
-		        r ? r->str : c->errstr[0] ? c->errstr : "connection lost");
+		fprintf(out, "  error: GET failed: %s\n", r ? r->str : why);
 		freeReplyObject(r);
 		return EXIT_REDIS_SETUP;
 	}
@@ -704,19 +741,34 @@ static int redis_section(const struct relay_config *cf, const char *pattern,
 	struct table groups = {.ncols = 6, .head = group_head, .right = 0x1c};
 	struct keylist keys = {0};
 	char desc[300], err[1024];
-	redisContext *c;
+	struct rconn conn = {0}, *c = &conn;
 	bool permanent;
 	int rc = EXIT_OK, rec_rc = EXIT_OK;
 
 	(void)redis_target_describe(&cf->redis, desc, sizeof(desc));
 	fprintf(out, "\nRedis: %s\n", desc);
-	c = consumer_redis_connect(&cf->redis, cf->redis_timeout_ms, NULL, &permanent, err, sizeof(err));
-	if (!c) {
-		fprintf(out, "  error: %s\n", err);
-		return EXIT_REDIS_SETUP;
+	if (cf->redis.cluster) {
+		conn.cl = ccluster_create(&cf->redis, cf->redis_timeout_ms);
+		if (!conn.cl) {
+			fprintf(out, "  error: out of memory\n");
+			return EXIT_REDIS_SETUP;
+		}
+		if (!ccluster_refresh(conn.cl, &permanent, err, sizeof(err))) {
+			fprintf(out, "  error: %s\n", err);
+			ccluster_destroy(conn.cl);
+			return EXIT_REDIS_SETUP;
+		}
+		fprintf(out, "  cluster: %d masters\n", ccluster_nmasters(conn.cl));
+	} else {
+		conn.c = consumer_redis_connect(&cf->redis, cf->redis_timeout_ms, NULL, &permanent, err,
+		                                sizeof(err));
+		if (!conn.c) {
+			fprintf(out, "  error: %s\n", err);
+			return EXIT_REDIS_SETUP;
+		}
 	}
 	rec_rc = record_section(c, cf, view, out);
-	if (!scan_streams(c, pattern, &keys, err, sizeof(err))) {
+	if (!scan_all(c, pattern, &keys, err, sizeof(err))) {
 		fprintf(out, "  error: %s\n", err);
 		rc = EXIT_REDIS_SETUP;
 		goto out;
@@ -747,7 +799,9 @@ out:
 	table_finish(&streams);
 	table_finish(&groups);
 	keylist_finish(&keys);
-	redisFree(c);
+	if (conn.c)
+		redisFree(conn.c);
+	ccluster_destroy(conn.cl);
 	return rc != EXIT_OK ? rc : rec_rc;
 }
 

@@ -7,7 +7,9 @@
  * for w2j_errmsg().
  *
  * Memory: every string handed out is copied into one growing arena owned by
- * the decoder. While parsing, strings are recorded as arena offsets (the
+ * the decoder (except, with w2j_decode_inplace(), the large ones, undone in
+ * the caller's buffer). The tokenizer is wal2json_fast.c, the callbacks of
+ * w2j_decode_object() wal2json_object.c; wal2json_int.h is what they share. While parsing, strings are recorded as arena offsets (the
  * arena may move when it grows) and turned into pointers once the whole
  * object has been parsed. Columns go through a growing array the same way.
  * yajl 2.1 cannot reset a parser, so a handle is allocated per call; its
@@ -15,6 +17,7 @@
  * steady state a call does no malloc at all.
  */
 #include "wal2json.h"
+#include "wal2json_int.h"
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -28,61 +31,6 @@
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
-
-/* Marks an absent string in the offset records. */
-#define NO_OFF ((size_t)-1)
-
-/* Longest excerpt of offending input quoted in an error message. */
-#define ERR_EXCERPT 48
-
-/* Block cache for yajl's allocations (see pool_malloc()). */
-#define POOL_SLOTS 16
-#define POOL_KEEP_MAX ((size_t)64 * 1024)
-
-/* Header in front of every block handed to yajl, keeping malloc alignment. */
-union pool_hdr {
-	size_t size; /* usable bytes after the header */
-	max_align_t align;
-};
-
-struct pool {
-	union pool_hdr *free[POOL_SLOTS];
-	size_t nfree;
-};
-
-/* A string (or value) recorded during parsing as an arena range. */
-struct span {
-	size_t off; /* NO_OFF when absent */
-	size_t len;
-};
-
-/* One column / object field while parsing. */
-struct slot {
-	struct span name;
-	struct span type;
-	struct span value;
-	enum w2j_kind kind;
-	bool has_name;
-	bool has_value;
-};
-
-/* Top-level keys of a wal2json v2 object. */
-enum topkey {
-	K_OTHER = 0, /* unknown: value skipped */
-	K_ACTION,
-	K_XID,
-	K_LSN,
-	K_NEXTLSN,
-	K_TIMESTAMP,
-	K_SCHEMA,
-	K_TABLE,
-	K_COLUMNS,
-	K_IDENTITY,
-	K_TRANSACTIONAL,
-	K_PREFIX,
-	K_CONTENT,
-	K_PK
-};
 
 /* A top-level key's name, for error messages. */
 static const char *topkey_name(enum topkey k)
@@ -119,67 +67,6 @@ static const char *topkey_name(enum topkey k)
 	}
 	return "?";
 }
-
-/* Keys of one element of "columns". */
-enum colkey {
-	C_OTHER = 0, /* typeoid, position, optional, default, ...: ignored */
-	C_NAME,
-	C_TYPE,
-	C_VALUE
-};
-
-struct w2j_decoder {
-	/* Output storage, reused across calls. */
-	char *arena;
-	size_t arena_len;
-	size_t arena_cap;
-	struct slot *slots;
-	size_t nslots;
-	size_t slots_cap;
-	struct w2j_field *fields;
-	size_t fields_cap;
-	char *scratch; /* private copy of input that lies inside the arena */
-	size_t scratch_cap;
-	char *unesc; /* the fast path's unescaped copy of one string */
-	size_t unesc_cap;
-	bool yajl_only; /* w2j_set_fast_path(d, false): always parse with yajl */
-
-	/* yajl */
-	yajl_alloc_funcs afs;
-	struct pool pool;
-	yajl_gen gen; /* w2j_decode_object() only, created on first use */
-
-	/*
-	 * Parse state. depth counts open containers: 1 inside the top-level
-	 * object, 2 inside "columns", 3 inside one column object. While
-	 * skipping a container value, events are ignored until depth drops
-	 * back to skip_base.
-	 */
-	int depth;
-	bool skipping;
-	int skip_base;
-	enum topkey key;
-	enum colkey ckey;
-	bool failed;  /* a callback cancelled the parse; errmsg is set */
-	bool gen_oom; /* the yajl_gen print callback ran out of memory */
-	size_t gen_start;
-
-	/* The change being decoded; strings as arena spans. */
-	bool has_action;
-	char action;
-	bool has_xid;
-	uint32_t xid;
-	lsn_t lsn;
-	lsn_t nextlsn;
-	bool transactional;
-	struct span timestamp;
-	struct span schema;
-	struct span table;
-	struct span prefix;
-	struct span content;
-
-	char errmsg[256];
-};
 
 /*
  * Block cache for yajl. Each call allocates a parser (handle, lexer, buffers,
@@ -251,11 +138,8 @@ static void pool_clear(struct pool *p)
 		free(p->free[--p->nfree]);
 }
 
-static bool set_error(struct w2j_decoder *d, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
 /* Record a printf-style error for w2j_errmsg(); always returns false. */
-static bool set_error(struct w2j_decoder *d, const char *fmt, ...)
+bool w2j_fail(struct w2j_decoder *d, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -289,7 +173,7 @@ static const char *excerpt(char *out, const unsigned char *s, size_t len)
 }
 
 /* Make room for need more arena bytes; false (with error set) on OOM. */
-static bool arena_reserve(struct w2j_decoder *d, size_t need)
+bool w2j_arena_reserve(struct w2j_decoder *d, size_t need)
 {
 	size_t cap;
 	char *n;
@@ -297,22 +181,28 @@ static bool arena_reserve(struct w2j_decoder *d, size_t need)
 	if (need <= d->arena_cap - d->arena_len)
 		return true;
 	if (need > SIZE_MAX / 2 - d->arena_len)
-		return set_error(d, "out of memory");
+		return w2j_fail(d, "out of memory");
 	cap = d->arena_cap ? d->arena_cap : 1024;
 	while (cap - d->arena_len < need)
 		cap *= 2;
 	n = realloc(d->arena, cap);
 	if (!n)
-		return set_error(d, "out of memory");
+		return w2j_fail(d, "out of memory");
 	d->arena = n;
 	d->arena_cap = cap;
 	return true;
 }
 
 /* Copy s[0..len) plus a NUL into the arena and record its span in *sp. */
-static bool arena_put(struct w2j_decoder *d, const void *s, size_t len, struct span *sp)
+bool w2j_arena_put(struct w2j_decoder *d, const void *s, size_t len, struct span *sp)
 {
-	if (!arena_reserve(d, len + 1))
+	if (d->big_ptr && s == d->big_ptr && len == d->big_len) {
+		/* A big string of the caller's buffer: recorded where it is. */
+		sp->off = IN_INPUT | (size_t)((const char *)s - d->input);
+		sp->len = len;
+		return true;
+	}
+	if (!w2j_arena_reserve(d, len + 1))
 		return false;
 	sp->off = d->arena_len;
 	sp->len = len;
@@ -326,11 +216,13 @@ static bool arena_put(struct w2j_decoder *d, const void *s, size_t len, struct s
 /* Pointer for a recorded span, NULL when absent. Only after parsing. */
 static const char *span_ptr(const struct w2j_decoder *d, struct span sp)
 {
-	return sp.off == NO_OFF ? NULL : d->arena + sp.off;
+	if (sp.off == NO_OFF)
+		return NULL;
+	return sp.off & IN_INPUT ? d->input + (sp.off & ~IN_INPUT) : d->arena + sp.off;
 }
 
 /* Start a new slot (column or field); NULL (with error set) on OOM. */
-static struct slot *slot_new(struct w2j_decoder *d)
+struct slot *w2j_slot_new(struct w2j_decoder *d)
 {
 	struct slot *s;
 
@@ -339,12 +231,12 @@ static struct slot *slot_new(struct w2j_decoder *d)
 		struct slot *n;
 
 		if (cap > SIZE_MAX / sizeof(*n)) {
-			set_error(d, "out of memory");
+			w2j_fail(d, "out of memory");
 			return NULL;
 		}
 		n = realloc(d->slots, cap * sizeof(*n));
 		if (!n) {
-			set_error(d, "out of memory");
+			w2j_fail(d, "out of memory");
 			return NULL;
 		}
 		d->slots = n;
@@ -362,7 +254,7 @@ static struct slot *slot_new(struct w2j_decoder *d)
 }
 
 /* Record a scalar value into slot s. For NULL, s and len are ignored. */
-static bool slot_set_value(struct w2j_decoder *d, struct slot *s, enum w2j_kind kind, const void *v,
+bool w2j_slot_set_value(struct w2j_decoder *d, struct slot *s, enum w2j_kind kind, const void *v,
                            size_t len)
 {
 	s->kind = kind;
@@ -372,7 +264,7 @@ static bool slot_set_value(struct w2j_decoder *d, struct slot *s, enum w2j_kind 
 		s->value.len = 0;
 		return true;
 	}
-	return arena_put(d, v, len, &s->value);
+	return w2j_arena_put(d, v, len, &s->value);
 }
 
 /*
@@ -385,10 +277,10 @@ static bool build_fields(struct w2j_decoder *d)
 		struct w2j_field *n;
 
 		if (d->nslots > SIZE_MAX / sizeof(*n))
-			return set_error(d, "out of memory");
+			return w2j_fail(d, "out of memory");
 		n = realloc(d->fields, d->nslots * sizeof(*n));
 		if (!n)
-			return set_error(d, "out of memory");
+			return w2j_fail(d, "out of memory");
 		d->fields = n;
 		d->fields_cap = d->nslots;
 	}
@@ -422,7 +314,7 @@ static bool detach_input(struct w2j_decoder *d, const char **buf, size_t len)
 		char *n = realloc(d->scratch, len);
 
 		if (!n)
-			return set_error(d, "out of memory");
+			return w2j_fail(d, "out of memory");
 		d->scratch = n;
 		d->scratch_cap = len;
 	}
@@ -438,6 +330,9 @@ static bool begin_call(struct w2j_decoder *d, size_t len)
 
 	d->arena_len = 0;
 	d->nslots = 0;
+	d->nbigs = 0;
+	d->big_ptr = NULL;
+	d->input_changed = false;
 	d->depth = 0;
 	d->skipping = false;
 	d->skip_base = 0;
@@ -466,8 +361,9 @@ static bool begin_call(struct w2j_decoder *d, size_t len)
 	 * usually covers the whole call; growing later is still safe.
 	 */
 	if (len == SIZE_MAX)
-		return set_error(d, "out of memory");
-	return arena_reserve(d, len + 1);
+		return w2j_fail(d, "out of memory");
+	/* In place, large strings stay in the input: the arena holds the rest. */
+	return w2j_arena_reserve(d, d->input && len > W2J_INPLACE_MIN ? W2J_INPLACE_MIN : len + 1);
 }
 
 /*
@@ -483,7 +379,7 @@ static bool run_parser(struct w2j_decoder *d, const yajl_callbacks *cb, const ch
 
 	h = yajl_alloc(cb, &d->afs, d);
 	if (!h)
-		return set_error(d, "out of memory");
+		return w2j_fail(d, "out of memory");
 	/*
 	 * One value, no trailing garbage, no comments. Strings are not re-checked
 	 * as UTF-8: PostgreSQL already guarantees valid text in the database
@@ -508,317 +404,21 @@ static bool run_parser(struct w2j_decoder *d, const yajl_callbacks *cb, const ch
 			/* one line, no final period: yajl adds "\n" and lexical errors a "." */
 			while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == '\r' || msg[n - 1] == '.'))
 				msg[--n] = '\0';
-			set_error(d, "invalid JSON at byte %zu: %s", at, (const char *)msg);
+			w2j_fail(d, "invalid JSON at byte %zu: %s", at, (const char *)msg);
 			yajl_free_error(h, msg);
 		} else {
-			set_error(d, "invalid JSON at byte %zu", at);
+			w2j_fail(d, "invalid JSON at byte %zu", at);
 		}
 	}
 	yajl_free(h);
 	return false;
 }
 
-/* --- the fast path ---------------------------------------------------- */
-
-/*
- * A JSON tokenizer for what wal2json prints, driving the same callbacks as
- * yajl. It exists for speed: most of an outbox row is its payload, a jsonb
- * value that wal2json prints as one long escaped string, and yajl lexes that
- * byte by byte. Here the next '"', '\\' or control byte is found 16 bytes at a
- * time (SSE2) and the runs between escapes are copied with memcpy.
- *
- * It accepts a subset of JSON and gives up (FAST_FALLBACK) on anything else
- * (\\u escapes, raw control bytes, unusual numbers, trailing bytes, deep
- * nesting, any syntax error); the caller then resets and parses the same
- * input with yajl, so yajl stays the judge of everything unusual and its
- * error messages are kept. tests/fuzz/fuzz_decode.c checks that both paths
- * give the same result.
- */
-enum fast_result { FAST_OK, FAST_FAILED, FAST_FALLBACK };
-
-#define FAST_MAX_DEPTH 64
-
-/* The first byte of p[0..end) that is '"', '\\' or below 0x20; end if none. */
-static const unsigned char *find_special(const unsigned char *p, const unsigned char *end)
-{
-#ifdef __SSE2__
-	const __m128i quote = _mm_set1_epi8('"');
-	const __m128i bslash = _mm_set1_epi8('\\');
-	const __m128i ctl = _mm_set1_epi8(0x1f);
-
-	while (end - p >= 16) {
-		__m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
-		__m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, bslash)),
-		                           _mm_cmpeq_epi8(_mm_min_epu8(v, ctl), v));
-		int mask = _mm_movemask_epi8(hit);
-
-		if (mask)
-			return p + __builtin_ctz((unsigned)mask);
-		p += 16;
-	}
-#endif
-	while (p < end && *p != '"' && *p != '\\' && *p >= 0x20)
-		p++;
-	return p;
-}
-
-/*
- * The string whose opening quote is at *pp: on FAST_OK *s and *n are its content
- * (in the input when it has no escapes, else in d->unesc) and *pp is past the
- * closing quote.
- */
-static enum fast_result fast_string(struct w2j_decoder *d, const unsigned char **pp,
-                                    const unsigned char *end, const unsigned char **s, size_t *n)
-{
-	const unsigned char *start = *pp + 1;
-	const unsigned char *p = find_special(start, end);
-	char *o;
-
-	if (p == end || *p < 0x20)
-		return FAST_FALLBACK;
-	if (*p == '"') {
-		*s = start;
-		*n = (size_t)(p - start);
-		*pp = p + 1;
-		return FAST_OK;
-	}
-	/* Unescaping never lengthens: the rest of the input bounds the result. */
-	if ((size_t)(end - start) > d->unesc_cap) {
-		size_t cap = (size_t)(end - start);
-		char *nb = realloc(d->unesc, cap);
-
-		if (!nb) {
-			set_error(d, "out of memory");
-			return FAST_FAILED;
-		}
-		d->unesc = nb;
-		d->unesc_cap = cap;
-	}
-	o = d->unesc;
-	memcpy(o, start, (size_t)(p - start));
-	o += p - start;
-	for (;;) {
-		const unsigned char *q;
-
-		/* *p is a backslash */
-		if (end - p < 2)
-			return FAST_FALLBACK;
-		switch (p[1]) {
-		case '"':
-		case '\\':
-		case '/':
-			*o++ = (char)p[1];
-			break;
-		case 'b':
-			*o++ = '\b';
-			break;
-		case 'f':
-			*o++ = '\f';
-			break;
-		case 'n':
-			*o++ = '\n';
-			break;
-		case 'r':
-			*o++ = '\r';
-			break;
-		case 't':
-			*o++ = '\t';
-			break;
-		default: /* \\u (rare from wal2json) and invalid escapes: yajl's call */
-			return FAST_FALLBACK;
-		}
-		p += 2;
-		q = find_special(p, end);
-		if (q == end || *q < 0x20)
-			return FAST_FALLBACK;
-		memcpy(o, p, (size_t)(q - p));
-		o += q - p;
-		p = q;
-		if (*p == '"')
-			break;
-	}
-	*s = (const unsigned char *)d->unesc;
-	*n = (size_t)(o - d->unesc);
-	*pp = p + 1;
-	return FAST_OK;
-}
-
-static bool fast_delim(const unsigned char *p, const unsigned char *end)
-{
-	return p == end || *p == ',' || *p == '}' || *p == ']' || *p == ' ' || *p == '\n' ||
-	       *p == '\t' || *p == '\r';
-}
-
-static bool is_digit(unsigned char c)
-{
-	return c >= '0' && c <= '9';
-}
-
-/* A JSON number at *pp, strictly by the grammar; *pp moves past it. */
-static bool fast_number(const unsigned char **pp, const unsigned char *end)
-{
-	const unsigned char *p = *pp;
-
-	if (p < end && *p == '-')
-		p++;
-	if (p == end || !is_digit(*p))
-		return false;
-	if (*p == '0')
-		p++;
-	else
-		while (p < end && is_digit(*p))
-			p++;
-	if (p < end && *p == '.') {
-		p++;
-		if (p == end || !is_digit(*p))
-			return false;
-		while (p < end && is_digit(*p))
-			p++;
-	}
-	if (p < end && (*p == 'e' || *p == 'E')) {
-		p++;
-		if (p < end && (*p == '+' || *p == '-'))
-			p++;
-		if (p == end || !is_digit(*p))
-			return false;
-		while (p < end && is_digit(*p))
-			p++;
-	}
-	if (!fast_delim(p, end))
-		return false;
-	*pp = p;
-	return true;
-}
-
-/* The literal word at *pp, followed by a delimiter; *pp moves past it. */
-static bool fast_literal(const unsigned char **pp, const unsigned char *end, const char *word)
-{
-	size_t n = strlen(word);
-
-	if ((size_t)(end - *pp) < n || memcmp(*pp, word, n) != 0 || !fast_delim(*pp + n, end))
-		return false;
-	*pp += n;
-	return true;
-}
-
-static const unsigned char *skip_ws(const unsigned char *p, const unsigned char *end)
-{
-	while (p < end && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r'))
-		p++;
-	return p;
-}
-
-/* Tokenize buf[0..len) into cb's callbacks (see above). */
-static enum fast_result fast_parse(struct w2j_decoder *d, const yajl_callbacks *cb, const char *buf,
-                                   size_t len)
-{
-	enum { S_VALUE, S_VALUE_OR_CLOSE, S_KEY, S_KEY_OR_CLOSE, S_AFTER } st = S_VALUE;
-	const unsigned char *p = (const unsigned char *)buf, *end = p + len;
-	char stack[FAST_MAX_DEPTH];
-	int depth = 0;
-
-	for (;;) {
-		const unsigned char *s;
-		size_t n;
-		enum fast_result r;
-		int ok;
-
-		p = skip_ws(p, end);
-		if (p == end)
-			return st == S_AFTER && depth == 0 ? FAST_OK : FAST_FALLBACK;
-		switch (st) {
-		case S_KEY_OR_CLOSE:
-		case S_VALUE_OR_CLOSE:
-			if (*p == (st == S_KEY_OR_CLOSE ? '}' : ']'))
-				goto close;
-			st = st == S_KEY_OR_CLOSE ? S_KEY : S_VALUE;
-			continue;
-		case S_KEY:
-			if (*p != '"')
-				return FAST_FALLBACK;
-			r = fast_string(d, &p, end, &s, &n);
-			if (r != FAST_OK)
-				return r;
-			p = skip_ws(p, end);
-			if (p == end || *p != ':')
-				return FAST_FALLBACK;
-			p++;
-			if (!cb->yajl_map_key(d, s, n))
-				return FAST_FAILED;
-			st = S_VALUE;
-			continue;
-		case S_AFTER:
-			if (depth == 0)
-				return FAST_FALLBACK; /* bytes after the value */
-			if (*p == ',') {
-				p++;
-				st = stack[depth - 1] == '{' ? S_KEY : S_VALUE;
-				continue;
-			}
-			if (*p == (stack[depth - 1] == '{' ? '}' : ']'))
-				goto close;
-			return FAST_FALLBACK;
-		case S_VALUE:
-			break;
-		}
-
-		/* A value. */
-		switch (*p) {
-		case '{':
-		case '[':
-			if (depth == FAST_MAX_DEPTH)
-				return FAST_FALLBACK;
-			stack[depth++] = (char)*p;
-			ok = *p == '{' ? cb->yajl_start_map(d) : cb->yajl_start_array(d);
-			p++;
-			if (!ok)
-				return FAST_FAILED;
-			st = stack[depth - 1] == '{' ? S_KEY_OR_CLOSE : S_VALUE_OR_CLOSE;
-			continue;
-		case '"':
-			r = fast_string(d, &p, end, &s, &n);
-			if (r != FAST_OK)
-				return r;
-			ok = cb->yajl_string(d, s, n);
-			break;
-		case 't':
-		case 'f':
-		case 'n':
-			if (fast_literal(&p, end, "true"))
-				ok = cb->yajl_boolean(d, 1);
-			else if (fast_literal(&p, end, "false"))
-				ok = cb->yajl_boolean(d, 0);
-			else if (fast_literal(&p, end, "null"))
-				ok = cb->yajl_null(d);
-			else
-				return FAST_FALLBACK;
-			break;
-		default:
-			s = p;
-			if (!fast_number(&p, end))
-				return FAST_FALLBACK;
-			ok = cb->yajl_number(d, (const char *)s, (size_t)(p - s));
-			break;
-		}
-		if (!ok)
-			return FAST_FAILED;
-		st = S_AFTER;
-		continue;
-close:
-		depth--;
-		ok = stack[depth] == '{' ? cb->yajl_end_map(d) : cb->yajl_end_array(d);
-		p++;
-		if (!ok)
-			return FAST_FAILED;
-		st = S_AFTER;
-	}
-}
-
 /* Parse with the fast path, and with yajl when it gives up. */
 static bool parse(struct w2j_decoder *d, const yajl_callbacks *cb, const char *buf, size_t len)
 {
 	if (!d->yajl_only) {
-		switch (fast_parse(d, cb, buf, len)) {
+		switch (w2j_fast_parse(d, cb, buf, len)) {
 		case FAST_OK:
 			return true;
 		case FAST_FAILED:
@@ -959,9 +559,9 @@ static int top_scalar(struct w2j_decoder *d, enum w2j_kind kind, const unsigned 
 		return 1;
 	case K_ACTION:
 		if (kind != W2J_KIND_STRING)
-			return set_error(d, "\"action\" is %s, not a string", kind_article(kind));
+			return w2j_fail(d, "\"action\" is %s, not a string", kind_article(kind));
 		if (len != 1 || !memchr("BCIUDTM", s[0], 7))
-			return set_error(d, "unknown action \"%s\"", excerpt(ex, s, len));
+			return w2j_fail(d, "unknown action \"%s\"", excerpt(ex, s, len));
 		d->has_action = true;
 		d->action = (char)s[0];
 		return 1;
@@ -971,15 +571,15 @@ static int top_scalar(struct w2j_decoder *d, enum w2j_kind kind, const unsigned 
 			return 1;
 		}
 		if (kind != W2J_KIND_NUMBER || !parse_xid(s, len, &d->xid))
-			return set_error(d, "invalid \"xid\" value \"%s\"", excerpt(ex, s, len));
+			return w2j_fail(d, "invalid \"xid\" value \"%s\"", excerpt(ex, s, len));
 		d->has_xid = true;
 		return 1;
 	case K_LSN:
 	case K_NEXTLSN:
 		if (kind != W2J_KIND_STRING)
-			return set_error(d, "\"%s\" is %s, not a string", kname, kind_article(kind));
+			return w2j_fail(d, "\"%s\" is %s, not a string", kname, kind_article(kind));
 		if (!lsn_parse((const char *)s, len, &lsn))
-			return set_error(d, "invalid \"%s\" value \"%s\"", kname, excerpt(ex, s, len));
+			return w2j_fail(d, "invalid \"%s\" value \"%s\"", kname, excerpt(ex, s, len));
 		if (d->key == K_LSN)
 			d->lsn = lsn;
 		else
@@ -992,24 +592,24 @@ static int top_scalar(struct w2j_decoder *d, enum w2j_kind kind, const unsigned 
 			return 1;
 		}
 		if (kind != W2J_KIND_STRING)
-			return set_error(d, "\"%s\" is %s, not a string", kname, kind_article(kind));
-		return arena_put(d, s, len, &d->timestamp);
+			return w2j_fail(d, "\"%s\" is %s, not a string", kname, kind_article(kind));
+		return w2j_arena_put(d, s, len, &d->timestamp);
 	case K_SCHEMA:
 	case K_TABLE:
 	case K_PREFIX:
 	case K_CONTENT:
 		if (kind != W2J_KIND_STRING)
-			return set_error(d, "\"%s\" is %s, not a string", kname, kind_article(kind));
-		return arena_put(d, s, len,
+			return w2j_fail(d, "\"%s\" is %s, not a string", kname, kind_article(kind));
+		return w2j_arena_put(d, s, len,
 		                 d->key == K_SCHEMA   ? &d->schema
 		                 : d->key == K_TABLE  ? &d->table
 		                 : d->key == K_PREFIX ? &d->prefix
 		                                      : &d->content);
 	case K_COLUMNS:
-		return set_error(d, "\"columns\" is not an array");
+		return w2j_fail(d, "\"columns\" is not an array");
 	case K_TRANSACTIONAL:
 		if (kind != W2J_KIND_BOOL)
-			return set_error(d, "\"transactional\" is %s, not a boolean", kind_article(kind));
+			return w2j_fail(d, "\"transactional\" is %s, not a boolean", kind_article(kind));
 		d->transactional = s[0] == 't';
 		return 1;
 	}
@@ -1026,9 +626,9 @@ static int col_scalar(struct w2j_decoder *d, enum w2j_kind kind, const unsigned 
 		return 1;
 	case C_NAME:
 		if (kind != W2J_KIND_STRING)
-			return set_error(d, "column \"name\" is %s, not a string", kind_article(kind));
+			return w2j_fail(d, "column \"name\" is %s, not a string", kind_article(kind));
 		c->has_name = true;
-		return arena_put(d, s, len, &c->name);
+		return w2j_arena_put(d, s, len, &c->name);
 	case C_TYPE:
 		if (kind == W2J_KIND_NULL) {
 			c->type.off = NO_OFF;
@@ -1036,10 +636,10 @@ static int col_scalar(struct w2j_decoder *d, enum w2j_kind kind, const unsigned 
 			return 1;
 		}
 		if (kind != W2J_KIND_STRING)
-			return set_error(d, "column \"type\" is %s, not a string", kind_article(kind));
-		return arena_put(d, s, len, &c->type);
+			return w2j_fail(d, "column \"type\" is %s, not a string", kind_article(kind));
+		return w2j_arena_put(d, s, len, &c->type);
 	case C_VALUE:
-		return slot_set_value(d, c, kind, s, len);
+		return w2j_slot_set_value(d, c, kind, s, len);
 	}
 	return 1;
 }
@@ -1051,11 +651,11 @@ static int dec_scalar(struct w2j_decoder *d, enum w2j_kind kind, const unsigned 
 		return 1;
 	switch (d->depth) {
 	case 0:
-		return set_error(d, "JSON text is not an object");
+		return w2j_fail(d, "JSON text is not an object");
 	case 1:
 		return top_scalar(d, kind, s, len);
 	case 2:
-		return set_error(d, "\"columns\" element is not an object");
+		return w2j_fail(d, "\"columns\" element is not an object");
 	default:
 		return col_scalar(d, kind, s, len);
 	}
@@ -1092,7 +692,7 @@ static int dec_open(struct w2j_decoder *d, bool is_array)
 	switch (d->depth) {
 	case 0:
 		if (is_array)
-			return set_error(d, "JSON text is not an object");
+			return w2j_fail(d, "JSON text is not an object");
 		d->depth = 1;
 		return 1;
 	case 1:
@@ -1103,17 +703,17 @@ static int dec_open(struct w2j_decoder *d, bool is_array)
 			return skip_container(d);
 		case K_COLUMNS:
 			if (!is_array)
-				return set_error(d, "\"columns\" is not an array");
+				return w2j_fail(d, "\"columns\" is not an array");
 			d->nslots = 0; /* a repeated key replaces the earlier one */
 			d->depth = 2;
 			return 1;
 		default:
-			return set_error(d, "\"%s\" is an object or array", topkey_name(d->key));
+			return w2j_fail(d, "\"%s\" is an object or array", topkey_name(d->key));
 		}
 	case 2:
 		if (is_array)
-			return set_error(d, "\"columns\" element is not an object");
-		if (!slot_new(d))
+			return w2j_fail(d, "\"columns\" element is not an object");
+		if (!w2j_slot_new(d))
 			return 0;
 		d->ckey = C_OTHER;
 		d->depth = 3;
@@ -1123,9 +723,9 @@ static int dec_open(struct w2j_decoder *d, bool is_array)
 		case C_OTHER:
 			return skip_container(d);
 		case C_VALUE:
-			return set_error(d, "column value is an object or array");
+			return w2j_fail(d, "column value is an object or array");
 		default:
-			return set_error(d, "column \"%s\" is an object or array",
+			return w2j_fail(d, "column \"%s\" is an object or array",
 			                 d->ckey == C_NAME ? "name" : "type");
 		}
 	}
@@ -1157,11 +757,11 @@ static int dec_close(void *ctx)
 		const struct slot *c = &d->slots[d->nslots - 1];
 
 		if (!c->has_name)
-			return set_error(d, "column without \"name\"");
+			return w2j_fail(d, "column without \"name\"");
 		if (!c->has_value)
-			return set_error(
+			return w2j_fail(
 			    d, "column \"%s\" without \"value\"",
-			    excerpt(ex, (const unsigned char *)d->arena + c->name.off, c->name.len));
+			    excerpt(ex, (const unsigned char *)span_ptr(d, c->name), c->name.len));
 	}
 	return 1;
 }
@@ -1191,175 +791,6 @@ static const yajl_callbacks decode_callbacks = {
     .yajl_end_array = dec_close,
 };
 
-/* --- w2j_decode_object() callbacks ------------------------------------ */
-
-/* yajl_gen print callback: append generated text to the arena. */
-static void gen_print(void *ctx, const char *s, size_t len)
-{
-	struct w2j_decoder *d = ctx;
-
-	if (d->gen_oom || len == 0)
-		return;
-	if (!arena_reserve(d, len)) {
-		d->gen_oom = true;
-		return;
-	}
-	memcpy(d->arena + d->arena_len, s, len);
-	d->arena_len += len;
-}
-
-/* Check a yajl_gen result; on failure set the error and return 0. */
-static int gen_check(struct w2j_decoder *d, yajl_gen_status st)
-{
-	if (d->gen_oom)
-		return set_error(d, "out of memory");
-	switch (st) {
-	case yajl_gen_status_ok:
-		return 1;
-	case yajl_max_depth_exceeded:
-		return set_error(d, "message content is nested too deeply");
-	default:
-		return set_error(d, "could not re-serialize nested JSON (yajl_gen status %d)", (int)st);
-	}
-}
-
-static struct slot *cur_field(struct w2j_decoder *d)
-{
-	return &d->slots[d->nslots - 1];
-}
-
-static int obj_scalar(struct w2j_decoder *d, enum w2j_kind kind, const void *s, size_t len)
-{
-	if (d->depth == 0)
-		return set_error(d, "message content is not a JSON object");
-	return slot_set_value(d, cur_field(d), kind, s, len);
-}
-
-static int obj_null(void *ctx)
-{
-	struct w2j_decoder *d = ctx;
-
-	if (d->depth >= 2)
-		return gen_check(d, yajl_gen_null(d->gen));
-	return obj_scalar(d, W2J_KIND_NULL, NULL, 0);
-}
-
-static int obj_boolean(void *ctx, int b)
-{
-	struct w2j_decoder *d = ctx;
-
-	if (d->depth >= 2)
-		return gen_check(d, yajl_gen_bool(d->gen, b));
-	return b ? obj_scalar(d, W2J_KIND_BOOL, "true", 4) : obj_scalar(d, W2J_KIND_BOOL, "false", 5);
-}
-
-static int obj_number(void *ctx, const char *s, size_t len)
-{
-	struct w2j_decoder *d = ctx;
-
-	if (d->depth >= 2)
-		return gen_check(d, yajl_gen_number(d->gen, s, len));
-	return obj_scalar(d, W2J_KIND_NUMBER, s, len);
-}
-
-static int obj_string(void *ctx, const unsigned char *s, size_t len)
-{
-	struct w2j_decoder *d = ctx;
-
-	if (d->depth >= 2)
-		return gen_check(d, yajl_gen_string(d->gen, s, len));
-	return obj_scalar(d, W2J_KIND_STRING, s, len);
-}
-
-static int obj_open(struct w2j_decoder *d, bool is_array)
-{
-	yajl_gen_status st;
-
-	if (d->depth == 0) {
-		if (is_array)
-			return set_error(d, "message content is not a JSON object");
-		d->depth = 1;
-		return 1;
-	}
-	if (d->depth == 1) {
-		/* a nested value of a top-level key: regenerate it compactly */
-		yajl_gen_reset(d->gen, NULL);
-		d->gen_start = d->arena_len;
-	}
-	st = is_array ? yajl_gen_array_open(d->gen) : yajl_gen_map_open(d->gen);
-	d->depth++;
-	return gen_check(d, st);
-}
-
-static int obj_start_map(void *ctx)
-{
-	return obj_open(ctx, false);
-}
-
-static int obj_start_array(void *ctx)
-{
-	return obj_open(ctx, true);
-}
-
-static int obj_close(struct w2j_decoder *d, bool is_array)
-{
-	struct slot *f;
-
-	d->depth--;
-	if (d->depth == 0)
-		return 1;
-	if (!gen_check(d, is_array ? yajl_gen_array_close(d->gen) : yajl_gen_map_close(d->gen)))
-		return 0;
-	if (d->depth > 1)
-		return 1;
-	/* the nested value is complete: it spans gen_start..arena_len */
-	if (!arena_reserve(d, 1))
-		return 0;
-	f = cur_field(d);
-	f->kind = W2J_KIND_JSON;
-	f->has_value = true;
-	f->value.off = d->gen_start;
-	f->value.len = d->arena_len - d->gen_start;
-	d->arena[d->arena_len++] = '\0';
-	return 1;
-}
-
-static int obj_end_map(void *ctx)
-{
-	return obj_close(ctx, false);
-}
-
-static int obj_end_array(void *ctx)
-{
-	return obj_close(ctx, true);
-}
-
-static int obj_map_key(void *ctx, const unsigned char *k, size_t len)
-{
-	struct w2j_decoder *d = ctx;
-	struct slot *f;
-
-	if (d->depth >= 2)
-		return gen_check(d, yajl_gen_string(d->gen, k, len));
-	f = slot_new(d);
-	if (!f)
-		return 0;
-	f->has_name = true;
-	return arena_put(d, k, len, &f->name);
-}
-
-static const yajl_callbacks object_callbacks = {
-    .yajl_null = obj_null,
-    .yajl_boolean = obj_boolean,
-    .yajl_number = obj_number,
-    .yajl_string = obj_string,
-    .yajl_start_map = obj_start_map,
-    .yajl_map_key = obj_map_key,
-    .yajl_end_map = obj_end_map,
-    .yajl_start_array = obj_start_array,
-    .yajl_end_array = obj_end_array,
-};
-
 /* --- public API ------------------------------------------------------- */
 
 /*
@@ -1376,6 +807,7 @@ struct w2j_decoder *w2j_create(void)
 	d->afs.realloc = pool_realloc;
 	d->afs.free = pool_free;
 	d->afs.ctx = &d->pool;
+	d->inplace_min = W2J_INPLACE_MIN;
 	return d;
 }
 
@@ -1388,6 +820,8 @@ void w2j_destroy(struct w2j_decoder *d)
 		yajl_gen_free(d->gen);
 	pool_clear(&d->pool);
 	free(d->scratch);
+	free(d->bigs);
+	free(d->saved);
 	free(d->unesc);
 	free(d->fields);
 	free(d->slots);
@@ -1408,7 +842,7 @@ bool w2j_decode(struct w2j_decoder *d, const char *buf, size_t len, struct w2j_c
 	if (!parse(d, &decode_callbacks, buf, len))
 		return false;
 	if (!d->has_action)
-		return set_error(d, "missing \"action\"");
+		return w2j_fail(d, "missing \"action\"");
 	if (!build_fields(d))
 		return false;
 
@@ -1433,6 +867,45 @@ bool w2j_decode(struct w2j_decoder *d, const char *buf, size_t len, struct w2j_c
 	return true;
 }
 
+bool w2j_decode_inplace(struct w2j_decoder *d, char *buf, size_t len, size_t keep,
+			struct w2j_change *ret)
+{
+	bool ok;
+
+	d->input = buf;
+	ok = w2j_decode(d, buf, len, ret);
+	d->input = NULL;
+	if (!ok || d->nbigs == 0)
+		return ok;
+	d->saved_len = len < keep ? len : keep;
+	if (d->saved_len > d->saved_cap) {
+		char *n = realloc(d->saved, d->saved_len);
+
+		if (!n)
+			return w2j_fail(d, "out of memory");
+		d->saved = n;
+		d->saved_cap = d->saved_len;
+	}
+	memcpy(d->saved, buf, d->saved_len);
+	d->input_changed = true;
+	for (size_t i = 0; i < d->nbigs; i++) {
+		const struct big *b = &d->bigs[i];
+
+		if (b->len != b->raw_len)
+			(void)w2j_unescape_inplace(buf + b->off, buf + b->off, buf + b->off + b->raw_len);
+		buf[b->off + b->len] = '\0';
+	}
+	return true;
+}
+
+const char *w2j_original(const struct w2j_decoder *d, size_t *len)
+{
+	if (!d->input_changed)
+		return NULL;
+	*len = d->saved_len;
+	return d->saved;
+}
+
 /*
  * Decode a flat JSON object into fields in document order (see wal2json.h).
  * On success writes *ret_fields and *ret_nfields, valid until the next call on
@@ -1447,12 +920,12 @@ bool w2j_decode_object(struct w2j_decoder *d, const char *buf, size_t len,
 	if (!d->gen) {
 		d->gen = yajl_gen_alloc(NULL);
 		if (!d->gen)
-			return set_error(d, "out of memory");
+			return w2j_fail(d, "out of memory");
 		/* compact output straight into the arena */
-		if (!yajl_gen_config(d->gen, yajl_gen_print_callback, gen_print, (void *)d))
-			return set_error(d, "could not configure JSON generator");
+		if (!yajl_gen_config(d->gen, yajl_gen_print_callback, w2j_gen_print, (void *)d))
+			return w2j_fail(d, "could not configure JSON generator");
 	}
-	if (!parse(d, &object_callbacks, buf, len))
+	if (!parse(d, &w2j_object_callbacks, buf, len))
 		return false;
 	if (!build_fields(d))
 		return false;
@@ -1462,6 +935,11 @@ bool w2j_decode_object(struct w2j_decoder *d, const char *buf, size_t len,
 }
 
 /* Why the last call failed ("" after a success); valid until the next call. */
+void w2j_set_inplace_min(struct w2j_decoder *d, size_t n)
+{
+	d->inplace_min = n ? n : 1;
+}
+
 void w2j_set_fast_path(struct w2j_decoder *d, bool on)
 {
 	d->yajl_only = !on;

@@ -86,6 +86,25 @@ void w2j_destroy(struct w2j_decoder *d); /* NULL is a no-op */
 bool w2j_decode(struct w2j_decoder *d, const char *buf, size_t len, struct w2j_change *ret);
 
 /*
+ * w2j_decode() for a buffer the caller owns and lets the decoder change:
+ * string values of W2J_INPLACE_MIN bytes or more are not copied but undone
+ * in place (unescaping never lengthens) and NUL-terminated there, so the
+ * returned pointers to them point into buf and stay valid as long as buf.
+ * Only once the whole object parsed is buf changed; before that its first
+ * keep bytes are saved, for w2j_original(). A large row so costs no memory
+ * beyond its own buffer.
+ */
+#define W2J_INPLACE_MIN (64 * 1024)
+bool w2j_decode_inplace(struct w2j_decoder *d, char *buf, size_t len, size_t keep,
+			struct w2j_change *ret);
+
+/*
+ * After w2j_decode_inplace() changed its buffer: the first bytes the buffer
+ * had (at most keep) and their count. NULL when the last call changed nothing.
+ */
+const char *w2j_original(const struct w2j_decoder *d, size_t *len);
+
+/*
  * Decode a flat JSON object (a logical message's content) into fields, one per
  * key in document order. Scalars follow enum w2j_kind; nested objects/arrays
  * come back as W2J_KIND_JSON with compact JSON text. type is NULL.
@@ -104,6 +123,9 @@ bool w2j_json_valid(const char *buf, size_t len);
  * compare the two, and for profiling.
  */
 void w2j_set_fast_path(struct w2j_decoder *d, bool on);
+
+/* The size from which w2j_decode_inplace() leaves a string in place (tests: small sizes). */
+void w2j_set_inplace_min(struct w2j_decoder *d, size_t n);
 
 /* Why the last call failed; valid until the next call. */
 const char *w2j_errmsg(const struct w2j_decoder *d);

@@ -28,8 +28,9 @@
 --    it. If the relay is down for long, WAL accumulates without bound unless
 --        max_slot_wal_keep_size = '10GB'
 --    is set. Past the cap PostgreSQL invalidates the slot (pg_replication_slots.wal_status
---    = 'lost'); the relay then exits with code 4 and events in the lost range must be
---    recovered from the outbox table (another reason to keep rows for a while).
+--    = 'lost'); the relay then exits with code 8 (4 when Redis holds no slot record of
+--    it: README, "Gaps") and events in the lost range must be recovered from the outbox
+--    table with outbox-relay republish (another reason to keep rows for a while).
 --
 --  * A login role for the relay with the REPLICATION attribute, e.g.
 --        CREATE ROLE outbox_relay LOGIN REPLICATION PASSWORD '...';
@@ -91,6 +92,15 @@ CREATE TABLE IF NOT EXISTS public.outbox (
 COMMENT ON TABLE public.outbox IS
     'Transactional outbox: rows are published to Redis Streams by outbox-relay '
     '(only INSERTs are published; rows may be deleted at any time after commit).';
+
+-- Optional: refuse rows the relay could not take, at commit, where the
+-- application sees the error. A row costs the relay twice its size as wal2json
+-- prints it (README, "Memory"); one larger than its memory limit allows gets it
+-- OOM-killed before it can dead-letter the row. 16 MiB of payload text stays
+-- under the default --max-event-bytes (64MiB) even when every character is
+-- escaped twice.
+-- ALTER TABLE public.outbox ADD CONSTRAINT outbox_row_size
+--     CHECK (octet_length(payload::text) + octet_length(headers::text) <= 16 * 1024 * 1024);
 
 -- For outbox_purge(): find old rows without a sequential scan.
 CREATE INDEX IF NOT EXISTS outbox_created_at_idx ON public.outbox (created_at);

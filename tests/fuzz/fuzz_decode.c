@@ -21,6 +21,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static struct w2j_decoder *dec;
 static struct w2j_decoder *ref; /* yajl only */
+static struct w2j_decoder *inp; /* w2j_decode_inplace() from 4-byte strings on */
 static struct mapper *map;
 static struct relay_config cf;
 
@@ -35,9 +36,11 @@ static void setup(void)
 	cf.slot = "fuzz";
 	dec = w2j_create();
 	ref = w2j_create();
+	inp = w2j_create();
 	map = mapper_create(&cf, err, sizeof(err));
-	if (!dec || !ref || !map)
+	if (!dec || !ref || !inp || !map)
 		abort();
+	w2j_set_inplace_min(inp, 4);
 	w2j_set_fast_path(ref, false);
 }
 
@@ -128,6 +131,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			(void)mapper_map(map, &tx, 1, fields, n, buf, size, &ev, &reason);
 	} else if (w2j_errmsg(dec)[0] == '\0') {
 		abort(); /* a rejection must say why */
+	}
+	/* In place, on a copy: the same verdict and change as yajl; the copy
+	 * changes only when the decode succeeded. */
+	{
+		char *copy = malloc(size ? size : 1);
+		struct w2j_decoder *keep = dec;
+		size_t olen;
+
+		if (!copy)
+			abort();
+		memcpy(copy, buf, size);
+		dec = inp; /* same_verdict() compares dec's message */
+		ok = w2j_decode_inplace(inp, copy, size, 64, &ch);
+		compare_paths(buf, size, ok, &ch);
+		dec = keep;
+		if (w2j_original(inp, &olen) ? !ok || memcmp(w2j_original(inp, &olen), buf, olen) != 0
+					      : memcmp(copy, buf, size) != 0)
+			abort();
+		free(copy);
 	}
 	ok = w2j_decode_object(dec, buf, size, &fields, &n);
 	compare_objects(buf, size, ok, fields, n);

@@ -22,6 +22,9 @@
 #   dedup_window_500ms      --dedup-window 500ms             2
 #   inflight_bytes_1        --max-inflight-bytes 1           2
 #   env_maxlen_negative     OUTBOX_RELAY_MAXLEN=-1           2, names the variable
+#   trim_unknown            --trim all                       2, expected none or acked
+#   trim_interval_10ms      --trim-interval 10ms             2
+#   env_trim_unknown        OUTBOX_RELAY_TRIM=yes            2, names the variable
 #   pg_password_file_missing --pg-password-file /missing     2
 #   http_addr_in_use        --http-addr on a bound port      2, Address already in use
 #   pg_wrong_password       scram, wrong password in DSN     3, password authentication failed + hint
@@ -156,6 +159,15 @@ case_env_maxlen_negative() {
 	expect_nothing_created "OUTBOX_RELAY_MAXLEN=-1" "$S0" "$K0"
 }
 run_case env_maxlen_negative case_env_maxlen_negative
+run_case trim_unknown numeric trim --trim all "expected none or acked"
+run_case trim_interval_10ms numeric trimint --trim-interval 10ms "must be between 100ms and"
+
+case_env_trim_unknown() {
+	OUTBOX_RELAY_TRIM=yes relay_run || true
+	expect_config_error "OUTBOX_RELAY_TRIM=yes" "OUTBOX_RELAY_TRIM" '"yes"' "expected none or acked"
+	expect_nothing_created "OUTBOX_RELAY_TRIM=yes" "$S0" "$K0"
+}
+run_case env_trim_unknown case_env_trim_unknown
 
 case_pg_password_file_missing() {
 	relay_run --pg-password-file "$T/no-such-secret" || true

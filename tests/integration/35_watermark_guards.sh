@@ -8,8 +8,13 @@
 #       "duplicate" of a failed attempt; no NOPERM anywhere.
 #   (b) Streams sharing a hash tag ({orders}:order, {orders}:customer) keep
 #       their own watermark and dedup keys: two messages with the same id go
-#       to both streams; while the ACL refuses {orders}:order, customer events
-#       flow, and once it is granted every order event arrives.
+#       to both streams. While the ACL refuses {orders}:order the relay stops
+#       with exit 5 and one line naming that stream and the ACL patterns
+#       (issue 11 §4: NOPERM of any kind is a configuration error); once it is
+#       granted every order and customer event arrives once.
+#   (d) The same for the other keys of a call: a --dead-letter-stream and a
+#       --key-prefix (watermark, dedup, slot record keys) outside the ACL
+#       user's patterns: exit 5, one line naming the key, nothing published.
 #   (c) A second PostgreSQL system (fresh initdb) behind the same Redis, slot
 #       name and key prefix: the relay refuses with exit 7 and one line naming
 #       the fix, publishes nothing; with its own --key-prefix it delivers.
@@ -90,16 +95,20 @@ if want b; then
 	wait_confirmed tags "$(current_lsn)" 30 || fail "(b) messages not confirmed"
 	assert_eq "$same" "$(rx fields '{orders}:order' id)" "(b) {orders}:order has the message"
 	assert_eq "$same" "$(rx fields '{orders}:customer' id)" "(b) {orders}:customer has the message with the same id (not a duplicate of the other stream's)"
-	# Refuse {orders}:order only: its calls fail (NOPERM inside the function)
-	# while {orders}:customer's calls run, in the same pipeline.
+	# Refuse {orders}:order only: a configuration error (exit 5, one line
+	# naming the stream and the patterns), not a retry loop.
 	relay_acl_user '~{orders}:customer'
 	emit_orders_customers 1001 1400
 	l_b=$(current_lsn)
-	# Calls behind the first refused one run as far as each resend reaches.
-	wait_for "[ \"\$(redis_cli XLEN '{orders}:customer')\" -ge 51 ]" 30 || fail "(b) customer events did not flow while {orders}:order was refused"
+	relay_wait 30 || fail "(b) the relay did not stop on the refused key"
+	assert_eq 5 "$RELAY_RC" "(b) exit code for a key outside the ACL user's patterns"
+	errs=$(grep -E ' error: ' "$RELAY_LOG" || true)
+	assert_eq 1 "$(printf '%s\n' "$errs" | grep -c .)" "(b) one error line [${errs:0:400}]"
+	assert_contains "$errs" 'publish to stream "{orders}:order" refused by the Redis ACL (NOPERM' "(b) the line names the call's stream and the refusal"
+	assert_contains "$errs" "~outbox:* ~outbox-relay:* in deploy/redis/users.acl" "(b) the line names the fix"
 	assert_lsn_lt "$(slot_confirmed_lsn tags)" "$l_b" "(b) not confirmed past the refused order events"
 	relay_acl_user '~{orders}:customer' '~{orders}:order'
-	wait_confirmed tags "$l_b" 30 || fail "(b) not confirmed after {orders}:order was granted"
+	relay_run_until "$l_b" --slot tags --stream "$STREAM_B" || fail "(b) relay after {orders}:order was granted: exit $RELAY_RC"
 	relay_stop
 	psql_q "SELECT id FROM outbox WHERE aggregate_type = 'order' AND aggregate_id::int >= 1001 ORDER BY aggregate_id::int" >"$T/b.order"
 	rx fields '{orders}:order' id | tail -n +2 >"$T/b.got"
@@ -136,5 +145,33 @@ if want c; then
 	relay_run_until "$(current_lsn)" --key-prefix second || fail "(c) relay with its own --key-prefix failed"
 	rx fields outbox:order id | tail -n 5 >"$T/c.got"
 	assert_eq "$ids_c" "$(cat "$T/c.got")" "(c) with its own --key-prefix the five events arrive"
+fi
+
+# ---------------------------------------------------------------------------
+# (d) a dead-letter stream or --key-prefix outside the ACL user's patterns
+# ---------------------------------------------------------------------------
+if want d; then
+	relay_acl_user
+	REDIS_URL="unix://outbox-relay:$RELAY_PW@$REDIS_SOCK"
+	slot_create acl_d
+	ids_d=$(psql_q "SELECT outbox_emit('order', 'd-' || i, 'created', '{}') FROM generate_series(1, 5) i")
+	n0=$(xlen outbox:order)
+	relay_run --slot acl_d --dead-letter-stream dl:refused --retry-max 1s || true
+	assert_eq 5 "$RELAY_RC" "(d) --dead-letter-stream outside the patterns: exit code"
+	errs=$(grep -E ' error: ' "$RELAY_LOG" || true)
+	assert_eq 1 "$(printf '%s\n' "$errs" | grep -c .)" "(d) one error line [${errs:0:400}]"
+	assert_contains "$errs" "refused by the Redis ACL (NOPERM" "(d) the line says the ACL refused it"
+	assert_contains "$errs" 'dead-letter stream "dl:refused"' "(d) the line names the dead-letter stream"
+	relay_run --slot acl_d --key-prefix refused-prefix --retry-max 1s || true
+	assert_eq 5 "$RELAY_RC" "(d) --key-prefix outside the patterns: exit code"
+	errs=$(grep -E ' error: ' "$RELAY_LOG" || true)
+	assert_eq 1 "$(printf '%s\n' "$errs" | grep -c .)" "(d) one error line [${errs:0:400}]"
+	assert_contains "$errs" "refused by the Redis ACL (NOPERM" "(d) the line says the ACL refused it"
+	assert_contains "$errs" "refused-prefix:" "(d) the line names the refused key"
+	assert_eq "$n0" "$(xlen outbox:order)" "(d) nothing published while refused"
+	relay_drain --slot acl_d
+	rx fields outbox:order id | tail -n 5 >"$T/d.got"
+	assert_eq "$ids_d" "$(cat "$T/d.got")" "(d) with the patterns granted the five events arrive once"
+	REDIS_URL=unix://$REDIS_SOCK
 fi
 pass

@@ -4,7 +4,8 @@
 # bus), with a throwaway CA. The relay discovers the slot map over TLS, opens
 # one TLS connection per master (the certificate carries IP:127.0.0.1, the
 # address CLUSTER SLOTS announces) and delivers 4,000 events on 40 streams
-# exactly once, spread over all three masters. Skipped in builds without
+# exactly once, spread over all three masters; outbox-consume and status read
+# them through the same URL over TLS. Skipped in builds without
 # hiredis_ssl (47_redis_tls checks their refusal).
 . "$(dirname "$0")/lib.sh"
 command -v openssl >/dev/null || skip "openssl is not installed (deploy/install-deps.sh installs it)"
@@ -82,4 +83,21 @@ ids_exactly_once "$T/expected" "$T/got" "TLS cluster"
 c1=$(slot_confirmed_lsn outbox_relay)
 lsn_ge "$c1" "$end1" || fail "slot confirmed to the end: $c1 < $end1"
 ok "slot confirmed to the end ($c1 >= $end1)"
+
+# outbox-consume and status through the same rediss-cluster:// URL.
+CONSUME_BIN=${CONSUME_BIN:-$(dirname "$RELAY_BIN")/../outbox-consume/outbox-consume}
+RC=0
+env -u OUTBOX_CONSUME_GROUP -u OUTBOX_CONSUME_STREAM -u OUTBOX_CONSUME_STREAM_PATTERN \
+	timeout -k 5 60 "$CONSUME_BIN" --redis-url "$REDIS_URL" --redis-tls-ca-file "$TLS/ca.crt" \
+	--stream-pattern 'outbox:t*' --group g --create-group --count 4000 \
+	>"$T/consume.out" 2>"$T/consume.err" </dev/null || RC=$?
+assert_eq 0 "$RC" "outbox-consume over rediss-cluster:// exit code (--count 4000)"
+python3 -c 'import json,sys; [print(json.loads(l)["id"]) for l in open(sys.argv[1])]' "$T/consume.out" >"$T/consumed"
+ids_exactly_once "$T/expected" "$T/consumed" "outbox-consume over the TLS cluster"
+RC=0
+env -u OUTBOX_RELAY_PG_DSN -u OUTBOX_RELAY_REDIS_URL -u OUTBOX_RELAY_STREAM_PATTERN \
+	timeout -k 5 30 "$RELAY_BIN" status --pg-dsn "$PG_DSN" --redis-url "$REDIS_URL" \
+	--redis-tls-ca-file "$TLS/ca.crt" --stream-pattern 'outbox:t*' >"$T/status.out" 2>&1 </dev/null || RC=$?
+assert_eq 0 "$RC" "status over rediss-cluster:// exit code"
+assert_contains "$(cat "$T/status.out")" 'Streams matching "outbox:t*": 40' "status finds the 40 streams over TLS"
 pass

@@ -17,6 +17,11 @@
 #      --wait-replicas 1 against a primary + replica (WAIT, INFO) and Redis
 #      Cluster (CLUSTER SLOTS), each exactly once; without +wait the relay
 #      exits 5 with one line naming WAIT and +wait instead of retrying forever.
+#  (e) --trim acked with the shipped outbox-relay user, single node (FCALL and
+#      EVALSHA), with --wait-replicas 1, and in Redis Cluster: events arrive
+#      exactly once, a group acknowledges them, the next round trims them, and
+#      no NOPERM (XINFO GROUPS, XPENDING, XTRIM run inside the relay's call).
+#      Without +xtrim the relay exits 5 with one line naming the permissions.
 RELAY_TIMEOUT=${RELAY_TIMEOUT:-60}
 . "$(dirname "$0")/lib.sh"
 ROOT=$(cd "$TESTS_DIR/.." && pwd)
@@ -39,6 +44,42 @@ RELAY_REDIS=$REDIS_URL
 _relay_args() {
 	RELAY_ARGS=(--pg-dsn "$RELAY_DSN" --redis-url "$RELAY_REDIS" --log-level "$RELAY_LOG_LEVEL"
 		--http-addr "") # parallel tests would otherwise share :9187
+}
+
+# ack_all SOCK STREAM GROUP: GROUP reads and acknowledges every new entry of
+# STREAM (as the test's admin); prints how many.
+ack_all() {
+	python3 -c "import sys
+sys.path.insert(0, '$TESTS_DIR/integration')
+from rx import Client
+r = Client(sys.argv[1])
+rep = r.call('XREADGROUP', 'GROUP', sys.argv[3], 'c1', 'COUNT', 100000, 'STREAMS', sys.argv[2], '>')
+ids = [e[0] for e in rep[0][1]] if rep else []
+print(r.call('XACK', sys.argv[2], sys.argv[3], *ids) if ids else 0)" "$@"
+}
+
+# acl_trim LABEL SLOT SOCK ARGS...: (e) a background relay as the shipped user
+# (RELAY_REDIS; ARGS: its mode) with --trim acked --group gt publishes 20
+# events to outbox:trimmed; they arrive exactly once; gt acknowledges them;
+# the next round trims the stream; no NOPERM. The servers hold small stream
+# nodes (stream-node-max-entries 4) so that XTRIM ~ can remove some.
+acl_trim() {
+	local label=$1 slot=$2 sock=$3
+	shift 3
+	: >"$T/expected"
+	relay_start --slot "$slot" --pg-password-file "$T/pg-password" --redis-password-file "$T/redis-password" \
+		--group gt --trim acked --trim-interval 1s "$@"
+	emit 20 trimmed
+	wait_confirmed "$slot" "$(current_lsn)" 30 || fail "($label) events not confirmed: $(tail -n 3 "$RELAY_LOG")"
+	$RX "$sock" fields outbox:trimmed id >"$T/got.trim" || fail "($label) could not read outbox:trimmed"
+	ids_exactly_once "$T/expected" "$T/got.trim" "($label) --trim acked, shipped ACL user"
+	assert_eq 20 "$(ack_all "$sock" outbox:trimmed gt)" "($label) group gt acknowledged the 20 entries"
+	wait_for "grep -q 'entries removed' '$RELAY_LOG'" 15 "a trim round" ||
+		fail "($label) no trim round removed entries: $(grep -E 'trim|error' "$RELAY_LOG" | tail -n 3 || true)"
+	relay_stop
+	assert_eq 0 "$RELAY_RC" "($label) relay exit code"
+	assert_not_contains "$(cat "$RELAY_LOG")" "NOPERM" "($label) no NOPERM with --trim acked"
+	assert_lt "$($RX "$sock" cmd XLEN outbox:trimmed)" 20 "($label) outbox:trimmed was trimmed"
 }
 
 # emit N TYPE: N events through outbox_emit() in one transaction, ids to $T/expected.
@@ -218,6 +259,23 @@ else
 	log "no outbox-consume binary at $CONSUME_BIN: consumer ACL checked with redis-cli only"
 fi
 
+# (e) --trim acked on the single node, through FCALL and through EVALSHA.
+redis_cli CONFIG SET stream-node-max-entries 4 >/dev/null
+RELAY_REDIS="unix://outbox-relay:@$REDIS_SOCK"
+acl_trim "e, FCALL" roles_slot "$REDIS_SOCK"
+# Without +xtrim: a configuration error naming the permissions, not a retry.
+assert_eq OK "$(redis_cli ACL SETUSER outbox-relay -xtrim)" "ACL SETUSER outbox-relay -xtrim"
+emit 1 noxtrim
+relay_run --slot roles_slot --pg-password-file "$T/pg-password" --redis-password-file "$T/redis-password" \
+	--group gt --trim acked --trim-interval 1s || true
+assert_eq 5 "$RELAY_RC" "(e) --trim acked without +xtrim: exit code"
+errs=$(grep ' error: ' "$RELAY_LOG" || true)
+assert_eq 1 "$(printf '%s\n' "$errs" | grep -c .)" "(e) one error line [${errs:0:400}]"
+assert_contains "$errs" "--trim acked refused by the Redis ACL" "(e) the line names --trim acked"
+assert_contains "$errs" "+xtrim" "(e) the line names the permission to grant"
+assert_eq OK "$(redis_cli ACL SETUSER outbox-relay +xtrim)" "ACL SETUSER outbox-relay +xtrim"
+acl_trim "e, EVALSHA" roles_slot "$REDIS_SOCK" --no-redis-functions
+
 # ---------------------------------------------------------------------------
 # (c) wrong Redis password
 # ---------------------------------------------------------------------------
@@ -272,6 +330,13 @@ line=$(grep 'NOPERM' "$RELAY_LOG")
 assert_contains "$line" "WAIT refused by the Redis ACL" "the NOPERM line names WAIT"
 assert_contains "$line" "grant +wait" "the NOPERM line names the fix (+wait)"
 assert_contains "$line" "deploy/redis/users.acl" "the NOPERM line names users.acl"
+assert_eq OK "$(rcli "$PRIMARY_PORT" ACL SETUSER outbox-relay +wait)" "ACL SETUSER outbox-relay +wait"
+relay_drain --slot roles_pair --pg-password-file "$T/pg-password" --redis-password-file "$T/redis-password" \
+	--wait-replicas 1 --wait-timeout 2s
+
+# (e) --trim acked with --wait-replicas 1.
+rcli "$PRIMARY_PORT" CONFIG SET stream-node-max-entries 4 >/dev/null
+acl_trim "e, WAIT" roles_pair "127.0.0.1:$PRIMARY_PORT" --wait-replicas 1 --wait-timeout 2s
 
 cluster_start 3 0
 for p in $CLUSTER_MASTER_PORTS; do acl_relay_user "$p"; done
@@ -284,6 +349,10 @@ emit 10 customer
 relay_drain --slot roles_cluster --pg-password-file "$T/pg-password" --redis-password-file "$T/redis-password"
 assert_not_contains "$(cat "$RELAY_LOG")" "NOPERM" "no NOPERM in the relay log (Redis Cluster)"
 cluster_ids_exactly_once "$T/expected"
+
+# (e) --trim acked in Redis Cluster.
+for p in $CLUSTER_MASTER_PORTS; do rcli "$p" CONFIG SET stream-node-max-entries 4 >/dev/null; done
+acl_trim "e, Cluster" roles_cluster "127.0.0.1:$(cluster_live_port)"
 
 # No relay log ever contained a real password either.
 all_logs=$(cat "$T"/relay.*.log)

@@ -14,7 +14,10 @@
 # cluster (its server-setting check included) and the image's relay streams
 # from it as outbox_relay, by SCRAM password over TCP, with the password file
 # mounted read-only as a secret would be, and (when the image has hiredis_ssl)
-# to Redis over rediss:// with the CA file mounted the same way.
+# to Redis over rediss:// with the CA file mounted the same way. Last, what the
+# FROM scratch runtime root must hold for libpq and OpenSSL: uid 10001's passwd
+# entry (libpq's default user name) and the CA bundle at OpenSSL's default
+# path (rediss:// without --redis-tls-ca-file), checked with --check-config.
 . "$(dirname "$0")/lib.sh"
 
 IMAGE=${OUTBOX_IMAGE:-}
@@ -30,9 +33,10 @@ RUN_OPTS=(--network host --read-only --health-interval disable)
 pm() { "${PODMAN[@]}" "$@" 2> >(sed '/unable to get systemd connection/d' >&2); }
 NAME=outbox-it-74-$$
 NAME2=$NAME-entrypoint
+NAME3=$NAME-memory
 
 setup_tmp
-trap '_rc=$?; podman rm -i -f -t 0 "$NAME" "$NAME2" >/dev/null 2>&1; pkill_ep; (exit $_rc); _cleanup' EXIT
+trap '_rc=$?; podman rm -i -f -t 0 "$NAME" "$NAME2" "$NAME3" >/dev/null 2>&1; pkill_ep; (exit $_rc); _cleanup' EXIT
 # The entrypoint's cluster (not in lib.sh's bookkeeping): immediate stop.
 pkill_ep() {
 	[ -f "$T/ep-pg/postmaster.pid" ] || return 0
@@ -175,5 +179,68 @@ assert_exactly_once "$T/ep-expected"
 pm stop -t 30 "$NAME2" >/dev/null
 assert_eq 0 "$(podman inspect --format '{{.State.ExitCode}}' "$NAME2")" "second container exit code"
 pm rm "$NAME2" >/dev/null
+
+# The runtime root is FROM scratch (deploy/Dockerfile): what libpq and OpenSSL
+# look up at run time must be in it. --check-config connects to both servers
+# and exits 0 only when everything is right (9 with one line per problem).
+check_in_image() {
+	RC=0
+	OUT=$(pm run --rm "${RUN_OPTS[@]}" "$@" "$IMAGE" --check-config 2>&1) || RC=$?
+}
+# libpq takes the default user name from the passwd entry of uid 10001.
+check_in_image -e OUTBOX_RELAY_PG_DSN="host=127.0.0.1 port=$PGPORT dbname=postgres" \
+	-e OUTBOX_RELAY_REDIS_URL="redis://127.0.0.1:$RPORT"
+assert_contains "$OUT" 'role "outbox-relay" does not exist' "no user= in the DSN: libpq found uid 10001's name (exit $RC)"
+if [ ${#TLS_ARGS[@]} -gt 0 ]; then
+	# No --redis-tls-ca-file: OpenSSL's default paths (/usr/lib/ssl/cert.pem ->
+	# /etc/ssl/certs/ca-certificates.crt) are the image's CA bundle, which
+	# does not hold the test CA; mounted over the bundle, it is trusted. The
+	# host name goes through the image's nsswitch.conf (files).
+	SYSTLS=(-e OUTBOX_RELAY_PG_DSN="host=127.0.0.1 port=$PGPORT user=postgres dbname=postgres"
+		-e OUTBOX_RELAY_REDIS_URL="rediss://localhost:$TPORT")
+	check_in_image "${SYSTLS[@]}"
+	assert_eq 9 "$RC" "--check-config exit code, rediss:// to a private CA with the image's own bundle"
+	assert_contains "$OUT" "was not accepted for \"localhost\"" "the image's bundle does not trust the test CA"
+	check_in_image -v "$TLS/ca.crt:/etc/ssl/certs/ca-certificates.crt:ro" "${SYSTLS[@]}"
+	assert_eq 0 "$RC" "--check-config exit code, rediss://localhost with the test CA as the system bundle: $(tail -n 3 <<<"$OUT")"
+fi
+
+
+# --- the shipped memory limit vs the largest row accepted by default ---------
+LIMIT=$(awk '/limits:/ { l = 1; next } l && /memory:/ { print $2; exit }' "$TESTS_DIR/../deploy/kubernetes/deployment.yaml")
+[[ "$LIMIT" =~ ^[0-9]+Mi$ ]] || fail "no memory limit found in deploy/kubernetes/deployment.yaml ($LIMIT)"
+redis_cli FLUSHALL >/dev/null
+# {"blob": "x..."}: the row as wal2json prints it is the blob plus ~1.3 KiB.
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+        VALUES ('big', 'b1', 'created', jsonb_build_object('blob', repeat('x', 64 * 1048576 - 4096)))" >/dev/null
+end=$(current_lsn)
+mem_run() { # mem_run LIMIT_MiB: the relay under that memory limit, no swap
+	pm run -d --name "$NAME3" "${RUN_OPTS[@]}" --memory "${1}m" --memory-swap "${1}m" \
+		-e OUTBOX_RELAY_PG_DSN="host=127.0.0.1 port=$PGPORT user=postgres dbname=postgres" \
+		-e OUTBOX_RELAY_REDIS_URL="redis://127.0.0.1:$RPORT" \
+		-e OUTBOX_RELAY_MAX_INFLIGHT_BYTES=16MiB -e OUTBOX_RELAY_HTTP_ADDR= \
+		-e OUTBOX_RELAY_LOG_LEVEL=info \
+		"$IMAGE" >/dev/null || fail "podman run --memory ${1}m failed"
+}
+mem_run 128
+wait_for '[ "$(podman inspect --format "{{.State.Running}}" "$NAME3")" = false ]' 60 ||
+	fail "under 128Mi the relay still runs after 60 s: $(container_log "$NAME3")"
+log "under 128Mi: exit code $(podman inspect --format '{{.State.ExitCode}}' "$NAME3"), OOMKilled $(podman inspect --format '{{.State.OOMKilled}}' "$NAME3"): $(container_log "$NAME3" | tail -n 2)"
+# SIGKILL (137): the kernel's OOM killer, nothing else signals it here
+# (podman on cgroup v1 does not set OOMKilled).
+assert_eq 137 "$(podman inspect --format '{{.State.ExitCode}}' "$NAME3")" "under 128Mi the 64 MiB row OOM-kills the relay (why the limit is $LIMIT)"
+assert_eq 0 "$(redis_cli EXISTS outbox:big)" "nothing published under 128Mi"
+pm rm "$NAME3" >/dev/null
+mem_run "${LIMIT%Mi}"
+wait_for '[ "$(redis_cli EXISTS outbox:big)" = 1 ]' 120 ||
+	fail "under $LIMIT the 64 MiB row was not published: $(container_log "$NAME3")"
+wait_confirmed outbox_relay "$end" 30 || fail "under $LIMIT: not confirmed up to $end"
+assert_eq true "$(podman inspect --format '{{.State.Running}}' "$NAME3")" "under $LIMIT the relay runs on after the row"
+assert_eq "$((64 * 1048576 - 4096 + 12))" "$(redis_cli EVAL "local e = redis.call('XRANGE', KEYS[1], '-', '+')[1][2]
+for i = 1, #e, 2 do if e[i] == 'payload' then return #e[i + 1] end end
+return -1" 1 outbox:big)" "the payload arrived whole"
+pm stop -t 30 "$NAME3" >/dev/null
+assert_eq 0 "$(podman inspect --format '{{.State.ExitCode}}' "$NAME3")" "exit code after podman stop"
+pm rm "$NAME3" >/dev/null
 
 pass

@@ -849,6 +849,7 @@ check_orders_customers_once() {
 #                              CLUSTER_REPLICA_PORTS, CLUSTER_URL
 #   cluster_cli PORT ARGS      redis-cli -c --raw on one node
 #   cluster_ids_exactly_once EXPECTED_IDS_FILE [PATTERN]
+#   cluster_move_slot SLOT FROM TO [PAUSE_S]   move one slot and its keys (ASK, then MOVED)
 #   replica_pair_start         PRIMARY_PORT + REPLICA_PORT (REPLICAOF), no cluster
 
 CLUSTER_PORTS=
@@ -1031,6 +1032,35 @@ cluster_key_port() {
 			if (s >= lo + 0 && s <= hi + 0) { print a[2]; exit }
 		}
 	}'
+}
+
+# cluster_move_slot SLOT FROM_PORT TO_PORT [PAUSE_S]: move one hash slot and
+# its keys between masters by hand, as redis-cli --cluster reshard does for
+# each slot: SETSLOT IMPORTING on the target, MIGRATING on the source, MIGRATE
+# the keys in batches until the source holds none, wait PAUSE_S seconds (the
+# slot is then served through ASK redirections), then SETSLOT NODE on every
+# master (clients get MOVED from then on).
+cluster_move_slot() {
+	local slot=$1 from=$2 to=$3 pause=${4:-0} fid tid moving out p
+	fid=$(cluster_node_id "$from")
+	tid=$(cluster_node_id "$to")
+	out=$(rcli "$to" CLUSTER SETSLOT "$slot" IMPORTING "$fid")
+	[ "$out" = OK ] || fail "CLUSTER SETSLOT $slot IMPORTING on $to: $out"
+	out=$(rcli "$from" CLUSTER SETSLOT "$slot" MIGRATING "$tid")
+	[ "$out" = OK ] || fail "CLUSTER SETSLOT $slot MIGRATING on $from: $out"
+	while :; do
+		# (--raw prints an empty array as one empty line)
+		mapfile -t moving < <(rcli "$from" CLUSTER GETKEYSINSLOT "$slot" 100 | sed '/^$/d')
+		[ "${#moving[@]}" -gt 0 ] || break
+		out=$(rcli "$from" MIGRATE 127.0.0.1 "$to" "" 0 10000 KEYS "${moving[@]}")
+		[ "$out" = OK ] || fail "MIGRATE of slot $slot from $from to $to: $out"
+	done
+	sleep "$pause"
+	for p in "$to" "$from" $(cluster_masters); do
+		out=$(rcli "$p" CLUSTER SETSLOT "$slot" NODE "$tid")
+		[ "$out" = OK ] || fail "CLUSTER SETSLOT $slot NODE on $p: $out"
+	done
+	log "slot $slot moved from master $from to master $to"
 }
 
 # cluster_ok [PORTS...]: every node (default: CLUSTER_PORTS) reports

@@ -467,6 +467,90 @@ TEST(command_info)
 	}
 }
 
+/* Slots as redis-server 7.0's CLUSTER KEYSLOT gives them. */
+TEST(key_slot)
+{
+	static const struct {
+		const char *key;
+		unsigned slot;
+	} cases[] = {
+	    {"foo", 12182},
+	    {"bar", 5061},
+	    {"somekey", 11058},
+	    {"foo{hash_tag}", 2515},
+	    {"{user1000}.following", 3443},
+	    {"foo{}{bar}", 8363},     /* empty tag: the whole key */
+	    {"foo{{bar}}zap", 4015},  /* tag "{bar" */
+	    {"foo{bar}{zap}", 5061},  /* first tag only: "bar" */
+	    {"{}", 15257},
+	    {"outbox:agg-7", 10198},
+	    {"a{", 14311},            /* no closing brace */
+	    {"}{x}", 16287},
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		unsigned got = cluster_slots_key_slot(cases[i].key, strlen(cases[i].key));
+
+		if (got != cases[i].slot)
+			printf("# %s: slot %u, want %u\n", cases[i].key, got, cases[i].slot);
+		CHECK(got == cases[i].slot);
+	}
+	/* Binary-safe: a NUL inside the key counts. */
+	CHECK(cluster_slots_key_slot("foo\0x", 5) != cluster_slots_key_slot("foo", 3));
+}
+
+TEST(redirect)
+{
+	char host[CLUSTER_SLOTS_HOST_MAX + 1];
+	unsigned slot = 0;
+	int port = 0;
+	bool ask = true;
+
+	CHECK(cluster_slots_redirect("MOVED 3999 127.0.0.1:6381", &ask, &slot, host, sizeof(host),
+				     &port));
+	CHECK(!ask);
+	CHECK_INT(slot, 3999);
+	CHECK_STR(host, "127.0.0.1");
+	CHECK_INT(port, 6381);
+	CHECK(cluster_slots_redirect("ASK 16383 redis-2.example:7000", &ask, &slot, host,
+				     sizeof(host), &port));
+	CHECK(ask);
+	CHECK_INT(slot, 16383);
+	CHECK_STR(host, "redis-2.example");
+	CHECK_INT(port, 7000);
+	CHECK(cluster_slots_redirect("MOVED 1 ::1:7001", &ask, &slot, host, sizeof(host), &port));
+	CHECK_STR(host, "::1");
+	CHECK_INT(port, 7001);
+	CHECK(cluster_slots_redirect("MOVED 12 :6379", &ask, &slot, host, sizeof(host), &port));
+	CHECK_STR(host, "");
+	CHECK_INT(port, 6379);
+	{
+		static const char *const refused[] = {
+		    "ERR unknown command",  "MOVED",
+		    "MOVED 16384 h:1",      "MOVED -1 h:1",
+		    "MOVED 12 h",           "MOVED 12 h:0",
+		    "MOVED 12 h:65536",     "MOVED 12 h:12x",
+		    "ASK 12 h x:1",         "MOVEDX 12 h:1",
+		    "TRYAGAIN Multiple keys request during rehashing of slot",
+		};
+
+		for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+			bool ok = cluster_slots_redirect(refused[i], &ask, &slot, host, sizeof(host), &port);
+
+			if (ok)
+				printf("# accepted: %s\n", refused[i]);
+			CHECK(!ok);
+		}
+	}
+	/* A host that does not fit the caller's buffer is refused, not cut. */
+	{
+		char small[4];
+
+		CHECK(!cluster_slots_redirect("MOVED 1 abcd:1", &ask, &slot, small, sizeof(small), &port));
+		CHECK(cluster_slots_redirect("MOVED 1 abc:1", &ask, &slot, small, sizeof(small), &port));
+	}
+}
+
 int main(void)
 {
 	RUN(three_masters_with_replicas);
@@ -478,5 +562,7 @@ int main(void)
 	RUN(hostile_cluster_slots);
 	RUN(hostile_raw_bytes);
 	RUN(command_info);
+	RUN(key_slot);
+	RUN(redirect);
 	return test_done();
 }

@@ -131,6 +131,8 @@ TEST(defaults)
 	CHECK_STR(cf.dead_letter_stream, "outbox:dead-letter");
 	CHECK_INT(cf.dedup_window_s, 3600);
 	CHECK_INT(cf.maxlen, 0);
+	CHECK_STR(cf.trim, "none");
+	CHECK_INT(cf.trim_interval_ms, 60000);
 	CHECK(cf.groups == NULL);
 	CHECK_INT(cf.ngroups, 0);
 	CHECK_STR(cf.key_prefix, "outbox-relay");

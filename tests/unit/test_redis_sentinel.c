@@ -1,7 +1,7 @@
 /*
  * test_redis_sentinel.c - the Sentinel reply parsers (lib/redis_sentinel.c),
  * fed RESP bytes through hiredis's reader as a server would send them.
- * Discovery itself runs against real Sentinels in 50_sentinel_failover.
+ * Discovery itself runs against real Sentinels in 52_sentinel_failover.
  */
 #include "test.h"
 

@@ -1144,10 +1144,124 @@ TEST(fast_path_agrees_with_yajl)
 	w2j_destroy(slow);
 }
 
+/* Decode s (len bytes) in place on a private copy with strings of min bytes
+ * or more left in place; true when the result equals slow's (yajl) and the
+ * in-place rules hold: values in place lie in the copy, NUL-terminated; the
+ * copy changed only on success, and w2j_original() then gives its start. */
+static bool inplace_agrees(struct w2j_decoder *in, struct w2j_decoder *slow, const char *s,
+                           size_t len, size_t min, size_t *nplaced)
+{
+	struct w2j_change a, b;
+	char *copy = malloc(len + 1);
+	bool ok, ref_ok, good = true;
+	const char *orig;
+	size_t olen = 0;
+
+	if (!copy)
+		return false;
+	memcpy(copy, s, len);
+	copy[len] = '\0';
+	w2j_set_inplace_min(in, min);
+	ok = w2j_decode_inplace(in, copy, len, 100, &a);
+	ref_ok = w2j_decode(slow, s, len, &b);
+	orig = w2j_original(in, &olen);
+	if (ok != ref_ok || (!ok && strcmp(w2j_errmsg(in), w2j_errmsg(slow)) != 0)) {
+		fprintf(stderr, "# verdicts differ on %.80s: %s / %s\n", s, w2j_errmsg(in),
+		        w2j_errmsg(slow));
+		good = false;
+	} else if (!ok || !orig) {
+		good = memcmp(copy, s, len) == 0 && !orig; /* unchanged */
+	} else {
+		good = olen == (len < 100 ? len : 100) && memcmp(orig, s, olen) == 0;
+	}
+	if (good && ok) {
+		good = a.action == b.action && a.ncolumns == b.ncolumns &&
+		       same(a.table, a.table_len, b.table, b.table_len) &&
+		       same(a.content, a.content_len, b.content, b.content_len);
+		for (size_t i = 0; good && i < a.ncolumns; i++) {
+			const struct w2j_field *f = &a.columns[i];
+
+			good = f->kind == b.columns[i].kind &&
+			       same(f->name, f->name_len, b.columns[i].name, b.columns[i].name_len) &&
+			       same(f->value, f->value_len, b.columns[i].value, b.columns[i].value_len);
+			if (good && f->value && f->value >= copy && f->value < copy + len) {
+				good = f->value[f->value_len] == '\0';
+				(*nplaced)++;
+			}
+		}
+	}
+	free(copy);
+	return good;
+}
+
+/*
+ * w2j_decode_inplace() gives what yajl gives on every fixture line and every
+ * truncation of inputs with escapes of each kind, with the in-place size
+ * lowered so that short strings take that path; \u escapes of surrogates and
+ * U+0000 (yajl's call) and bad escapes change nothing. A 200 KiB jsonb value
+ * at the default size is left in place, unescaped.
+ */
+TEST(inplace_agrees_with_yajl)
+{
+	static const char *const files[] = {"txn_insert.jsonl", "messages.jsonl", "changes.jsonl",
+	                                    "escapes.jsonl"};
+	static const char *const cases[] = {
+	    "{\"action\":\"I\",\"schema\":\"public\",\"table\":\"outbox\",\"columns\":[{\"name\":\"p\",\"type\":\"jsonb\",\"value\":\"{\\\"a\\\": \\\"0123456789abc\\\\\\\"\\\"}\"}]}",
+	    "{\"action\":\"I\",\"columns\":[{\"name\":\"x\",\"value\":\"0123456789abcde\\n0123456789abcdef\\t\\/\\b\\f\\r\\\\\"}]}",
+	    "{\"action\":\"I\",\"columns\":[{\"name\":\"x\",\"value\":\"caf\\u00e9 \\u20ac \\u0001 \\u007f end\"}]}",
+	    "{\"action\":\"I\",\"columns\":[{\"name\":\"x\",\"value\":\"pair \\ud83d\\ude00 here\"}]}",
+	    "{\"action\":\"I\",\"columns\":[{\"name\":\"x\",\"value\":\"nul \\u0000 here\"}]}",
+	    "{\"action\":\"I\",\"columns\":[{\"name\":\"x\",\"value\":\"bad \\x escape\"}]}",
+	    "{\"action\":\"I\",\"columns\":[{\"name\":\"x\",\"value\":\"short \\u12 hex\"}]}",
+	    "{\"action\":\"I\",\"columns\":[{\"name\":\"a\",\"value\":\"first long value\"},{\"name\":\"b\",\"value\":\"second \\\"long\\\" value\"}]}",
+	    "{\"action\":\"M\",\"transactional\":true,\"prefix\":\"outbox\",\"content\":\"{\\\"id\\\": \\\"e1\\\", \\\"s\\\": \\\"long enough\\\"}\"}",
+	    "{\"action\":\"I\",\"a long unknown key\":\"with a long \\\"value\\\"\",\"columns\":[]}",
+	};
+	struct w2j_decoder *in = w2j_create(), *slow = w2j_create();
+	size_t placed = 0, big = 200 * 1024;
+	char *line;
+	size_t k = 0;
+
+	CHECK(in && slow);
+	w2j_set_fast_path(slow, false);
+	for (size_t f = 0; f < sizeof(files) / sizeof(files[0]); f++) {
+		struct lines ls;
+
+		CHECK(read_fixture(files[f], &ls));
+		for (size_t i = 0; i < ls.n; i++)
+			CHECK(inplace_agrees(in, slow, ls.line[i], ls.len[i], 4, &placed));
+		free_fixture(&ls);
+	}
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		size_t len = strlen(cases[i]);
+
+		for (size_t cut = 0; cut <= len; cut++)
+			CHECK(inplace_agrees(in, slow, cases[i], cut, 8, &placed));
+	}
+	printf("# %zu values left in place\n", placed);
+	CHECK(placed >= 10);
+	/* The default size: a jsonb value of 200 KiB with escapes stays in place. */
+	line = malloc(big + 200);
+	CHECK(line != NULL);
+	k = (size_t)sprintf(line, "{\"action\":\"I\",\"columns\":[{\"name\":\"payload\",\"type\":"
+	                          "\"jsonb\",\"value\":\"{\\\"blob\\\": \\\"");
+	for (size_t i = 0; i < big; i++)
+		line[k++] = i % 1000 == 999 ? 'n' : 'x';
+	k += (size_t)sprintf(line + k, "\\\"}\"}]}");
+	w2j_set_inplace_min(in, W2J_INPLACE_MIN);
+	placed = 0;
+	CHECK(inplace_agrees(in, slow, line, k, W2J_INPLACE_MIN, &placed));
+	CHECK_INT(placed, 1);
+	free(line);
+	w2j_destroy(in);
+	w2j_destroy(slow);
+}
+
 int main(void)
 {
 	RUN(create_destroy);
 	RUN(fast_path_agrees_with_yajl);
+	RUN(inplace_agrees_with_yajl);
 	RUN(fixture_begin_insert_commit);
 	RUN(fixture_messages);
 	RUN(fixture_update_delete_truncate);

@@ -1,5 +1,5 @@
 #!/bin/bash
-# 51_sentinel_tls: rediss-sentinel:// (TLS to the Sentinels and to the master).
+# 53_sentinel_tls: rediss-sentinel:// (TLS to the Sentinels and to the master).
 #
 # A build without hiredis_ssl: outbox-relay, outbox-relay status and
 # outbox-consume refuse a rediss-sentinel:// URL at once, exit 5, one line

@@ -1,5 +1,5 @@
 #!/bin/bash
-# 50_sentinel_failover: the relay behind Redis Sentinel, with real processes.
+# 52_sentinel_failover: the relay behind Redis Sentinel, with real processes.
 # One master, one replica, three Sentinels on loopback (quorum 2,
 # down-after-milliseconds 1000, failover-timeout 3000). The relay and the
 # consumer connect with redis-sentinel://outbox-relay:@S1,S2,S3#outbox-master
