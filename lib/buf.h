@@ -6,9 +6,11 @@
 #ifndef RELAY_BUF_H
 #define RELAY_BUF_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -120,6 +122,32 @@ static inline void buf_put_sql_literal(struct buf *b, const char *s)
 	buf_putc(b, '\'');
 }
 
+/* printf into the buffer (the sticky failure flag on OOM or an encoding error). */
+static inline void buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static inline void buf_printf(struct buf *b, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (!buf_reserve(b, 64))
+		return;
+	va_start(ap, fmt);
+	n = vsnprintf(b->data + b->len, b->cap - b->len, fmt, ap);
+	va_end(ap);
+	if (n < 0) {
+		b->failed = true;
+		return;
+	}
+	if ((size_t)n >= b->cap - b->len) {
+		if (!buf_reserve(b, (size_t)n))
+			return;
+		va_start(ap, fmt);
+		(void)vsnprintf(b->data + b->len, b->cap - b->len, fmt, ap);
+		va_end(ap);
+	}
+	b->len += (size_t)n;
+}
+
 static inline void buf_reset(struct buf *b)
 {
 	b->len = 0;
@@ -134,6 +162,56 @@ static inline void buf_finish(struct buf *b)
 	b->data = NULL;
 	b->len = b->cap = 0;
 	b->failed = false;
+}
+
+/*
+ * A FIFO of fixed-size items in one growable array, used as a ring: the
+ * confirm marks, the sink's command ring and its sequence queues. Set item
+ * (the item size) before the first push; a zeroed ring is empty.
+ */
+struct ring {
+	char *v;
+	size_t item, cap, head, len;
+};
+
+/* The i-th item from the oldest (i < len). */
+static inline void *ring_at(const struct ring *r, size_t i)
+{
+	return r->v + ((r->head + i) % r->cap) * r->item;
+}
+
+/* Room for one more item at the end: its address, or NULL when out of memory. */
+static inline void *ring_push(struct ring *r)
+{
+	if (r->len == r->cap) {
+		size_t cap = r->cap ? r->cap * 2 : 64;
+		char *n;
+
+		if (cap > SIZE_MAX / r->item || !(n = malloc(cap * r->item)))
+			return NULL;
+		for (size_t i = 0; i < r->len; i++)
+			memcpy(n + i * r->item, ring_at(r, i), r->item);
+		free(r->v);
+		r->v = n;
+		r->cap = cap;
+		r->head = 0;
+	}
+	r->len++;
+	return ring_at(r, r->len - 1);
+}
+
+/* Drop the oldest item (len > 0). */
+static inline void ring_pop(struct ring *r)
+{
+	r->head = (r->head + 1) % r->cap;
+	r->len--;
+}
+
+static inline void ring_finish(struct ring *r)
+{
+	free(r->v);
+	r->v = NULL;
+	r->cap = r->head = r->len = 0;
 }
 
 #endif

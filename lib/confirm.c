@@ -3,12 +3,13 @@
  */
 #include "confirm.h"
 
-#include <stdlib.h>
 
 bool confirm_mark(struct confirm *c, uint64_t seq, lsn_t lsn, lsn_t commit_lsn, int64_t commit_us)
 {
-	if (c->len > 0) {
-		struct confirm_mark *tail = &c->marks[(c->head + c->len - 1) % c->cap];
+	struct confirm_mark *m;
+
+	if (c->marks.len > 0) {
+		struct confirm_mark *tail = ring_at(&c->marks, c->marks.len - 1);
 
 		if (tail->seq == seq) { /* nothing queued since: just move it forward */
 			if (lsn > tail->lsn)
@@ -20,29 +21,18 @@ bool confirm_mark(struct confirm *c, uint64_t seq, lsn_t lsn, lsn_t commit_lsn, 
 			return true;
 		}
 	}
-	if (c->len == c->cap) {
-		size_t cap = c->cap ? c->cap * 2 : 256;
-		struct confirm_mark *m = malloc(cap * sizeof(*m));
-
-		if (!m)
-			return false;
-		for (size_t i = 0; i < c->len; i++)
-			m[i] = c->marks[(c->head + i) % c->cap];
-		free(c->marks);
-		c->marks = m;
-		c->cap = cap;
-		c->head = 0;
-	}
-	c->marks[(c->head + c->len) % c->cap] =
-	    (struct confirm_mark){seq, lsn, commit_lsn, commit_us};
-	c->len++;
+	c->marks.item = sizeof(*m);
+	if (!(m = ring_push(&c->marks)))
+		return false;
+	*m = (struct confirm_mark){seq, lsn, commit_lsn, commit_us};
 	return true;
 }
 
 bool confirm_acked(struct confirm *c, uint64_t acked_seq)
 {
-	while (c->len > 0 && c->marks[c->head].seq <= acked_seq) {
-		const struct confirm_mark *mk = &c->marks[c->head];
+	while (c->marks.len > 0 &&
+	       ((const struct confirm_mark *)ring_at(&c->marks, 0))->seq <= acked_seq) {
+		const struct confirm_mark *mk = ring_at(&c->marks, 0);
 
 		if (mk->lsn > c->acked)
 			c->acked = mk->lsn;
@@ -50,8 +40,7 @@ bool confirm_acked(struct confirm *c, uint64_t acked_seq)
 			c->commit_lsn = mk->commit_lsn;
 			c->commit_us = mk->commit_us;
 		}
-		c->head = (c->head + 1) % c->cap;
-		c->len--;
+		ring_pop(&c->marks);
 	}
 	if (c->rec_seq && acked_seq >= c->rec_seq) {
 		if (c->rec_pending > c->rec_acked)
@@ -111,6 +100,6 @@ void confirm_freeze(struct confirm *c)
 
 void confirm_finish(struct confirm *c)
 {
-	free(c->marks);
+	ring_finish(&c->marks);
 	*c = (struct confirm){0};
 }

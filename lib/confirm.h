@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "buf.h"
 #include "lsn.h"
 
 struct confirm_mark {
@@ -35,8 +36,7 @@ struct confirm_mark {
 };
 
 struct confirm {
-	struct confirm_mark *marks; /* oldest first, a ring */
-	size_t cap, head, len;
+	struct ring marks; /* of struct confirm_mark, oldest first */
 	lsn_t acked;        /* highest position whose commands Redis acknowledged */
 	lsn_t commit_lsn;   /* the last commit with events Redis acknowledged, and */
 	int64_t commit_us;  /* its commit time (from the slot record at start) */

@@ -17,6 +17,8 @@
 #include "msg.h"
 #include "metrics.h"
 
+#include "buf.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -51,7 +53,6 @@ _Static_assert(STREAM_SLOTS >= 2 * METRICS_MAX_STREAMS, "stream hash table too s
 _Static_assert(METRICS_MAX_STREAMS < UINT16_MAX, "stream ids must fit the uint16_t slots");
 
 /* First allocation for the rendered text; a typical scrape fits in it. */
-#define RENDER_INITIAL_CAP 16384
 /*
  * HTTP limits. Scrapers and probes need few connections, and none should
  * linger. A client address may hold HTTP_PER_IP_LIMIT connections, so one
@@ -145,11 +146,6 @@ struct metrics_server {
 };
 
 /* Text being rendered. failed is sticky: after an allocation failure every write is a no-op. */
-struct out {
-	char *buf;
-	size_t len, cap;
-	bool failed;
-};
 
 /* ---- metrics object and stream table ---- */
 
@@ -277,62 +273,8 @@ void metrics_observe_latency(struct metrics *m, int64_t micros)
 
 /* ---- rendering ---- */
 
-/* Make room for extra more bytes; false (and o->failed) on OOM. */
-static bool out_reserve(struct out *o, size_t extra)
-{
-	size_t cap = o->cap ? o->cap : RENDER_INITIAL_CAP;
-	char *p;
-
-	if (o->failed)
-		return false;
-	if (o->cap - o->len >= extra)
-		return true;
-	while (cap - o->len < extra) {
-		if (cap > SIZE_MAX / 2) {
-			o->failed = true;
-			return false;
-		}
-		cap *= 2;
-	}
-	p = realloc(o->buf, cap);
-	if (!p) {
-		o->failed = true;
-		return false;
-	}
-	o->buf = p;
-	o->cap = cap;
-	return true;
-}
-
-static void out_printf(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void out_printf(struct out *o, const char *fmt, ...)
-{
-	va_list ap;
-	int n;
-
-	/* Reserve one byte first so that buf is never NULL below. */
-	if (!out_reserve(o, 1))
-		return;
-	va_start(ap, fmt);
-	n = vsnprintf(o->buf + o->len, o->cap - o->len, fmt, ap);
-	va_end(ap);
-	if (n < 0) {
-		o->failed = true;
-		return;
-	}
-	if ((size_t)n >= o->cap - o->len) {
-		if (!out_reserve(o, (size_t)n + 1))
-			return;
-		va_start(ap, fmt);
-		(void)vsnprintf(o->buf + o->len, o->cap - o->len, fmt, ap);
-		va_end(ap);
-	}
-	o->len += (size_t)n;
-}
-
 /* Append s[0..len) as a label value: backslash, double quote and newline escaped. */
-static void out_label_value(struct out *o, const char *s, size_t len)
+static void out_label_value(struct buf *o, const char *s, size_t len)
 {
 	size_t i;
 
@@ -341,64 +283,64 @@ static void out_label_value(struct out *o, const char *s, size_t len)
 		o->failed = true;
 		return;
 	}
-	if (!out_reserve(o, 2 * len + 1))
+	if (!buf_reserve(o, 2 * len + 1))
 		return;
 	for (i = 0; i < len; i++) {
 		char c = s[i];
 
 		if (c == '\\' || c == '"') {
-			o->buf[o->len++] = '\\';
-			o->buf[o->len++] = c;
+			o->data[o->len++] = '\\';
+			o->data[o->len++] = c;
 		} else if (c == '\n') {
-			o->buf[o->len++] = '\\';
-			o->buf[o->len++] = 'n';
+			o->data[o->len++] = '\\';
+			o->data[o->len++] = 'n';
 		} else {
-			o->buf[o->len++] = c;
+			o->data[o->len++] = c;
 		}
 	}
-	o->buf[o->len] = '\0';
+	o->data[o->len] = '\0';
 }
 
 /* The "# HELP" and "# TYPE" lines of one metric family. */
-static void family(struct out *o, const char *name, const char *type, const char *help)
+static void family(struct buf *o, const char *name, const char *type, const char *help)
 {
-	out_printf(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+	buf_printf(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
 /* Start a sample line: name{slot="...". Add labels with label(), finish with end_*(). */
-static void begin(struct out *o, const char *name, const char *slot)
+static void begin(struct buf *o, const char *name, const char *slot)
 {
-	out_printf(o, "%s{slot=\"", name);
+	buf_printf(o, "%s{slot=\"", name);
 	out_label_value(o, slot, strlen(slot));
-	out_printf(o, "\"");
+	buf_printf(o, "\"");
 }
 
-static void label(struct out *o, const char *key, const char *value, size_t len)
+static void label(struct buf *o, const char *key, const char *value, size_t len)
 {
-	out_printf(o, ",%s=\"", key);
+	buf_printf(o, ",%s=\"", key);
 	out_label_value(o, value, len);
-	out_printf(o, "\"");
+	buf_printf(o, "\"");
 }
 
-static void end_u64(struct out *o, uint64_t v)
+static void end_u64(struct buf *o, uint64_t v)
 {
-	out_printf(o, "} %" PRIu64 "\n", v);
+	buf_printf(o, "} %" PRIu64 "\n", v);
 }
 
-static void end_str(struct out *o, const char *v)
+static void end_str(struct buf *o, const char *v)
 {
-	out_printf(o, "} %s\n", v);
+	buf_printf(o, "} %s\n", v);
 }
 
 /* One sample with only the slot label. */
-static void sample(struct out *o, const char *name, const char *slot, uint64_t v)
+static void sample(struct buf *o, const char *name, const char *slot, uint64_t v)
 {
 	begin(o, name, slot);
 	end_u64(o, v);
 }
 
 /* One sample with the slot label and key="value". */
-static void sample1(struct out *o, const char *name, const char *slot, const char *key,
+static void sample1(struct buf *o, const char *name, const char *slot, const char *key,
 		    const char *value, uint64_t v)
 {
 	begin(o, name, slot);
@@ -412,7 +354,7 @@ static uint64_t load(_Atomic uint64_t *p)
 }
 
 /* A family of counters, one per label value in names[0..n). */
-static void counter_set(struct out *o, const char *name, const char *help, const char *slot,
+static void counter_set(struct buf *o, const char *name, const char *help, const char *slot,
 			const char *key, const char *const *names, _Atomic uint64_t *vals, size_t n)
 {
 	size_t i;
@@ -422,7 +364,7 @@ static void counter_set(struct out *o, const char *name, const char *help, const
 		sample1(o, name, slot, key, names[i], load(&vals[i]));
 }
 
-static void render_published(struct out *o, struct metrics *m, const char *slot)
+static void render_published(struct buf *o, struct metrics *m, const char *slot)
 {
 	static const char name[] = "outbox_relay_events_published_total";
 	struct stream_table *t = m->streams_priv;
@@ -445,7 +387,7 @@ static void render_published(struct out *o, struct metrics *m, const char *slot)
 		sample1(o, name, slot, "stream", "_other", other);
 }
 
-static void render_latency(struct out *o, struct metrics *m, const char *slot)
+static void render_latency(struct buf *o, struct metrics *m, const char *slot)
 {
 	static const char name[] = "outbox_relay_commit_to_publish_seconds";
 	uint64_t cum = 0;
@@ -485,7 +427,7 @@ static void render_latency(struct out *o, struct metrics *m, const char *slot)
  */
 char *metrics_render(struct metrics *m, const char *slot)
 {
-	struct out o = {0};
+	struct buf o = {0};
 	uint64_t wal_end, confirmed, lag;
 	int64_t last_confirm;
 	int state, i;
@@ -593,11 +535,11 @@ char *metrics_render(struct metrics *m, const char *slot)
 	family(&o, "outbox_relay_info", "gauge", "Build information; always 1.");
 	sample1(&o, "outbox_relay_info", slot, "version", OUTBOX_RELAY_VERSION, 1);
 
-	if (o.failed || !o.buf) {
-		free(o.buf);
+	if (o.failed || !o.data) {
+		free(o.data);
 		return NULL;
 	}
-	return o.buf;
+	return o.data;
 }
 
 /* ---- HTTP endpoint ---- */

@@ -50,14 +50,15 @@ _Static_assert(MAX_NODES <= INT8_MAX, "node indexes are int8_t (slot_node, qent.
 /*
  * One call publishes a batch: consecutive events of one stream.
  * KEYS: stream, watermark, legacy watermark (the pre-0.2 per-hash-tag key, or
- * the watermark again), dead-letter stream, then one dedup key per event (all
- * in the stream's cluster slot).
- * ARGV: dedup TTL seconds ("0": no dedup), MAXLEN ("0": no trimming), owner
+ * the watermark again), dead-letter stream, dedup base (see below); all in
+ * the stream's cluster slot.
+ * ARGV: dedup window seconds ("0": no dedup), MAXLEN ("0": no trimming), owner
  * ("<system id>/<database>" of the PostgreSQL database the relay streams
  * from), expect (the position the previous call of this relay for this
- * stream left the watermark at, "" for none), slot name, then per event:
- * position "<commit lsn hex16>:<index hex8>", field count N, and N
- * field/value pairs.
+ * stream left the watermark at, "" for none), slot name, the old layout's
+ * dedup key prefix ("<prefix>:dedup:{tag}...:"), then per event: position
+ * "<commit lsn hex16>:<index hex8>", dedup field (dedup_field()), field
+ * count N, and N field/value pairs.
  *
  * The watermark's value is "<position> <owner>". The call refuses, writing
  * nothing, when the watermark belongs to another database (OUTBOX_FOREIGN) or
@@ -66,15 +67,75 @@ _Static_assert(MAX_NODES <= INT8_MAX, "node indexes are int8_t (slot_node, qent.
  * is at or past its position), 1 for a duplicate id inside the window, 2 for
  * an entry the stream key cannot take (WRONGTYPE), written instead to the
  * dead-letter stream in the same call, or the new entry's id.
- * The dedup key is written only after its XADD succeeded, so a failing XADD
- * leaves nothing to undo: the watermark then covers the events before it and
- * the error is returned; a retry publishes exactly what is missing.
+ *
+ * Dedup state, per stream: ids seen within the window W, by Redis's clock
+ * (TIME; functions replicate as effects, so AOF and replicas get the keys
+ * written, not the clock). Time buckets of W seconds: bucket b = now / W is
+ * K hashes "<base>:<b>:<j>" (field: dedup_field() of an id, value: seconds
+ * since the bucket began), all expiring at the bucket's end + W (EXPIREAT),
+ * so at most two are live; an id is looked up (HGET, then the value's age
+ * is compared with W: exact to the second) in the previous bucket and
+ * inserted with HSETNX (0: a duplicate) into the current one. K grows by
+ * linear hashing (shard j = h mod 2^L, or h mod 2^(L+1) for the shards
+ * already split; h from the field's first and last 4 bytes), one split per
+ * 40 ids, so each hash stays far below hash-max-listpack-entries (128 by
+ * default) in the compact listpack encoding. A new bucket starts with the K
+ * the previous one ended with; its shards are created (holding an empty
+ * field "", with their expiry) up to 256 per call, and an id inserted into a
+ * shard not created yet sets that shard's expiry itself. The hash "<base>"
+ * (no TTL) holds per live bucket "<K> <count> <shards created>", and
+ * "legacy": until when the old layout (one string key "<old prefix><id>"
+ * with a TTL per id) may still hold ids (its first call's time + W when the
+ * stream had a watermark, else 0), which are then looked up too (EXISTS).
+ * Those keys are in the stream's slot (its hash tag) but not in KEYS: a
+ * cluster node that cannot serve one (slot migration) fails the call at
+ * that command; every event before it is complete (XADD and its entry), so
+ * the retry finds them as duplicates and publishes the rest. A split
+ * copies first, records the new K, and only then deletes the moved ids
+ * from the old shard, so an id is always where the recorded K says.
+ * An entry whose XADD fails (or is dead-lettered) is removed again (HDEL;
+ * every call first runs a no-op HDEL, so a user without that permission
+ * fails the call before it wrote anything), so a failing XADD leaves nothing
+ * behind: the watermark then covers the
+ * events before it and the error is returned; a retry publishes exactly
+ * what is missing.
  * The watermark is written by every call, so each call replicates a write
  * that WAIT can wait for even when all its events were replays.
  * expect "R" (outbox-relay republish): the watermark is neither read nor
  * written; only the dedup window drops what was published before.
  */
 #define PUBLISH_BODY                                                                               \
+	"local function fhash(f)\n"                                                                \
+	"  if #f < 4 then return #f end\n"                                                         \
+	"  local a, b, c, d = string.byte(f, 1, 4)\n"                                              \
+	"  local e, g, i, j = string.byte(f, -4, -1)\n"                                            \
+	"  return (((a + e) * 256 + b + g) * 256 + c + i) * 256 + d + j\n"                         \
+	"end\n"                                                                                    \
+	"local function setk(bk, k)\n"                                                             \
+	"  local m = 1\n"                                                                          \
+	"  while m * 2 <= k do m = m * 2 end\n"                                                    \
+	"  bk.k, bk.m = k, m\n"                                                                    \
+	"end\n"                                                                                    \
+	"local JS = {}\n"                                                                          \
+	"local function shard(h, bk)\n"                                                            \
+	"  local j = h % bk.m\n"                                                                   \
+	"  if j < bk.k - bk.m then j = h % (2 * bk.m) end\n"                                       \
+	"  local s = JS[j]\n"                                                                      \
+	"  if not s then\n"                                                                        \
+	"    s = tostring(j)\n"                                                                    \
+	"    JS[j] = s\n"                                                                          \
+	"  end\n"                                                                                  \
+	"  return s, j\n"                                                                          \
+	"end\n"                                                                                    \
+	"local function idtext(f)\n"                                                               \
+	"  if #f == 16 then\n"                                                                     \
+	"    return string.format('%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x',\n" \
+	"      string.byte(f, 1, 16))\n"                                                           \
+	"  end\n"                                                                                  \
+	"  local r = string.sub(f, 5)\n"                                                           \
+	"  if #r >= 13 and string.byte(r, -1) == 0 then r = string.sub(r, 1, -2) end\n"            \
+	"  return r\n"                                                                             \
+	"end\n"                                                                                    \
 	"local function publish(keys, args)\n"                                                     \
 	"  local ttl, maxlen, owner, expect = args[1], args[2], args[3], args[4]\n"                \
 	"  local rep = expect == 'R'\n"                                                            \
@@ -92,40 +153,146 @@ _Static_assert(MAX_NODES <= INT8_MAX, "node indexes are int8_t (slot_node, qent.
 	"    return redis.error_reply('OUTBOX_BEHIND ' .. keys[2] .. ' is at ' ..\n"               \
 	"      (wm == '' and 'nothing' or wm) .. ', expected ' .. expect)\n"                       \
 	"  end\n"                                                                                  \
-	"  local res, top, a = {}, wm, 6\n"                                                        \
-	"  for i = 5, #keys do\n"                                                                  \
-	"    local pos, first = args[a], a + 2\n"                                                  \
-	"    a = first + 2 * tonumber(args[a + 1])\n"                                              \
-	"    if not rep and wm >= pos then\n"                                                      \
-	"      res[#res + 1] = 0\n"                                                                \
-	"    elseif ttl ~= '0' and redis.call('EXISTS', keys[i]) == 1 then\n"                      \
-	"      res[#res + 1] = 1\n"                                                                \
-	"      top = pos\n"                                                                        \
-	"    else\n"                                                                               \
-	"      local id\n"                                                                         \
-	"      if maxlen ~= '0' then\n"                                                            \
-	"        id = redis.pcall('XADD', keys[1], 'MAXLEN', '~', maxlen, '*',\n"                  \
-	"                         unpack(args, first, a - 1))\n"                                   \
+	"  local win, base, LOAD = tonumber(ttl), keys[5], 40\n"                                   \
+	"  local now, span, cur, bks, curb, c0, prevb, legacy, mset, stale, exp, cpre, off\n"      \
+	"  if win > 0 then\n"                                                                      \
+	"    now = tonumber(redis.call('TIME')[1])\n"                                              \
+	"    span = win\n"                                                                         \
+	"    cur = math.floor(now / span)\n"                                                       \
+	"    exp = (cur + 1) * span + win\n"                                                       \
+	"    cpre, off = base .. ':' .. cur .. ':', tostring(now - cur * span)\n"                  \
+	"    bks, mset, stale = {}, {}, {}\n"                                                      \
+	"    local m = redis.call('HGETALL', base)\n"                                              \
+	"    redis.call('HDEL', base, '\\0')\n"                                                    \
+	"    for i = 1, #m, 2 do\n"                                                                \
+	"      local f = m[i]\n"                                                                   \
+	"      if f == 'legacy' then\n"                                                            \
+	"        legacy = tonumber(m[i + 1])\n"                                                    \
 	"      else\n"                                                                             \
-	"        id = redis.pcall('XADD', keys[1], '*', unpack(args, first, a - 1))\n"             \
+	"        local b = tonumber(f)\n"                                                          \
+	"        local k, c, made = string.match(m[i + 1], '^(%d+) (%d+) (%d+)$')\n"               \
+	"        local bk = {b = b, c = tonumber(c), made = tonumber(made), old = b * span < now - win,\n" \
+	"                    pre = base .. ':' .. f .. ':', age = now - b * span}\n"               \
+	"        setk(bk, tonumber(k))\n"                                                          \
+	"        if b == cur then\n"                                                               \
+	"          curb, c0 = bk, bk.c\n"                                                          \
+	"        elseif (b + 1) * span <= now - win then\n"                                        \
+	"          stale[#stale + 1] = f\n"                                                        \
+	"        else\n"                                                                           \
+	"          if b == cur - 1 then prevb = bk end\n"                                          \
+	"          bks[#bks + 1] = bk\n"                                                           \
+	"        end\n"                                                                            \
 	"      end\n"                                                                              \
-	"      if type(id) == 'table' and id.err and string.sub(id.err, 1, 9) == 'WRONGTYPE' then\n" \
-	"        local f = {}\n"                                                                   \
-	"        for j = first, a - 1, 2 do f[args[j]] = args[j + 1] end\n"                        \
-	"        id = redis.pcall('XADD', keys[4], '*', 'reason', 'redis rejected the entry: ' ..\n" \
-	"          id.err, 'stream', keys[1], 'slot', args[5], 'raw', cjson.encode(f))\n"          \
-	"        if type(id) ~= 'table' or not id.err then id = 2 end\n"                           \
-	"      end\n"                                                                              \
-	"      if type(id) == 'table' and id.err then\n"                                           \
-	"        if not rep and top ~= wm then redis.call('SET', keys[2], top .. ' ' .. owner) end\n" \
-	"        return id\n"                                                                      \
-	"      end\n"                                                                              \
-	"      if ttl ~= '0' and id ~= 2 then redis.call('SET', keys[i], '1', 'EX', ttl) end\n"    \
-	"      res[#res + 1] = id\n"                                                               \
-	"      top = pos\n"                                                                        \
+	"    end\n"                                                                                \
+	"    if #bks > 1 then table.sort(bks, function(x, y) return x.b > y.b end) end\n"          \
+	"    if not legacy then\n"                                                                 \
+	"      legacy = (rep or raw) and now + win or 0\n"                                         \
+	"      mset[#mset + 1], mset[#mset + 2] = 'legacy', legacy\n"                              \
 	"    end\n"                                                                                \
 	"  end\n"                                                                                  \
-	"  if not rep then redis.call('SET', keys[2], top .. ' ' .. owner) end\n"                  \
+	"  local function finish(top)\n"                                                           \
+	"    if win > 0 then\n"                                                                    \
+	"      if curb and curb.c ~= c0 then\n"                                                    \
+	"        mset[#mset + 1], mset[#mset + 2] = cur, curb.k .. ' ' .. curb.c .. ' ' .. curb.made\n" \
+	"      end\n"                                                                              \
+	"      if #mset > 0 then redis.call('HSET', base, unpack(mset)) end\n"                     \
+	"      if #stale > 0 then redis.call('HDEL', base, unpack(stale)) end\n"                   \
+	"    end\n"                                                                                \
+	"    if not rep and top then redis.call('SET', keys[2], top .. ' ' .. owner) end\n"        \
+	"  end\n"                                                                                  \
+	"  local res, top, a, chunk = {}, wm, 6, nil\n"                                            \
+	"  while a < #args do\n"                                                                   \
+	"    local pos, f, first = args[a + 1], args[a + 2], a + 4\n"                              \
+	"    a = a + 3 + 2 * tonumber(args[a + 3])\n"                                              \
+	"    local key, dup\n"                                                                     \
+	"    if not rep and wm >= pos then\n"                                                      \
+	"      res[#res + 1] = 0\n"                                                                \
+	"    else\n"                                                                               \
+	"      if win > 0 then\n"                                                                  \
+	"        local h = fhash(f)\n"                                                             \
+	"        for i = 1, #bks do\n"                                                             \
+	"          local bk = bks[i]\n"                                                            \
+	"          if bk.old then\n"                                                               \
+	"            local v = redis.call('HGET', bk.pre .. shard(h, bk), f)\n"                    \
+	"            dup = v and bk.age - tonumber(v) <= win\n"                                    \
+	"          else\n"                                                                         \
+	"            dup = redis.call('HEXISTS', bk.pre .. shard(h, bk), f) == 1\n"                \
+	"          end\n"                                                                          \
+	"          if dup then break end\n"                                                        \
+	"        end\n"                                                                            \
+	"        if not dup and now <= legacy then\n"                                              \
+	"          dup = redis.call('EXISTS', args[6] .. idtext(f)) == 1\n"                        \
+	"        end\n"                                                                            \
+	"        if not dup then\n"                                                                \
+	"          if not curb then\n"                                                             \
+	"            curb, c0 = {b = cur, c = 0, made = 0}, -1\n"                                  \
+	"            setk(curb, prevb and math.max(1, math.min(1048576, math.ceil(prevb.c / LOAD))) or 1)\n" \
+	"          end\n"                                                                          \
+	"          if not chunk then\n"                                                            \
+	"            chunk = math.min(curb.k, curb.made + 256)\n"                                  \
+	"            for j = curb.made, chunk - 1 do\n"                                            \
+	"              redis.call('HSET', cpre .. j, '', '')\n"                                    \
+	"              redis.call('EXPIREAT', cpre .. j, exp)\n"                                   \
+	"            end\n"                                                                        \
+	"            if chunk > curb.made then curb.made, c0 = chunk, -1 end\n"                    \
+	"          end\n"                                                                          \
+	"          local s, j = shard(h, curb)\n"                                                  \
+	"          key = cpre .. s\n"                                                              \
+	"          dup = redis.call('HSETNX', key, f, off) == 0\n"                                 \
+	"          if not dup and j >= curb.made then redis.call('EXPIREAT', key, exp) end\n"      \
+	"        end\n"                                                                            \
+	"      end\n"                                                                              \
+	"      if dup then\n"                                                                      \
+	"        res[#res + 1] = 1\n"                                                              \
+	"        top = pos\n"                                                                      \
+	"      else\n"                                                                             \
+	"        local id\n"                                                                       \
+	"        if maxlen ~= '0' then\n"                                                          \
+	"          id = redis.pcall('XADD', keys[1], 'MAXLEN', '~', maxlen, '*', unpack(args, first, a))\n" \
+	"        else\n"                                                                           \
+	"          id = redis.pcall('XADD', keys[1], '*', unpack(args, first, a))\n"               \
+	"        end\n"                                                                            \
+	"        if type(id) == 'table' and id.err and string.sub(id.err, 1, 9) == 'WRONGTYPE' then\n" \
+	"          local fs = {}\n"                                                                \
+	"          for j = first, a, 2 do fs[args[j]] = args[j + 1] end\n"                         \
+	"          id = redis.pcall('XADD', keys[4], '*', 'reason', 'redis rejected the entry: ' ..\n" \
+	"            id.err, 'stream', keys[1], 'slot', args[5], 'raw', cjson.encode(fs))\n"       \
+	"          if type(id) ~= 'table' or not id.err then id = 2 end\n"                         \
+	"        end\n"                                                                            \
+	"        local failed = type(id) == 'table' and id.err\n"                                  \
+	"        if key and (failed or id == 2) then\n"                                            \
+	"          redis.call('HDEL', key, f)\n"                                                   \
+	"        elseif key then\n"                                                                \
+	"          curb.c = curb.c + 1\n"                                                          \
+	"        end\n"                                                                            \
+	"        if failed then\n"                                                                 \
+	"          finish(top ~= wm and top)\n"                                                    \
+	"          return id\n"                                                                    \
+	"        end\n"                                                                            \
+	"        res[#res + 1] = id\n"                                                             \
+	"        top = pos\n"                                                                      \
+	"      end\n"                                                                              \
+	"    end\n"                                                                                \
+	"  end\n"                                                                                  \
+	"  while curb and curb.c > LOAD * curb.k do\n"                                             \
+	"    local p = curb.k - curb.m\n"                                                          \
+	"    local src, dst = cpre .. p, cpre .. curb.k\n"                                         \
+	"    local all, mv, del = redis.call('HGETALL', src), {'', ''}, {}\n"                      \
+	"    for i = 1, #all, 2 do\n"                                                              \
+	"      local f = all[i]\n"                                                                 \
+	"      if f ~= '' and fhash(f) % (2 * curb.m) ~= p then\n"                                 \
+	"        mv[#mv + 1], mv[#mv + 2] = f, all[i + 1]\n"                                       \
+	"        del[#del + 1] = f\n"                                                              \
+	"      end\n"                                                                              \
+	"    end\n"                                                                                \
+	"    redis.call('HSET', dst, unpack(mv))\n"                                                \
+	"    redis.call('EXPIREAT', dst, exp)\n"                                                   \
+	"    if curb.made == curb.k then curb.made = curb.k + 1 end\n"                             \
+	"    setk(curb, curb.k + 1)\n"                                                             \
+	"    redis.call('HSET', base, cur, curb.k .. ' ' .. curb.c .. ' ' .. curb.made)\n"         \
+	"    if #del > 0 then redis.call('HDEL', src, unpack(del)) end\n"                          \
+	"  end\n"                                                                                  \
+	"  finish(top)\n"                                                                          \
 	"  return res\n"                                                                           \
 	"end\n"
 
@@ -325,7 +492,6 @@ struct sink_redis {
 	uint64_t b_seq;
 	uint32_t b_n;
 	struct buf b_stream;
-	struct buf b_keys; /* RESP bulk strings: one dedup key per event */
 	struct buf b_args; /* RESP bulk strings: pos, nfields, fields per event */
 	int64_t b_commit_us;
 	uint32_t b_stream_id;
@@ -335,7 +501,7 @@ struct sink_redis {
 	uint64_t refused_value; /* SINK_ERR_TOO_BIG: the largest value of the refused call */
 	size_t b_max_value;    /* largest field value in the open batch */
 	uint64_t ext_bytes;    /* bytes of live commands' segments */
-	struct buf b_prefix;   /* dedup key prefix of the open batch (see dedup_prefix) */
+	struct buf b_prefix;   /* old-layout dedup key prefix of the open batch */
 	uint64_t b_prev_seq;   /* previous call for the batch's stream, 0 none */
 	char b_expect[26];     /* where that call leaves the watermark, "" none */
 	char b_last[26];       /* position of the batch's last event */
@@ -801,7 +967,6 @@ void sink_redis_destroy(struct sink_redis *s)
 	buf_finish(&s->tag);
 	buf_finish(&s->wait_cmd);
 	buf_finish(&s->b_stream);
-	buf_finish(&s->b_keys);
 	buf_finish(&s->b_args);
 	buf_finish(&s->b_prefix);
 	strset_finish(&s->streams);
@@ -1052,7 +1217,7 @@ uint64_t sink_redis_inflight_bytes(const struct sink_redis *s)
 {
 	size_t live = s->q_len ? s->out.len - (size_t)(s->q[s->q_head].off - s->out_base) : 0;
 
-	return live + s->ext_bytes + (s->b_open ? s->b_keys.len + s->b_args.len : 0);
+	return live + s->ext_bytes + (s->b_open ? s->b_args.len : 0);
 }
 
 const struct sink_stats *sink_redis_stats(const struct sink_redis *s)
@@ -1827,9 +1992,9 @@ static bool close_batch(struct sink_redis *s)
 	s->b_open = false;
 	(void)stream_hash_tag(s->b_stream.data, s->b_stream.len, &s->tag); /* checked when opened */
 	slot = stream_slot(s, s->b_stream.data, s->b_stream.len);
-	/* FCALL name numkeys | stream wm legacy-wm dead-letter dedup... |
-	 * ttl maxlen owner expect slot args... */
-	resp_array(b, 3 + (4 + s->b_n) + 5 + s->b_args_count);
+	/* FCALL name numkeys | stream wm legacy-wm dead-letter dedup-base |
+	 * ttl maxlen owner expect slot old-dedup-prefix args... */
+	resp_array(b, 3 + 5 + 6 + s->b_args_count);
 	if (s->use_functions) {
 		resp_str(b, "FCALL");
 		resp_str(b, FUNCTION_NAME);
@@ -1837,7 +2002,7 @@ static bool close_batch(struct sink_redis *s)
 		resp_str(b, "EVALSHA");
 		resp_str(b, s->sha);
 	}
-	resp_u64(b, 4 + s->b_n);
+	resp_u64(b, 5);
 	resp_bulk(b, s->b_stream.data, s->b_stream.len);
 	buf_reset(&s->key); /* watermark: <prefix>:wm:{tag}[#<len>:<stream>]:<slot> */
 	(void)stream_key_base(&s->key, cf->key_prefix, "wm", s->b_stream.data, s->b_stream.len,
@@ -1870,12 +2035,16 @@ static bool close_batch(struct sink_redis *s)
 		buf_append(&s->key, cf->dead_letter_stream, dl_len);
 	}
 	resp_bulk(b, s->key.data, s->key.len);
-	buf_append(b, s->b_keys.data, s->b_keys.len);
+	buf_reset(&s->key); /* dedup state: <prefix>:dd:{tag}[#<len>:<stream>] */
+	(void)stream_key_base(&s->key, cf->key_prefix, "dd", s->b_stream.data, s->b_stream.len,
+			      true, &s->tag);
+	resp_bulk(b, s->key.data, s->key.len);
 	resp_u64(b, s->b_dead ? 0 : (uint64_t)cf->dedup_window_s);
 	resp_u64(b, s->b_dead ? 0 : (uint64_t)cf->maxlen);
 	resp_str(b, s->owner);
 	resp_str(b, s->b_expect);
 	resp_str(b, cf->slot);
+	resp_bulk(b, s->b_prefix.data, s->b_prefix.len);
 	if (s->b_ext) /* segment offsets: from b_args to the command */
 		for (size_t i = 0; i < s->b_ext->nseg; i++)
 			s->b_ext->seg[i].at += b->len - start;
@@ -1996,6 +2165,72 @@ static bool has_large_value(const struct event *ev)
 	return false;
 }
 
+/* Whether id[0..len) is a UUID in PostgreSQL's output form (lowercase, 8-4-4-4-12). */
+static bool uuid_canonical(const char *id, size_t len)
+{
+	if (len != 36)
+		return false;
+	for (size_t i = 0; i < 36; i++) {
+		unsigned char c = (unsigned char)id[i];
+
+		if (i == 8 || i == 13 || i == 18 || i == 23) {
+			if (c != '-')
+				return false;
+		} else if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
+			return false;
+		}
+	}
+	return true;
+}
+
+static unsigned hexval(char c)
+{
+	return c <= '9' ? (unsigned)(c - '0') : (unsigned)(c - 'a' + 10);
+}
+
+/*
+ * Append the dedup field of event id[0..len) as a RESP bulk string: a UUID
+ * in PostgreSQL's form packs to its 16 bytes; any other id is 4 bytes of
+ * FNV-1a of it (the shard hash), the id, and a 0 byte when the id is 12
+ * bytes long or (at least 12 bytes long and) ends in a 0 byte. So no other
+ * id gives 16 bytes, and the mapping is one-to-one: two different ids never
+ * share a field (an uppercase UUID is another id, as it always was).
+ */
+static void put_dedup_field(struct buf *b, const char *id, size_t len)
+{
+	unsigned char f[16];
+	uint32_t h = 2166136261u;
+	bool esc;
+
+	if (uuid_canonical(id, len)) {
+		for (size_t i = 0, o = 0; i < 36; i++) {
+			if (id[i] == '-')
+				continue;
+			f[o / 2] = (unsigned char)(o % 2 ? f[o / 2] | hexval(id[i])
+							 : hexval(id[i]) << 4);
+			o++;
+		}
+		resp_bulk(b, (const char *)f, 16);
+		return;
+	}
+	for (size_t i = 0; i < len; i++)
+		h = (h ^ (unsigned char)id[i]) * 16777619u;
+	esc = len == 12 || (len > 12 && id[len - 1] == '\0');
+	buf_putc(b, '$');
+	buf_put_u64(b, 4 + len + esc);
+	buf_append(b, "\r\n", 2);
+	f[0] = (unsigned char)(h >> 24);
+	f[1] = (unsigned char)(h >> 16);
+	f[2] = (unsigned char)(h >> 8);
+	f[3] = (unsigned char)h;
+	buf_append(b, (const char *)f, 4);
+	if (len)
+		buf_append(b, id, len);
+	if (esc)
+		buf_putc(b, '\0');
+	buf_append(b, "\r\n", 2);
+}
+
 bool sink_redis_publish(struct sink_redis *s, const struct event *ev, bool dead_letter)
 {
 	return sink_redis_publish_held(s, ev, dead_letter, NULL);
@@ -2029,7 +2264,6 @@ bool sink_redis_publish_held(struct sink_redis *s, const struct event *ev, bool 
 		s->b_max_value = 0;
 		buf_reset(&s->b_stream);
 		buf_append(&s->b_stream, ev->stream, ev->stream_len);
-		buf_reset(&s->b_keys);
 		buf_reset(&s->b_args);
 		s->b_commit_us = ev->committed_unix_us;
 		s->b_dead_reason = (uint8_t)ev->dead_reason;
@@ -2039,7 +2273,7 @@ bool sink_redis_publish_held(struct sink_redis *s, const struct event *ev, bool 
 		if (s->trim && !dead_letter &&
 		    strset_add(&s->trim_streams, ev->stream, ev->stream_len) < 0)
 			return false;
-		/* dedup key prefix: <prefix>:dedup:{tag}[#<len>:<stream>]: */
+		/* old-layout dedup key prefix: <prefix>:dedup:{tag}[#<len>:<stream>]: */
 		buf_reset(&s->b_prefix);
 		if (!stream_key_base(&s->b_prefix, s->cf->key_prefix, "dedup", ev->stream,
 				     ev->stream_len, true, &s->tag))
@@ -2052,21 +2286,14 @@ bool sink_redis_publish_held(struct sink_redis *s, const struct event *ev, bool 
 		else
 			memcpy(s->b_expect, lp ? lp->pos : "", lp ? sizeof(s->b_expect) : 1);
 	}
-	/* KEYS: the dedup key; ARGV: position, field count, fields. */
-	buf_putc(&s->b_keys, '$');
-	buf_put_u64(&s->b_keys, s->b_prefix.len + ev->id_len);
-	buf_append(&s->b_keys, "\r\n", 2);
-	buf_append(&s->b_keys, s->b_prefix.data, s->b_prefix.len);
-	if (ev->id)
-		buf_append(&s->b_keys, ev->id, ev->id_len);
-	buf_append(&s->b_keys, "\r\n", 2);
-
+	/* ARGV: position, dedup field, field count, fields. */
 	put_hex(pos, ev->commit_lsn, 16);
 	pos[16] = ':';
 	put_hex(pos + 17, ev->index, 8);
 	pos[25] = '\0';
 	memcpy(s->b_last, pos, sizeof(s->b_last));
 	resp_bulk(&s->b_args, pos, 25);
+	put_dedup_field(&s->b_args, ev->id, ev->id ? ev->id_len : 0);
 	resp_u64(&s->b_args, ev->nfields);
 	if (large && !(s->b_ext = calloc(1, sizeof(*s->b_ext))))
 		return false;
@@ -2092,10 +2319,10 @@ bool sink_redis_publish_held(struct sink_redis *s, const struct event *ev, bool 
 			resp_bulk(&s->b_args, f->value, f->value_len);
 		}
 	}
-	s->b_args_count += 2 + 2 * ev->nfields;
+	s->b_args_count += 3 + 2 * ev->nfields;
 	s->b_n++;
 	s->inflight_events++;
-	if (s->b_keys.failed || s->b_args.failed || s->b_stream.failed || s->b_prefix.failed)
+	if (s->b_args.failed || s->b_stream.failed || s->b_prefix.failed)
 		return false;
 	if (large) {
 		/* The call now owns the event's memory; it goes out alone. */

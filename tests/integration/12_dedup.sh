@@ -1,6 +1,7 @@
 #!/bin/bash
 # 12_dedup: two rows with the same id in different transactions produce one
-# entry (dedup key with a TTL); a replay of the same WAL through a new slot
+# entry (the id in the stream's dedup state: time-bucket hashes with a TTL,
+# in listpack encoding); a replay of the same WAL through a new slot
 # into the same Redis adds nothing; with --dedup-window 0 (fresh slot, fresh
 # Redis) both rows are published and no dedup keys are written.
 . "$(dirname "$0")/lib.sh"
@@ -23,11 +24,20 @@ ins uniq-1 third
 relay_drain --slot s_a --table public.outbox_loose
 assert_eq "dup-1 uniq-1" "$(rx fields outbox:order id | tr '\n' ' ' | sed 's/ $//')" "same id twice: published once"
 assert_eq first "$(rx fields outbox:order aggregate_id | head_n 1)" "the first row wins"
-key="outbox-relay:dedup:{outbox:order}:dup-1"
-assert_eq 1 "$(redis_cli EXISTS "$key")" "dedup key $key exists"
-ttl=$(redis_cli TTL "$key")
-assert_ge "$ttl" 1 "dedup key has a TTL"
-assert_ge 3600 "$ttl" "dedup key TTL <= default window 3600 s"
+base="outbox-relay:dd:{outbox:order}"
+assert_eq 1 "$(redis_cli EXISTS "$base")" "dedup state $base exists"
+assert_eq -1 "$(redis_cli TTL "$base")" "the dedup state's bucket index has no TTL"
+shards=$(redis_cli --scan --pattern "$base:*")
+assert_ne "" "$shards" "bucket hashes $base:<bucket>:<shard> exist"
+ids=0
+for k in $shards; do
+	ttl=$(redis_cli TTL "$k")
+	assert_ge "$ttl" 1 "bucket hash $k has a TTL"
+	assert_ge 7200 "$ttl" "bucket hash $k TTL <= two windows (its bucket's end + window)"
+	assert_eq listpack "$(redis_cli OBJECT ENCODING "$k")" "bucket hash $k is a listpack"
+	ids=$((ids + $(redis_cli HLEN "$k") - 1))
+done
+assert_eq 2 "$ids" "two ids (dup-1, uniq-1) in the bucket hashes"
 
 # Replay everything through another slot into the same Redis: nothing new.
 relay_drain --slot s_replay --table public.outbox_loose
@@ -39,5 +49,5 @@ rm -rf "$T/redis"
 redis_start
 relay_drain --slot s_nodedup --table public.outbox_loose --dedup-window 0
 assert_eq "dup-1 dup-1 uniq-1" "$(rx fields outbox:order id | tr '\n' ' ' | sed 's/ $//')" "--dedup-window 0: every row published"
-assert_eq "" "$(redis_cli --scan --pattern 'outbox-relay:dedup:*')" "--dedup-window 0 writes no dedup keys"
+assert_eq "" "$(redis_cli --scan --pattern 'outbox-relay:d*')" "--dedup-window 0 writes no dedup keys"
 pass

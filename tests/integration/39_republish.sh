@@ -72,7 +72,7 @@ line2 \"quoted\" tab	end')" >/dev/null
 relay_drain --slot s_typed --table public.typed
 rx entries outbox:typed >"$T/streamed.json"
 redis_cli DEL outbox:typed >/dev/null
-redis_cli --scan --pattern 'outbox-relay:dedup:*typed*' | while read -r k; do redis_cli DEL "$k" >/dev/null; done
+redis_cli --scan --pattern 'outbox-relay:dd:*typed*' | while read -r k; do redis_cli DEL "$k" >/dev/null; done
 republish --table public.typed --since 2000-01-01
 assert_eq 2 "$(summary published)" "(b) both typed rows republished"
 rx entries outbox:typed >"$T/republished.json"

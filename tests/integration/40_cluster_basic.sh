@@ -6,7 +6,7 @@
 #   - every event exactly once across the masters, per stream in commit order;
 #   - the streams are spread over all 3 masters;
 #   - the function library outbox_relay is loaded on every master;
-#   - each stream's watermark key (and dedup keys) hash to the stream's slot
+#   - each stream's watermark key (and dedup state and bucket hashes) hash to the stream's slot
 #     and live on the master that holds the stream;
 #   - --group creates the group on every stream (XGROUP routed per slot);
 #   - a second run publishes nothing again.
@@ -85,13 +85,16 @@ for line in open(sys.argv[2]):
         c = clients[port] = rx.Client("127.0.0.1:" + port)
         c.follow_moved = False
     wm = "outbox-relay:wm:{%s}:outbox_relay" % s
-    dd = "outbox-relay:dedup:{%s}:%s" % (s, first[s])
+    dd = "outbox-relay:dd:{%s}" % s
     try:
-        ks, kw, kd = (c.call("CLUSTER", "KEYSLOT", k) for k in (s, wm, dd))
-        if not ks == kw == kd:
-            bad.append("%s: slot %s, watermark key slot %s, dedup key slot %s" % (s, ks, kw, kd))
-        elif c.call("EXISTS", wm) != 1 or c.call("EXISTS", dd) != 1:
-            bad.append("%s: watermark or dedup key missing on %s" % (s, port))
+        meta = c.call("HGETALL", dd) or []
+        buckets = [f for f in meta[::2] if f != "legacy"]
+        sh = "%s:%s:0" % (dd, buckets[0] if buckets else "none")
+        ks, kw, kd, kh = (c.call("CLUSTER", "KEYSLOT", k) for k in (s, wm, dd, sh))
+        if not ks == kw == kd == kh:
+            bad.append("%s: slot %s, watermark key slot %s, dedup keys' slots %s %s" % (s, ks, kw, kd, kh))
+        elif c.call("EXISTS", wm) != 1 or c.call("EXISTS", dd) != 1 or c.call("EXISTS", sh) != 1:
+            bad.append("%s: watermark, dedup state or bucket hash %s missing on %s" % (s, sh, port))
         elif "g" not in [dict(zip(g[::2], g[1::2]))["name"] for g in c.call("XINFO", "GROUPS", s)]:
             bad.append("%s: no consumer group g" % s)
     except rx.RespError as e:
@@ -100,7 +103,7 @@ print("; ".join(bad[:5]))
 PY
 ) || fail "could not check the keys"
 [ -z "$bad" ] || fail "keys not co-located with their streams: $bad"
-ok "each of the 50 streams: its watermark key and a dedup key hash to its slot and live on its master; group g exists"
+ok "each of the 50 streams: its watermark key, dedup state and a bucket hash hash to its slot and live on its master; group g exists"
 assert_eq "$(rcli "${CLUSTER_MASTER_PORTS%% *}" CLUSTER KEYSLOT 'outbox:agg-7')" \
 	"$(rcli "${CLUSTER_MASTER_PORTS%% *}" CLUSTER KEYSLOT 'outbox-relay:wm:{outbox:agg-7}:outbox_relay')" \
 	"CLUSTER KEYSLOT outbox:agg-7 = CLUSTER KEYSLOT outbox-relay:wm:{outbox:agg-7}:outbox_relay"

@@ -55,11 +55,58 @@ TEST(doubling_wraps)
 	buf_finish(&b);
 }
 
+/* buf_printf: short and longer than its first reservation, appended in order. */
+TEST(printf_appends)
+{
+	struct buf b = {0};
+	char big[300];
+
+	memset(big, 'x', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	buf_printf(&b, "%s=%d;", "a", 1);
+	buf_printf(&b, "%s|", big);
+	buf_printf(&b, "%llu", 18446744073709551615ULL);
+	CHECK(!b.failed);
+	CHECK_INT(b.len, 4 + 299 + 1 + 20);
+	CHECK(strncmp(b.data, "a=1;xxx", 7) == 0);
+	CHECK(strcmp(b.data + 4 + 299, "|18446744073709551615") == 0);
+	buf_finish(&b);
+}
+
+/* A ring keeps FIFO order through growth and through its head wrapping. */
+TEST(ring_fifo)
+{
+	struct ring r = {.item = sizeof(uint64_t)};
+	uint64_t next_in = 0, next_out = 0;
+
+	for (int round = 0; round < 50; round++) {
+		for (int i = 0; i < 37 + round; i++) {
+			uint64_t *p = ring_push(&r);
+
+			CHECK(p != NULL);
+			if (p)
+				*p = next_in++;
+		}
+		for (int i = 0; i < 30 + round && r.len > 0; i++) {
+			CHECK_INT(*(uint64_t *)ring_at(&r, 0), next_out);
+			next_out++;
+			ring_pop(&r);
+		}
+		if (r.len > 0)
+			CHECK_INT(*(uint64_t *)ring_at(&r, r.len - 1), next_in - 1);
+	}
+	CHECK_INT(r.len, next_in - next_out);
+	ring_finish(&r);
+	CHECK(r.v == NULL && r.len == 0);
+}
+
 int main(void)
 {
 	alarm(20); /* the old doubling loop never ended */
 	RUN(grows);
 	RUN(size_wraps);
 	RUN(doubling_wraps);
+	RUN(printf_appends);
+	RUN(ring_fifo);
 	return test_done();
 }

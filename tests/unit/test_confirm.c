@@ -203,7 +203,7 @@ TEST(ring_wraps)
 	}
 	(void)confirm_acked(&c, seq);
 	CHECK_INT(c.acked, seq * 10);
-	CHECK_INT(c.len, 0);
+	CHECK_INT(c.marks.len, 0);
 	confirm_finish(&c);
 }
 

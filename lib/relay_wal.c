@@ -1,0 +1,266 @@
+/*
+ * relay_wal.c - WAL messages to events: each XLogData message decoded
+ * (wal2json), BEGIN/COMMIT kept as the transaction and its commit mark,
+ * outbox rows and logical messages mapped and queued to Redis, what cannot
+ * be mapped dead-lettered.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exitcode.h"
+#include "log.h"
+#include "relay_int.h"
+
+/*
+ * held: ev's values may point into the WAL message's own buffer (decoded in
+ * place), which the sink may then keep instead of copying large values.
+ */
+static bool relay_queue_event(struct relay *r, const struct event *ev, bool dead, bool held)
+{
+	struct sink_hold hold = {held ? pgrepl_buffer(r->pg) : NULL, pgrepl_free_buffer};
+	bool ok = sink_redis_publish_held(r->sink, ev, dead, &hold);
+
+	if (held && !hold.p) /* the sink keeps it now */
+		(void)pgrepl_take_buffer(r->pg);
+	if (!ok)
+		log_error("out of memory queueing an event for Redis");
+	return ok;
+}
+
+/* One warning per dead letter, with the transaction's position as fields. */
+static void warn_dead_letter(const struct relay *r, const char *reason)
+{
+	char lsnbuf[LSN_STRLEN], xid[16];
+	struct log_kv kv[] = {
+		{"lsn", lsn_format(r->tx.commit_lsn, lsnbuf)},
+		{"xid", r->tx.has_xid ? xid : NULL},
+		{"stream", r->cf->dead_letter_stream},
+	};
+
+	if (log_current_level < LOG_LEVEL_WARN)
+		return;
+	snprintf(xid, sizeof(xid), "%u", r->tx.xid);
+	log_write_kv(LOG_LEVEL_WARN, kv, sizeof(kv) / sizeof(kv[0]),
+		     "dead-lettering an event of the transaction committing at %s: %s", lsnbuf,
+		     reason);
+}
+
+static bool dead_letter(struct relay *r, enum dead_reason kind, const char *reason, const char *raw,
+			size_t len)
+{
+	struct event ev;
+
+	mapper_dead_letter(r->map, &r->tx, r->next_index++, kind, reason, raw, len, &ev);
+	if (mapper_failed(r->map)) {
+		log_error("out of memory building a dead-letter entry");
+		return false;
+	}
+	warn_dead_letter(r, reason);
+	return relay_queue_event(r, &ev, true, false);
+}
+
+enum map_result relay_map_event(struct mapper *m, const struct relay_config *cf,
+				const struct txn_info *tx, uint32_t index,
+				const struct w2j_field *fields, size_t n, const char *raw, size_t len,
+				uint64_t max_value, struct event *ev, const char **reason, char *why,
+				size_t whylen)
+{
+	enum map_result mr = mapper_map(m, tx, index, fields, n, raw, len, ev, reason);
+
+	if (mr == MAP_EVENT && !mapper_failed(m) && max_value) {
+		/* A value Redis would refuse: dead-lettered, not sent to fail forever. */
+		for (size_t i = 0; i < ev->nfields; i++) {
+			if (ev->fields[i].value_len <= max_value)
+				continue;
+			snprintf(why, whylen,
+				 "field \"%.*s\" is %zu bytes, over %llu, the largest value Redis "
+				 "takes (its proto-max-bulk-len, or learned from a refusal)",
+				 (int)(ev->fields[i].name_len > 64 ? 64 : ev->fields[i].name_len),
+				 ev->fields[i].name, ev->fields[i].value_len,
+				 (unsigned long long)max_value);
+			mapper_dead_letter(m, tx, index, DEAD_TOO_LARGE, why, raw, len, ev);
+			*reason = why;
+			return MAP_DEAD_LETTER;
+		}
+	}
+	if (mr == MAP_EVENT && !mapper_failed(m) &&
+	    (int64_t)sink_redis_event_size(ev) > cf->max_event_bytes) {
+		snprintf(why, whylen, "event is %zu bytes, over --max-event-bytes %lld",
+			 sink_redis_event_size(ev), (long long)cf->max_event_bytes);
+		/* mapper_dead_letter keeps at most DEAD_RAW_MAX bytes of raw. */
+		mapper_dead_letter(m, tx, index, DEAD_TOO_LARGE, why, raw, len, ev);
+		*reason = why;
+		mr = MAP_DEAD_LETTER;
+	}
+	return mr;
+}
+
+static bool map_and_queue(struct relay *r, const struct w2j_field *fields, size_t n,
+			  const char *raw, size_t len, bool held)
+{
+	const char *reason = NULL;
+	char why[200];
+	struct event ev;
+	enum map_result mr;
+	uint64_t mv = sink_redis_max_value(r->sink);
+
+	if (r->refused && (!mv || r->refused - 1 < mv))
+		mv = r->refused - 1;
+	mr = relay_map_event(r->map, r->cf, &r->tx, r->next_index++, fields, n, raw, len, mv, &ev,
+			     &reason, why, sizeof(why));
+	if (mapper_failed(r->map)) {
+		log_error("out of memory mapping an event");
+		return false;
+	}
+	if (mr == MAP_DEAD_LETTER)
+		warn_dead_letter(r, reason);
+	return relay_queue_event(r, &ev, mr == MAP_DEAD_LETTER, held && mr == MAP_EVENT);
+}
+
+static bool is_outbox_table(const struct relay *r, const struct w2j_change *ch)
+{
+	/* The names PostgreSQL resolved --table to: what wal2json prints. */
+	return ch->schema && ch->table && strcmp(ch->table, pgrepl_table_name(r->pg)) == 0 &&
+	       strcmp(ch->schema, pgrepl_table_schema(r->pg)) == 0;
+}
+
+static void begin_txn(struct relay *r, const struct w2j_change *ch, lsn_t data_start)
+{
+	char lsnbuf[LSN_STRLEN];
+
+	if (r->in_txn)
+		log_warn("BEGIN at %s while a transaction was open; the earlier one will be "
+			 "delivered again on reconnect",
+			 lsn_format(data_start, lsnbuf));
+	r->in_txn = true;
+	r->next_index = 0;
+	r->tx.commit_lsn = ch->nextlsn;
+	r->tx.has_xid = ch->has_xid;
+	r->tx.xid = ch->xid;
+	r->tx.committed_at = NULL;
+	r->tx.committed_at_len = 0;
+	r->tx.committed_unix_us = 0;
+	if (ch->timestamp && ch->timestamp_len < sizeof(r->committed_at)) {
+		memcpy(r->committed_at, ch->timestamp, ch->timestamp_len);
+		r->committed_at[ch->timestamp_len] = '\0';
+		r->tx.committed_at = r->committed_at;
+		r->tx.committed_at_len = ch->timestamp_len;
+		if (!time_parse_pg(ch->timestamp, ch->timestamp_len, &r->tx.committed_unix_us))
+			r->tx.committed_unix_us = 0;
+	}
+}
+
+/* Returns false only on a fatal (out-of-memory) failure. */
+bool relay_handle_xlogdata(struct relay *r, const struct pg_msg *m)
+{
+	struct w2j_change ch;
+	char lsnbuf[LSN_STRLEN];
+
+	const char *raw;
+	size_t rawlen;
+	bool inplace = m->len >= W2J_INPLACE_MIN;
+
+	if (m->data_start > r->received)
+		r->received = m->data_start;
+	if ((int64_t)m->len > r->cf->max_event_bytes && r->in_txn && m->len > 14 &&
+	    memcmp(m->data, "{\"action\":\"I\"", 14) == 0) {
+		/* An outbox row (add-tables lets no other through) too big to publish:
+		 * dead-lettered without decoding it, so it costs no more memory than
+		 * libpq's own copies. */
+		char reason[200];
+
+		snprintf(reason, sizeof(reason), "row is %zu bytes of wal2json, over --max-event-bytes %lld",
+			 m->len, (long long)r->cf->max_event_bytes);
+		return dead_letter(r, DEAD_TOO_LARGE, reason, m->data, m->len);
+	}
+	/* A large row is decoded in its own buffer, which may then go to Redis as it is. */
+	if (!(inplace ? w2j_decode_inplace(r->dec, m->data, m->len, DEAD_RAW_MAX + 4, &ch)
+		      : w2j_decode(r->dec, m->data, m->len, &ch))) {
+		char reason[600];
+
+		snprintf(reason, sizeof(reason), "undecodable wal2json output: %s", w2j_errmsg(r->dec));
+		if (!r->in_txn) {
+			/* Outside B..C there is no transaction to attach it to; keep it
+			 * anyway, positioned at its own LSN. */
+			r->tx = (struct txn_info){.commit_lsn = m->data_start};
+			r->next_index = 0;
+		}
+		return dead_letter(r, DEAD_UNDECODABLE, reason, m->data, m->len);
+	}
+	switch (ch.action) {
+	case W2J_BEGIN:
+		if (ch.nextlsn == LSN_INVALID) {
+			log_error("wal2json BEGIN at %s has no \"nextlsn\"; is include-lsn ignored?",
+				  lsn_format(m->data_start, lsnbuf));
+			return false;
+		}
+		begin_txn(r, &ch, m->data_start);
+		return true;
+	case W2J_COMMIT:
+		r->in_txn = false;
+		relay_count(&r->m->transactions);
+		/* dataStart of C is the commit record's end: the LSN to confirm. */
+		return confirm_mark(&r->cfm, sink_redis_last_seq(r->sink), m->data_start,
+				 r->next_index > 0 ? m->data_start : LSN_INVALID,
+				 r->tx.committed_unix_us);
+	case W2J_INSERT:
+		if (!is_outbox_table(r, &ch))
+			return true;
+		if (!r->in_txn) {
+			log_error("INSERT at %s outside a transaction; wal2json must run with "
+				  "include-transaction",
+				  lsn_format(m->data_start, lsnbuf));
+			return false;
+		}
+		/* Dead letters keep the row as it came, before decoding changed it. */
+		raw = inplace ? w2j_original(r->dec, &rawlen) : NULL;
+		return map_and_queue(r, ch.columns, ch.ncolumns, raw ? raw : m->data, m->len,
+				     inplace);
+	case W2J_UPDATE:
+		relay_count(&r->m->ignored[IGN_UPDATE]);
+		return true;
+	case W2J_DELETE:
+		relay_count(&r->m->ignored[IGN_DELETE]);
+		return true;
+	case W2J_TRUNCATE:
+		relay_count(&r->m->ignored[IGN_TRUNCATE]);
+		return true;
+	case W2J_MESSAGE:
+		if (!ch.transactional || !r->in_txn) {
+			relay_count(&r->m->ignored[IGN_MESSAGE]);
+			log_warn("skipping a non-transactional logical message with prefix \"%s\" at "
+				 "%s: only pg_logical_emit_message(true, ...) is delivered",
+				 ch.prefix ? ch.prefix : "", lsn_format(m->data_start, lsnbuf));
+			if (!r->in_txn)
+				return confirm_mark(&r->cfm, sink_redis_last_seq(r->sink), m->data_start, 0, 0);
+			return true;
+		} else {
+			struct w2j_field *fields;
+			size_t n;
+
+			/* content lives in the decoder, which the next decode reuses. */
+			buf_reset(&r->content);
+			buf_append(&r->content, ch.content, ch.content_len);
+			if (r->content.failed)
+				return false;
+			if (!w2j_decode_object(r->dec, r->content.data, r->content.len, &fields, &n)) {
+				char reason[600];
+
+				const char *e = w2j_errmsg(r->dec);
+
+				if (strstr(e, "not a JSON object"))
+					snprintf(reason, sizeof(reason), "%s", e);
+				else
+					snprintf(reason, sizeof(reason), "message content is not a JSON object: %s", e);
+				raw = inplace ? w2j_original(r->dec, &rawlen) : NULL;
+				return dead_letter(r, DEAD_NOT_JSON, reason, raw ? raw : m->data,
+						   m->len);
+			}
+			raw = inplace ? w2j_original(r->dec, &rawlen) : NULL;
+			return map_and_queue(r, fields, n, raw ? raw : m->data, m->len, false);
+		}
+	}
+	return true;
+}

@@ -1,0 +1,155 @@
+#!/bin/bash
+# dedup_mem.sh - what the exactly-once (dedup) state costs Redis per event, in
+# memory and in CPU, for a relay "before" (a git ref, default cdfcce6: one
+# string key with a TTL per event id) and "after" (this tree: time buckets of
+# listpack hashes, binary ids; see README "Dedup state"). Issue 11 §1.
+#
+#   tests/bench/dedup_mem.sh [EVENTS]      (default 100000)
+#
+# Environment: OLD_REF (git ref of "before", default cdfcce6), OLD_BIN / NEW_BIN
+# (use these binaries instead of building), ROUNDS (default 3), RATE (events/s
+# of the steady run, default 5000), STEADY_SECS (its length, default 40).
+#
+# Two runs per relay, each on a fresh redis-server (unix socket, no persistence):
+#   burst:  EVENTS outbox rows (UUID ids, 1000 per transaction) drained with the
+#           default --dedup-window 1h: every id is inside the window (one
+#           bucket, grown from one hash by splits). bytes/event = (used_memory after - before - MEMORY
+#           USAGE of the stream) / EVENTS, i.e. the dedup state plus the
+#           watermark ("streams del": the same after DEL of the streams, without
+#           MEMORY USAGE's estimate). ROUNDS rounds.
+#   steady: --dedup-window 8 (buckets of 8 s: each lookup reads the previous
+#           bucket, each new bucket starts at the size the last one ended
+#           with) while rows arrive at RATE/s for STEADY_SECS s, ids expiring
+#           all along (the old layout's expiry costs CPU here). Its bytes/event
+#           divides by the ids inside the window at the end (RATE * 8); ids
+#           live one to two windows, so expect ~1.5x the burst figure.
+# Redis CPU per event: INFO cpu used_cpu_user + used_cpu_sys of redis-server
+# over the run / events; and INFO commandstats usec of fcall / events (the
+# function alone). Starts its own PostgreSQL 15 + redis-server with the
+# integration harness; installs nothing; builds release binaries (build-bench/
+# for this tree, a temp dir for OLD_REF) unless OLD_BIN / NEW_BIN are set.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+EVENTS=${1:-100000}
+ROUNDS=${ROUNDS:-3}
+RATE=${RATE:-5000}
+STEADY_SECS=${STEADY_SECS:-40}
+OLD_REF=${OLD_REF:-cdfcce6}
+
+build_old() {
+	local d
+	d=$(mktemp -d "${TMPDIR:-/tmp}/dedup-old.XXXXXXXX")
+	git -C "$ROOT" archive "$OLD_REF" | tar -x -C "$d"
+	meson setup "$d/build" "$d" -Dbuildtype=release -Dintegration_tests=false >/dev/null
+	ninja -C "$d/build" cmd/outbox-relay/outbox-relay >/dev/null
+	echo "$d/build/cmd/outbox-relay/outbox-relay"
+}
+if [ -z "${NEW_BIN:-}" ]; then
+	B=$ROOT/build-bench
+	[ -f "$B/build.ninja" ] ||
+		meson setup "$B" "$ROOT" -Dbuildtype=release -Dintegration_tests=false >/dev/null
+	ninja -C "$B" cmd/outbox-relay/outbox-relay >/dev/null
+	NEW_BIN=$B/cmd/outbox-relay/outbox-relay
+fi
+[ -n "${OLD_BIN:-}" ] || OLD_BIN=$(build_old)
+
+export TESTS_DIR=$ROOT/tests RELAY_LOG_LEVEL=info RELAY_TIMEOUT=600 RELAY_BIN=$NEW_BIN
+. "$ROOT/tests/integration/lib.sh"
+setup_tmp
+pg_start
+load_schema
+
+info() { redis_cli INFO "$1" | tr -d '\r' | sed -n "s/^$2:\([^,]*\).*/\1/p"; }
+cpu() { awk -v u="$(info cpu used_cpu_user)" -v s="$(info cpu used_cpu_sys)" 'BEGIN { printf "%.6f", u + s }'; }
+fcall_usec() {
+	redis_cli INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_fcall:calls=\([0-9]*\),usec=\([0-9]*\),.*/\2 \1/p'
+}
+fresh_redis() {
+	redis_stop
+	rm -rf "$T/redis"
+	redis_start
+}
+# measure NAME EVENTS INWINDOW: print one result line for the current Redis,
+# against the counters saved by start_measure.
+start_measure() {
+	M0=$(info memory used_memory) C0=$(cpu)
+	redis_cli CONFIG RESETSTAT >/dev/null
+}
+measure() {
+	local name=$1 n=$2 inwin=$3 m1 c1 st fu fc keys enc
+	m1=$(info memory used_memory) c1=$(cpu)
+	st=0
+	for s in $(redis_cli --scan --pattern 'outbox:*'); do
+		[ "$(redis_cli TYPE "$s")" = stream ] || continue
+		st=$((st + $(redis_cli MEMORY USAGE "$s" SAMPLES 0)))
+	done
+	read -r fu fc <<<"$(fcall_usec)"
+	keys=$(redis_cli DBSIZE)
+	# The same without the stream's own estimate: delete the streams, count what is left.
+	for s in $(redis_cli --scan --pattern 'outbox:*'); do redis_cli DEL "$s" >/dev/null; done
+	m2=$(info memory used_memory)
+	redis_cli --scan --pattern 'outbox-relay:dd:*:*' >"$T/scan"
+	enc=$(sed -n '1,200p' "$T/scan" | while read -r k; do redis_cli OBJECT ENCODING "$k"; done |
+		grep . | sort | uniq -c | tr -s ' \n' ' ' || true)
+	awk -v name="$name" -v n="$n" -v w="$inwin" -v m0="$M0" -v m1="$m1" -v st="$st" -v c0="$C0" \
+		-v c1="$c1" -v fu="${fu:-0}" -v fc="${fc:-0}" -v keys="$keys" -v enc="${enc:-none}" -v m2="$m2" \
+		'BEGIN { printf "%s\t%d\t%d\t%.1f\t%.1f\t%.2f\t%.2f\t%d\t%d\t%s\n", name, n, w, (m1 - m0 - st) / w,
+			 (m2 - m0) / w, (c1 - c0) * 1000000 / n, fu / n, fc, keys, enc }'
+}
+
+RESULTS=$T/results.tsv
+: >"$RESULTS"
+
+# burst: all contenders' slots see the same rows.
+for r in $(seq 1 "$ROUNDS"); do
+	slot_create "b_old_$r"
+	slot_create "b_new_$r"
+done
+psql_q "DO \$\$ BEGIN FOR i IN 0..$(((EVENTS - 1) / 1000)) LOOP
+          INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+          SELECT 'bench', g::text, 'created', jsonb_build_object('n', g)
+          FROM generate_series(i * 1000 + 1, least($EVENTS, i * 1000 + 1000)) g;
+          COMMIT; END LOOP; END \$\$" >/dev/null
+end=$(current_lsn)
+for r in $(seq 1 "$ROUNDS"); do
+	for who in old new; do
+		bin=$OLD_BIN
+		[ "$who" = new ] && bin=$NEW_BIN
+		fresh_redis
+		start_measure
+		RELAY_BIN=$bin relay_run_until "$end" --slot "b_${who}_$r" || fail "relay ($who) exit $RELAY_RC"
+		assert_eq "$EVENTS" "$(xlen outbox:bench)" "burst $who round $r: every event published"
+		measure "burst-$who" "$EVENTS" "$EVENTS" >>"$RESULTS"
+	done
+done
+
+# steady: rows arrive at RATE/s while the relay runs, --dedup-window 8.
+secs=$STEADY_SECS
+per=$((RATE / 10))
+for who in old new; do
+	bin=$OLD_BIN
+	[ "$who" = new ] && bin=$NEW_BIN
+	fresh_redis
+	slot_create "s_$who"
+	RELAY_BIN=$bin relay_start --slot "s_$who" --dedup-window 8
+	wait_for "slot_active s_$who" 20 || fail "relay ($who) does not stream"
+	base=$(xlen outbox:bench)
+	start_measure
+	psql_q "DO \$\$ DECLARE t0 timestamptz := clock_timestamp(); BEGIN
+	          FOR i IN 1..$((secs * 10)) LOOP
+	            INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+	            SELECT 'bench', g::text, 'created', jsonb_build_object('n', g) FROM generate_series(1, $per) g;
+	            COMMIT;
+	            PERFORM pg_sleep(greatest(0, extract(epoch FROM t0 + i * interval '100 ms' - clock_timestamp())));
+	          END LOOP; END \$\$" >/dev/null
+	n=$((secs * 10 * per))
+	wait_for "[ \"\$(xlen outbox:bench)\" -ge $((base + n)) ]" 60 || fail "steady $who: not all published"
+	measure "steady-$who" "$n" $((RATE * 8)) >>"$RESULTS"
+	relay_stop
+done
+
+echo
+echo "dedup state per event (Redis $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/')), $EVENTS events; before = $OLD_REF, after = this tree"
+printf '%-13s %7s %9s %12s %12s %13s %12s %7s %7s %s\n' run events in-window bytes/event "(streams del)" "cpu µs/event" "fcall µs/ev" calls keys "encodings (<=200 dedup hashes)"
+sort -s -k1,1 "$RESULTS" | awk -F'\t' '{ printf "%-13s %7s %9s %12s %12s %13s %12s %7s %7s %s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 }'
+pass

@@ -1,0 +1,123 @@
+#!/bin/bash
+# 51_dedup_buckets: the dedup state of issue 11 §1 (per stream: time buckets of
+# small hashes that expire whole; see README "Dedup state"), with
+# --dedup-window 20 (buckets of 20 s) and Redis on AOF (appendfsync always).
+#   (a) An id published once is dropped when it comes again after a bucket
+#       boundary, from a new relay process each time, and after Redis was
+#       killed (SIGKILL) and restarted from its AOF: a UUID id (packed to 16
+#       bytes) and a 12-byte text id (the escaped form).
+#   (b) The same ids more than the window after they were published are
+#       published again, while an id seen later within the window is still
+#       dropped (the oldest bucket is checked to the second).
+#   (c) 3000 ids in one transaction: the current bucket grows to enough
+#       shards, every one a listpack of at most 128 entries with a TTL; the
+#       same 3000 ids again are all dropped.
+#   (d) Upgrade: old-layout keys (one string key per id with a TTL, as the
+#       previous release wrote, next to its watermark) for ids the new layout
+#       never saw: the new relay drops those ids (UUID, text, 12-byte text)
+#       and publishes the others; a stream that had no watermark needs no
+#       transition (its "legacy" time is 0).
+. "$(dirname "$0")/lib.sh"
+setup_tmp
+pg_start
+load_schema
+psql_q "CREATE TABLE public.outbox_loose (id text, aggregate_type text, aggregate_id text, event_type text,
+                                          payload jsonb, headers jsonb, created_at timestamptz DEFAULT now())"
+AOF=(--appendonly yes --appendfsync always)
+redis_start "${AOF[@]}"
+slot_create s1
+W=20
+ins() { psql_q "INSERT INTO outbox_loose (id, aggregate_type, aggregate_id, event_type, payload) VALUES ('$1', '$2', '$3', 'created', '{}')"; }
+drain() { relay_drain --slot s1 --table public.outbox_loose --dedup-window $W; }
+count() { rx fields "outbox:$1" id | grep -cx -- "$2" || true; }
+buckets() { redis_cli HKEYS "outbox-relay:dd:{outbox:$1}" | grep -cv legacy || true; }
+U1=6f1c2a34-8b9d-4e0f-a1b2-c3d4e5f60718
+X12=abcdefghijkl
+
+# (a) first publication 3 s before a bucket boundary (Redis's clock), then the
+# same ids after it.
+rnow() { redis_cli TIME | head -n 1; }
+while [ $(($(rnow) % W)) -ne $((W - 4)) ]; do sleep 0.2; done
+ins "$U1" order first
+ins "$X12" order first
+drain
+t0=$(date +%s)
+assert_eq 1 "$(count order "$U1")" "(a) $U1 published"
+assert_eq 1 "$(count order "$X12")" "(a) $X12 published"
+assert_eq 0 "$(redis_cli HGET "outbox-relay:dd:{outbox:order}" legacy)" "(d) a stream without a watermark needs no transition from the old layout"
+while [ $(($(rnow) % W)) -ge $((W - 4)) ]; do sleep 0.2; done
+ins "$U1" order again
+ins "$X12" order again
+ins n-1 order first
+drain
+t1=$(date +%s)
+assert_eq 1 "$(count order "$U1")" "(a) $U1 again after a bucket boundary, new relay: dropped"
+assert_eq 1 "$(count order "$X12")" "(a) $X12 again after a bucket boundary: dropped"
+assert_eq 1 "$(count order n-1)" "(a) a new id in the next bucket: published"
+assert_ge "$(buckets order)" 2 "(a) the ids are in two buckets"
+
+# Redis killed and restarted from its AOF.
+kill -9 "$REDIS_PID"
+wait_for redis_down 10 || fail "redis-server survives SIGKILL"
+REDIS_PID=
+redis_start "${AOF[@]}"
+assert_eq 3 "$(xlen outbox:order)" "(a) the stream came back from the AOF"
+ins "$U1" order after-restart
+ins "$X12" order after-restart
+ins n-1 order after-restart
+drain
+age=$(($(date +%s) - t0))
+[ "$age" -lt "$W" ] || fail "(a) the machine was too slow: $age s since the first publication, window $W s"
+assert_eq 1 "$(count order "$U1")" "(a) $U1 after a Redis restart from AOF ($age s later): dropped"
+assert_eq 1 "$(count order "$X12")" "(a) $X12 after a Redis restart from AOF: dropped"
+assert_eq 1 "$(count order n-1)" "(a) n-1 after a Redis restart from AOF: dropped"
+
+# (c) a burst into another stream while the window of (a) runs out.
+psql_q "INSERT INTO outbox_loose (id, aggregate_type, aggregate_id, event_type, payload)
+        SELECT gen_random_uuid()::text, 'burst', g::text, 'created', '{}' FROM generate_series(1, 3000) g"
+drain
+assert_eq 3000 "$(xlen outbox:burst)" "(c) 3000 ids published"
+shards=$(redis_cli --scan --pattern 'outbox-relay:dd:{outbox:burst}:*')
+nshards=$(echo "$shards" | wc -l)
+assert_ge "$nshards" $((3000 / 100)) "(c) the bucket grew to $nshards shards"
+ids=0 maxlen=0 bad=
+for k in $shards; do
+	n=$(redis_cli HLEN "$k")
+	ids=$((ids + n - 1))
+	[ "$n" -le "$maxlen" ] || maxlen=$n
+	[ "$(redis_cli OBJECT ENCODING "$k")" = listpack ] || bad="$bad $k"
+	ttl=$(redis_cli TTL "$k")
+	[ "$ttl" -ge 1 ] && [ "$ttl" -le $((2 * W)) ] || bad="$bad $k(ttl $ttl)"
+done
+assert_eq 3000 "$ids" "(c) 3000 ids in the shards"
+assert_eq "" "$bad" "(c) every shard is a listpack with a TTL within two windows"
+assert_ge 128 "$maxlen" "(c) largest shard: $maxlen entries (hash-max-listpack-entries 128)"
+psql_q "INSERT INTO outbox_loose (id, aggregate_type, aggregate_id, event_type, payload)
+        SELECT id, 'burst', 'again', 'created', '{}' FROM outbox_loose WHERE aggregate_type = 'burst'"
+drain
+assert_eq 3000 "$(xlen outbox:burst)" "(c) the same 3000 ids again: all dropped"
+
+# (d) upgrade: the old layout's keys, as the previous release left them.
+owner=$(redis_cli GET "outbox-relay:wm:{outbox:order}:s1" | cut -d' ' -f2-)
+redis_cli SET "outbox-relay:wm:{outbox:legacy}:s1" "0000000000000000:00000000 $owner" >/dev/null
+U2=0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d
+for id in "$U2" legacy-text-1 legacytext12; do
+	assert_eq OK "$(redis_cli SET "outbox-relay:dedup:{outbox:legacy}:$id" 1 EX 3600)" "(d) old-layout key for $id"
+done
+for id in "$U2" legacy-text-1 legacytext12 fresh-1 "$U1"; do ins "$id" legacy upgraded; done
+drain
+assert_eq "fresh-1 $U1" "$(rx fields outbox:legacy id | tr '\n' ' ' | sed 's/ $//')" "(d) ids in old-layout keys dropped, the others published"
+legacy=$(redis_cli HGET "outbox-relay:dd:{outbox:legacy}" legacy)
+assert_ge "$legacy" "$(($(date +%s) + W - 10))" "(d) old-layout keys are looked up until a window after the upgrade"
+
+# (b) the window of (a) has passed.
+while [ $(($(date +%s) - t0)) -le $((W + 1)) ]; do sleep 0.5; done
+ins "$U1" order late
+ins "$X12" order late
+ins n-1 order late
+drain
+[ $(($(date +%s) - t1)) -lt "$W" ] || fail "(b) the machine was too slow: n-1 is out of the window already"
+assert_eq 2 "$(count order "$U1")" "(b) $U1 more than $W s later: published again"
+assert_eq 2 "$(count order "$X12")" "(b) $X12 more than $W s later: published again"
+assert_eq 1 "$(count order n-1)" "(b) n-1, published within the last $W s: still dropped"
+pass
