@@ -12,7 +12,7 @@ PACKAGES=(
 	libpq-dev libhiredis-dev libyajl-dev libmicrohttpd-dev
 	# servers the demo and the tests start (throwaway, in temp dirs)
 	postgresql-15 postgresql-15-wal2json postgresql-client-15
-	redis-server redis-tools
+	redis-server redis-tools redis-sentinel
 	# tests: sanitizers, fuzzing, and the small tools the scripts use
 	clang libclang-rt-14-dev python3 procps util-linux curl openssl
 	# promtool, for 73_alerts (deploy/prometheus/alerts.yml); the package is

@@ -101,6 +101,7 @@ static const char *const group_titles[] = {
 #define OPT_F_NONEMPTY 0x04 /* "" is rejected */
 #define OPT_F_SECONDS 0x08  /* OPT_DURATION stored in whole seconds */
 #define OPT_F_QUALIFY 0x10  /* OPT_STRING table name: "name" becomes "public.name" */
+#define OPT_F_PASSWORD 0x20 /* with OPT_F_SECRET: the whole value is a password */
 
 /*
  * Extra validation for OPT_STRING values. Returns false and writes a reason
@@ -299,8 +300,10 @@ static const struct option_def option_table[] = {
         .help = "Redis server: redis://[[user]:password@]host[:port][/db], rediss://... "
                 "for TLS, unix:///path/to/redis.sock[?db=N] or /path/to/redis.sock, or "
                 "Redis Cluster seeds redis-cluster://host:port[,host:port...] "
-                "(rediss-cluster:// for TLS); percent-encode @ and : in credentials "
-                "(%40, %3A)",
+                "(rediss-cluster:// for TLS), or Redis Sentinels "
+                "redis-sentinel://[[user]:password@]host:port[,host:port...][/db]#master "
+                "(rediss-sentinel:// for TLS to Sentinels and master; the credentials are "
+                "the master's); percent-encode @ and : in credentials (%40, %3A)",
     },
     {
         .name = "stream",
@@ -675,6 +678,38 @@ static const struct option_def option_table[] = {
         .metavar = "PATH",
         .help = "read the Redis password from the first line of this file; it overrides "
                 "a password in --redis-url",
+    },
+    {
+        .name = "redis-sentinel-user",
+        .env = "OUTBOX_RELAY_REDIS_SENTINEL_USER",
+        .kind = OPT_STRING,
+        .group = GROUP_OPS,
+        FIELD(redis_sentinel_user),
+        .metavar = "NAME",
+        .help = "redis-sentinel:// only: the Sentinels' ACL user (AUTH NAME PASSWORD); "
+                "needs a Sentinel password; by default AUTH PASSWORD (the default user)",
+    },
+    {
+        .name = "redis-sentinel-password",
+        .env = "OUTBOX_RELAY_REDIS_SENTINEL_PASSWORD",
+        .kind = OPT_STRING,
+        .group = GROUP_OPS,
+        .flags = OPT_F_SECRET | OPT_F_PASSWORD,
+        FIELD(redis_sentinel_password),
+        .metavar = "PASSWORD",
+        .help = "redis-sentinel:// only: the Sentinels' password (AUTH to each Sentinel; "
+                "the password in --redis-url is the master's); prefer "
+                "--redis-sentinel-password-file or the environment to keep it out of ps",
+    },
+    {
+        .name = "redis-sentinel-password-file",
+        .env = "OUTBOX_RELAY_REDIS_SENTINEL_PASSWORD_FILE",
+        .kind = OPT_STRING,
+        .group = GROUP_OPS,
+        FIELD(redis_sentinel_password_file),
+        .metavar = "PATH",
+        .help = "redis-sentinel:// only: read the Sentinels' password from the first line "
+                "of this file; it overrides --redis-sentinel-password",
     },
     {
         .name = "check-config",
@@ -1423,6 +1458,20 @@ static void positional_error(const char *a, int i, const struct option_def *prev
 	}
 }
 
+/* Take a secret value out of argv: all of it for a password, else its password parts. */
+static void scrub_raw(const struct option_def *o, char *value)
+{
+	if (value && (o->flags & OPT_F_PASSWORD)) {
+		size_t n = strlen(value);
+
+		memset(value, '*', n < 3 ? n : 3);
+		if (n > 3)
+			memset(value + 3, 0, n - 3);
+	} else {
+		config_scrub_secret(value);
+	}
+}
+
 /*
  * Record value for o from the command line; writable is the same string in
  * argv. A secret option given again scrubs the value it replaces at once:
@@ -1434,8 +1483,7 @@ static bool record_arg(struct raw_value *raw, const struct option_def *o, const 
 	struct raw_value *r = &raw[o - option_table];
 
 	if (o->flags & OPT_F_SECRET) {
-		if (r->secret)
-			config_scrub_secret(r->secret);
+		scrub_raw(o, r->secret);
 		r->secret = writable;
 	}
 	if (o->kind != OPT_LIST) {
@@ -1828,6 +1876,12 @@ void config_scrub_secret(char *value)
 /* Rules that involve more than one option. */
 static bool check_combinations(struct relay_config *cf, char *err, size_t errlen)
 {
+	if (cf->redis_cluster && cf->redis.sentinel) {
+		msg_set(err, errlen,
+		        "--redis-cluster and a redis-sentinel:// --redis-url exclude each "
+		        "other: Sentinel serves one master, not a Redis Cluster");
+		return false;
+	}
 	if (cf->redis_cluster && !cf->redis.cluster) {
 		struct redis_seed *seed;
 
@@ -1894,6 +1948,48 @@ static bool load_secret_files(struct relay_config *cf, char *err, size_t errlen)
 		}
 		cf->redis.password = pw;
 	}
+	if (cf->redis_sentinel_password_file && cf->redis_sentinel_password_file[0]) {
+		char *pw = NULL;
+
+		if (!config_read_secret("redis-sentinel-password-file", cf->redis_sentinel_password_file,
+		                        &pw, warn, sizeof(warn), err, errlen))
+			return false;
+		add_warning(cf, warn);
+		if (cf->redis_sentinel_password) {
+			explicit_bzero(cf->redis_sentinel_password, strlen(cf->redis_sentinel_password));
+			free(cf->redis_sentinel_password);
+		}
+		cf->redis_sentinel_password = pw;
+	}
+	if (cf->redis_sentinel_password && !cf->redis_sentinel_password[0]) {
+		free(cf->redis_sentinel_password);
+		cf->redis_sentinel_password = NULL;
+	}
+	if (cf->redis_sentinel_user && !cf->redis_sentinel_user[0]) {
+		free(cf->redis_sentinel_user);
+		cf->redis_sentinel_user = NULL;
+	}
+	if ((cf->redis_sentinel_password || cf->redis_sentinel_user) && !cf->redis.sentinel) {
+		msg_set(err, errlen,
+		        "--redis-sentinel-%s applies only to a redis-sentinel:// (or "
+		        "rediss-sentinel://) --redis-url: drop it, or name the Sentinels in --redis-url",
+		        cf->redis_sentinel_user ? "user"
+		        : cf->redis_sentinel_password_file && cf->redis_sentinel_password_file[0]
+		            ? "password-file"
+		            : "password");
+		return false;
+	}
+	if (cf->redis_sentinel_user && !cf->redis_sentinel_password) {
+		msg_set(err, errlen,
+		        "--redis-sentinel-user needs the user's password: give "
+		        "--redis-sentinel-password-file (or --redis-sentinel-password)");
+		return false;
+	}
+	/* The target owns them from here (the password is zeroed when freed). */
+	cf->redis.sentinel_password = cf->redis_sentinel_password;
+	cf->redis_sentinel_password = NULL;
+	cf->redis.sentinel_user = cf->redis_sentinel_user;
+	cf->redis_sentinel_user = NULL;
 	return true;
 }
 
@@ -1944,7 +2040,7 @@ enum config_result config_load(struct relay_config *cf, int argc, char **argv, c
 out:
 	/* Everything is copied by now: take the passwords out of /proc/PID/cmdline. */
 	for (size_t i = 0; i < NOPTS; i++) {
-		config_scrub_secret(raw[i].secret);
+		scrub_raw(&option_table[i], raw[i].secret);
 		free(raw[i].list);
 	}
 	config_finish(&built);

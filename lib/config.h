@@ -79,6 +79,10 @@ struct relay_config {
 	char *pg_password_file;    /* --pg-password-file */
 	char *pg_password;         /* its content (first line), NULL when unset */
 	char *redis_password_file; /* --redis-password-file: replaces redis.password */
+	/* --redis-sentinel-password and its -file: moved to redis.sentinel_password */
+	char *redis_sentinel_password;
+	char *redis_sentinel_user; /* --redis-sentinel-user: moved to redis.sentinel_user */
+	char *redis_sentinel_password_file;
 
 	/* Operations */
 	char *http_addr;           /* --http-addr, default ":9187"; "" disables the HTTP endpoint */

@@ -57,6 +57,7 @@
 #include "exitcode.h"
 #include "log.h"
 #include "lsn.h"
+#include "redis_sentinel.h"
 #include "redis_tls.h"
 #include "relay_build.h"
 
@@ -101,6 +102,7 @@ struct copt {
 	const char *env;  /* ENV_PREFIX + name upper-cased, '-' as '_' */
 	enum copt_kind kind;
 	bool secret;        /* value may hold a password: never quoted */
+	bool password;      /* with secret: the whole value is a password (scrubbed whole) */
 	size_t offset;      /* field in struct consumer_config */
 	size_t aux_offset;  /* COPT_LIST: count; COPT_URL: parsed target */
 	const char *defval; /* default as typed; NULL: none */
@@ -122,9 +124,10 @@ static const struct copt copt_table[] = {
         .defval = "redis://127.0.0.1:6379",
         .metavar = "URL",
         .help = "Redis server, as for outbox-relay: redis://[[user]:password@]host[:port][/db], "
-                "unix:///path/to/redis.sock[?db=N] or /path/to/redis.sock, or Redis Cluster "
-                "seeds redis-cluster://host:port[,host:port...] (rediss:// and "
-                "rediss-cluster:// for TLS)",
+                "unix:///path/to/redis.sock[?db=N] or /path/to/redis.sock, Redis Cluster "
+                "seeds redis-cluster://host:port[,host:port...], or Redis Sentinels "
+                "redis-sentinel://[[user]:password@]host:port[,host:port...][/db]#master "
+                "(rediss://, rediss-cluster:// and rediss-sentinel:// for TLS)",
     },
     {
         .name = "redis-password-file",
@@ -134,6 +137,34 @@ static const struct copt copt_table[] = {
         .metavar = "PATH",
         .help = "read the Redis password from the first line of this file; it overrides a "
                 "password in --redis-url",
+    },
+    {
+        .name = "redis-sentinel-user",
+        .env = ENV_PREFIX "REDIS_SENTINEL_USER",
+        .kind = COPT_STRING,
+        CFIELD(redis_sentinel_user),
+        .metavar = "NAME",
+        .help = "redis-sentinel:// only: the Sentinels' ACL user (needs a Sentinel password)",
+    },
+    {
+        .name = "redis-sentinel-password",
+        .env = ENV_PREFIX "REDIS_SENTINEL_PASSWORD",
+        .kind = COPT_STRING,
+        .secret = true,
+        .password = true,
+        CFIELD(redis_sentinel_password),
+        .metavar = "PASSWORD",
+        .help = "redis-sentinel:// only: the Sentinels' password (the one in --redis-url is "
+                "the master's); prefer the -file option or the variable",
+    },
+    {
+        .name = "redis-sentinel-password-file",
+        .env = ENV_PREFIX "REDIS_SENTINEL_PASSWORD_FILE",
+        .kind = COPT_STRING,
+        CFIELD(redis_sentinel_password_file),
+        .metavar = "PATH",
+        .help = "redis-sentinel:// only: read the Sentinels' password from the first line of "
+                "this file; it overrides --redis-sentinel-password",
     },
     {
         .name = "redis-tls-ca-file",
@@ -291,6 +322,20 @@ struct raw_value {
 	const char **list; /* COPT_LIST: every command-line value */
 	size_t nlist;
 };
+
+/* Take a secret value out of argv: all of it for a password, else its password parts. */
+static void scrub_raw(const struct copt *o, char *value)
+{
+	if (value && o->password) {
+		size_t n = strlen(value);
+
+		memset(value, '*', n < 3 ? n : 3);
+		if (n > 3)
+			memset(value + 3, 0, n - 3);
+	} else {
+		config_scrub_secret(value);
+	}
+}
 
 static void *field_ptr(struct consumer_config *cf, size_t off)
 {
@@ -533,7 +578,7 @@ static enum config_result scan_argv(struct raw_value *raw, int argc, char **argv
 
 			/* value is argv[i] or its part after '=' (secret options are never bools). */
 			if (o->secret) {
-				config_scrub_secret(r->secret); /* an earlier one nothing reads any more */
+				scrub_raw(o, r->secret); /* an earlier one nothing reads any more */
 				r->secret = argv[i] + (value - argv[i]);
 			}
 			r->arg = value;
@@ -611,6 +656,41 @@ static bool finish_config(struct consumer_config *cf, char *err, size_t errlen)
 		}
 		cf->redis.password = pw;
 	}
+	if (cf->redis_sentinel_password_file) {
+		char *pw = NULL;
+
+		if (!config_read_secret("redis-sentinel-password-file", cf->redis_sentinel_password_file,
+		                        &pw, cf->warnings[cf->nwarnings], sizeof(cf->warnings[0]), err,
+		                        errlen))
+			return false;
+		if (cf->warnings[cf->nwarnings][0])
+			cf->nwarnings++;
+		if (cf->redis_sentinel_password) {
+			explicit_bzero(cf->redis_sentinel_password, strlen(cf->redis_sentinel_password));
+			free(cf->redis_sentinel_password);
+		}
+		cf->redis_sentinel_password = pw;
+	}
+	if ((cf->redis_sentinel_password || cf->redis_sentinel_user) && !cf->redis.sentinel) {
+		msg_set(err, errlen,
+		        "--redis-sentinel-%s applies only to a redis-sentinel:// (or "
+		        "rediss-sentinel://) --redis-url: drop it, or name the Sentinels in --redis-url",
+		        cf->redis_sentinel_user            ? "user"
+		        : cf->redis_sentinel_password_file ? "password-file"
+		                                           : "password");
+		return false;
+	}
+	if (cf->redis_sentinel_user && !cf->redis_sentinel_password) {
+		msg_set(err, errlen,
+		        "--redis-sentinel-user needs the user's password: give "
+		        "--redis-sentinel-password-file (or --redis-sentinel-password)");
+		return false;
+	}
+	/* The target owns them from here (the password is zeroed when freed). */
+	cf->redis.sentinel_password = cf->redis_sentinel_password;
+	cf->redis_sentinel_password = NULL;
+	cf->redis.sentinel_user = cf->redis_sentinel_user;
+	cf->redis_sentinel_user = NULL;
 	if (!redis_target_check_auth(&cf->redis, err, errlen))
 		return false;
 	return redis_target_set_tls(&cf->redis, cf->tls_ca_file, cf->tls_cert_file, cf->tls_key_file,
@@ -648,7 +728,7 @@ enum config_result consumer_config_load(struct consumer_config *cf, int argc, ch
 out:
 	/* Everything is copied by now: take the password out of /proc/PID/cmdline. */
 	for (size_t i = 0; i < NCOPTS; i++) {
-		config_scrub_secret(raw[i].secret);
+		scrub_raw(&copt_table[i], raw[i].secret);
 		free(raw[i].list);
 	}
 	consumer_config_finish(&built);
@@ -704,6 +784,9 @@ void consumer_config_finish(struct consumer_config *cf)
 	free(cf->redis_url);
 	redis_target_finish(&cf->redis);
 	free(cf->redis_password_file);
+	free(cf->redis_sentinel_password);
+	free(cf->redis_sentinel_password_file);
+	free(cf->redis_sentinel_user);
 	free(cf->tls_ca_file);
 	free(cf->tls_cert_file);
 	free(cf->tls_key_file);
@@ -987,6 +1070,52 @@ bool consumer_redis_auth_error(const char *msg)
 	       strstr(msg, "without any password configured") != NULL;
 }
 
+/*
+ * redis-sentinel://: ask the Sentinels for the master, connect to it as to
+ * a single server, check ROLE (a stale answer during a failover is retried
+ * by the caller, which asks the Sentinels again).
+ */
+static redisContext *sentinel_connect(const struct redis_target *t, int timeout_ms, void **ret_ssl,
+                                      bool *ret_permanent, char *err, size_t errlen)
+{
+	struct redis_target m;
+	char *host = NULL, role[64];
+	int port = 0;
+	redisContext *c;
+	redisReply *r;
+
+	if (!redis_sentinel_discover(t, timeout_ms, &host, &port, ret_permanent, err, errlen))
+		return NULL;
+	redis_sentinel_master_target(t, host, port, &m);
+	c = consumer_redis_connect(&m, timeout_ms, ret_ssl, ret_permanent, err, errlen);
+	if (c) {
+		r = redisCommand(c, "ROLE");
+		if (!redis_sentinel_parse_role(r, role, sizeof(role))) {
+			if (!r)
+				msg_set(err, errlen, "ROLE on Redis at %s:%d failed: %s", host, port,
+				        c->errstr[0] ? c->errstr : "connection lost");
+			else
+				msg_set(err, errlen,
+				        "the Sentinels named %s:%d as master \"%s\", but its ROLE is "
+				        "\"%s\"%s",
+				        host, port, t->master_name, role,
+				        r->type == REDIS_REPLY_ERROR
+				            ? " (grant +role to this Redis user: see deploy/redis/users.acl)"
+				            : " (a failover in progress?)");
+			*ret_permanent = r && r->type == REDIS_REPLY_ERROR && consumer_redis_auth_error(r->str);
+			if (r && r->type != REDIS_REPLY_ERROR)
+				redis_sentinel_distrust_first(t);
+			redisFree(c);
+			c = NULL;
+			if (ret_ssl)
+				*ret_ssl = NULL;
+		}
+		freeReplyObject(r);
+	}
+	free(host);
+	return c;
+}
+
 /* See consumer.h. */
 redisContext *consumer_redis_connect(const struct redis_target *t, int timeout_ms,
                                      void **ret_ssl, bool *ret_permanent, char *err,
@@ -1007,6 +1136,8 @@ redisContext *consumer_redis_connect(const struct redis_target *t, int timeout_m
 		(void)redis_tls_start(NULL, t, t->host, &ssl, ret_permanent, err, errlen);
 		return NULL;
 	}
+	if (t->sentinel)
+		return sentinel_connect(t, timeout_ms, ret_ssl, ret_permanent, err, errlen);
 	if (t->unix_path)
 		c = redisConnectUnixWithTimeout(t->unix_path, tv);
 	else

@@ -34,6 +34,9 @@ struct consumer_config {
 	char *redis_url;           /* --redis-url, default "redis://127.0.0.1:6379" */
 	struct redis_target redis; /* parsed from redis_url (password file applied) */
 	char *redis_password_file; /* --redis-password-file */
+	char *redis_sentinel_password;      /* --redis-sentinel-password (moved into redis) */
+	char *redis_sentinel_password_file; /* --redis-sentinel-password-file */
+	char *redis_sentinel_user;          /* --redis-sentinel-user (moved into redis) */
 	char *tls_ca_file;         /* --redis-tls-ca-file (copied into redis) */
 	char *tls_cert_file;       /* --redis-tls-cert-file */
 	char *tls_key_file;        /* --redis-tls-key-file */

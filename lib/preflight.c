@@ -26,6 +26,7 @@
 #include "event.h"
 #include "lsn.h"
 #include "pgrepl.h"
+#include "redis_sentinel.h"
 #include "redis_tls.h"
 
 /* How long the wal2json check waits for a temporary slot's consistent point. */
@@ -183,9 +184,9 @@ static void redis_info(redisContext *c, const char *section, char *buf, size_t l
 	freeReplyObject(r);
 }
 
-static void check_redis(const struct relay_config *cf, struct preflight *pf)
+static void check_redis_at(const struct relay_config *cf, const struct redis_target *t,
+                           struct preflight *pf)
 {
-	const struct redis_target *t = &cf->redis;
 	struct timeval tv = {cf->redis_timeout_ms / 1000, (cf->redis_timeout_ms % 1000) * 1000};
 	static const char *const needed[] = {"XADD", "XGROUP", "EVALSHA", "WAITAOF"};
 	bool want_aof = cf->wait_aof && strcmp(cf->wait_aof, "none") != 0;
@@ -316,6 +317,33 @@ static void check_redis(const struct relay_config *cf, struct preflight *pf)
 		    t->password ? ", AUTH accepted" : "",
 		    functions ? "functions (FCALL)" : "EVALSHA");
 	redisFree(c);
+}
+
+/* Sentinel mode: find the master as the relay would, then check it. */
+static void check_redis(const struct relay_config *cf, struct preflight *pf)
+{
+	const struct redis_target *t = &cf->redis;
+	struct redis_target m;
+	char where[300], err[1500], *host = NULL;
+	int port = 0;
+	bool permanent;
+
+	if (!t->sentinel) {
+		check_redis_at(cf, t, pf);
+		return;
+	}
+	redis_target_describe(t, where, sizeof(where));
+	if (!redis_sentinel_discover(t, cf->redis_timeout_ms, &host, &port, &permanent, err,
+	                             sizeof(err))) {
+		add(pf, PREFLIGHT_PROBLEM, "Redis at %s: %s", where, err);
+		add(pf, PREFLIGHT_SKIPPED,
+		    "the other Redis checks (commands, role, eviction policy) need a master");
+		return;
+	}
+	add(pf, PREFLIGHT_OK, "Redis at %s: the Sentinels name %s:%d as the master", where, host, port);
+	redis_sentinel_master_target(t, host, port, &m);
+	check_redis_at(cf, &m, pf);
+	free(host);
 }
 
 /* ---- PostgreSQL ---- */

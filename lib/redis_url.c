@@ -7,6 +7,7 @@
  *   redis://[[user]:password@][ipv6]:port[/db]
  *   unix://[[user]:password@]/path/to/redis.sock[?db=N]
  *   /path/to/redis.sock[?db=N]                    (shorthand for unix://)
+ *   redis-sentinel://[[user]:password@]host:port[,host:port...][/db]#master
  *
  * The credentials are the only secret in a URL, so error messages quote the
  * scheme, host, port, database and socket path but never the user-info part.
@@ -321,7 +322,6 @@ static bool parse_seeds(const char *s, size_t len, struct redis_target *t, char 
 {
 	size_t start = 0;
 
-	t->cluster = true;
 	while (start <= len) {
 		const char *comma = memchr(s + start, ',', len - start);
 		size_t end = comma ? (size_t)(comma - s) : len;
@@ -332,7 +332,10 @@ static bool parse_seeds(const char *s, size_t len, struct redis_target *t, char 
 			return false;
 		if (one.db != 0) {
 			redis_target_finish(&one);
-			msg_set(err, errlen, "a Redis Cluster has only database 0: drop the /DB part");
+			msg_set(err, errlen,
+			        t->sentinel ? "a database goes once, after the last Sentinel: "
+			                      "host:port,host:port/DB#master"
+			                    : "a Redis Cluster has only database 0: drop the /DB part");
 			return false;
 		}
 		seeds = realloc(t->seeds, (t->nseeds + 1) * sizeof(*seeds));
@@ -360,12 +363,66 @@ static bool parse_seeds(const char *s, size_t len, struct redis_target *t, char 
 	return true;
 }
 
+/*
+ * "host:port[,host:port...][/db]#master" (after any credentials): the
+ * Sentinels as seeds, the database of the master, the master's name
+ * (percent-decoded). The name ends the URL, so the last '#' starts it.
+ */
+static bool parse_sentinels(const char *s, size_t len, struct redis_target *t, char *err,
+                            size_t errlen)
+{
+	const char *hash = NULL, *slash;
+	size_t hostlen;
+
+	for (size_t i = len; i > 0; i--) {
+		if (s[i - 1] == '#') {
+			hash = s + i - 1;
+			break;
+		}
+	}
+	if (!hash || hash + 1 == s + len) {
+		msg_set(err, errlen,
+		        "missing master name: write redis-sentinel://HOST:PORT[,HOST:PORT...][/DB]#NAME "
+		        "(NAME as in the Sentinels' \"sentinel monitor NAME ...\")");
+		return false;
+	}
+	switch (percent_decode(hash + 1, (size_t)(s + len - hash - 1), &t->master_name)) {
+	case DECODE_OK:
+		break;
+	case DECODE_OOM:
+		msg_set(err, errlen, "out of memory");
+		return false;
+	default:
+		msg_set(err, errlen, "invalid percent-encoding in the master name after \"#\"");
+		return false;
+	}
+	slash = memchr(s, '/', (size_t)(hash - s));
+	hostlen = (size_t)((slash ? slash : hash) - s);
+	if (hostlen == 0) {
+		msg_set(err, errlen,
+		        "missing Sentinel address: write redis-sentinel://HOST:PORT[,HOST:PORT...]#NAME");
+		return false;
+	}
+	if (!parse_seeds(s, hostlen, t, err, errlen))
+		return false;
+	if (slash && slash + 1 < hash &&
+	    !parse_db(slash + 1, (size_t)(hash - slash - 1), t, err, errlen))
+		return false;
+	if (t->nseeds > REDIS_SENTINELS_MAX) {
+		msg_set(err, errlen, "too many Sentinels (%zu): at most %d", t->nseeds,
+		        REDIS_SENTINELS_MAX);
+		return false;
+	}
+	return true;
+}
+
 bool redis_url_parse(const char *url, struct redis_target *ret, char *err, size_t errlen)
 {
 	struct redis_target t = {0};
 	const char *rest, *sep;
 	size_t restlen;
 	bool is_unix = false, is_cluster = false, ok;
+	bool is_sentinel = false;
 
 	if (err && errlen > 0)
 		err[0] = '\0';
@@ -399,6 +456,11 @@ bool redis_url_parse(const char *url, struct redis_target *ret, char *err, size_
 		} else if (slen == 14 && strncasecmp(url, "rediss-cluster", 14) == 0) {
 			is_cluster = true;
 			t.tls = true;
+		} else if (slen == 14 && strncasecmp(url, "redis-sentinel", 14) == 0) {
+			is_sentinel = true;
+		} else if (slen == 15 && strncasecmp(url, "rediss-sentinel", 15) == 0) {
+			is_sentinel = true;
+			t.tls = true;
 		} else {
 			char q[MSG_QUOTE_MAX + 8];
 			bool plain = slen > 0 && slen <= 16;
@@ -407,10 +469,15 @@ bool redis_url_parse(const char *url, struct redis_target *ret, char *err, size_
 			for (size_t i = 0; plain && i < slen; i++)
 				plain = host_char_ok(url[i]) || url[i] == '+';
 			if (plain)
-				msg_set(err, errlen, "unsupported scheme \"%s\": use redis://, rediss://, unix://, redis-cluster:// or rediss-cluster://",
-				       msg_quote(url, slen, q, sizeof(q)));
+				msg_set(
+				    err, errlen,
+				    "unsupported scheme \"%s\": use redis://, rediss://, unix://, "
+				    "redis-cluster://, rediss-cluster://, redis-sentinel:// or rediss-sentinel://",
+				    msg_quote(url, slen, q, sizeof(q)));
 			else
-				msg_set(err, errlen, "unsupported scheme: use redis://, rediss://, unix://, redis-cluster:// or rediss-cluster://");
+				msg_set(err, errlen,
+				        "unsupported scheme: use redis://, rediss://, unix://, redis-cluster://, "
+				        "rediss-cluster://, redis-sentinel:// or rediss-sentinel://");
 			return false;
 		}
 	}
@@ -424,10 +491,18 @@ bool redis_url_parse(const char *url, struct redis_target *ret, char *err, size_
 	if (rest[0] != '/') {
 		const char *at = NULL;
 
-		if (is_unix)
+		if (is_unix) {
 			at = strstr(rest, "@/");
-		else
+		} else if (is_sentinel) {
+			/* Not past the "#master": a name may hold an '@'. */
+			const char *hash = strrchr(rest, '#');
+
+			for (const char *p = rest; *p && (!hash || p < hash); p++)
+				if (*p == '@')
+					at = p;
+		} else {
 			at = strrchr(rest, '@');
+		}
 		if (at) {
 			if (!parse_userinfo(rest, (size_t)(at - rest), &t, err, errlen))
 				goto error;
@@ -438,9 +513,13 @@ bool redis_url_parse(const char *url, struct redis_target *ret, char *err, size_
 
 	if (is_unix)
 		ok = parse_unix(rest, restlen, &t, err, errlen);
-	else if (is_cluster)
+	else if (is_cluster) {
+		t.cluster = true;
 		ok = parse_seeds(rest, restlen, &t, err, errlen);
-	else
+	} else if (is_sentinel) {
+		t.sentinel = true;
+		ok = parse_sentinels(rest, restlen, &t, err, errlen);
+	} else
 		ok = parse_tcp(rest, restlen, &t, err, errlen);
 	if (!ok)
 		goto error;
@@ -481,6 +560,12 @@ void redis_target_finish(struct redis_target *t)
 	free(t->tls_cert_file);
 	free(t->tls_key_file);
 	free(t->tls_server_name);
+	free(t->master_name);
+	free(t->sentinel_user);
+	if (t->sentinel_password) {
+		explicit_bzero(t->sentinel_password, strlen(t->sentinel_password));
+		free(t->sentinel_password);
+	}
 	memset(t, 0, sizeof(*t));
 }
 
@@ -525,9 +610,10 @@ bool redis_target_set_tls(struct redis_target *t, const char *ca_file, const cha
 
 	if (given && !t->tls) {
 		msg_set(err, errlen,
-		       "--%s applies only to TLS: use a rediss:// (or rediss-cluster://) --redis-url, "
-		       "or drop --%s",
-		       given, given);
+		        "--%s applies only to TLS: use a rediss:// (or rediss-cluster://, "
+		        "rediss-sentinel://) --redis-url, "
+		        "or drop --%s",
+		        given, given);
 		return false;
 	}
 	if (!(cert_file && *cert_file) != !(key_file && *key_file)) {
@@ -559,6 +645,11 @@ char *redis_target_describe(const struct redis_target *t, char *buf, size_t len)
 		(void)snprintf(buf, len, "unix:%s?db=%d", t->unix_path, t->db);
 	else if (t->unix_path)
 		(void)snprintf(buf, len, "unix:%s", t->unix_path);
+	else if (t->sentinel)
+		(void)snprintf(buf, len, "master \"%s\"/%d via Sentinel %s%s%s:%d (%zu Sentinel%s)%s",
+		               t->master_name, t->db, strchr(t->host, ':') ? "[" : "", t->host,
+		               strchr(t->host, ':') ? "]" : "", t->port, t->nseeds,
+		               t->nseeds == 1 ? "" : "s", t->tls ? " over TLS" : "");
 	else if (t->cluster)
 		(void)snprintf(buf, len, "cluster via %s:%d (%zu seed%s)%s", t->host, t->port,
 			       t->nseeds, t->nseeds == 1 ? "" : "s", t->tls ? " over TLS" : "");

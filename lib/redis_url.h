@@ -7,7 +7,9 @@
  *   unix://[[user]:password@]/path/to/redis.sock[?db=N]
  *   /path/to/redis.sock                             (shorthand for unix://)
  *   redis-cluster://[[user]:password@]host:port[,host:port...]   (cluster seeds; db 0 only)
- *   rediss://..., rediss-cluster://...              (the same over TLS: tls = true)
+ *   redis-sentinel://[[user]:password@]host:port[,host:port...][/db]#master-name
+ *                                                   (Sentinels; the credentials are the master's)
+ *   rediss://..., rediss-cluster://..., rediss-sentinel://...   (the same over TLS: tls = true)
  * User and password are percent-decoded. A build without TLS support refuses
  * tls targets when it connects (see redis_tls.h).
  */
@@ -16,6 +18,9 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+
+/* Most Sentinels a redis-sentinel:// URL may list. */
+#define REDIS_SENTINELS_MAX 16
 
 struct redis_seed {
 	char *host;
@@ -36,8 +41,17 @@ struct redis_target {
 	char *tls_key_file;
 	char *tls_server_name; /* name the certificate must carry; default: the host */
 	bool cluster;             /* redis-cluster://: host/port is the first seed */
-	struct redis_seed *seeds; /* cluster seed nodes (nseeds >= 1 when cluster) */
+	struct redis_seed *seeds; /* cluster seeds or Sentinels (nseeds >= 1 when either) */
 	size_t nseeds;
+	/*
+	 * redis-sentinel://: host/port is the first Sentinel until discovery
+	 * (redis_sentinel.h) finds the master; seeds are the Sentinels, the one
+	 * that answered last first (the array is reordered through a const target).
+	 */
+	bool sentinel;
+	char *master_name;       /* the #fragment: the name Sentinel monitors */
+	char *sentinel_user;     /* --redis-sentinel-user; NULL: AUTH as default */
+	char *sentinel_password; /* --redis-sentinel-password(-file); NULL: no AUTH */
 };
 
 /*

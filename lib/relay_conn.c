@@ -293,7 +293,7 @@ int relay_record_arrived(struct relay *r)
 
 int relay_try_redis(struct relay *r)
 {
-	char where[300];
+	char where[300], master[300], at[320] = "";
 	enum sink_status st = sink_redis_connect(r->sink);
 
 	redis_target_describe(&r->cf->redis, where, sizeof(where));
@@ -309,13 +309,16 @@ int relay_try_redis(struct relay *r)
 			snprintf(r->policy_warned, sizeof(r->policy_warned), "%s", policy);
 		}
 		r->memory_poll_us = 0; /* read used_memory soon */
+		/* Sentinel mode: the master the Sentinels named. */
+		if (sink_redis_sentinel_master(r->sink, master, sizeof(master)))
+			snprintf(at, sizeof(at), ", at %s", master);
 	}
 		if (!r->redis_down)
-			log_info("connected to Redis at %s", where);
+			log_info("connected to Redis at %s%s", where, at);
 		else if (sink_redis_inflight_events(r->sink) == 0)
-			log_info("Redis: reconnected to %s", where);
+			log_info("Redis: reconnected to %s%s", where, at);
 		else
-			log_debug("Redis: reconnected to %s; resending %llu event(s)", where,
+			log_debug("Redis: reconnected to %s%s; resending %llu event(s)", where, at,
 				  (unsigned long long)sink_redis_inflight_events(r->sink));
 		/* Recovery (and the backoff reset) waits for the first acknowledged
 		 * command: a server that accepts connections but fails every command

@@ -34,6 +34,7 @@
 
 #include "buf.h"
 #include "cluster_slots.h"
+#include "redis_sentinel.h"
 #include "redis_tls.h"
 
 #define FUNCTION_NAME "outbox_relay_publish"
@@ -465,6 +466,7 @@ struct sink_redis {
 	int nnodes;
 	int8_t *slot_node; /* cluster: slot -> node, -1 unknown */
 	bool connected;
+	bool sentinel_found; /* Sentinel mode: a master was found once (later failures are retried) */
 	int poll_node[MAX_NODES]; /* node of each pollfd handed out */
 	int npoll;
 
@@ -1568,6 +1570,72 @@ static bool start_tls(struct sink_redis *s, redisContext *c, const char *host, i
 	return false;
 }
 
+/*
+ * Sentinel mode: the address a Sentinel gave must be the master now (it
+ * may be a demoted one, or the failover may not have finished): ROLE.
+ * Anything else is retried, and the retry asks the Sentinels again.
+ */
+static enum sink_status check_role(struct sink_redis *s, struct node *n)
+{
+	const char *argv[] = {"ROLE"};
+	enum sink_status st = SINK_OK;
+	redisReply *r = setup_command(s, n, &st, "ROLE", 1, argv);
+	char role[64], a[300];
+
+	if (!r)
+		return st;
+	if (r->type == REDIS_REPLY_ERROR) {
+		freeReplyObject(r);
+		return st == SINK_OK ? SINK_RETRY : st;
+	}
+	if (!redis_sentinel_parse_role(r, role, sizeof(role))) {
+		snprintf(s->errmsg, sizeof(s->errmsg),
+		         "the Sentinels named %s as master \"%s\", but its ROLE is \"%s\" (a failover "
+		         "in progress?): asking the Sentinels again",
+		         node_addr(n, a, sizeof(a)), s->cf->redis.master_name, role);
+		s->errkind = SINK_ERR_READONLY;
+		redis_sentinel_distrust_first(&s->cf->redis);
+		freeReplyObject(r);
+		return SINK_RETRY;
+	}
+	freeReplyObject(r);
+	return SINK_OK;
+}
+
+static int add_node(struct sink_redis *s, const char *host, int port, const char *unix_path);
+
+/*
+ * Sentinel mode: ask the Sentinels where the master is and make it the one
+ * node. A permanent refusal (credentials, an unknown master name) is fatal
+ * only before the first success: a running relay keeps retrying.
+ */
+static enum sink_status discover_master(struct sink_redis *s)
+{
+	const struct redis_target *t = &s->cf->redis;
+	char *host = NULL;
+	int port = 0;
+	bool permanent = false;
+
+	if (!redis_sentinel_discover(t, s->cf->redis_timeout_ms, &host, &port, &permanent, s->errmsg,
+	                             sizeof(s->errmsg)))
+		return permanent && !s->sentinel_found ? SINK_FATAL : SINK_RETRY;
+	s->sentinel_found = true;
+	if (s->nnodes == 1 && s->nodes[0].port == port && strcmp(s->nodes[0].host, host) == 0) {
+		free(host);
+		return SINK_OK;
+	}
+	for (int i = 0; i < s->nnodes; i++)
+		node_finish(&s->nodes[i]);
+	s->nnodes = 0;
+	if (add_node(s, host, port, NULL) < 0) {
+		free(host);
+		snprintf(s->errmsg, sizeof(s->errmsg), "out of memory");
+		return SINK_RETRY;
+	}
+	free(host);
+	return SINK_OK;
+}
+
 /* Connect n and prepare it: AUTH, SELECT, checks, function library, non-blocking. */
 static enum sink_status node_connect(struct sink_redis *s, struct node *n)
 {
@@ -1620,6 +1688,11 @@ static enum sink_status node_connect(struct sink_redis *s, struct node *n)
 		if (!r)
 			goto fail;
 		freeReplyObject(r);
+		if (st != SINK_OK)
+			goto fail;
+	}
+	if (t->sentinel) {
+		st = check_role(s, n);
 		if (st != SINK_OK)
 			goto fail;
 	}
@@ -1826,6 +1899,10 @@ enum sink_status sink_redis_connect(struct sink_redis *s)
 	}
 	if (t->cluster) {
 		st = discover_cluster(s);
+		if (st != SINK_OK)
+			return st;
+	} else if (t->sentinel) {
+		st = discover_master(s);
 		if (st != SINK_OK)
 			return st;
 	} else if (s->nnodes == 0 && add_node(s, t->host, t->port, t->unix_path) < 0) {
@@ -2833,6 +2910,13 @@ bool sink_redis_memory(const struct sink_redis *s, uint64_t *used, uint64_t *max
 		}
 	}
 	return found;
+}
+
+const char *sink_redis_sentinel_master(const struct sink_redis *s, char *buf, size_t len)
+{
+	if (!s->cf->redis.sentinel || s->nnodes != 1)
+		return NULL;
+	return node_addr(&s->nodes[0], buf, len);
 }
 
 const char *sink_redis_maxmemory_policy(const struct sink_redis *s)

@@ -158,6 +158,8 @@ void sink_redis_poll_memory(struct sink_redis *s);
 bool sink_redis_memory(const struct sink_redis *s, uint64_t *used, uint64_t *max);
 /* maxmemory-policy read at the last connect ("" when INFO did not say). */
 const char *sink_redis_maxmemory_policy(const struct sink_redis *s);
+/* Sentinel mode: "host:port" of the master found last into buf; NULL otherwise. */
+const char *sink_redis_sentinel_master(const struct sink_redis *s, char *buf, size_t len);
 
 /* The outcome of one --trim acked round (sink_redis_trim_start). */
 struct sink_trim_result {

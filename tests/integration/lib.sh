@@ -912,7 +912,8 @@ _rnode_launch() {
 	shift
 	mkdir -p "$d"
 	rm -f "$d/redis.pid"
-	printf '%s\0' "$@" >"$d/args"
+	: >"$d/args"
+	[ $# -eq 0 ] || printf '%s\0' "$@" >"$d/args" # printf with no args would write one ""
 	redis_server --bind 127.0.0.1 --port "$p" --save '' --appendonly no --repl-diskless-sync-delay 0 --dir "$d" \
 		--daemonize yes --pidfile "$d/redis.pid" --logfile "$d/redis.log" "$@" ||
 		return 1
@@ -1283,6 +1284,134 @@ replica_pause() {
 replica_resume() {
 	kill -CONT "$(rnode_pid "$REPLICA_PORT")"
 	log "replica $REPLICA_PORT resumed (SIGCONT)"
+}
+
+# ---------------------------------------------------------------------------
+# Redis Sentinel: Sentinels on loopback TCP that monitor a replica_pair_start pair
+# ---------------------------------------------------------------------------
+
+SENTINEL_NAME=outbox-master
+SENTINEL_PASSWORD=
+
+# scli PORT ARGS...: redis-cli --raw to the Sentinel on PORT (AUTH with
+# $SENTINEL_PASSWORD when set).
+scli() {
+	local p=$1
+	shift
+	if [ -n "$SENTINEL_PASSWORD" ]; then
+		REDISCLI_AUTH=$SENTINEL_PASSWORD redis-cli -h 127.0.0.1 -p "$p" --raw "$@"
+	else
+		redis-cli -h 127.0.0.1 -p "$p" --raw "$@"
+	fi
+}
+
+# _sentinel_launch PORT MASTER_PORT [EXTRA CONFIG LINES...]: start one Sentinel
+# (redis-server --sentinel, which rewrites its own config file) in
+# $T/sentinel.PORT; returns 1 when it does not come up.
+_sentinel_launch() {
+	local p=$1 m=$2 d=$T/sentinel.$1 pid l di
+	shift 2
+	di=${d#"${REDIS_CHROOT%/}"} # the directory as the server sees it
+	mkdir -p "$d"
+	rm -f "$d/redis.pid"
+	{
+		echo "port $p"
+		echo "bind 127.0.0.1"
+		echo "daemonize yes"
+		echo "pidfile $di/redis.pid"
+		echo "logfile $di/sentinel.log"
+		echo "dir $di"
+		echo "sentinel monitor $SENTINEL_NAME 127.0.0.1 $m 2"
+		echo "sentinel down-after-milliseconds $SENTINEL_NAME 1000"
+		echo "sentinel failover-timeout $SENTINEL_NAME 3000"
+		echo "sentinel parallel-syncs $SENTINEL_NAME 1"
+		for l in "$@"; do echo "$l"; done
+	} >"$d/sentinel.conf"
+	redis_server "$d/sentinel.conf" --sentinel || return 1
+	wait_for "[ -s '$d/redis.pid' ]" 5 || return 1
+	pid=$(cat "$d/redis.pid")
+	echo "$pid" >>"$T/redis.pids"
+	wait_for "[ \"\$(scli $p ping 2>/dev/null)\" = PONG ]" 10 || {
+		kill -9 "$pid" 2>/dev/null || true
+		return 1
+	}
+}
+
+# sentinel_field PORT FIELD: FIELD of SENTINEL MASTER $SENTINEL_NAME on PORT.
+sentinel_field() {
+	scli "$1" SENTINEL MASTER "$SENTINEL_NAME" 2>/dev/null | awk -v f="$2" 'prev == f { print; exit } { prev = $0 }'
+}
+
+# sentinel_master_port [PORT]: the master's port as the Sentinel on PORT
+# (default: the first) names it.
+sentinel_master_port() {
+	scli "${1:-${SENTINEL_PORTS%% *}}" SENTINEL get-master-addr-by-name "$SENTINEL_NAME" 2>/dev/null | sed -n 2p
+}
+
+# _sentinels_ready N: every Sentinel sees the master up, one replica and the N-1 others.
+_sentinels_ready() {
+	local p
+	for p in $SENTINEL_PORTS; do
+		[ "$(sentinel_field "$p" num-slaves)" = 1 ] || return 1
+		[ "$(sentinel_field "$p" num-other-sentinels)" = $(($1 - 1)) ] || return 1
+		[ "$(sentinel_field "$p" flags)" = master ] || return 1
+	done
+}
+
+# sentinels_start MASTER_PORT [N [EXTRA CONFIG LINES...]]: N (default 3)
+# Sentinels monitoring $SENTINEL_NAME at 127.0.0.1:MASTER_PORT, quorum 2,
+# down-after-milliseconds 1000, failover-timeout 3000; waits until each one
+# knows the replica and the other Sentinels. Sets SENTINEL_PORTS and
+# SENTINEL_ADDRS (127.0.0.1:P1,127.0.0.1:P2,...). With SENTINEL_TLS set each
+# Sentinel also gets a tls-port (the TLS settings come in the extra lines):
+# SENTINEL_TLS_ADDRS lists those.
+sentinels_start() {
+	local m=$1 n=${2:-3} p tp ports=() addrs=() tls_addrs=() t0 started
+	t0=$(date +%s%N)
+	shift 2 || shift $#
+	for _ in $(seq 1 "$n"); do
+		started=
+		for _ in 1 2 3 4 5; do
+			p=$(free_tcp_port)
+			tp=
+			[ -z "${SENTINEL_TLS:-}" ] || tp=$(free_tcp_port)
+			if _sentinel_launch "$p" "$m" ${tp:+"tls-port $tp"} "$@"; then
+				started=1
+				break
+			fi
+		done
+		[ -n "$started" ] || fail "could not start a Sentinel (see $T/sentinel.*/sentinel.log)"
+		ports+=("$p")
+		addrs+=("127.0.0.1:$p")
+		[ -z "$tp" ] || tls_addrs+=("127.0.0.1:$tp")
+	done
+	SENTINEL_PORTS="${ports[*]}"
+	SENTINEL_ADDRS=$(IFS=,; echo "${addrs[*]}")
+	SENTINEL_TLS_ADDRS=$(IFS=,; echo "${tls_addrs[*]}")
+	export SENTINEL_PORTS SENTINEL_ADDRS SENTINEL_TLS_ADDRS
+	wait_for "_sentinels_ready $n" 60 ||
+		fail "Sentinels not ready after 60 s: $(for p in "${ports[@]}"; do printf '%s: slaves=%s others=%s flags=%s; ' "$p" "$(sentinel_field "$p" num-slaves)" "$(sentinel_field "$p" num-other-sentinels)" "$(sentinel_field "$p" flags)"; done)"
+	log "$n Sentinels ($SENTINEL_PORTS) watch master $m in $(((($(date +%s%N) - t0) / 1000000))) ms"
+}
+
+# sentinels_agree PORT: every Sentinel names 127.0.0.1:PORT as the master.
+sentinels_agree() {
+	local p
+	for p in $SENTINEL_PORTS; do
+		[ "$(sentinel_master_port "$p")" = "$1" ] || return 1
+	done
+}
+
+# sentinels_stop: SHUTDOWN every Sentinel.
+sentinels_stop() {
+	local p pid
+	for p in $SENTINEL_PORTS; do
+		pid=$(cat "$T/sentinel.$p/redis.pid" 2>/dev/null || true)
+		scli "$p" shutdown >/dev/null 2>&1 || true
+		[ -z "$pid" ] || wait_for "! pid_alive $pid" 10 || kill -9 "$pid" 2>/dev/null || true
+		[ -z "$pid" ] || _rnode_forget "$pid"
+	done
+	SENTINEL_PORTS=
 }
 
 # http_get PORT PATH: GET http://127.0.0.1:PORT/PATH with bash's /dev/tcp (no

@@ -689,7 +689,8 @@ TEST(redis_url_option)
 
 	CHECK(load_fails_exactly(ARGS("--pg-dsn", DSN, "--redis-url", "http://x"), NOENV,
 	                         "invalid --redis-url: unsupported scheme \"http\": use redis://, "
-	                         "rediss://, unix://, redis-cluster:// or rediss-cluster://"));
+	                         "rediss://, unix://, redis-cluster://, rediss-cluster://, "
+	                         "redis-sentinel:// or rediss-sentinel://"));
 	CHECK(load_fails(ARGS("--pg-dsn", DSN, "--redis-url", "redis://u:hunter2@h:99999"), NOENV,
 	                 "invalid --redis-url: invalid port", "hunter2"));
 	CHECK(load_fails(ARGS("--pg-dsn", DSN, "--redis-url", "redis://u:hunter2"), NOENV,
@@ -701,6 +702,82 @@ TEST(redis_url_option)
 }
 
 /* The list helpers both option engines (relay and outbox-consume) use. */
+TEST(sentinel_password)
+{
+	struct relay_config cf;
+	char path[] = "/tmp/test_config_sentinel_XXXXXX";
+	int fd = mkstemp(path);
+
+	CHECK(fd >= 0);
+	CHECK(write(fd, "from-file\n", 10) == 10);
+	close(fd);
+	chmod(path, 0600);
+
+	/* Flag: the target gets it, argv keeps "***" and nothing of the password. */
+	CHECK_INT(
+	    load(&cf,
+	         ARGS("--pg-dsn", DSN, "--redis-url", "redis-sentinel://:m@s1:26379,s2:26380#mymaster",
+	              "--redis-sentinel-password", "s3cret-sentinel"),
+	         NOENV),
+	    CONFIG_OK);
+	CHECK(cf.redis.sentinel);
+	CHECK_STR(cf.redis.sentinel_password, "s3cret-sentinel");
+	CHECK_STR(cf.redis.password, "m");
+	CHECK_STR(cf.redis.master_name, "mymaster");
+	CHECK_STR(last_argv[6], "***");
+	config_finish(&cf);
+	CHECK_INT(load(&cf,
+	               ARGS("--pg-dsn", DSN, "--redis-url", "redis-sentinel://s1:26379#m",
+	                    "--redis-sentinel-password=ab"),
+	               NOENV),
+	          CONFIG_OK);
+	CHECK_STR(last_argv[5], "--redis-sentinel-password=**");
+	config_finish(&cf);
+
+	/* The file wins over the flag and the environment. */
+	CHECK_INT(load(&cf,
+	               ARGS("--pg-dsn", DSN, "--redis-url", "redis-sentinel://s1:26379#m",
+	                    "--redis-sentinel-password-file", path),
+	               ENV("OUTBOX_RELAY_REDIS_SENTINEL_PASSWORD=from-env")),
+	          CONFIG_OK);
+	CHECK_STR(cf.redis.sentinel_password, "from-file");
+	config_finish(&cf);
+	CHECK_INT(load(&cf, ARGS("--pg-dsn", DSN, "--redis-url", "redis-sentinel://s1:26379#m"),
+	               ENV("OUTBOX_RELAY_REDIS_SENTINEL_PASSWORD=from-env")),
+	          CONFIG_OK);
+	CHECK_STR(cf.redis.sentinel_password, "from-env");
+	config_finish(&cf);
+
+	/* An ACL user on the Sentinels goes with a password. */
+	CHECK_INT(load(&cf,
+	               ARGS("--pg-dsn", DSN, "--redis-url", "redis-sentinel://s1:26379#m",
+	                    "--redis-sentinel-user", "watcher", "--redis-sentinel-password-file", path),
+	               NOENV),
+	          CONFIG_OK);
+	CHECK_STR(cf.redis.sentinel_user, "watcher");
+	CHECK_STR(cf.redis.sentinel_password, "from-file");
+	config_finish(&cf);
+	CHECK(load_fails(ARGS("--pg-dsn", DSN, "--redis-url", "redis-sentinel://s1:26379#m",
+	                      "--redis-sentinel-user", "watcher"),
+	                 NOENV, "--redis-sentinel-user needs the user's password", NULL));
+	CHECK(load_fails(ARGS("--pg-dsn", DSN, "--redis-sentinel-user", "watcher"), NOENV,
+	                 "--redis-sentinel-user applies only to a redis-sentinel://", NULL));
+
+	/* Only for Sentinel URLs; never quoted back. */
+	CHECK(load_fails_exactly(ARGS("--pg-dsn", DSN, "--redis-sentinel-password", "hunter2"), NOENV,
+	                         "--redis-sentinel-password applies only to a redis-sentinel:// (or "
+	                         "rediss-sentinel://) --redis-url: drop it, or name the Sentinels in "
+	                         "--redis-url"));
+	CHECK(load_fails(ARGS("--pg-dsn", DSN, "--redis-sentinel-password-file", path), NOENV,
+	                 "--redis-sentinel-password-file applies only", "from-file"));
+	CHECK(load_fails(
+	    ARGS("--pg-dsn", DSN, "--redis-url", "redis-sentinel://s1:26379#m", "--redis-cluster"),
+	    NOENV, "--redis-cluster and a redis-sentinel:// --redis-url exclude each other", NULL));
+	CHECK(load_fails(ARGS("--pg-dsn", DSN, "--redis-url", "redis-sentinel://u:hunter2@s1:26379"),
+	                 NOENV, "missing master name", "hunter2"));
+	unlink(path);
+}
+
 TEST(list_helpers)
 {
 	const char *cursor = " a ,b,\t, c d ", *item;
@@ -1394,6 +1471,7 @@ int main(void)
 	RUN(pg_dsn_forms);
 	RUN(malformed_pg_dsn_hides_password);
 	RUN(redis_url_option);
+	RUN(sentinel_password);
 	RUN(list_helpers);
 	RUN(groups);
 	RUN(table_names);

@@ -151,6 +151,57 @@ TEST(tls)
 	redis_target_finish(&t);
 }
 
+TEST(sentinel)
+{
+	struct redis_target t;
+	char err[256], buf[300];
+
+	CHECK(redis_url_parse(
+	    "redis-sentinel://app:p%40ss@10.0.0.1:26379,[::1]:26380,s3.example:26381/2#my%23master", &t,
+	    err, sizeof(err)));
+	CHECK(t.sentinel);
+	CHECK(!t.cluster);
+	CHECK(!t.tls);
+	CHECK_INT((int)t.nseeds, 3);
+	CHECK_STR(t.seeds[0].host, "10.0.0.1");
+	CHECK_INT(t.seeds[0].port, 26379);
+	CHECK_STR(t.seeds[1].host, "::1");
+	CHECK_INT(t.seeds[1].port, 26380);
+	CHECK_STR(t.seeds[2].host, "s3.example");
+	CHECK_STR(t.master_name, "my#master");
+	CHECK_INT(t.db, 2);
+	CHECK_STR(t.user, "app");
+	CHECK_STR(t.password, "p@ss");
+	CHECK_STR(t.host, "10.0.0.1");
+	CHECK_STR(redis_target_describe(&t, buf, sizeof(buf)),
+	          "master \"my#master\"/2 via Sentinel 10.0.0.1:26379 (3 Sentinels)");
+	redis_target_finish(&t);
+
+	/* An '@' in the master name is not the end of the credentials. */
+	CHECK(redis_url_parse("rediss-sentinel://:pw@h:26379#a@b", &t, err, sizeof(err)));
+	CHECK(t.tls);
+	CHECK(t.sentinel);
+	CHECK(t.user == NULL);
+	CHECK_STR(t.password, "pw");
+	CHECK_STR(t.master_name, "a@b");
+	CHECK_INT(t.db, 0);
+	CHECK_INT((int)t.nseeds, 1);
+	CHECK_STR(redis_target_describe(&t, buf, sizeof(buf)),
+	          "master \"a@b\"/0 via Sentinel h:26379 (1 Sentinel) over TLS");
+	redis_target_finish(&t);
+
+	CHECK(fails_with("redis-sentinel://h:26379", "missing master name"));
+	CHECK(fails_with("redis-sentinel://u:" SECRET "@h:26379/1#", "missing master name"));
+	CHECK(fails_with("redis-sentinel://#m", "missing Sentinel address"));
+	CHECK(fails_with("redis-sentinel://a:1/3,b:2#m", "invalid database"));
+	CHECK(fails_with("redis-sentinel://a:1,b:x#m", "invalid port"));
+	CHECK(fails_with("redis-sentinel://h:1/x#m", "invalid database \"x\""));
+	CHECK(fails_with("redis-sentinel://h:1#m%zz", "invalid percent-encoding in the master name"));
+	CHECK(fails_with("redis-sentinel://a:1,b:2,c:3,d:4,e:5,f:6,g:7,h:8,i:9,j:10,k:11,l:12,m:13,"
+	                 "n:14,o:15,p:16,q:17#m",
+	                 "too many Sentinels (17)"));
+}
+
 TEST(tls_options)
 {
 	struct redis_target t;
@@ -312,9 +363,9 @@ TEST(describe)
 
 TEST(errors_scheme)
 {
-	CHECK(
-	    fails_with("http://x", "unsupported scheme \"http\": use redis://, rediss://, unix://, "
-	                           "redis-cluster:// or rediss-cluster://"));
+	CHECK(fails_with("http://x", "unsupported scheme \"http\": use redis://, rediss://, unix://, "
+	                             "redis-cluster://, rediss-cluster://, redis-sentinel:// or "
+	                             "rediss-sentinel://"));
 	CHECK(fails_with("http://u:" SECRET "@x", "unsupported scheme \"http\""));
 	CHECK(fails_with("redis+sentinel://h", "unsupported scheme \"redis+sentinel\""));
 	CHECK(fails_with("localhost:6379", "expected a URL such as redis://127.0.0.1:6379"));
@@ -438,6 +489,7 @@ int main(void)
 {
 	RUN(tcp_defaults);
 	RUN(tcp_port_db);
+	RUN(sentinel);
 	RUN(ipv6);
 	RUN(tls);
 	RUN(tls_options);
