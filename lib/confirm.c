@@ -62,6 +62,11 @@ void confirm_record_queued(struct confirm *c, uint64_t seq)
 	c->rec_pending = c->acked;
 }
 
+void confirm_record_cancel(struct confirm *c)
+{
+	c->rec_seq = 0;
+}
+
 void confirm_record_read(struct confirm *c, lsn_t confirmed, lsn_t commit_lsn, int64_t commit_us)
 {
 	if (confirmed > c->rec_acked)

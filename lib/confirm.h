@@ -65,6 +65,13 @@ bool confirm_acked(struct confirm *c, uint64_t acked_seq);
 bool confirm_record_due(const struct confirm *c);
 /* The record write for acked was queued as the sink's command seq. */
 void confirm_record_queued(struct confirm *c, uint64_t seq);
+/*
+ * The connection the record write was sent on is gone, and it is not sent
+ * again (sink_redis_void_record): a new server may lack events the old one
+ * acknowledged, and a write claiming them must not land there behind calls
+ * it refuses. rec_acked stays; a new write is due once allowed.
+ */
+void confirm_record_cancel(struct confirm *c);
 /* The slot record read from Redis at start: its positions count as acknowledged. */
 void confirm_record_read(struct confirm *c, lsn_t confirmed, lsn_t commit_lsn, int64_t commit_us);
 

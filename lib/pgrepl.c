@@ -389,7 +389,8 @@ static const char *slot_gap(const struct pgrepl *p, char *why, size_t whylen)
 	else if (p->facts.confirmed > p->guard.confirmed)
 		snprintf(why, whylen,
 			 "stands at %s, past %s, the last position this relay confirmed: it was "
-			 "created again or advanced by something else",
+			 "created again or advanced by something else, or Redis lost the newer "
+			 "record (a failover without --wait-replicas)",
 			 lsn_format(p->facts.confirmed, a), lsn_format(p->guard.confirmed, b));
 	else
 		return NULL;

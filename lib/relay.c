@@ -133,7 +133,8 @@ bool relay_queue_record(struct relay *r, bool now)
 {
 	int64_t t = time_mono_us();
 
-	if (!r->guard_set || !confirm_record_due(&r->cfm) ||
+	/* Not while calls sent again after a lost connection are unacknowledged. */
+	if (!r->guard_set || r->redis_down || !confirm_record_due(&r->cfm) ||
 	    (!now && t - r->rec_last_us < STATUS_MIN_GAP_US))
 		return true;
 	if (!sink_redis_queue_record(r->sink, r->cfm.acked, r->cfm.commit_lsn, r->cfm.commit_us))

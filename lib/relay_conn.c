@@ -95,6 +95,15 @@ void relay_redis_lost(struct relay *r, const char *why)
 		log_debug("Redis: %s; next try in %lld ms", why, (long long)delay);
 	r->redis_down = true;
 	sink_redis_disconnect(r->sink);
+	/* A record write still unacknowledged is not sent again: the server
+	 * after a failover may lack events the old one acknowledged, and the
+	 * write would claim them (and land even behind calls it refuses as
+	 * OUTBOX_BEHIND). A new one waits until the resent calls went through
+	 * (relay_queue_record). */
+	if (r->cfm.rec_seq) {
+		sink_redis_void_record(r->sink, r->cfm.rec_seq);
+		confirm_record_cancel(&r->cfm);
+	}
 }
 
 /* The commit time of the slot record, or words saying it is unknown. */

@@ -1490,6 +1490,16 @@ static enum sink_status read_bulk_limit(struct sink_redis *s, struct node *n)
 	return SINK_OK;
 }
 
+void sink_redis_void_record(struct sink_redis *s, uint64_t seq)
+{
+	struct qent *e = ent_of(s, seq);
+
+	if (!e || e->kind != Q_RECORD || e->state == QS_DONE)
+		return;
+	e->state = QS_DONE;
+	advance_head(s);
+}
+
 uint64_t sink_redis_refused_value(const struct sink_redis *s)
 {
 	return s->refused_value;

@@ -192,6 +192,12 @@ bool sink_redis_trim_result(struct sink_redis *s, struct sink_trim_result *res);
  * such events instead.
  */
 uint64_t sink_redis_max_value(const struct sink_redis *s);
+/*
+ * After a lost connection (sink_redis_disconnect): the slot record write
+ * queued as seq is dropped, never sent again; it counts as done without
+ * having been written.
+ */
+void sink_redis_void_record(struct sink_redis *s, uint64_t seq);
 /* After SINK_ERR_TOO_BIG: the size of the refused call's largest value. */
 uint64_t sink_redis_refused_value(const struct sink_redis *s);
 

@@ -16,6 +16,7 @@ enum op {
 	REC_DUE,  /* want_rec: confirm_record_due */
 	REC_QUEUE, /* a = seq of the record write */
 	REC_READ, /* b = the record's confirmed position, c = its commit */
+	REC_CANCEL, /* the record write in flight is dropped (a lost connection) */
 	SEND,     /* the flush is sent */
 	ACCEPT,   /* b = --accept-gap position */
 	FREEZE,   /* Redis lost acknowledged writes */
@@ -54,6 +55,9 @@ static bool run(const struct step *steps, const char *name)
 			break;
 		case REC_READ:
 			confirm_record_read(&c, s->b, s->c, 0);
+			break;
+		case REC_CANCEL:
+			confirm_record_cancel(&c);
 			break;
 		case SEND:
 			confirm_sent(&c, confirm_flush(&c));
@@ -112,6 +116,27 @@ TEST(record_bounds_the_flush)
 	    {END, 0, 0, 0, 0, 0},
 	};
 	CHECK(run(s, "record_bounds_the_flush"));
+}
+
+/*
+ * A record write dropped with its connection: its acknowledgement can no
+ * longer move the flush (the seq is acknowledged only because the write was
+ * voided), and a new write is due.
+ */
+TEST(record_cancelled)
+{
+	static const struct step s[] = {
+	    {MARK, 2, 100, 100, 0, -1},
+	    {ACK, 2, 0, 0, 0, 0},
+	    {REC_QUEUE, 3, 0, 0, 0, -1},
+	    {REC_CANCEL, 0, 0, 0, 0, -1},
+	    {ACK, 3, 0, 0, 0, 0},        /* the voided write counts as done: no record moved */
+	    {REC_DUE, 0, 0, 0, 0, 1},
+	    {REC_QUEUE, 4, 0, 0, 0, -1},
+	    {ACK, 4, 0, 0, 100, 1},
+	    {END, 0, 0, 0, 0, 0},
+	};
+	CHECK(run(s, "record_cancelled"));
 }
 
 /* What was sent is never undercut: an older record read later, a freeze. */
@@ -212,6 +237,7 @@ int main(void)
 	RUN(commit_after_all_its_events);
 	RUN(record_bounds_the_flush);
 	RUN(never_backwards);
+	RUN(record_cancelled);
 	RUN(keepalives);
 	RUN(dead_letter_inside_transaction);
 	RUN(accepted_gap);
