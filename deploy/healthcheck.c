@@ -87,7 +87,7 @@ int main(int argc, char **argv)
 	if (fd < 0 || connect(fd, (struct sockaddr *)&ss, sslen) < 0)
 		return fail("cannot connect", host);
 	snprintf(req, sizeof(req), "GET %s HTTP/1.0\r\nHost: %s\r\nConnection: close\r\n\r\n", path,
-		 host);
+	         host);
 	if (write(fd, req, strlen(req)) != (ssize_t)strlen(req))
 		return fail("cannot send the request", NULL);
 	while (got < sizeof(resp) - 1 && (n = read(fd, resp + got, sizeof(resp) - 1 - got)) > 0)

@@ -79,7 +79,8 @@ static inline void buf_putc(struct buf *b, char c)
 	buf_append(b, &c, 1);
 }
 
-/* Write v in decimal so that it ends just before end; returns its first digit (at most 20 bytes back). */
+/* Write v in decimal so that it ends just before end; returns its first digit (at most 20 bytes
+ * back). */
 static inline char *u64_to_dec(char *end, uint64_t v)
 {
 	do {
@@ -123,7 +124,8 @@ static inline void buf_put_sql_literal(struct buf *b, const char *s)
 }
 
 /* printf into the buffer (the sticky failure flag on OOM or an encoding error). */
-static inline void buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static inline void buf_printf(struct buf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 static inline void buf_printf(struct buf *b, const char *fmt, ...)
 {
 	va_list ap;

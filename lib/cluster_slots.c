@@ -48,7 +48,7 @@ static const redisReply *elem(const redisReply *a, size_t i)
  * id (Redis 7's metadata) are not read.
  */
 static bool read_node(const redisReply *m, const char *what, size_t entry, const char **ret_host,
-		      size_t *ret_len, int *ret_port, char *err, size_t errlen)
+                      size_t *ret_len, int *ret_port, char *err, size_t errlen)
 {
 	const redisReply *h, *p, *id;
 	char q[MSG_QUOTE_MAX + 8];
@@ -59,14 +59,14 @@ static bool read_node(const redisReply *m, const char *what, size_t entry, const
 	}
 	if (m->type != REDIS_REPLY_ARRAY) {
 		msg_set(err, errlen, "entry %zu: the %s is %s, not an array", entry, what,
-			type_name(m->type));
+		        type_name(m->type));
 		return false;
 	}
 	h = elem(m, 0);
 	p = elem(m, 1);
 	if (!h || !p) {
-		msg_set(err, errlen, "entry %zu: the %s has %zu elements, fewer than 2 (host, port)",
-			entry, what, m->elements);
+		msg_set(err, errlen, "entry %zu: the %s has %zu elements, fewer than 2 (host, port)", entry,
+		        what, m->elements);
 		return false;
 	}
 	if (h->type == REDIS_REPLY_NIL) {
@@ -74,16 +74,16 @@ static bool read_node(const redisReply *m, const char *what, size_t entry, const
 		*ret_len = 0;
 	} else if (h->type == REDIS_REPLY_STRING && h->str) {
 		if (h->len > CLUSTER_SLOTS_HOST_MAX) {
-			msg_set(err, errlen, "entry %zu: the %s's host is %zu bytes, more than %d",
-				entry, what, h->len, CLUSTER_SLOTS_HOST_MAX);
+			msg_set(err, errlen, "entry %zu: the %s's host is %zu bytes, more than %d", entry, what,
+			        h->len, CLUSTER_SLOTS_HOST_MAX);
 			return false;
 		}
 		for (size_t i = 0; i < h->len; i++) {
 			unsigned char c = (unsigned char)h->str[i];
 
 			if (c < 0x20 || c == 0x7f) {
-				msg_set(err, errlen, "entry %zu: the %s's host \"%s\" has a control byte",
-					entry, what, msg_quote(h->str, h->len, q, sizeof(q)));
+				msg_set(err, errlen, "entry %zu: the %s's host \"%s\" has a control byte", entry,
+				        what, msg_quote(h->str, h->len, q, sizeof(q)));
 				return false;
 			}
 		}
@@ -91,23 +91,23 @@ static bool read_node(const redisReply *m, const char *what, size_t entry, const
 		*ret_len = h->len;
 	} else {
 		msg_set(err, errlen, "entry %zu: the %s's host is %s, not a string", entry, what,
-			type_name(h->type));
+		        type_name(h->type));
 		return false;
 	}
 	if (p->type != REDIS_REPLY_INTEGER) {
 		msg_set(err, errlen, "entry %zu: the %s's port is %s, not an integer", entry, what,
-			type_name(p->type));
+		        type_name(p->type));
 		return false;
 	}
 	if (p->integer < 1 || p->integer > 65535) {
 		msg_set(err, errlen, "entry %zu: the %s's port %lld is outside 1-65535", entry, what,
-			p->integer);
+		        p->integer);
 		return false;
 	}
 	id = elem(m, 2);
 	if (id && id->type != REDIS_REPLY_STRING) {
-		msg_set(err, errlen, "entry %zu: the %s's node id is %s, not a string", entry,
-			what, type_name(id->type));
+		msg_set(err, errlen, "entry %zu: the %s's node id is %s, not a string", entry, what,
+		        type_name(id->type));
 		return false;
 	}
 	*ret_port = (int)p->integer;
@@ -116,7 +116,7 @@ static bool read_node(const redisReply *m, const char *what, size_t entry, const
 
 /* Index of host:port in map, added when new; -1 with err when the map is full. */
 static int node_index(struct cluster_slots_map *map, const char *host, size_t len, int port,
-		      char *err, size_t errlen)
+                      char *err, size_t errlen)
 {
 	for (int i = 0; i < map->nnodes; i++)
 		if (map->nodes[i].port == port && strlen(map->nodes[i].host) == len &&
@@ -134,7 +134,7 @@ static int node_index(struct cluster_slots_map *map, const char *host, size_t le
 
 /* Check entry i, [start, end, master, replicas...], and assign its slots. */
 static bool read_entry(struct cluster_slots_map *map, const redisReply *e, size_t i,
-		       const char *seed_host, char *err, size_t errlen)
+                       const char *seed_host, char *err, size_t errlen)
 {
 	const redisReply *start, *end;
 	const char *host;
@@ -148,20 +148,20 @@ static bool read_entry(struct cluster_slots_map *map, const redisReply *e, size_
 	start = elem(e, 0);
 	end = elem(e, 1);
 	if (!start || !end || !elem(e, 2)) {
-		msg_set(err, errlen, "entry %zu has %zu elements, fewer than 3 (start, end, master)",
-			i, e->elements);
+		msg_set(err, errlen, "entry %zu has %zu elements, fewer than 3 (start, end, master)", i,
+		        e->elements);
 		return false;
 	}
 	if (start->type != REDIS_REPLY_INTEGER || end->type != REDIS_REPLY_INTEGER) {
 		msg_set(err, errlen, "entry %zu: the slot range is %s and %s, not two integers", i,
-			type_name(start->type), type_name(end->type));
+		        type_name(start->type), type_name(end->type));
 		return false;
 	}
 	if (start->integer < 0 || end->integer >= CLUSTER_SLOTS_COUNT ||
 	    start->integer > end->integer) {
 		msg_set(err, errlen,
-			"entry %zu: start slot %lld and end slot %lld are not a range within 0-%d", i,
-			start->integer, end->integer, CLUSTER_SLOTS_COUNT - 1);
+		        "entry %zu: start slot %lld and end slot %lld are not a range within 0-%d", i,
+		        start->integer, end->integer, CLUSTER_SLOTS_COUNT - 1);
 		return false;
 	}
 	if (!read_node(elem(e, 2), "master", i, &host, &len, &port, err, errlen))
@@ -199,7 +199,7 @@ static bool read_entry(struct cluster_slots_map *map, const redisReply *e, size_
 }
 
 struct cluster_slots_map *cluster_slots_parse(const struct redisReply *r, const char *seed_host,
-					      char *err, size_t errlen)
+                                              char *err, size_t errlen)
 {
 	struct cluster_slots_map *map;
 
@@ -244,7 +244,7 @@ void cluster_slots_map_free(struct cluster_slots_map *map)
 }
 
 enum cluster_cmdinfo cluster_slots_command_info(const struct redisReply *r, size_t ncommands,
-						size_t *ret_missing, char *err, size_t errlen)
+                                                size_t *ret_missing, char *err, size_t errlen)
 {
 	if (!r) {
 		msg_set(err, errlen, "no reply");
@@ -255,8 +255,7 @@ enum cluster_cmdinfo cluster_slots_command_info(const struct redisReply *r, size
 		return CMDINFO_UNREADABLE;
 	}
 	if (r->elements != ncommands) {
-		msg_set(err, errlen, "the reply has %zu entries for %zu commands", r->elements,
-			ncommands);
+		msg_set(err, errlen, "the reply has %zu entries for %zu commands", r->elements, ncommands);
 		return CMDINFO_UNREADABLE;
 	}
 	/* Check every entry first, so a verdict never rests on a malformed reply. */
@@ -268,8 +267,7 @@ enum cluster_cmdinfo cluster_slots_command_info(const struct redisReply *r, size
 			return CMDINFO_UNREADABLE;
 		}
 		if (e->type != REDIS_REPLY_ARRAY && e->type != REDIS_REPLY_NIL) {
-			msg_set(err, errlen, "entry %zu is %s, not an array or nil", i,
-				type_name(e->type));
+			msg_set(err, errlen, "entry %zu is %s, not an array or nil", i, type_name(e->type));
 			return CMDINFO_UNREADABLE;
 		}
 	}
@@ -312,7 +310,7 @@ unsigned cluster_slots_key_slot(const char *key, size_t len)
 
 /* See cluster_slots.h. */
 bool cluster_slots_redirect(const char *msg, bool *ret_ask, unsigned *ret_slot, char *host,
-			    size_t hostlen, int *ret_port)
+                            size_t hostlen, int *ret_port)
 {
 	const char *p, *colon;
 	char *end;

@@ -50,7 +50,7 @@ struct cluster_slots_map {
  * reply, no assigned slot at all, or out of memory. r is only read.
  */
 struct cluster_slots_map *cluster_slots_parse(const struct redisReply *r, const char *seed_host,
-					      char *err, size_t errlen);
+                                              char *err, size_t errlen);
 
 /* NULL is a no-op. */
 void cluster_slots_map_free(struct cluster_slots_map *map);
@@ -72,7 +72,7 @@ unsigned cluster_slots_key_slot(const char *key, size_t len);
  * false for any other message or a malformed one.
  */
 bool cluster_slots_redirect(const char *msg, bool *ret_ask, unsigned *ret_slot, char *host,
-			    size_t hostlen, int *ret_port);
+                            size_t hostlen, int *ret_port);
 
 enum cluster_cmdinfo {
 	CMDINFO_PRESENT,    /* every command asked about is known to the server */
@@ -88,6 +88,6 @@ enum cluster_cmdinfo {
  * CMDINFO_UNREADABLE with the reason in err. r is only read.
  */
 enum cluster_cmdinfo cluster_slots_command_info(const struct redisReply *r, size_t ncommands,
-						size_t *ret_missing, char *err, size_t errlen);
+                                                size_t *ret_missing, char *err, size_t errlen);
 
 #endif

@@ -87,12 +87,9 @@ enum opt_kind {
 enum opt_group { GROUP_PG, GROUP_REDIS, GROUP_FLOW, GROUP_OPS, GROUP_LOG, GROUP_REPUBLISH };
 
 static const char *const group_titles[] = {
-    [GROUP_PG] = "PostgreSQL",
-    [GROUP_REDIS] = "Redis",
-    [GROUP_FLOW] = "Flow control",
-    [GROUP_OPS] = "Operations",
-    [GROUP_LOG] = "Logging",
-    [GROUP_REPUBLISH] = "Republish (outbox-relay republish only)",
+    [GROUP_PG] = "PostgreSQL",     [GROUP_REDIS] = "Redis",
+    [GROUP_FLOW] = "Flow control", [GROUP_OPS] = "Operations",
+    [GROUP_LOG] = "Logging",       [GROUP_REPUBLISH] = "Republish (outbox-relay republish only)",
 };
 
 /* Option flags. */
@@ -791,8 +788,9 @@ static void bad_value(char *err, size_t errlen, const struct option_def *o,
 	if (o->flags & OPT_F_SECRET)
 		msg_set(err, errlen, "invalid %s: %s", src->label, why);
 	else
-		msg_set(err, errlen, "invalid value \"%s\" %s %s: %s", msg_quote(value, strlen(value), q, sizeof(q)),
-		       src->env ? "in" : "for", src->label, why);
+		msg_set(err, errlen, "invalid value \"%s\" %s %s: %s",
+		        msg_quote(value, strlen(value), q, sizeof(q)), src->env ? "in" : "for", src->label,
+		        why);
 }
 
 /* Write a duration in ms with the largest unit that divides it ("90s", "1h"). */
@@ -1443,18 +1441,18 @@ static void positional_error(const char *a, int i, const struct option_def *prev
 
 	if (bare_bool && is_bool_word(a)) {
 		msg_set(err, errlen,
-		       "unexpected argument \"%s\" after --%s: write --%s=%s, or --no-%s for false",
-		       msg_quote(a, strlen(a), q, sizeof(q)), prev->name, prev->name, a, prev->name);
+		        "unexpected argument \"%s\" after --%s: write --%s=%s, or --no-%s for false",
+		        msg_quote(a, strlen(a), q, sizeof(q)), prev->name, prev->name, a, prev->name);
 	} else if ((prev && (prev->flags & OPT_F_SECRET)) || strpbrk(a, "=@:")) {
 		msg_set(err, errlen,
-		       "unexpected argument #%d (not shown: it may hold a secret); outbox-relay "
-		       "takes no positional arguments, so quote values that contain spaces",
-		       i);
+		        "unexpected argument #%d (not shown: it may hold a secret); outbox-relay "
+		        "takes no positional arguments, so quote values that contain spaces",
+		        i);
 	} else {
 		msg_set(err, errlen,
-		       "unexpected argument \"%s\"; outbox-relay takes no positional arguments, "
-		       "run outbox-relay --help for the options",
-		       msg_quote(a, strlen(a), q, sizeof(q)));
+		        "unexpected argument \"%s\"; outbox-relay takes no positional arguments, "
+		        "run outbox-relay --help for the options",
+		        msg_quote(a, strlen(a), q, sizeof(q)));
 	}
 }
 
@@ -1554,14 +1552,14 @@ static enum config_result scan_argv(struct raw_value *raw, int argc, char **argv
 				msg_set(err, errlen, "option %s does not take a value", shown);
 			else
 				msg_set(err, errlen, "unknown option \"%s\"; run outbox-relay --help for the list",
-				       msg_quote(shown, strlen(shown), q, sizeof(q)));
+				        msg_quote(shown, strlen(shown), q, sizeof(q)));
 			return CONFIG_ERROR;
 		}
 
 		if (negated) {
 			if (eq) {
 				msg_set(err, errlen, "option --no-%s does not take a value; use --%s=VALUE instead",
-				       o->name, o->name);
+				        o->name, o->name);
 				return CONFIG_ERROR;
 			}
 			value = "false";
@@ -1886,8 +1884,9 @@ static bool check_combinations(struct relay_config *cf, char *err, size_t errlen
 		struct redis_seed *seed;
 
 		if (cf->redis.unix_path) {
-			msg_set(err, errlen, "--redis-cluster needs a TCP --redis-url (host:port), not a "
-					    "unix socket");
+			msg_set(err, errlen,
+			        "--redis-cluster needs a TCP --redis-url (host:port), not a "
+			        "unix socket");
 			return false;
 		}
 		seed = calloc(1, sizeof(*seed));
@@ -1907,7 +1906,8 @@ static bool check_combinations(struct relay_config *cf, char *err, size_t errlen
 	if (!redis_target_check_auth(&cf->redis, err, errlen))
 		return false;
 	if (cf->redis.cluster && cf->redis.db != 0) {
-		msg_set(err, errlen, "a Redis Cluster has only database 0: drop the /DB part of --redis-url");
+		msg_set(err, errlen,
+		        "a Redis Cluster has only database 0: drop the /DB part of --redis-url");
 		return false;
 	}
 	if (cf->wait_aof && strcmp(cf->wait_aof, "local,replicas") == 0 && cf->wait_replicas < 1) {
@@ -2000,8 +2000,8 @@ void config_print_version(FILE *out)
 
 	fprintf(out, "%s %s\n", PROGNAME, OUTBOX_RELAY_VERSION);
 	fprintf(out, "hiredis %d.%d.%d, Redis TLS: %s%s)\n", HIREDIS_MAJOR, HIREDIS_MINOR,
-		HIREDIS_PATCH, redis_tls_available() ? "yes (" : "no (built without hiredis_ssl",
-		redis_tls_available() ? redis_tls_library() : "");
+	        HIREDIS_PATCH, redis_tls_available() ? "yes (" : "no (built without hiredis_ssl",
+	        redis_tls_available() ? redis_tls_library() : "");
 	/* PQlibVersion: 150010 is 15.10 (from PostgreSQL 10 on: major * 10000 + minor). */
 	fprintf(out, "libpq %d.%d\n", pq / 10000, pq % 10000);
 	/* yajl_version: major * 10000 + minor * 100 + micro. */

@@ -24,42 +24,44 @@
 
 struct relay_config {
 	/* PostgreSQL */
-	char *pg_dsn;             /* --pg-dsn / OUTBOX_RELAY_PG_DSN: conninfo or URI (required) */
-	char *slot;               /* --slot, default "outbox_relay" */
-	bool create_slot;         /* --create-slot / --no-create-slot, default true */
-	bool failover_slot;       /* --[no-]failover-slot, default true: FAILOVER on PostgreSQL 17+ */
-	char *table;              /* --table, default "public.outbox" (schema-qualified) */
-	char *message_prefix;     /* --message-prefix, default "outbox" */
-	char *id_column;          /* --id-column, default "id" */
-	char *id_format;          /* --id-format any|uuid, default "any" */
-	int status_interval_ms;   /* --status-interval, default 10s */
-	int pg_timeout_ms;        /* --pg-timeout, default 0 = off: reconnect when the server is silent that long */
-	lsn_t endpos;             /* --endpos LSN, LSN_INVALID when unset */
-	lsn_t accept_gap;         /* --accept-gap LSN: the refused gap to accept, LSN_INVALID when unset */
+	char *pg_dsn;           /* --pg-dsn / OUTBOX_RELAY_PG_DSN: conninfo or URI (required) */
+	char *slot;             /* --slot, default "outbox_relay" */
+	bool create_slot;       /* --create-slot / --no-create-slot, default true */
+	bool failover_slot;     /* --[no-]failover-slot, default true: FAILOVER on PostgreSQL 17+ */
+	char *table;            /* --table, default "public.outbox" (schema-qualified) */
+	char *message_prefix;   /* --message-prefix, default "outbox" */
+	char *id_column;        /* --id-column, default "id" */
+	char *id_format;        /* --id-format any|uuid, default "any" */
+	int status_interval_ms; /* --status-interval, default 10s */
+	int pg_timeout_ms; /* --pg-timeout, default 0 = off: reconnect when the server is silent that
+	                      long */
+	lsn_t endpos;      /* --endpos LSN, LSN_INVALID when unset */
+	lsn_t accept_gap;  /* --accept-gap LSN: the refused gap to accept, LSN_INVALID when unset */
 
 	/* Redis */
-	char *redis_url;          /* --redis-url, default "redis://127.0.0.1:6379" */
+	char *redis_url;           /* --redis-url, default "redis://127.0.0.1:6379" */
 	struct redis_target redis; /* parsed from redis_url */
-	char *stream;             /* --stream template, default "outbox:{aggregate_type}" */
-	char *dead_letter_stream; /* --dead-letter-stream, default "outbox:dead-letter" */
-	int64_t dedup_window_s;   /* --dedup-window, default 3600 s, 0 disables */
-	int64_t maxlen;           /* --maxlen, default 0 = no trimming */
-	char *trim;               /* --trim none|acked: trim streams to what consumer groups still need */
-	int trim_interval_ms;     /* --trim-interval, default 60s */
-	char **groups;            /* --group NAME (repeatable; env: comma list) */
+	char *stream;              /* --stream template, default "outbox:{aggregate_type}" */
+	char *dead_letter_stream;  /* --dead-letter-stream, default "outbox:dead-letter" */
+	int64_t dedup_window_s;    /* --dedup-window, default 3600 s, 0 disables */
+	int64_t maxlen;            /* --maxlen, default 0 = no trimming */
+	char *trim;           /* --trim none|acked: trim streams to what consumer groups still need */
+	int trim_interval_ms; /* --trim-interval, default 60s */
+	char **groups;        /* --group NAME (repeatable; env: comma list) */
 	size_t ngroups;
-	char *key_prefix;         /* --key-prefix for auxiliary keys, default "outbox-relay" */
-	bool redis_functions;     /* --redis-functions / --no-redis-functions (EVAL fallback), default true */
-	int redis_timeout_ms;     /* --redis-timeout, default 5s: connect and reply timeout */
-	bool redis_cluster;       /* --redis-cluster: treat --redis-url's host as a cluster seed */
-	bool allow_eviction;      /* --allow-eviction: accept maxmemory-policy allkeys-* */
+	char *key_prefix;     /* --key-prefix for auxiliary keys, default "outbox-relay" */
+	bool redis_functions; /* --redis-functions / --no-redis-functions (EVAL fallback), default true
+	                       */
+	int redis_timeout_ms; /* --redis-timeout, default 5s: connect and reply timeout */
+	bool redis_cluster;   /* --redis-cluster: treat --redis-url's host as a cluster seed */
+	bool allow_eviction;  /* --allow-eviction: accept maxmemory-policy allkeys-* */
 	char *redis_tls_ca_file;     /* --redis-tls-ca-file: copied into redis.tls_ca_file */
 	char *redis_tls_cert_file;   /* --redis-tls-cert-file */
 	char *redis_tls_key_file;    /* --redis-tls-key-file */
 	char *redis_tls_server_name; /* --redis-tls-server-name */
-	int64_t wait_replicas;    /* --wait-replicas N, default 0: WAIT N after each write round */
-	int wait_timeout_ms;      /* --wait-timeout, default 1s */
-	char *wait_aof;           /* --wait-aof none|local|local,replicas (WAITAOF, Redis >= 7.2) */
+	int64_t wait_replicas;       /* --wait-replicas N, default 0: WAIT N after each write round */
+	int wait_timeout_ms;         /* --wait-timeout, default 1s */
+	char *wait_aof;              /* --wait-aof none|local|local,replicas (WAITAOF, Redis >= 7.2) */
 
 	/* Flow control and lifecycle */
 	int64_t max_inflight_events; /* --max-inflight-events, default 10000 */
@@ -67,13 +69,14 @@ struct relay_config {
 	int shutdown_timeout_ms;     /* --shutdown-timeout, default 10s */
 	int retry_max_ms;            /* --retry-max, default 30s: backoff cap */
 
-	int64_t max_event_bytes;     /* --max-event-bytes, default 64 MiB: larger events are dead-lettered */
+	int64_t
+	    max_event_bytes; /* --max-event-bytes, default 64 MiB: larger events are dead-lettered */
 
 	/* outbox-relay republish */
-	char *since;                 /* --since TIME (timestamptz text), NULL when unset */
-	char *until;                 /* --until TIME, NULL when unset */
-	char *time_column;           /* --time-column, default "created_at" */
-	int64_t fetch_size;          /* --fetch-size, default 1000 */
+	char *since;        /* --since TIME (timestamptz text), NULL when unset */
+	char *until;        /* --until TIME, NULL when unset */
+	char *time_column;  /* --time-column, default "created_at" */
+	int64_t fetch_size; /* --fetch-size, default 1000 */
 
 	/* Secrets from files (read by config_load; the file wins over the DSN/URL). */
 	char *pg_password_file;    /* --pg-password-file */
@@ -99,10 +102,10 @@ struct relay_config {
 };
 
 enum config_result {
-	CONFIG_OK = 0,   /* cf filled, run */
-	CONFIG_HELP,     /* --help printed to stdout, exit 0 */
-	CONFIG_VERSION,  /* --version printed to stdout, exit 0 */
-	CONFIG_ERROR     /* err holds one line naming the option and the fix; exit 2 */
+	CONFIG_OK = 0,  /* cf filled, run */
+	CONFIG_HELP,    /* --help printed to stdout, exit 0 */
+	CONFIG_VERSION, /* --version printed to stdout, exit 0 */
+	CONFIG_ERROR    /* err holds one line naming the option and the fix; exit 2 */
 };
 
 /*
@@ -116,7 +119,7 @@ enum config_result {
  * for the caller to log.
  */
 enum config_result config_load(struct relay_config *cf, int argc, char **argv, char **envp,
-			       char *err, size_t errlen);
+                               char *err, size_t errlen);
 /* Print the usage text (every option, its env var and default) to out. */
 void config_usage(FILE *out);
 

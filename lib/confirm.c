@@ -3,7 +3,6 @@
  */
 #include "confirm.h"
 
-
 bool confirm_mark(struct confirm *c, uint64_t seq, lsn_t lsn, lsn_t commit_lsn, int64_t commit_us)
 {
 	struct confirm_mark *m;

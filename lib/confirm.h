@@ -29,7 +29,7 @@
 #include "lsn.h"
 
 struct confirm_mark {
-	uint64_t seq;      /* the sink's last command when the mark was made */
+	uint64_t seq; /* the sink's last command when the mark was made */
 	lsn_t lsn;
 	lsn_t commit_lsn;  /* the last commit with events up to here, 0 none */
 	int64_t commit_us; /* its commit time */
@@ -37,13 +37,13 @@ struct confirm_mark {
 
 struct confirm {
 	struct ring marks; /* of struct confirm_mark, oldest first */
-	lsn_t acked;        /* highest position whose commands Redis acknowledged */
-	lsn_t commit_lsn;   /* the last commit with events Redis acknowledged, and */
-	int64_t commit_us;  /* its commit time (from the slot record at start) */
-	lsn_t rec_acked;    /* the slot record position Redis acknowledged */
-	lsn_t rec_pending;  /* the position of the record write in flight */
-	uint64_t rec_seq;   /* its sequence number, 0 when none */
-	lsn_t confirmed;    /* highest flush position sent to PostgreSQL */
+	lsn_t acked;       /* highest position whose commands Redis acknowledged */
+	lsn_t commit_lsn;  /* the last commit with events Redis acknowledged, and */
+	int64_t commit_us; /* its commit time (from the slot record at start) */
+	lsn_t rec_acked;   /* the slot record position Redis acknowledged */
+	lsn_t rec_pending; /* the position of the record write in flight */
+	uint64_t rec_seq;  /* its sequence number, 0 when none */
+	lsn_t confirmed;   /* highest flush position sent to PostgreSQL */
 };
 
 /*

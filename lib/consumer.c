@@ -350,10 +350,11 @@ static void bad_value(char *err, size_t errlen, const struct copt *o, bool from_
 
 	if (o->secret)
 		msg_set(err, errlen, "invalid %s%s: %s", from_env ? "" : "--", from_env ? o->env : o->name,
-		       why);
+		        why);
 	else
-		msg_set(err, errlen, "invalid value \"%s\" for %s%s: %s", msg_quote(v, strlen(v), q, sizeof(q)),
-		       from_env ? "" : "--", from_env ? o->env : o->name, why);
+		msg_set(err, errlen, "invalid value \"%s\" for %s%s: %s",
+		        msg_quote(v, strlen(v), q, sizeof(q)), from_env ? "" : "--",
+		        from_env ? o->env : o->name, why);
 }
 
 /* A decimal integer with nothing around it. */
@@ -521,9 +522,9 @@ static enum config_result scan_argv(struct raw_value *raw, int argc, char **argv
 		if (strncmp(a, "--", 2) != 0 || a[2] == '\0') {
 			/* Not quoted: it may be the tail of an unquoted URL with a password. */
 			msg_set(err, errlen,
-			       "unexpected argument #%d; %s takes no positional arguments, run %s "
-			       "--help for the options",
-			       i, PROGNAME, PROGNAME);
+			        "unexpected argument #%d; %s takes no positional arguments, run %s "
+			        "--help for the options",
+			        i, PROGNAME, PROGNAME);
 			return CONFIG_ERROR;
 		}
 		name = a + 2;
@@ -542,7 +543,7 @@ static enum config_result scan_argv(struct raw_value *raw, int argc, char **argv
 
 			(void)snprintf(shown, sizeof(shown), "--%.*s", (int)len, name);
 			msg_set(err, errlen, "unknown option \"%s\"; run %s --help for the list",
-			       msg_quote(shown, strlen(shown), q, sizeof(q)), PROGNAME);
+			        msg_quote(shown, strlen(shown), q, sizeof(q)), PROGNAME);
 			return CONFIG_ERROR;
 		}
 		if (negated) {
@@ -628,16 +629,16 @@ static bool finish_config(struct consumer_config *cf, char *err, size_t errlen)
 {
 	if (!cf->group) {
 		msg_set(err, errlen,
-		       "missing --group (or %sGROUP): name the consumer group to read as, e.g. "
-		       "--group workers",
-		       ENV_PREFIX);
+		        "missing --group (or %sGROUP): name the consumer group to read as, e.g. "
+		        "--group workers",
+		        ENV_PREFIX);
 		return false;
 	}
 	if (cf->nstreams == 0 && !cf->stream_pattern) {
 		msg_set(err, errlen,
-		       "missing --stream or --stream-pattern (or %sSTREAM, %sSTREAM_PATTERN): say "
-		       "which streams to read, e.g. --stream-pattern 'outbox:*'",
-		       ENV_PREFIX, ENV_PREFIX);
+		        "missing --stream or --stream-pattern (or %sSTREAM, %sSTREAM_PATTERN): say "
+		        "which streams to read, e.g. --stream-pattern 'outbox:*'",
+		        ENV_PREFIX, ENV_PREFIX);
 		return false;
 	}
 	if (!cf->consumer && !default_consumer_name(&cf->consumer, err, errlen))
@@ -1117,9 +1118,8 @@ static redisContext *sentinel_connect(const struct redis_target *t, int timeout_
 }
 
 /* See consumer.h. */
-redisContext *consumer_redis_connect(const struct redis_target *t, int timeout_ms,
-                                     void **ret_ssl, bool *ret_permanent, char *err,
-                                     size_t errlen)
+redisContext *consumer_redis_connect(const struct redis_target *t, int timeout_ms, void **ret_ssl,
+                                     bool *ret_permanent, char *err, size_t errlen)
 {
 	struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
 	char desc[300];
@@ -1165,12 +1165,12 @@ redisContext *consumer_redis_connect(const struct redis_target *t, int timeout_m
 		r = redisCommandArgv(c, t->user ? 3 : 2, argv, NULL);
 		if (!r) {
 			msg_set(err, errlen, "AUTH to Redis at %s failed: %s", desc,
-			       c->errstr[0] ? c->errstr : "connection lost");
+			        c->errstr[0] ? c->errstr : "connection lost");
 			goto fail;
 		}
 		if (r->type == REDIS_REPLY_ERROR) {
 			msg_set(err, errlen, "Redis at %s rejected AUTH%s%s: %s", desc,
-			       t->user ? " as user " : "", t->user ? t->user : "", r->str);
+			        t->user ? " as user " : "", t->user ? t->user : "", r->str);
 			*ret_permanent = consumer_redis_auth_error(r->str) ||
 			                 strstr(r->str, "wrong number of arguments") != NULL;
 			freeReplyObject(r);
@@ -1186,7 +1186,7 @@ redisContext *consumer_redis_connect(const struct redis_target *t, int timeout_m
 		r = redisCommandArgv(c, 2, argv, NULL);
 		if (!r) {
 			msg_set(err, errlen, "SELECT %d on Redis at %s failed: %s", t->db, desc,
-			       c->errstr[0] ? c->errstr : "connection lost");
+			        c->errstr[0] ? c->errstr : "connection lost");
 			goto fail;
 		}
 		if (r->type == REDIS_REPLY_ERROR) {

@@ -31,28 +31,28 @@
 #define CONSUMER_KEY_ENTRY_ID "entry_id"
 
 struct consumer_config {
-	char *redis_url;           /* --redis-url, default "redis://127.0.0.1:6379" */
-	struct redis_target redis; /* parsed from redis_url (password file applied) */
-	char *redis_password_file; /* --redis-password-file */
+	char *redis_url;                    /* --redis-url, default "redis://127.0.0.1:6379" */
+	struct redis_target redis;          /* parsed from redis_url (password file applied) */
+	char *redis_password_file;          /* --redis-password-file */
 	char *redis_sentinel_password;      /* --redis-sentinel-password (moved into redis) */
 	char *redis_sentinel_password_file; /* --redis-sentinel-password-file */
 	char *redis_sentinel_user;          /* --redis-sentinel-user (moved into redis) */
-	char *tls_ca_file;         /* --redis-tls-ca-file (copied into redis) */
-	char *tls_cert_file;       /* --redis-tls-cert-file */
-	char *tls_key_file;        /* --redis-tls-key-file */
-	char *tls_server_name;     /* --redis-tls-server-name */
-	char **streams;            /* --stream KEY (repeatable; env: comma list) */
+	char *tls_ca_file;                  /* --redis-tls-ca-file (copied into redis) */
+	char *tls_cert_file;                /* --redis-tls-cert-file */
+	char *tls_key_file;                 /* --redis-tls-key-file */
+	char *tls_server_name;              /* --redis-tls-server-name */
+	char **streams;                     /* --stream KEY (repeatable; env: comma list) */
 	size_t nstreams;
-	char *stream_pattern;  /* --stream-pattern GLOB (SCAN MATCH ... TYPE stream) */
+	char *stream_pattern;     /* --stream-pattern GLOB (SCAN MATCH ... TYPE stream) */
 	char *dead_letter_stream; /* --dead-letter-stream KEY, default "outbox:dead-letter" */
 	bool include_dead_letter; /* --include-dead-letter: the pattern may match it */
-	char *group;           /* --group NAME (required) */
-	char *consumer;        /* --consumer NAME, default "<hostname>-<pid>" */
-	int64_t count;         /* --count N: exit 0 after N events; 0 = unlimited */
-	int64_t block_ms;      /* --block MS, default 5000 */
-	int64_t batch;         /* --batch N (XREADGROUP COUNT), default 100 */
-	int64_t claim_idle_ms; /* --claim-idle MS, default 60000; 0 disables */
-	bool create_group;     /* --create-group */
+	char *group;              /* --group NAME (required) */
+	char *consumer;           /* --consumer NAME, default "<hostname>-<pid>" */
+	int64_t count;            /* --count N: exit 0 after N events; 0 = unlimited */
+	int64_t block_ms;         /* --block MS, default 5000 */
+	int64_t batch;            /* --batch N (XREADGROUP COUNT), default 100 */
+	int64_t claim_idle_ms;    /* --claim-idle MS, default 60000; 0 disables */
+	bool create_group;        /* --create-group */
 	/* Lines for cmd/ to log (a password file open to others); see config.h. */
 	char warnings[CONFIG_WARNINGS_MAX][CONFIG_WARNING_LEN];
 	size_t nwarnings;

@@ -32,9 +32,9 @@ struct mapper {
 	struct stream_tmpl *tmpl;
 	const char *id_column;
 	size_t id_column_len;
-	bool uuid_ids; /* --id-format uuid */
-	struct buf stream;    /* rendered stream name */
-	struct buf scratch;   /* _lsn, _xid texts */
+	bool uuid_ids;      /* --id-format uuid */
+	struct buf stream;  /* rendered stream name */
+	struct buf scratch; /* _lsn, _xid texts */
 	struct event_field *fields;
 	size_t fields_cap;
 	char raw_bytes[24]; /* a cut dead letter's original raw size, decimal */
@@ -97,17 +97,17 @@ struct stream_tmpl *stream_tmpl_compile(const char *spec, char *err, size_t errl
 
 			if (!close) {
 				snprintf(err, errlen,
-					 "unclosed \"{\" at position %zu in stream template \"%s\": "
-					 "write {column} or {{ for a literal brace",
-					 i + 1, spec);
+				         "unclosed \"{\" at position %zu in stream template \"%s\": "
+				         "write {column} or {{ for a literal brace",
+				         i + 1, spec);
 				goto fail;
 			}
 			nlen = (size_t)(close - (spec + i + 1));
 			if (nlen == 0) {
 				snprintf(err, errlen,
-					 "empty placeholder \"{}\" in stream template \"%s\": "
-					 "name a column, e.g. {aggregate_type}",
-					 spec);
+				         "empty placeholder \"{}\" in stream template \"%s\": "
+				         "name a column, e.g. {aggregate_type}",
+				         spec);
 				goto fail;
 			}
 			if (memchr(spec + i + 1, '{', nlen)) {
@@ -123,16 +123,16 @@ struct stream_tmpl *stream_tmpl_compile(const char *spec, char *err, size_t errl
 			i += nlen + 2;
 		} else if (c == '}') {
 			snprintf(err, errlen,
-				 "unmatched \"}\" at position %zu in stream template \"%s\": "
-				 "write }} for a literal brace",
-				 i + 1, spec);
+			         "unmatched \"}\" at position %zu in stream template \"%s\": "
+			         "write }} for a literal brace",
+			         i + 1, spec);
 			goto fail;
 		} else if (is_ctrl((unsigned char)c)) {
 			/* Every name rendered from it would be dead-lettered (see render). */
 			snprintf(err, errlen,
-				 "stream template has control byte 0x%02x at position %zu: stream "
-				 "names must not contain bytes below 0x20 or 0x7f",
-				 (unsigned char)c, i + 1);
+			         "stream template has control byte 0x%02x at position %zu: stream "
+			         "names must not contain bytes below 0x20 or 0x7f",
+			         (unsigned char)c, i + 1);
 			goto fail;
 		} else {
 			buf_putc(&lit, c);
@@ -186,7 +186,7 @@ bool stream_tmpl_is_fixed(const struct stream_tmpl *t)
 }
 
 static const struct w2j_field *find_field(const struct w2j_field *f, size_t n, const char *name,
-					  size_t len)
+                                          size_t len)
 {
 	for (size_t i = 0; i < n; i++)
 		if (f[i].name_len == len && memcmp(f[i].name, name, len) == 0)
@@ -218,7 +218,7 @@ bool stream_hash_tag(const char *s, size_t len, struct buf *out)
 }
 
 bool stream_key_base(struct buf *out, const char *prefix, const char *kind, const char *s,
-		     size_t len, bool per_stream, struct buf *tag)
+                     size_t len, bool per_stream, struct buf *tag)
 {
 	if (!stream_hash_tag(s, len, tag))
 		return false;
@@ -264,7 +264,7 @@ const char *stream_name_check(const char *s, size_t len)
 }
 
 bool stream_tmpl_render(const struct stream_tmpl *t, const struct w2j_field *fields, size_t n,
-			struct buf *out, const char **reason)
+                        struct buf *out, const char **reason)
 {
 	static char why[256];
 	struct buf tag = {0};
@@ -288,7 +288,7 @@ bool stream_tmpl_render(const struct stream_tmpl *t, const struct w2j_field *fie
 		}
 		if (f->kind == W2J_KIND_NULL || f->value_len == 0) {
 			snprintf(why, sizeof(why), "routing column \"%s\" is %s", p->text,
-				 f->kind == W2J_KIND_NULL ? "NULL" : "empty");
+			         f->kind == W2J_KIND_NULL ? "NULL" : "empty");
 			*reason = why;
 			return false;
 		}
@@ -298,9 +298,9 @@ bool stream_tmpl_render(const struct stream_tmpl *t, const struct w2j_field *fie
 		ctrl = stream_name_ctrl(f->value, f->value_len);
 		if (ctrl < f->value_len) {
 			snprintf(why, sizeof(why),
-				 "routing column \"%s\" holds control byte 0x%02x (at byte %zu); "
-				 "stream names must not contain bytes below 0x20 or 0x7f",
-				 p->text, (unsigned char)f->value[ctrl], ctrl);
+			         "routing column \"%s\" holds control byte 0x%02x (at byte %zu); "
+			         "stream names must not contain bytes below 0x20 or 0x7f",
+			         p->text, (unsigned char)f->value[ctrl], ctrl);
 			*reason = why;
 			return false;
 		}
@@ -316,7 +316,7 @@ bool stream_tmpl_render(const struct stream_tmpl *t, const struct w2j_field *fie
 	}
 	if (out->len > STREAM_NAME_MAX) {
 		snprintf(why, sizeof(why), "stream name is %zu bytes, longer than %d", out->len,
-			 STREAM_NAME_MAX);
+		         STREAM_NAME_MAX);
 		*reason = why;
 		return false;
 	}
@@ -406,11 +406,10 @@ static size_t add_meta(struct mapper *m, const struct txn_info *tx, size_t nf)
 	}
 	m->fields[nf++] = (struct event_field){"_lsn", 4, m->scratch.data, lsn_len};
 	if (tx->has_xid)
-		m->fields[nf++] =
-			(struct event_field){"_xid", 4, m->scratch.data + xid_off, xid_len};
+		m->fields[nf++] = (struct event_field){"_xid", 4, m->scratch.data + xid_off, xid_len};
 	if (tx->committed_at)
-		m->fields[nf++] = (struct event_field){"_committed_at", 13, tx->committed_at,
-						       tx->committed_at_len};
+		m->fields[nf++] =
+		    (struct event_field){"_committed_at", 13, tx->committed_at, tx->committed_at_len};
 	return nf;
 }
 
@@ -431,8 +430,8 @@ static size_t raw_keep(const char *raw, size_t len)
 }
 
 void mapper_dead_letter(struct mapper *m, const struct txn_info *tx, uint32_t index,
-			enum dead_reason kind, const char *reason, const char *raw, size_t rawlen,
-			struct event *ret)
+                        enum dead_reason kind, const char *reason, const char *raw, size_t rawlen,
+                        struct event *ret)
 {
 	size_t nf = 0, keep = raw_keep(raw, rawlen);
 
@@ -446,8 +445,7 @@ void mapper_dead_letter(struct mapper *m, const struct txn_info *tx, uint32_t in
 		 * an uncut raw could stall the relay for good. */
 		snprintf(m->raw_bytes, sizeof(m->raw_bytes), "%zu", rawlen);
 		m->fields[nf++] = (struct event_field){"raw_truncated", 13, "true", 4};
-		m->fields[nf++] =
-			(struct event_field){"raw_bytes", 9, m->raw_bytes, strlen(m->raw_bytes)};
+		m->fields[nf++] = (struct event_field){"raw_bytes", 9, m->raw_bytes, strlen(m->raw_bytes)};
 	}
 	m->fields[nf++] = (struct event_field){"slot", 4, m->cf->slot, strlen(m->cf->slot)};
 	nf = add_meta(m, tx, nf);
@@ -473,7 +471,7 @@ static bool is_uuid(const char *s, size_t n)
 			if (s[i] != '-')
 				return false;
 		} else if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f') ||
-			     (s[i] >= 'A' && s[i] <= 'F'))) {
+		             (s[i] >= 'A' && s[i] <= 'F'))) {
 			return false;
 		}
 	}
@@ -484,7 +482,7 @@ static bool is_uuid(const char *s, size_t n)
 static bool is_text_type(const struct w2j_field *f)
 {
 	static const char *const types[] = {"text", "character varying", "varchar", "character",
-					    "bpchar"};
+	                                    "bpchar"};
 
 	if (!f->type)
 		return false;
@@ -505,8 +503,8 @@ static bool is_json_column(const struct w2j_field *f)
 }
 
 enum map_result mapper_map(struct mapper *m, const struct txn_info *tx, uint32_t index,
-			   const struct w2j_field *fields, size_t nfields, const char *raw,
-			   size_t rawlen, struct event *ret, const char **reason)
+                           const struct w2j_field *fields, size_t nfields, const char *raw,
+                           size_t rawlen, struct event *ret, const char **reason)
 {
 	static char why[256];
 	const struct w2j_field *idf;
@@ -516,20 +514,22 @@ enum map_result mapper_map(struct mapper *m, const struct txn_info *tx, uint32_t
 	idf = find_field(fields, nfields, m->id_column, m->id_column_len);
 	if (!idf || idf->kind == W2J_KIND_NULL || idf->value_len == 0) {
 		snprintf(why, sizeof(why), "event id column \"%s\" is %s", m->id_column,
-			 !idf ? "missing" : idf->kind == W2J_KIND_NULL ? "NULL" : "empty");
+		         !idf                         ? "missing"
+		         : idf->kind == W2J_KIND_NULL ? "NULL"
+		                                      : "empty");
 		*reason = why;
 		goto dead;
 	}
 	kind = DEAD_OTHER;
 	if (idf->kind == W2J_KIND_JSON) {
 		snprintf(why, sizeof(why), "event id \"%s\" is a JSON object or array, not a scalar",
-			 m->id_column);
+		         m->id_column);
 		*reason = why;
 		goto dead;
 	}
 	if (m->uuid_ids && !is_uuid(idf->value, idf->value_len)) {
 		snprintf(why, sizeof(why), "event id \"%.*s\" is not a uuid (--id-format uuid)",
-			 idf->value_len > 64 ? 64 : (int)idf->value_len, idf->value);
+		         idf->value_len > 64 ? 64 : (int)idf->value_len, idf->value);
 		*reason = why;
 		goto dead;
 	}
@@ -539,9 +539,8 @@ enum map_result mapper_map(struct mapper *m, const struct txn_info *tx, uint32_t
 		if (f->kind == W2J_KIND_STRING && is_json_column(f) && is_text_type(f) &&
 		    !w2j_json_valid(f->value, f->value_len)) {
 			kind = DEAD_NOT_JSON;
-			snprintf(why, sizeof(why),
-				 "column \"%.*s\" is %.*s and does not hold valid JSON", (int)f->name_len,
-				 f->name, (int)f->type_len, f->type);
+			snprintf(why, sizeof(why), "column \"%.*s\" is %.*s and does not hold valid JSON",
+			         (int)f->name_len, f->name, (int)f->type_len, f->type);
 			*reason = why;
 			goto dead;
 		}
@@ -556,9 +555,9 @@ enum map_result mapper_map(struct mapper *m, const struct txn_info *tx, uint32_t
 	if (total > EVENT_MAX_FIELDS) {
 		kind = DEAD_TOO_LARGE;
 		snprintf(why, sizeof(why),
-			 "event has %zu fields (with _lsn, _xid, _committed_at), more than the %d "
-			 "a stream entry may have",
-			 total, EVENT_MAX_FIELDS);
+		         "event has %zu fields (with _lsn, _xid, _committed_at), more than the %d "
+		         "a stream entry may have",
+		         total, EVENT_MAX_FIELDS);
 		*reason = why;
 		goto dead;
 	}
@@ -570,20 +569,20 @@ enum map_result mapper_map(struct mapper *m, const struct txn_info *tx, uint32_t
 	for (size_t i = 0; i < nfields; i++) {
 		if (fields[i].kind == W2J_KIND_NULL)
 			continue;
-		m->fields[nf++] = (struct event_field){fields[i].name, fields[i].name_len,
-						       fields[i].value, fields[i].value_len};
+		m->fields[nf++] = (struct event_field){fields[i].name, fields[i].name_len, fields[i].value,
+		                                       fields[i].value_len};
 	}
 	nf = add_meta(m, tx, nf);
 	*ret = (struct event){
-		.stream = m->stream.data,
-		.stream_len = m->stream.len,
-		.id = idf->value,
-		.id_len = idf->value_len,
-		.commit_lsn = tx->commit_lsn,
-		.index = index,
-		.fields = m->fields,
-		.nfields = nf,
-		.committed_unix_us = tx->committed_unix_us,
+	    .stream = m->stream.data,
+	    .stream_len = m->stream.len,
+	    .id = idf->value,
+	    .id_len = idf->value_len,
+	    .commit_lsn = tx->commit_lsn,
+	    .index = index,
+	    .fields = m->fields,
+	    .nfields = nf,
+	    .committed_unix_us = tx->committed_unix_us,
 	};
 	return MAP_EVENT;
 dead:

@@ -68,7 +68,7 @@ struct event {
 
 /* What the relay knows about the transaction an event belongs to. */
 struct txn_info {
-	lsn_t commit_lsn;       /* commit record end (B's "nextlsn") */
+	lsn_t commit_lsn; /* commit record end (B's "nextlsn") */
 	bool has_xid;
 	uint32_t xid;
 	const char *committed_at; /* wal2json commit timestamp text, may be NULL */
@@ -101,7 +101,7 @@ bool stream_tmpl_is_fixed(const struct stream_tmpl *t);
  */
 struct buf;
 bool stream_tmpl_render(const struct stream_tmpl *t, const struct w2j_field *fields, size_t n,
-			struct buf *out, const char **reason);
+                        struct buf *out, const char **reason);
 
 /*
  * The hash tag that auxiliary keys of stream s[0..len) must carry so they
@@ -121,7 +121,7 @@ bool stream_hash_tag(const char *s, size_t len, struct buf *out);
  * tag is scratch space. Returns false when s cannot carry a hash tag.
  */
 bool stream_key_base(struct buf *out, const char *prefix, const char *kind, const char *s,
-		     size_t len, bool per_stream, struct buf *tag);
+                     size_t len, bool per_stream, struct buf *tag);
 
 /* Index of the first control byte (below 0x20, or 0x7f) in s[0..len), or len if none. */
 size_t stream_name_ctrl(const char *s, size_t len);
@@ -140,8 +140,8 @@ struct mapper *mapper_create(const struct relay_config *cf, char *err, size_t er
 void mapper_destroy(struct mapper *m); /* NULL is a no-op */
 
 enum map_result {
-	MAP_EVENT = 0,   /* *ret is an event for its routed stream */
-	MAP_DEAD_LETTER  /* *ret is a dead-letter event; *reason says why */
+	MAP_EVENT = 0,  /* *ret is an event for its routed stream */
+	MAP_DEAD_LETTER /* *ret is a dead-letter event; *reason says why */
 };
 
 /*
@@ -152,16 +152,16 @@ enum map_result {
  * more than EVENT_MAX_FIELDS fields (DEAD_TOO_LARGE).
  */
 enum map_result mapper_map(struct mapper *m, const struct txn_info *tx, uint32_t index,
-			   const struct w2j_field *fields, size_t nfields, const char *raw,
-			   size_t rawlen, struct event *ret, const char **reason);
+                           const struct w2j_field *fields, size_t nfields, const char *raw,
+                           size_t rawlen, struct event *ret, const char **reason);
 
 /*
  * Build a dead-letter event for raw with the given reason. Every dead letter
  * is built here, so the DEAD_RAW_MAX cap on raw holds for all of them.
  */
 void mapper_dead_letter(struct mapper *m, const struct txn_info *tx, uint32_t index,
-			enum dead_reason kind, const char *reason, const char *raw, size_t rawlen,
-			struct event *ret);
+                        enum dead_reason kind, const char *reason, const char *raw, size_t rawlen,
+                        struct event *ret);
 
 /* True once the mapper ran out of memory; it then cannot produce events. */
 bool mapper_failed(const struct mapper *m);

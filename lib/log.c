@@ -136,7 +136,7 @@ static size_t put_pairs(char *line, size_t n, size_t cap, const struct log_kv *k
 }
 
 static void log_vwrite(enum log_level level, const struct log_kv *kv, size_t nkv, const char *fmt,
-		       va_list ap)
+                       va_list ap)
 {
 	char msg[4096], line[8400], ts[40];
 	struct timeval tv;
@@ -151,7 +151,7 @@ static void log_vwrite(enum log_level level, const struct log_kv *kv, size_t nkv
 
 	if (log_current_format == LOG_FORMAT_JSON) {
 		n = (size_t)snprintf(line, cap, "{\"ts\":\"%s\",\"level\":\"%s\",\"msg\":\"", ts,
-				     level_names[level]);
+		                     level_names[level]);
 		n = json_escape(line, n, cap - 4, msg);
 		line[n++] = '"';
 		n = put_pairs(line, n, cap, &context, 1);

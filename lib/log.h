@@ -31,23 +31,23 @@ void log_set_context(const char *key, const char *value);
 
 void log_write(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void log_write_kv(enum log_level level, const struct log_kv *kv, size_t nkv, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
+    __attribute__((format(printf, 4, 5)));
 
 #define log_error(...) log_write(LOG_LEVEL_ERROR, __VA_ARGS__)
 #define log_warn(...)                                                                              \
-	do {                                                                                       \
-		if (log_current_level >= LOG_LEVEL_WARN)                                           \
-			log_write(LOG_LEVEL_WARN, __VA_ARGS__);                                    \
+	do {                                                                                           \
+		if (log_current_level >= LOG_LEVEL_WARN)                                                   \
+			log_write(LOG_LEVEL_WARN, __VA_ARGS__);                                                \
 	} while (0)
 #define log_info(...)                                                                              \
-	do {                                                                                       \
-		if (log_current_level >= LOG_LEVEL_INFO)                                           \
-			log_write(LOG_LEVEL_INFO, __VA_ARGS__);                                    \
+	do {                                                                                           \
+		if (log_current_level >= LOG_LEVEL_INFO)                                                   \
+			log_write(LOG_LEVEL_INFO, __VA_ARGS__);                                                \
 	} while (0)
 #define log_debug(...)                                                                             \
-	do {                                                                                       \
-		if (log_current_level >= LOG_LEVEL_DEBUG)                                          \
-			log_write(LOG_LEVEL_DEBUG, __VA_ARGS__);                                   \
+	do {                                                                                           \
+		if (log_current_level >= LOG_LEVEL_DEBUG)                                                  \
+			log_write(LOG_LEVEL_DEBUG, __VA_ARGS__);                                               \
 	} while (0)
 
 #endif

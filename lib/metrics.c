@@ -70,7 +70,7 @@ _Static_assert(METRICS_MAX_STREAMS < UINT16_MAX, "stream ids must fit the uint16
 #define HTTP_PER_IP_LIMIT 8
 #define HTTP_CONNECTION_TIMEOUT_S 3
 _Static_assert(HTTP_CONNECTION_LIMIT >= 8 * HTTP_PER_IP_LIMIT,
-	       "a few client addresses must not fill the HTTP connection limit");
+               "a few client addresses must not fill the HTTP connection limit");
 /* Longest part of a user-supplied address quoted back in an error message. */
 #define QUOTE_MAX MSG_QUOTE_MAX
 
@@ -85,8 +85,8 @@ const double metrics_latency_bounds[METRICS_LATENCY_BUCKETS] = {
 
 /* metrics_latency_bounds in microseconds, so that bucketing a sample needs no floating point. */
 static const int64_t latency_bounds_us[METRICS_LATENCY_BUCKETS] = {
-    500, 1000, 2000, 5000, 10000, 20000, 50000, 100000, 250000, 500000, 1000000, 2500000,
-    5000000, 10000000,
+    500,    1000,   2000,   5000,    10000,   20000,   50000,
+    100000, 250000, 500000, 1000000, 2500000, 5000000, 10000000,
 };
 
 /* metrics_latency_bounds as le="" label text, fixed here rather than printf'd under a locale. */
@@ -96,9 +96,12 @@ static const char *const latency_le[METRICS_LATENCY_BUCKETS] = {
 };
 
 static const char *const dead_reason_names[DEAD_NREASONS] = {
-    [DEAD_ID_MISSING] = "id_missing",     [DEAD_ROUTING] = "routing",
-    [DEAD_NOT_JSON] = "not_json_object",  [DEAD_UNDECODABLE] = "undecodable",
-    [DEAD_TOO_LARGE] = "too_large",       [DEAD_REDIS_REJECTED] = "redis_rejected",
+    [DEAD_ID_MISSING] = "id_missing",
+    [DEAD_ROUTING] = "routing",
+    [DEAD_NOT_JSON] = "not_json_object",
+    [DEAD_UNDECODABLE] = "undecodable",
+    [DEAD_TOO_LARGE] = "too_large",
+    [DEAD_REDIS_REJECTED] = "redis_rejected",
     [DEAD_OTHER] = "other",
 };
 
@@ -110,17 +113,24 @@ static const char *const ignored_kind_names[IGN_NKINDS] = {
 };
 
 static const char *const redis_err_names[RERR_NKINDS] = {
-    [RERR_OOM] = "oom",           [RERR_WRONGTYPE] = "wrongtype", [RERR_NOSCRIPT] = "noscript",
-    [RERR_READONLY] = "readonly", [RERR_BUSY] = "busy",           [RERR_OTHER] = "other",
-    [RERR_IO] = "io",             [RERR_TIMEOUT] = "timeout",
-    [RERR_CLUSTER] = "cluster_redirect", [RERR_WAIT] = "wait",
-    [RERR_ORDER] = "order",       [RERR_STATE] = "state",
+    [RERR_OOM] = "oom",
+    [RERR_WRONGTYPE] = "wrongtype",
+    [RERR_NOSCRIPT] = "noscript",
+    [RERR_READONLY] = "readonly",
+    [RERR_BUSY] = "busy",
+    [RERR_OTHER] = "other",
+    [RERR_IO] = "io",
+    [RERR_TIMEOUT] = "timeout",
+    [RERR_CLUSTER] = "cluster_redirect",
+    [RERR_WAIT] = "wait",
+    [RERR_ORDER] = "order",
+    [RERR_STATE] = "state",
 };
 
 #define NSTATES (STATE_STOPPING + 1)
 static const char *const state_names[NSTATES] = {
-    [STATE_STARTING] = "starting",   [STATE_STREAMING] = "streaming", [STATE_STANDBY] = "standby",
-    [STATE_RETRYING] = "retrying",   [STATE_STOPPING] = "stopping",
+    [STATE_STARTING] = "starting", [STATE_STREAMING] = "streaming", [STATE_STANDBY] = "standby",
+    [STATE_RETRYING] = "retrying", [STATE_STOPPING] = "stopping",
 };
 
 /*
@@ -341,7 +351,7 @@ static void sample(struct buf *o, const char *name, const char *slot, uint64_t v
 
 /* One sample with the slot label and key="value". */
 static void sample1(struct buf *o, const char *name, const char *slot, const char *key,
-		    const char *value, uint64_t v)
+                    const char *value, uint64_t v)
 {
 	begin(o, name, slot);
 	label(o, key, value, strlen(value));
@@ -355,7 +365,7 @@ static uint64_t load(_Atomic uint64_t *p)
 
 /* A family of counters, one per label value in names[0..n). */
 static void counter_set(struct buf *o, const char *name, const char *help, const char *slot,
-			const char *key, const char *const *names, _Atomic uint64_t *vals, size_t n)
+                        const char *key, const char *const *names, _Atomic uint64_t *vals, size_t n)
 {
 	size_t i;
 
@@ -397,8 +407,7 @@ static void render_latency(struct buf *o, struct metrics *m, const char *slot)
 	       "Time from the PostgreSQL commit to the Redis acknowledgement of the event.");
 	for (i = 0; i < METRICS_LATENCY_BUCKETS; i++) {
 		cum += load(&m->latency_bucket[i]);
-		sample1(o, "outbox_relay_commit_to_publish_seconds_bucket", slot, "le", latency_le[i],
-			cum);
+		sample1(o, "outbox_relay_commit_to_publish_seconds_bucket", slot, "le", latency_le[i], cum);
 	}
 	cum += load(&m->latency_bucket[METRICS_LATENCY_BUCKETS]);
 	sample1(o, "outbox_relay_commit_to_publish_seconds_bucket", slot, "le", "+Inf", cum);
@@ -411,8 +420,7 @@ static void render_latency(struct buf *o, struct metrics *m, const char *slot)
 		uint64_t sum_us = load(&m->latency_sum_us);
 		char v[48];
 
-		(void)snprintf(v, sizeof(v), "%" PRIu64 ".%06" PRIu64, sum_us / 1000000,
-			       sum_us % 1000000);
+		(void)snprintf(v, sizeof(v), "%" PRIu64 ".%06" PRIu64, sum_us / 1000000, sum_us % 1000000);
 		begin(o, "outbox_relay_commit_to_publish_seconds_sum", slot);
 		end_str(o, v);
 	}
@@ -446,20 +454,20 @@ char *metrics_render(struct metrics *m, const char *slot)
 	sample(&o, "outbox_relay_duplicates_skipped_total", slot, load(&m->duplicates_skipped));
 
 	counter_set(&o, "outbox_relay_dead_lettered_total",
-		    "Events sent to the dead-letter stream, by reason.", slot, "reason",
-		    dead_reason_names, m->dead_lettered, DEAD_NREASONS);
+	            "Events sent to the dead-letter stream, by reason.", slot, "reason",
+	            dead_reason_names, m->dead_lettered, DEAD_NREASONS);
 	counter_set(&o, "outbox_relay_ignored_changes_total",
-		    "Changes in the replication stream that are not outbox events, by kind.", slot,
-		    "kind", ignored_kind_names, m->ignored, IGN_NKINDS);
+	            "Changes in the replication stream that are not outbox events, by kind.", slot,
+	            "kind", ignored_kind_names, m->ignored, IGN_NKINDS);
 	counter_set(&o, "outbox_relay_redis_errors_total", "Redis errors, by kind.", slot, "kind",
-		    redis_err_names, m->redis_errors, RERR_NKINDS);
+	            redis_err_names, m->redis_errors, RERR_NKINDS);
 
 	family(&o, "outbox_relay_reconnects_total", "counter",
 	       "Reconnections after a lost connection, by target.");
 	sample1(&o, "outbox_relay_reconnects_total", slot, "target", "postgresql",
-		load(&m->pg_reconnects));
+	        load(&m->pg_reconnects));
 	sample1(&o, "outbox_relay_reconnects_total", slot, "target", "redis",
-		load(&m->redis_reconnects));
+	        load(&m->redis_reconnects));
 
 	family(&o, "outbox_relay_transactions_total", "counter",
 	       "Committed transactions received from the replication slot.");
@@ -549,13 +557,13 @@ char *metrics_render(struct metrics *m, const char *slot)
  * string) and status. MHD_NO closes the connection (on OOM).
  */
 static enum MHD_Result reply(struct MHD_Connection *conn, unsigned int status, const char *ctype,
-			     const char *body, size_t len, bool copy)
+                             const char *body, size_t len, bool copy)
 {
 	struct MHD_Response *r;
 	enum MHD_Result ret;
 
 	r = MHD_create_response_from_buffer(len, (void *)body,
-					    copy ? MHD_RESPMEM_MUST_COPY : MHD_RESPMEM_PERSISTENT);
+	                                    copy ? MHD_RESPMEM_MUST_COPY : MHD_RESPMEM_PERSISTENT);
 	if (!r)
 		return MHD_NO;
 	if (MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype) != MHD_YES ||
@@ -572,7 +580,7 @@ static enum MHD_Result reply(struct MHD_Connection *conn, unsigned int status, c
 
 /* A constant text/plain body. */
 static enum MHD_Result reply_text(struct MHD_Connection *conn, unsigned int status,
-				  const char *text)
+                                  const char *text)
 {
 	return reply(conn, status, CONTENT_TYPE_TEXT, text, strlen(text), false);
 }
@@ -602,8 +610,7 @@ static enum MHD_Result serve_healthz(struct metrics_server *s, struct MHD_Connec
 
 	if (s->stuck_after_us <= 0 || age <= s->stuck_after_us)
 		return reply_text(conn, MHD_HTTP_OK, "ok\n");
-	n = snprintf(body, sizeof(body), "stuck: no loop iteration for %" PRId64 " ms\n",
-		     age / 1000);
+	n = snprintf(body, sizeof(body), "stuck: no loop iteration for %" PRId64 " ms\n", age / 1000);
 	if (n < 0 || (size_t)n >= sizeof(body))
 		return MHD_NO;
 	return reply(conn, MHD_HTTP_SERVICE_UNAVAILABLE, CONTENT_TYPE_TEXT, body, (size_t)n, true);
@@ -632,7 +639,7 @@ static enum MHD_Result serve_readyz(struct metrics_server *s, struct MHD_Connect
 		return reply_text(conn, MHD_HTTP_OK, "ready redis-memory-pressure\n");
 	if (state == STATE_STREAMING)
 		return redis ? reply_text(conn, MHD_HTTP_OK, "ready\n")
-			     : reply_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "redis-down\n");
+		             : reply_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "redis-down\n");
 	switch (state) {
 	case STATE_STARTING:
 		return reply_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "starting\n");
@@ -653,9 +660,9 @@ static enum MHD_Result serve_readyz(struct metrics_server *s, struct MHD_Connect
  * then closes the connection).
  */
 static enum MHD_Result handle_request(void *cls, struct MHD_Connection *conn, const char *url,
-				      const char *method, const char *version,
-				      const char *upload_data, size_t *upload_data_size,
-				      void **req_cls)
+                                      const char *method, const char *version,
+                                      const char *upload_data, size_t *upload_data_size,
+                                      void **req_cls)
 {
 	struct metrics_server *s = cls;
 
@@ -715,7 +722,7 @@ static bool have_ipv6(void)
  * first address. On failure returns false with err set; outputs untouched.
  */
 static bool parse_addr(const char *addr, struct sockaddr_storage *ret_sa, unsigned int *ret_flags,
-		       char *err, size_t errlen)
+                       char *err, size_t errlen)
 {
 	struct sockaddr_storage sa;
 	const char *host, *port_s, *p;
@@ -735,7 +742,7 @@ static bool parse_addr(const char *addr, struct sockaddr_storage *ret_sa, unsign
 
 		if (!close || close[1] != ':') {
 			msg_set(err, errlen,
-			       "invalid HTTP address \"%s\": expected [ipv6]:port, e.g. [::1]:9187", q);
+			        "invalid HTTP address \"%s\": expected [ipv6]:port, e.g. [::1]:9187", q);
 			return false;
 		}
 		host = addr + 1;
@@ -751,8 +758,7 @@ static bool parse_addr(const char *addr, struct sockaddr_storage *ret_sa, unsign
 
 		if (!colon) {
 			msg_set(err, errlen,
-			       "invalid HTTP address \"%s\": expected host:port, :port or [ipv6]:port",
-			       q);
+			        "invalid HTTP address \"%s\": expected host:port, :port or [ipv6]:port", q);
 			return false;
 		}
 		host = addr;
@@ -760,9 +766,9 @@ static bool parse_addr(const char *addr, struct sockaddr_storage *ret_sa, unsign
 		port_s = colon + 1;
 		if (memchr(host, ':', hostlen)) {
 			msg_set(err, errlen,
-			       "invalid HTTP address \"%s\": put an IPv6 address in brackets, e.g. "
-			       "[::1]:9187",
-			       q);
+			        "invalid HTTP address \"%s\": put an IPv6 address in brackets, e.g. "
+			        "[::1]:9187",
+			        q);
 			return false;
 		}
 	}
@@ -807,12 +813,10 @@ static bool parse_addr(const char *addr, struct sockaddr_storage *ret_sa, unsign
 		rc = getaddrinfo(hostbuf, NULL, &hints, &res);
 		if (rc != 0) {
 			if (bracketed)
-				msg_set(err, errlen, "invalid HTTP address \"%s\": not an IPv6 address",
-				       q);
+				msg_set(err, errlen, "invalid HTTP address \"%s\": not an IPv6 address", q);
 			else
-				msg_set(err, errlen,
-				       "invalid HTTP address \"%s\": could not resolve the host: %s", q,
-				       rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+				msg_set(err, errlen, "invalid HTTP address \"%s\": could not resolve the host: %s",
+				        q, rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
 			return false;
 		}
 		for (ai = res; ai; ai = ai->ai_next)
@@ -822,7 +826,7 @@ static bool parse_addr(const char *addr, struct sockaddr_storage *ret_sa, unsign
 		if (!ai) {
 			freeaddrinfo(res);
 			msg_set(err, errlen,
-			       "invalid HTTP address \"%s\": the host has no IPv4 or IPv6 address", q);
+			        "invalid HTTP address \"%s\": the host has no IPv4 or IPv6 address", q);
 			return false;
 		}
 		memcpy(&sa, ai->ai_addr, ai->ai_addrlen);
@@ -845,7 +849,7 @@ static bool parse_addr(const char *addr, struct sockaddr_storage *ret_sa, unsign
 
 bad_port:
 	msg_set(err, errlen, "invalid HTTP address \"%s\": the port must be a number from 0 to 65535",
-	       q);
+	        q);
 	return false;
 }
 
@@ -856,7 +860,7 @@ bad_port:
  * or OOM.
  */
 struct metrics_server *metrics_server_start(struct metrics *m, const char *addr, const char *slot,
-					    int stuck_after_ms, char *err, size_t errlen)
+                                            int stuck_after_ms, char *err, size_t errlen)
 {
 	struct metrics_server *s;
 	struct sockaddr_storage sa;
@@ -878,30 +882,30 @@ struct metrics_server *metrics_server_start(struct metrics *m, const char *addr,
 
 	/* MHD keeps bind()'s errno when it fails; 0 means it gave no reason. */
 	errno = 0;
-	s->daemon = MHD_start_daemon(flags | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO, 0, NULL,
-				     NULL, handle_request, s, MHD_OPTION_SOCK_ADDR,
-				     (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_LIMIT,
-				     (unsigned int)HTTP_CONNECTION_LIMIT, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-				     (unsigned int)HTTP_PER_IP_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT,
-				     (unsigned int)HTTP_CONNECTION_TIMEOUT_S, MHD_OPTION_END);
+	s->daemon = MHD_start_daemon(
+	    flags | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO, 0, NULL, NULL, handle_request, s,
+	    MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_LIMIT,
+	    (unsigned int)HTTP_CONNECTION_LIMIT, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+	    (unsigned int)HTTP_PER_IP_LIMIT, MHD_OPTION_CONNECTION_TIMEOUT,
+	    (unsigned int)HTTP_CONNECTION_TIMEOUT_S, MHD_OPTION_END);
 	if (!s->daemon) {
 		saved_errno = errno;
 		format_sockaddr(&sa, where, sizeof(where));
 		if (saved_errno == EADDRNOTAVAIL)
 			msg_set(err, errlen,
-			       "could not listen on %s: %s; set --http-addr to a local address or to "
-			       "\"\" to turn it off",
-			       where, strerror(saved_errno));
+			        "could not listen on %s: %s; set --http-addr to a local address or to "
+			        "\"\" to turn it off",
+			        where, strerror(saved_errno));
 		else if (saved_errno != 0)
 			msg_set(err, errlen,
-			       "could not listen on %s: %s; set --http-addr to another port or to "
-			       "\"\" to turn it off",
-			       where, strerror(saved_errno));
+			        "could not listen on %s: %s; set --http-addr to another port or to "
+			        "\"\" to turn it off",
+			        where, strerror(saved_errno));
 		else
 			msg_set(err, errlen,
-			       "could not start the HTTP server on %s; set --http-addr to another "
-			       "port or to \"\" to turn it off",
-			       where);
+			        "could not start the HTTP server on %s; set --http-addr to another "
+			        "port or to \"\" to turn it off",
+			        where);
 		goto error_slot;
 	}
 	return s;

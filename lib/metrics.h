@@ -40,18 +40,18 @@ enum dead_reason {
 enum ignored_kind { IGN_UPDATE = 0, IGN_DELETE, IGN_TRUNCATE, IGN_MESSAGE, IGN_NKINDS };
 
 enum redis_err_kind {
-	RERR_OOM = 0,  /* "OOM ..." */
+	RERR_OOM = 0, /* "OOM ..." */
 	RERR_WRONGTYPE,
 	RERR_NOSCRIPT, /* NOSCRIPT or "Function not found" */
 	RERR_READONLY,
-	RERR_BUSY,     /* BUSY / LOADING / MASTERDOWN / TRYAGAIN */
-	RERR_OTHER,    /* any other error reply */
-	RERR_IO,       /* connection failed or closed */
-	RERR_TIMEOUT,  /* no reply within --redis-timeout */
-	RERR_CLUSTER,  /* MOVED, ASK, TRYAGAIN, CLUSTERDOWN */
-	RERR_WAIT,     /* WAIT/WAITAOF: fewer replicas or fsyncs than asked for */
-	RERR_ORDER,    /* a call refused: an earlier one for its stream had not run */
-	RERR_STATE,    /* watermark of another database, or acknowledged writes lost */
+	RERR_BUSY,    /* BUSY / LOADING / MASTERDOWN / TRYAGAIN */
+	RERR_OTHER,   /* any other error reply */
+	RERR_IO,      /* connection failed or closed */
+	RERR_TIMEOUT, /* no reply within --redis-timeout */
+	RERR_CLUSTER, /* MOVED, ASK, TRYAGAIN, CLUSTERDOWN */
+	RERR_WAIT,    /* WAIT/WAITAOF: fewer replicas or fsyncs than asked for */
+	RERR_ORDER,   /* a call refused: an earlier one for its stream had not run */
+	RERR_STATE,   /* watermark of another database, or acknowledged writes lost */
 	RERR_NKINDS
 };
 
@@ -78,7 +78,7 @@ struct metrics {
 	_Atomic uint64_t inflight_bytes;
 	_Atomic uint64_t received_lsn;
 	_Atomic uint64_t confirmed_lsn;
-	_Atomic uint64_t server_wal_end; /* newest keepalive walEnd: the server's sent position */
+	_Atomic uint64_t server_wal_end;      /* newest keepalive walEnd: the server's sent position */
 	_Atomic int64_t last_confirm_unix_us; /* when the confirmed LSN last moved (0: never) */
 	_Atomic int64_t loop_heartbeat_mono_us; /* relay loop's last iteration (monotonic) */
 	_Atomic int state;                      /* enum relay_state */
@@ -119,7 +119,7 @@ struct metrics_server;
  *           body says "ready redis-memory-pressure" above 90% of maxmemory.
  */
 struct metrics_server *metrics_server_start(struct metrics *m, const char *addr, const char *slot,
-					    int stuck_after_ms, char *err, size_t errlen);
+                                            int stuck_after_ms, char *err, size_t errlen);
 void metrics_server_stop(struct metrics_server *s); /* NULL is a no-op */
 /* The TCP port the server listens on (the ephemeral one when addr said port 0). */
 int metrics_server_port(const struct metrics_server *s);

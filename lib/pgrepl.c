@@ -21,23 +21,23 @@ struct pgrepl {
 	PGconn *conn;
 	bool streaming;
 	bool created_slot;
-	bool altered_failover; /* the last start switched FAILOVER on */
-	lsn_t slot_confirmed; /* the slot's confirmed_flush_lsn when streaming started */
-	char system_id[32];   /* IDENTIFY_SYSTEM's systemid */
-	char dbname[128];     /* and dbname */
-	char *tbl_schema;     /* the outbox table's real schema and name, as */
-	char *tbl_name;       /* PostgreSQL resolved --table (case folded, quotes gone) */
+	bool altered_failover;   /* the last start switched FAILOVER on */
+	lsn_t slot_confirmed;    /* the slot's confirmed_flush_lsn when streaming started */
+	char system_id[32];      /* IDENTIFY_SYSTEM's systemid */
+	char dbname[128];        /* and dbname */
+	char *tbl_schema;        /* the outbox table's real schema and name, as */
+	char *tbl_name;          /* PostgreSQL resolved --table (case folded, quotes gone) */
 	struct slot_guard guard; /* pgrepl_set_guard; guard.owner is copied to guard_owner */
 	char guard_owner[160];
-	char gap[256];         /* the gap the last start accepted ("" none) */
-	struct {               /* the slot as the last start found it */
+	char gap[256]; /* the gap the last start accepted ("" none) */
+	struct {       /* the slot as the last start found it */
 		bool known, exists, invalidated, failover;
 		lsn_t confirmed;
 		char invalid_why[64];
 	} facts;
-	char notice[512];      /* the newest server notice, one line ("" none) */
-	bool notice_new;       /* not yet taken by pgrepl_take_notice */
-	char *copybuf; /* last PQgetCopyData buffer, freed on the next call */
+	char notice[512]; /* the newest server notice, one line ("" none) */
+	bool notice_new;  /* not yet taken by pgrepl_take_notice */
+	char *copybuf;    /* last PQgetCopyData buffer, freed on the next call */
 	char errmsg[1024];
 };
 
@@ -221,16 +221,16 @@ static enum pg_status classify_command_state(struct pgrepl *p, const char *state
 
 	if (strstr(p->errmsg, "may not be used as an output plugin")) {
 		append_hint(p, "add wal2json to output_plugin_libraries in postgresql.conf, e.g. "
-			       "output_plugin_libraries = 'pgoutput, test_decoding, wal2json', then "
-			       "reload PostgreSQL");
+		               "output_plugin_libraries = 'pgoutput, test_decoding, wal2json', then "
+		               "reload PostgreSQL");
 		return PG_FATAL_SETUP;
 	}
 	if (strcmp(state, "55006") == 0) /* object_in_use: slot active elsewhere */
 		return PG_STANDBY;
 	if (strstr(p->errmsg, "can no longer get changes") || strstr(p->errmsg, "invalidated")) {
 		append_hint(p, "the slot was invalidated (max_slot_wal_keep_size exceeded): WAL it "
-			       "needed is gone, so events in that range must be recovered from the "
-			       "outbox table; then drop the slot and let the relay create a new one");
+		               "needed is gone, so events in that range must be recovered from the "
+		               "outbox table; then drop the slot and let the relay create a new one");
 		return PG_FATAL_SLOT;
 	}
 	if (strcmp(state, "58P01") == 0 || strstr(p->errmsg, "could not access file")) {
@@ -249,8 +249,8 @@ static enum pg_status classify_command_state(struct pgrepl *p, const char *state
 		append_hint(p, "the role needs the REPLICATION attribute");
 		return PG_FATAL_SETUP;
 	}
-	if (strcmp(state, "57P01") == 0 || strcmp(state, "57P02") == 0 ||
-	    strcmp(state, "57P03") == 0 || state[0] == '0' || state[0] == '\0')
+	if (strcmp(state, "57P01") == 0 || strcmp(state, "57P02") == 0 || strcmp(state, "57P03") == 0 ||
+	    state[0] == '0' || state[0] == '\0')
 		return PG_RETRY; /* shutdown, crash, not yet accepting, connection trouble */
 	return PG_RETRY;
 }
@@ -331,9 +331,10 @@ const char *pgrepl_take_notice(struct pgrepl *p)
 static bool connect_db(struct pgrepl *p, enum pg_status *st)
 {
 	/* Defaults first; the expanded DSN overrides them; then what we force. */
-	const char *keys[11] = {"connect_timeout", "keepalives", "keepalives_idle",
-				"keepalives_interval", "keepalives_count", "fallback_application_name",
-				"dbname", "replication"};
+	const char *keys[11] = {"connect_timeout",  "keepalives",
+	                        "keepalives_idle",  "keepalives_interval",
+	                        "keepalives_count", "fallback_application_name",
+	                        "dbname",           "replication"};
 	const char *vals[11] = {"10", "1", "30", "10", "3", "outbox-relay", p->cf->pg_dsn, "database"};
 
 	if (p->cf->pg_password) { /* --pg-password-file wins over the DSN */
@@ -383,15 +384,15 @@ static const char *slot_gap(const struct pgrepl *p, char *why, size_t whylen)
 		return NULL;
 	if (!p->facts.exists)
 		snprintf(why, whylen, "does not exist%s",
-			 p->created_slot ? " (this relay created it while Redis was unreachable)" : "");
+		         p->created_slot ? " (this relay created it while Redis was unreachable)" : "");
 	else if (p->facts.invalidated)
 		snprintf(why, whylen, "was invalidated (%s)", p->facts.invalid_why);
 	else if (p->facts.confirmed > p->guard.confirmed)
 		snprintf(why, whylen,
-			 "stands at %s, past %s, the last position this relay confirmed: it was "
-			 "created again or advanced by something else, or Redis lost the newer "
-			 "record (a failover without --wait-replicas)",
-			 lsn_format(p->facts.confirmed, a), lsn_format(p->guard.confirmed, b));
+		         "stands at %s, past %s, the last position this relay confirmed: it was "
+		         "created again or advanced by something else, or Redis lost the newer "
+		         "record (a failover without --wait-replicas)",
+		         lsn_format(p->facts.confirmed, a), lsn_format(p->guard.confirmed, b));
 	else
 		return NULL;
 	return why;
@@ -408,9 +409,9 @@ static enum pg_status check_owner(struct pgrepl *p)
 	if (strcmp(ours, p->guard_owner) == 0)
 		return PG_OK;
 	snprintf(p->errmsg, sizeof(p->errmsg),
-		 "Redis holds the record of a slot \"%s\" that belongs to database %s, not to "
-		 "this one (%s)",
-		 p->cf->slot, p->guard_owner, ours);
+	         "Redis holds the record of a slot \"%s\" that belongs to database %s, not to "
+	         "this one (%s)",
+	         p->cf->slot, p->guard_owner, ours);
 	return PG_FATAL_FOREIGN;
 }
 
@@ -431,7 +432,7 @@ enum pg_status pgrepl_recheck(struct pgrepl *p)
 		return PG_FATAL_GAP;
 	}
 	snprintf(p->gap, sizeof(p->gap), "replication slot \"%s\" %s; --accept-gap %s", p->cf->slot,
-		 gap, lsn_format(p->guard.accept, a));
+	         gap, lsn_format(p->guard.accept, a));
 	return PG_OK;
 }
 
@@ -446,11 +447,10 @@ static enum pg_status ensure_slot(struct pgrepl *p)
 	p->facts.known = false;
 	p->altered_failover = false;
 	buf_puts(&q, "SELECT plugin, slot_type, database, temporary, confirmed_flush_lsn, "
-		     "coalesce(wal_status, ''), ");
+	             "coalesce(wal_status, ''), ");
 	/* invalidation_reason is new in PostgreSQL 17 */
-	buf_puts(&q, PQserverVersion(p->conn) >= 170000
-			 ? "coalesce(invalidation_reason, ''), failover"
-			 : "'', false");
+	buf_puts(&q, PQserverVersion(p->conn) >= 170000 ? "coalesce(invalidation_reason, ''), failover"
+	                                                : "'', false");
 	buf_puts(&q, " FROM pg_catalog.pg_replication_slots WHERE slot_name = ");
 	buf_put_sql_literal(&q, p->cf->slot);
 	res = run(p, q.data, PGRES_TUPLES_OK, &st);
@@ -466,34 +466,33 @@ static enum pg_status ensure_slot(struct pgrepl *p)
 
 		if (strcmp(type, "logical") != 0 || strcmp(plugin, "wal2json") != 0) {
 			snprintf(p->errmsg, sizeof(p->errmsg),
-				 "replication slot \"%s\" exists but is a %s slot with plugin \"%s\"; "
-				 "outbox-relay needs a logical wal2json slot: use another --slot or drop "
-				 "it with SELECT pg_drop_replication_slot('%s')",
-				 p->cf->slot, type, plugin[0] ? plugin : "(none)", p->cf->slot);
+			         "replication slot \"%s\" exists but is a %s slot with plugin \"%s\"; "
+			         "outbox-relay needs a logical wal2json slot: use another --slot or drop "
+			         "it with SELECT pg_drop_replication_slot('%s')",
+			         p->cf->slot, type, plugin[0] ? plugin : "(none)", p->cf->slot);
 			PQclear(res);
 			return PG_FATAL_SLOT;
 		}
 		if (strcmp(db, PQdb(p->conn)) != 0) {
 			snprintf(p->errmsg, sizeof(p->errmsg),
-				 "replication slot \"%s\" belongs to database \"%s\", not \"%s\": "
-				 "fix dbname in --pg-dsn or use another --slot",
-				 p->cf->slot, db, PQdb(p->conn));
+			         "replication slot \"%s\" belongs to database \"%s\", not \"%s\": "
+			         "fix dbname in --pg-dsn or use another --slot",
+			         p->cf->slot, db, PQdb(p->conn));
 			PQclear(res);
 			return PG_FATAL_SLOT;
 		}
 		if (!PQgetisnull(res, 0, 4))
-			(void)lsn_parse(PQgetvalue(res, 0, 4), strlen(PQgetvalue(res, 0, 4)),
-					&confirmed);
+			(void)lsn_parse(PQgetvalue(res, 0, 4), strlen(PQgetvalue(res, 0, 4)), &confirmed);
 		p->slot_confirmed = confirmed;
 		p->facts.confirmed = confirmed;
 		if (PQgetvalue(res, 0, 6)[0])
-			snprintf(p->facts.invalid_why, sizeof(p->facts.invalid_why),
-				 "invalidation_reason %s", PQgetvalue(res, 0, 6));
+			snprintf(p->facts.invalid_why, sizeof(p->facts.invalid_why), "invalidation_reason %s",
+			         PQgetvalue(res, 0, 6));
 		else
 			snprintf(p->facts.invalid_why, sizeof(p->facts.invalid_why), "wal_status %s",
-				 PQgetvalue(res, 0, 5));
+			         PQgetvalue(res, 0, 5));
 		p->facts.invalidated =
-			PQgetvalue(res, 0, 6)[0] || strcmp(PQgetvalue(res, 0, 5), "lost") == 0;
+		    PQgetvalue(res, 0, 6)[0] || strcmp(PQgetvalue(res, 0, 5), "lost") == 0;
 		p->facts.failover = strcmp(PQgetvalue(res, 0, 7), "t") == 0;
 	}
 	PQclear(res);
@@ -533,10 +532,10 @@ static enum pg_status ensure_slot(struct pgrepl *p)
 		return PG_OK;
 	if (!p->cf->create_slot) {
 		snprintf(p->errmsg, sizeof(p->errmsg),
-			 "replication slot \"%s\" does not exist and --no-create-slot is set: create it "
-			 "with SELECT pg_create_logical_replication_slot('%s', 'wal2json') or drop "
-			 "--no-create-slot",
-			 p->cf->slot, p->cf->slot);
+		         "replication slot \"%s\" does not exist and --no-create-slot is set: create it "
+		         "with SELECT pg_create_logical_replication_slot('%s', 'wal2json') or drop "
+		         "--no-create-slot",
+		         p->cf->slot, p->cf->slot);
 		return PG_FATAL_SLOT;
 	}
 	buf_puts(&q, "CREATE_REPLICATION_SLOT \"");
@@ -555,8 +554,7 @@ static enum pg_status ensure_slot(struct pgrepl *p)
 	}
 	p->slot_confirmed = LSN_INVALID;
 	if (PQntuples(res) == 1 && PQnfields(res) >= 2 && !PQgetisnull(res, 0, 1))
-		(void)lsn_parse(PQgetvalue(res, 0, 1), strlen(PQgetvalue(res, 0, 1)),
-				&p->slot_confirmed);
+		(void)lsn_parse(PQgetvalue(res, 0, 1), strlen(PQgetvalue(res, 0, 1)), &p->slot_confirmed);
 	PQclear(res);
 	p->created_slot = true;
 	return PG_OK;
@@ -589,11 +587,11 @@ static enum pg_status check_table(struct pgrepl *p)
 	 * quotes like SQL does, but wal2json's add-tables and the change
 	 * objects carry the real names, so those are what the relay uses. */
 	buf_puts(&q, "SELECT n.nspname, c.relname, 0 AS o FROM pg_catalog.pg_class c JOIN "
-		     "pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = "
-		     "pg_catalog.to_regclass(");
+	             "pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = "
+	             "pg_catalog.to_regclass(");
 	buf_put_sql_literal(&q, p->cf->table);
 	buf_puts(&q, ") UNION ALL SELECT a.attname, NULL, 1 FROM pg_catalog.pg_attribute a WHERE "
-		     "a.attrelid = pg_catalog.to_regclass(");
+	             "a.attrelid = pg_catalog.to_regclass(");
 	buf_put_sql_literal(&q, p->cf->table);
 	buf_puts(&q, ") AND a.attnum > 0 AND NOT a.attisdropped ORDER BY 3");
 	res = PQexec(p->conn, q.data);
@@ -604,9 +602,9 @@ static enum pg_status check_table(struct pgrepl *p)
 		if (state && strcmp(state, "42602") == 0) { /* invalid_name */
 			PQclear(res);
 			snprintf(p->errmsg, sizeof(p->errmsg),
-				 "invalid --table %s: not an SQL table name; quote names with spaces or "
-				 "upper case, e.g. --table 'public.\"My Outbox\"'",
-				 p->cf->table);
+			         "invalid --table %s: not an SQL table name; quote names with spaces or "
+			         "upper case, e.g. --table 'public.\"My Outbox\"'",
+			         p->cf->table);
 			return PG_FATAL_USAGE;
 		}
 		set_err(p, "", PQerrorMessage(p->conn));
@@ -617,9 +615,9 @@ static enum pg_status check_table(struct pgrepl *p)
 	if (PQntuples(res) < 1 || PQgetisnull(res, 0, 1)) {
 		PQclear(res);
 		snprintf(p->errmsg, sizeof(p->errmsg),
-			 "outbox table \"%s\" does not exist: create it (see sql/outbox.sql) or point "
-			 "--table at your outbox table",
-			 p->cf->table);
+		         "outbox table \"%s\" does not exist: create it (see sql/outbox.sql) or point "
+		         "--table at your outbox table",
+		         p->cf->table);
 		return PG_FATAL_SCHEMA;
 	}
 	free(p->tbl_schema);
@@ -644,9 +642,9 @@ static enum pg_status check_table(struct pgrepl *p)
 	}
 	if (missing)
 		snprintf(p->errmsg, sizeof(p->errmsg),
-			 "column \"%s\" (named by %s) does not exist in outbox table \"%s\": add the "
-			 "column or fix %s",
-			 missing, from, p->cf->table, from);
+		         "column \"%s\" (named by %s) does not exist in outbox table \"%s\": add the "
+		         "column or fix %s",
+		         missing, from, p->cf->table, from);
 	stream_tmpl_free(t);
 	PQclear(res);
 	return missing ? PG_FATAL_SCHEMA : PG_OK;
@@ -667,8 +665,9 @@ enum pg_status pgrepl_start(struct pgrepl *p)
 		goto fail;
 	if (PQntuples(res) != 1 || PQnfields(res) < 4 || PQgetisnull(res, 0, 3)) {
 		PQclear(res);
-		set_err(p, "", "IDENTIFY_SYSTEM returned no database: the connection must use "
-			       "replication=database and a dbname");
+		set_err(p, "",
+		        "IDENTIFY_SYSTEM returned no database: the connection must use "
+		        "replication=database and a dbname");
 		st = PG_FATAL_SETUP;
 		goto fail;
 	}
@@ -707,8 +706,8 @@ enum pg_status pgrepl_start(struct pgrepl *p)
 	buf_puts(&q, "START_REPLICATION SLOT \"");
 	buf_puts(&q, p->cf->slot);
 	buf_puts(&q, "\" LOGICAL 0/0 (\"format-version\" '2', \"include-transaction\" '1', "
-		     "\"include-xids\" '1', \"include-lsn\" '1', \"include-timestamp\" '1', "
-		     "\"include-types\" '1', \"include-typmod\" '0', \"add-tables\" ");
+	             "\"include-xids\" '1', \"include-lsn\" '1', \"include-timestamp\" '1', "
+	             "\"include-types\" '1', \"include-typmod\" '0', \"add-tables\" ");
 	{
 		struct buf filt = {0};
 
@@ -826,8 +825,7 @@ int pgrepl_next(struct pgrepl *p, struct pg_msg *ret)
 		ret->len = 0;
 		return 1;
 	default:
-		snprintf(p->errmsg, sizeof(p->errmsg),
-			 "unexpected replication message type 0x%02x", b[0]);
+		snprintf(p->errmsg, sizeof(p->errmsg), "unexpected replication message type 0x%02x", b[0]);
 		return -1;
 	}
 }
@@ -839,9 +837,9 @@ bool pgrepl_send_status(struct pgrepl *p, lsn_t received, lsn_t confirmed, bool 
 	if (!p->conn || !p->streaming)
 		return false;
 	msg[0] = 'r';
-	put_be64(msg + 1, received);                         /* write */
-	put_be64(msg + 9, confirmed);                        /* flush: what Redis acknowledged */
-	put_be64(msg + 17, confirmed);                       /* apply */
+	put_be64(msg + 1, received);   /* write */
+	put_be64(msg + 9, confirmed);  /* flush: what Redis acknowledged */
+	put_be64(msg + 17, confirmed); /* apply */
 	put_be64(msg + 25, (uint64_t)time_unix_to_pg(time_now_us())); /* sendTime */
 	msg[33] = reply_requested ? 1 : 0;
 	if (PQputCopyData(p->conn, (const char *)msg, sizeof(msg)) <= 0 || PQflush(p->conn) < 0) {
@@ -883,8 +881,7 @@ void pgrepl_stop(struct pgrepl *p, lsn_t received, lsn_t confirmed, int timeout_
 				break;
 			if (flushed == 1)
 				pfd.events |= POLLOUT;
-			if (poll(&pfd, 1, (int)((left + 999) / 1000)) <= 0 ||
-			    PQconsumeInput(p->conn) == 0)
+			if (poll(&pfd, 1, (int)((left + 999) / 1000)) <= 0 || PQconsumeInput(p->conn) == 0)
 				break;
 		}
 	}

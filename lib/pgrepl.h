@@ -14,10 +14,10 @@
 
 enum pg_status {
 	PG_OK = 0,
-	PG_RETRY,       /* transient (connection refused, server restarting): back off and retry */
-	PG_STANDBY,     /* the slot is active in another process: wait as standby */
-	PG_FATAL_SETUP, /* exit EXIT_PG_SETUP: auth, privileges, wal_level, plugin */
-	PG_FATAL_SLOT,  /* exit EXIT_SLOT: other plugin, missing with --no-create-slot, no free slot */
+	PG_RETRY,        /* transient (connection refused, server restarting): back off and retry */
+	PG_STANDBY,      /* the slot is active in another process: wait as standby */
+	PG_FATAL_SETUP,  /* exit EXIT_PG_SETUP: auth, privileges, wal_level, plugin */
+	PG_FATAL_SLOT,   /* exit EXIT_SLOT: other plugin, missing with --no-create-slot, no free slot */
 	PG_FATAL_SCHEMA, /* exit EXIT_OUTBOX_SCHEMA */
 	PG_FATAL_USAGE,  /* exit EXIT_USAGE: --pg-dsn holds a value libpq rejects */
 	PG_FATAL_GAP,    /* exit EXIT_SLOT_GAP: the slot is not the one the relay streamed */
@@ -25,12 +25,12 @@ enum pg_status {
 };
 
 struct pg_msg {
-	char type;            /* 'w' XLogData or 'k' keepalive */
-	lsn_t data_start;     /* 'w' only */
+	char type;        /* 'w' XLogData or 'k' keepalive */
+	lsn_t data_start; /* 'w' only */
 	lsn_t wal_end;
 	bool reply_requested; /* 'k' only */
-	char *data; /* 'w' payload (one wal2json object), the caller's to change; valid until
-		     * the next pgrepl_next(), or longer after pgrepl_take_buffer() */
+	char *data;           /* 'w' payload (one wal2json object), the caller's to change; valid until
+	                       * the next pgrepl_next(), or longer after pgrepl_take_buffer() */
 	size_t len;
 };
 
@@ -63,7 +63,8 @@ int pgrepl_server_version(const struct pgrepl *p);
 bool pgrepl_altered_failover(const struct pgrepl *p);
 /* True when the slot was created by this process (first pgrepl_start). */
 bool pgrepl_created_slot(const struct pgrepl *p);
-/* The slot's confirmed_flush_lsn as read before START_REPLICATION (a new slot: its consistent point). */
+/* The slot's confirmed_flush_lsn as read before START_REPLICATION (a new slot: its consistent
+ * point). */
 lsn_t pgrepl_slot_confirmed(const struct pgrepl *p);
 /* IDENTIFY_SYSTEM's system identifier and database of the last start ("" before). */
 const char *pgrepl_system_id(const struct pgrepl *p);

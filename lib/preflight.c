@@ -35,7 +35,8 @@
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))
 #endif
-static void add(struct preflight *pf, enum preflight_kind kind, const char *fmt, ...)
+static void
+add(struct preflight *pf, enum preflight_kind kind, const char *fmt, ...)
 {
 	struct preflight_item *items;
 	char line[1200];
@@ -107,8 +108,8 @@ static bool redis_auth_error(const char *msg)
  * (the sink's wording and hints) and return NULL. *fatal says the remaining
  * checks cannot run (credentials, a lost connection).
  */
-static redisReply *rcmd(redisContext *c, struct preflight *pf, const char *where,
-			const char *what, int argc, const char **argv, bool *fatal)
+static redisReply *rcmd(redisContext *c, struct preflight *pf, const char *where, const char *what,
+                        int argc, const char **argv, bool *fatal)
 {
 	redisReply *r = redisCommandArgv(c, argc, argv, NULL);
 
@@ -123,9 +124,9 @@ static redisReply *rcmd(redisContext *c, struct preflight *pf, const char *where
 
 		add(pf, PREFLIGHT_PROBLEM, "Redis at %s: %s failed: %s%s", where, what, r->str,
 		    strncmp(r->str, "NOPERM", 6) == 0
-			    ? " (the Redis ACL user lacks a permission: see deploy/redis/users.acl)"
+		        ? " (the Redis ACL user lacks a permission: see deploy/redis/users.acl)"
 		    : auth ? " (check the user and password in --redis-url or --redis-password-file)"
-			   : "");
+		           : "");
 		*fatal = auth;
 		freeReplyObject(r);
 		return NULL;
@@ -135,7 +136,7 @@ static redisReply *rcmd(redisContext *c, struct preflight *pf, const char *where
 
 /* Is the command known to the server? 1 yes, 0 no, -1 could not tell (problem added when fatal). */
 static int redis_has(redisContext *c, struct preflight *pf, const char *where, const char *cmd,
-		     bool *fatal)
+                     bool *fatal)
 {
 	const char *argv[] = {"COMMAND", "INFO", cmd};
 	redisReply *r = redisCommandArgv(c, 3, argv, NULL);
@@ -210,8 +211,7 @@ static void check_redis_at(const struct relay_config *cf, const struct redis_tar
 		add(pf, PREFLIGHT_PROBLEM,
 		    "Redis at %s: could not connect: %s; start Redis or fix --redis-url (the relay "
 		    "would keep retrying)",
-		    where,
-		    c->errstr);
+		    where, c->errstr);
 		add(pf, PREFLIGHT_SKIPPED, "%s need a connection", skip);
 		redisFree(c);
 		return;
@@ -223,8 +223,8 @@ static void check_redis_at(const struct relay_config *cf, const struct redis_tar
 		bool permanent;
 
 		if (!redis_tls_start(c, t, t->host, &ssl, &permanent, why, sizeof(why))) {
-			add(pf, PREFLIGHT_PROBLEM, "Redis at %s: TLS to %s:%d: %s", where, t->host,
-			    t->port, why);
+			add(pf, PREFLIGHT_PROBLEM, "Redis at %s: TLS to %s:%d: %s", where, t->host, t->port,
+			    why);
 			add(pf, PREFLIGHT_SKIPPED, "%s need a TLS session", skip);
 			redisFree(c);
 			return;
@@ -269,8 +269,8 @@ static void check_redis_at(const struct relay_config *cf, const struct redis_tar
 			    where, needed[i]);
 	}
 	if (!fatal && cf->redis_functions)
-		functions = redis_has(c, pf, where, "FUNCTION", &fatal) == 1 &&
-			    !fatal && redis_has(c, pf, where, "FCALL", &fatal) == 1;
+		functions = redis_has(c, pf, where, "FUNCTION", &fatal) == 1 && !fatal &&
+		            redis_has(c, pf, where, "FCALL", &fatal) == 1;
 	if (!fatal && !functions) {
 		int has = redis_has(c, pf, where, "SCRIPT", &fatal);
 
@@ -281,10 +281,9 @@ static void check_redis_at(const struct relay_config *cf, const struct redis_tar
 			    "newer with streams and scripting (7.0+ recommended for functions)",
 			    where, cf->redis_functions ? "unavailable" : "turned off");
 		else if (has == 1)
-			add(pf, PREFLIGHT_OK,
-			    "Redis at %s: %s: the relay uses SCRIPT LOAD + EVALSHA", where,
+			add(pf, PREFLIGHT_OK, "Redis at %s: %s: the relay uses SCRIPT LOAD + EVALSHA", where,
 			    cf->redis_functions ? "no Redis functions (FUNCTION, FCALL)"
-						: "--no-redis-functions");
+			                        : "--no-redis-functions");
 	}
 	if (fatal) {
 		add(pf, PREFLIGHT_SKIPPED, "%s need a connection", skip);
@@ -314,8 +313,7 @@ static void check_redis_at(const struct relay_config *cf, const struct redis_tar
 		    where, v2, v);
 	if (pf->nproblems == nbad)
 		add(pf, PREFLIGHT_OK, "Redis at %s: reachable%s, %s and XADD available", where,
-		    t->password ? ", AUTH accepted" : "",
-		    functions ? "functions (FCALL)" : "EVALSHA");
+		    t->password ? ", AUTH accepted" : "", functions ? "functions (FCALL)" : "EVALSHA");
 	redisFree(c);
 }
 
@@ -351,11 +349,12 @@ static void check_redis(const struct relay_config *cf, struct preflight *pf)
 /* The relay's connection parameters; replication is "database" or "false". */
 static PGconn *pg_connect(const struct relay_config *cf, const char *replication)
 {
-	const char *keys[11] = {"connect_timeout", "keepalives", "keepalives_idle",
-				"keepalives_interval", "keepalives_count", "fallback_application_name",
-				"dbname", "replication"};
-	const char *vals[11] = {"10", "1", "30", "10", "3", "outbox-relay-check", cf->pg_dsn,
-				replication};
+	const char *keys[11] = {"connect_timeout",  "keepalives",
+	                        "keepalives_idle",  "keepalives_interval",
+	                        "keepalives_count", "fallback_application_name",
+	                        "dbname",           "replication"};
+	const char *vals[11] = {"10",       "1",        "30", "10", "3", "outbox-relay-check",
+	                        cf->pg_dsn, replication};
 
 	if (cf->pg_password) {
 		keys[8] = "password";
@@ -392,11 +391,11 @@ static void check_table(const struct relay_config *cf, struct preflight *pf, PGc
 	size_t nbad = pf->nproblems;
 
 	buf_puts(&q, "SELECT n.nspname, c.relname, 0 AS o FROM pg_catalog.pg_class c JOIN "
-		     "pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = "
-		     "pg_catalog.to_regclass(");
+	             "pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = "
+	             "pg_catalog.to_regclass(");
 	buf_put_sql_literal(&q, cf->table);
 	buf_puts(&q, ") UNION ALL SELECT a.attname, NULL, 1 FROM pg_catalog.pg_attribute a WHERE "
-		     "a.attrelid = pg_catalog.to_regclass(");
+	             "a.attrelid = pg_catalog.to_regclass(");
 	buf_put_sql_literal(&q, cf->table);
 	buf_puts(&q, ") AND a.attnum > 0 AND NOT a.attisdropped ORDER BY 3");
 	if (q.failed) {
@@ -470,13 +469,13 @@ struct pg_facts {
 static void read_facts(struct preflight *pf, PGconn *c, struct pg_facts *f)
 {
 	PGresult *res = PQexec(
-		c, "SELECT current_user, r.rolreplication OR r.rolsuper, current_database(), "
-		   "current_setting('wal_level'), current_setting('max_replication_slots')::int, "
-		   "(SELECT count(*) FROM pg_catalog.pg_replication_slots)::int, "
-		   "current_setting('max_wal_senders')::int, "
-		   "(SELECT count(*) FROM pg_catalog.pg_stat_replication)::int, "
-		   "(SELECT setting FROM pg_catalog.pg_settings WHERE name = 'output_plugin_libraries') "
-		   "FROM pg_catalog.pg_roles r WHERE r.rolname = current_user");
+	    c, "SELECT current_user, r.rolreplication OR r.rolsuper, current_database(), "
+	       "current_setting('wal_level'), current_setting('max_replication_slots')::int, "
+	       "(SELECT count(*) FROM pg_catalog.pg_replication_slots)::int, "
+	       "current_setting('max_wal_senders')::int, "
+	       "(SELECT count(*) FROM pg_catalog.pg_stat_replication)::int, "
+	       "(SELECT setting FROM pg_catalog.pg_settings WHERE name = 'output_plugin_libraries') "
+	       "FROM pg_catalog.pg_roles r WHERE r.rolname = current_user");
 
 	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
 		add_command_problem(pf, c, res);
@@ -513,14 +512,14 @@ static void read_facts(struct preflight *pf, PGconn *c, struct pg_facts *f)
 
 /* The slot as pgrepl.c's ensure_slot judges it; sets f->slot_exists. */
 static void check_slot(const struct relay_config *cf, struct preflight *pf, PGconn *c,
-		       struct pg_facts *f)
+                       struct pg_facts *f)
 {
 	struct buf q = {0};
 	PGresult *res;
 	const char *plugin, *type, *db, *wal_status;
 
 	buf_puts(&q, "SELECT plugin, slot_type, database, coalesce(wal_status, ''), active, "
-		     "confirmed_flush_lsn FROM pg_catalog.pg_replication_slots WHERE slot_name = ");
+	             "confirmed_flush_lsn FROM pg_catalog.pg_replication_slots WHERE slot_name = ");
 	buf_put_sql_literal(&q, cf->slot);
 	if (q.failed) {
 		buf_finish(&q);
@@ -582,8 +581,9 @@ static void check_slot(const struct relay_config *cf, struct preflight *pf, PGco
 		    "would wait as its standby",
 		    cf->slot);
 	else
-		add(pf, PREFLIGHT_OK, "replication slot \"%s\" exists (wal2json, database %s, confirmed "
-				      "up to %s)",
+		add(pf, PREFLIGHT_OK,
+		    "replication slot \"%s\" exists (wal2json, database %s, confirmed "
+		    "up to %s)",
 		    cf->slot, db, PQgetisnull(res, 0, 5) ? "?" : PQgetvalue(res, 0, 5));
 	PQclear(res);
 }
@@ -607,8 +607,8 @@ static PGresult *exec_bounded(PGconn *c, const char *sql, int timeout_ms, bool *
 		if (!PQisBusy(c))
 			break;
 		gettimeofday(&now, NULL);
-		left = timeout_ms - ((now.tv_sec - start.tv_sec) * 1000L +
-				     (now.tv_usec - start.tv_usec) / 1000L);
+		left = timeout_ms -
+		       ((now.tv_sec - start.tv_sec) * 1000L + (now.tv_usec - start.tv_usec) / 1000L);
 		if (left <= 0) {
 			PGcancel *cancel = PQgetCancel(c);
 			char errbuf[256];
@@ -651,12 +651,14 @@ static void check_wal2json(struct preflight *pf, PGconn *c, bool opl_reported)
 		return;
 	}
 	if (PQntuples(res) != 1 || PQnfields(res) < 4 || PQgetisnull(res, 0, 3))
-		add(pf, PREFLIGHT_PROBLEM, "IDENTIFY_SYSTEM returned no database: the connection must "
-					   "use replication=database and a dbname");
+		add(pf, PREFLIGHT_PROBLEM,
+		    "IDENTIFY_SYSTEM returned no database: the connection must "
+		    "use replication=database and a dbname");
 	PQclear(res);
 	snprintf(name, sizeof(name), "outbox_relay_check_%ld", (long)getpid());
 	snprintf(sql, sizeof(sql),
-		 "CREATE_REPLICATION_SLOT \"%s\" TEMPORARY LOGICAL wal2json (SNAPSHOT 'nothing')", name);
+	         "CREATE_REPLICATION_SLOT \"%s\" TEMPORARY LOGICAL wal2json (SNAPSHOT 'nothing')",
+	         name);
 	res = exec_bounded(c, sql, SLOT_CHECK_TIMEOUT_MS, &timed_out);
 	if (timed_out) {
 		add(pf, PREFLIGHT_SKIPPED,
@@ -669,8 +671,7 @@ static void check_wal2json(struct preflight *pf, PGconn *c, bool opl_reported)
 		char line[1024];
 		const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
 
-		(void)pgrepl_explain_command(PQerrorMessage(c), state ? state : "", line,
-					     sizeof(line));
+		(void)pgrepl_explain_command(PQerrorMessage(c), state ? state : "", line, sizeof(line));
 		/* Already said from the catalogs: not a second line. */
 		if (!(opl_reported && strstr(line, "may not be used as an output plugin")))
 			add(pf, PREFLIGHT_PROBLEM, "%s", line);
@@ -682,8 +683,9 @@ static void check_wal2json(struct preflight *pf, PGconn *c, bool opl_reported)
 	snprintf(sql, sizeof(sql), "DROP_REPLICATION_SLOT \"%s\"", name);
 	res = PQexec(c, sql);
 	PQclear(res);
-	add(pf, PREFLIGHT_OK, "wal2json loads as an output plugin (a temporary slot was created and "
-			      "dropped)");
+	add(pf, PREFLIGHT_OK,
+	    "wal2json loads as an output plugin (a temporary slot was created and "
+	    "dropped)");
 }
 
 static void check_pg(const struct relay_config *cf, struct preflight *pf)
@@ -730,8 +732,8 @@ static void check_pg(const struct relay_config *cf, struct preflight *pf)
 		    "postgresql.conf and restart PostgreSQL",
 		    f.used_senders, f.max_senders);
 	if (f.has_opl && !f.opl_wal2json) {
-		(void)pgrepl_explain_command("library \"wal2json\" may not be used as an output plugin",
-					     "", line, sizeof(line));
+		(void)pgrepl_explain_command("library \"wal2json\" may not be used as an output plugin", "",
+		                             line, sizeof(line));
 		add(pf, PREFLIGHT_PROBLEM, "%s (output_plugin_libraries = '%s')", line, f.opl);
 		opl_reported = true;
 	}
@@ -744,8 +746,8 @@ static void check_pg(const struct relay_config *cf, struct preflight *pf)
 	if (!room_senders) {
 		if (!f.replication) {
 			(void)pgrepl_explain_connect("must be superuser or replication role to start "
-						     "walsender",
-						     line, sizeof(line));
+			                             "walsender",
+			                             line, sizeof(line));
 			add(pf, PREFLIGHT_PROBLEM, "%s", line);
 		}
 		add(pf, PREFLIGHT_SKIPPED,
@@ -754,11 +756,9 @@ static void check_pg(const struct relay_config *cf, struct preflight *pf)
 	}
 	rc = pg_connect(cf, "database");
 	if (!rc || PQstatus(rc) != CONNECTION_OK) {
-		(void)pgrepl_explain_connect(rc ? PQerrorMessage(rc) : "out of memory", line,
-					     sizeof(line));
+		(void)pgrepl_explain_connect(rc ? PQerrorMessage(rc) : "out of memory", line, sizeof(line));
 		add(pf, PREFLIGHT_PROBLEM, "%s", line);
-		add(pf, PREFLIGHT_SKIPPED,
-		    "the wal2json check needs a replication connection");
+		add(pf, PREFLIGHT_SKIPPED, "the wal2json check needs a replication connection");
 		PQfinish(rc);
 		goto done;
 	}

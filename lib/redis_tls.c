@@ -73,34 +73,33 @@ static SSL_CTX *make_ctx(const struct redis_target *t, char *err, size_t errlen)
 	if (t->tls_ca_file) {
 		if (SSL_CTX_load_verify_locations(ctx, t->tls_ca_file, NULL) != 1) {
 			msg_set(err, errlen,
-			       "--redis-tls-ca-file %s holds no usable PEM certificate (%s): give the "
-			       "CA bundle that signed the Redis server's certificate",
-			       t->tls_ca_file, ssl_reason("unreadable"));
+			        "--redis-tls-ca-file %s holds no usable PEM certificate (%s): give the "
+			        "CA bundle that signed the Redis server's certificate",
+			        t->tls_ca_file, ssl_reason("unreadable"));
 			goto fail;
 		}
 	} else if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
-		msg_set(err, errlen, "could not load the system's CA certificates (%s): give "
-		                    "--redis-tls-ca-file",
-		       ssl_reason("unknown error"));
+		msg_set(err, errlen,
+		        "could not load the system's CA certificates (%s): give "
+		        "--redis-tls-ca-file",
+		        ssl_reason("unknown error"));
 		goto fail;
 	}
 	if (t->tls_cert_file) {
 		if (SSL_CTX_use_certificate_chain_file(ctx, t->tls_cert_file) != 1) {
-			msg_set(err, errlen,
-			       "--redis-tls-cert-file %s is not a PEM certificate (%s)",
-			       t->tls_cert_file, ssl_reason("unreadable"));
+			msg_set(err, errlen, "--redis-tls-cert-file %s is not a PEM certificate (%s)",
+			        t->tls_cert_file, ssl_reason("unreadable"));
 			goto fail;
 		}
 		if (SSL_CTX_use_PrivateKey_file(ctx, t->tls_key_file, SSL_FILETYPE_PEM) != 1) {
-			msg_set(err, errlen,
-			       "--redis-tls-key-file %s is not a PEM private key (%s)",
-			       t->tls_key_file, ssl_reason("unreadable"));
+			msg_set(err, errlen, "--redis-tls-key-file %s is not a PEM private key (%s)",
+			        t->tls_key_file, ssl_reason("unreadable"));
 			goto fail;
 		}
 		if (SSL_CTX_check_private_key(ctx) != 1) {
 			msg_set(err, errlen,
-			       "--redis-tls-key-file %s does not belong to --redis-tls-cert-file %s",
-			       t->tls_key_file, t->tls_cert_file);
+			        "--redis-tls-key-file %s does not belong to --redis-tls-cert-file %s",
+			        t->tls_key_file, t->tls_cert_file);
 			goto fail;
 		}
 	} else {
@@ -143,7 +142,7 @@ bool redis_tls_start(struct redisContext *c, const struct redis_target *t, const
 	}
 	if (!ok) {
 		msg_set(err, errlen, "cannot check TLS server name \"%s\": %s", name,
-		       ssl_reason("invalid name"));
+		        ssl_reason("invalid name"));
 		SSL_free(ssl);
 		return false;
 	}
@@ -153,13 +152,13 @@ bool redis_tls_start(struct redisContext *c, const struct redis_target *t, const
 
 		if (v != X509_V_OK) {
 			msg_set(err, errlen,
-			       "the TLS certificate of the Redis server was not accepted for \"%s\": %s "
-			       "(give the CA that signed it with --redis-tls-ca-file, or the name it "
-			       "carries with --redis-tls-server-name)",
-			       name, X509_verify_cert_error_string(v));
+			        "the TLS certificate of the Redis server was not accepted for \"%s\": %s "
+			        "(give the CA that signed it with --redis-tls-ca-file, or the name it "
+			        "carries with --redis-tls-server-name)",
+			        name, X509_verify_cert_error_string(v));
 		} else {
 			msg_set(err, errlen, "TLS handshake failed: %s (is the server's port a TLS port?)",
-			       c->errstr[0] ? c->errstr : ssl_reason("unknown error"));
+			        c->errstr[0] ? c->errstr : ssl_reason("unknown error"));
 			*permanent = ERR_peek_last_error() != 0; /* a protocol verdict, not a lost link */
 		}
 		SSL_free(ssl); /* hiredis took it over only on success */
@@ -176,16 +175,16 @@ bool redis_tls_start(struct redisContext *c, const struct redis_target *t, const
 		if ((e && ERR_GET_REASON(e) == SSL_R_TLSV13_ALERT_CERTIFICATE_REQUIRED) ||
 		    SSL_get_app_data(ssl) == &cert_asked) {
 			msg_set(err, errlen,
-			       "the Redis server requires a client certificate: give "
-			       "--redis-tls-cert-file and --redis-tls-key-file");
+			        "the Redis server requires a client certificate: give "
+			        "--redis-tls-cert-file and --redis-tls-key-file");
 		} else if (e) {
 			msg_set(err, errlen,
-			       "the Redis server ended the TLS session: %s (check "
-			       "--redis-tls-cert-file: is it signed by a CA the server trusts?)",
-			       ssl_reason("unknown error"));
+			        "the Redis server ended the TLS session: %s (check "
+			        "--redis-tls-cert-file: is it signed by a CA the server trusts?)",
+			        ssl_reason("unknown error"));
 		} else {
 			msg_set(err, errlen, "PING over TLS failed: %s",
-			       c->errstr[0] ? c->errstr : "connection lost");
+			        c->errstr[0] ? c->errstr : "connection lost");
 			*permanent = false;
 		}
 		return false;
@@ -235,8 +234,7 @@ bool redis_tls_pending(void *ssl)
 	return SSL_has_pending(ssl) == 1;
 }
 
-ssize_t redis_tls_read(void *ssl, void *buf, size_t len, bool *want_other, char *err,
-                       size_t errlen)
+ssize_t redis_tls_read(void *ssl, void *buf, size_t len, bool *want_other, char *err, size_t errlen)
 {
 	int rv;
 
@@ -284,10 +282,10 @@ bool redis_tls_start(struct redisContext *c, const struct redis_target *t, const
 	*ssl_out = NULL;
 	*permanent = true;
 	msg_set(err, errlen,
-	       "rediss:// (TLS) is not supported by this build: it was built with hiredis %d.%d "
-	       "without hiredis_ssl; use redis:// or unix://, or build against hiredis >= 1.0 "
-	       "with TLS (deploy/build-hiredis-tls.sh)",
-	       HIREDIS_MAJOR, HIREDIS_MINOR);
+	        "rediss:// (TLS) is not supported by this build: it was built with hiredis %d.%d "
+	        "without hiredis_ssl; use redis:// or unix://, or build against hiredis >= 1.0 "
+	        "with TLS (deploy/build-hiredis-tls.sh)",
+	        HIREDIS_MAJOR, HIREDIS_MINOR);
 	return false;
 }
 
@@ -306,8 +304,7 @@ static ssize_t no_tls_io(bool *want_other, char *err, size_t errlen)
 	return -1;
 }
 
-ssize_t redis_tls_read(void *ssl, void *buf, size_t len, bool *want_other, char *err,
-                       size_t errlen)
+ssize_t redis_tls_read(void *ssl, void *buf, size_t len, bool *want_other, char *err, size_t errlen)
 {
 	(void)ssl;
 	(void)buf;

@@ -99,8 +99,8 @@ static bool parse_userinfo(const char *s, size_t len, struct redis_target *t, ch
 
 	if (!colon) {
 		msg_set(err, errlen,
-		       "missing \":\" in the credentials: write user:password@ or :password@ "
-		       "(percent-encode \":\" and \"@\" inside them as %%3A and %%40)");
+		        "missing \":\" in the credentials: write user:password@ or :password@ "
+		        "(percent-encode \":\" and \"@\" inside them as %%3A and %%40)");
 		return false;
 	}
 	r = percent_decode(s, (size_t)(colon - s), &t->user);
@@ -111,8 +111,8 @@ static bool parse_userinfo(const char *s, size_t len, struct redis_target *t, ch
 		return true;
 	case DECODE_BAD:
 		msg_set(err, errlen,
-		       "invalid percent-encoding in the credentials: \"%%\" must be followed by "
-		       "two hex digits (write a literal \"%%\" as %%25)");
+		        "invalid percent-encoding in the credentials: \"%%\" must be followed by "
+		        "two hex digits (write a literal \"%%\" as %%25)");
 		return false;
 	case DECODE_NUL:
 		msg_set(err, errlen, "the credentials must not contain %%00");
@@ -150,7 +150,7 @@ static bool parse_db(const char *s, size_t len, struct redis_target *t, char *er
 
 	if (!parse_uint(s, len, INT32_MAX, &v)) {
 		msg_set(err, errlen, "invalid database \"%s\": expected a number from 0 to %ld",
-		       msg_quote(s, len, q, sizeof(q)), (long)INT32_MAX);
+		        msg_quote(s, len, q, sizeof(q)), (long)INT32_MAX);
 		return false;
 	}
 	t->db = (int)v;
@@ -197,13 +197,13 @@ static bool parse_tcp(const char *s, size_t len, struct redis_target *t, char *e
 		}
 		if (!memchr(host, ':', hostlen)) {
 			msg_set(err, errlen, "invalid IPv6 address \"%s\"",
-			       msg_quote(host, hostlen, q, sizeof(q)));
+			        msg_quote(host, hostlen, q, sizeof(q)));
 			return false;
 		}
 		for (size_t i = 0; i < hostlen; i++) {
 			if (!ipv6_char_ok(host[i])) {
 				msg_set(err, errlen, "invalid IPv6 address \"%s\"",
-				       msg_quote(host, hostlen, q, sizeof(q)));
+				        msg_quote(host, hostlen, q, sizeof(q)));
 				return false;
 			}
 		}
@@ -219,7 +219,7 @@ static bool parse_tcp(const char *s, size_t len, struct redis_target *t, char *e
 		hostlen = (size_t)((colon ? colon : slash) - s);
 		if (colon && memchr(colon + 1, ':', (size_t)(slash - colon - 1))) {
 			msg_set(err, errlen,
-			       "IPv6 addresses must be written in brackets, e.g. redis://[::1]:6379");
+			        "IPv6 addresses must be written in brackets, e.g. redis://[::1]:6379");
 			return false;
 		}
 		if (hostlen == 0) {
@@ -229,7 +229,7 @@ static bool parse_tcp(const char *s, size_t len, struct redis_target *t, char *e
 		for (size_t i = 0; i < hostlen; i++) {
 			if (!host_char_ok(host[i])) {
 				msg_set(err, errlen, "invalid host \"%s\": use a host name or an IP address",
-				       msg_quote(host, hostlen, q, sizeof(q)));
+				        msg_quote(host, hostlen, q, sizeof(q)));
 				return false;
 			}
 		}
@@ -253,7 +253,7 @@ static bool parse_tcp(const char *s, size_t len, struct redis_target *t, char *e
 			 */
 			if (strspn(p, "0123456789") >= (size_t)(slash - p))
 				msg_set(err, errlen, "invalid port \"%s\": expected a number from 1 to 65535",
-				       msg_quote(p, (size_t)(slash - p), q, sizeof(q)));
+				        msg_quote(p, (size_t)(slash - p), q, sizeof(q)));
 			else
 				msg_set(err, errlen, "invalid port: expected a number from 1 to 65535 after \":\"");
 			return false;
@@ -290,7 +290,7 @@ static bool parse_unix(const char *s, size_t len, struct redis_target *t, char *
 	}
 	if (pathlen >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
 		msg_set(err, errlen, "socket path is too long (at most %zu bytes)",
-		       sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
+		        sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
 		return false;
 	}
 	if (query) {
@@ -299,7 +299,7 @@ static bool parse_unix(const char *s, size_t len, struct redis_target *t, char *
 
 		if (vlen < 3 || memcmp(v, "db=", 3) != 0) {
 			msg_set(err, errlen, "unsupported query \"%s\": only ?db=N is accepted",
-			       msg_quote(v, vlen, q, sizeof(q)));
+			        msg_quote(v, vlen, q, sizeof(q)));
 			return false;
 		}
 		if (!parse_db(v + 3, vlen - 3, t, err, errlen))
@@ -438,8 +438,8 @@ bool redis_url_parse(const char *url, struct redis_target *ret, char *err, size_
 		rest = url;
 	} else if (!sep) {
 		msg_set(err, errlen,
-		       "expected a URL such as redis://127.0.0.1:6379, rediss://HOST:PORT, "
-		       "unix:///path/to/redis.sock or /path/to/redis.sock");
+		        "expected a URL such as redis://127.0.0.1:6379, rediss://HOST:PORT, "
+		        "unix:///path/to/redis.sock or /path/to/redis.sock");
 		return false;
 	} else {
 		size_t slen = (size_t)(sep - url);
@@ -590,7 +590,7 @@ static bool readable(const char *opt, const char *path, char *err, size_t errlen
 	f = fopen(path, "r");
 	if (!f) {
 		msg_set(err, errlen, "cannot read --%s %s: %s", opt,
-		       msg_quote(path, strlen(path), q, sizeof(q)), strerror(errno));
+		        msg_quote(path, strlen(path), q, sizeof(q)), strerror(errno));
 		return false;
 	}
 	fclose(f);
@@ -599,14 +599,13 @@ static bool readable(const char *opt, const char *path, char *err, size_t errlen
 
 /* See redis_url.h. */
 bool redis_target_set_tls(struct redis_target *t, const char *ca_file, const char *cert_file,
-                          const char *key_file, const char *server_name, char *err,
-                          size_t errlen)
+                          const char *key_file, const char *server_name, char *err, size_t errlen)
 {
-	const char *given = ca_file && *ca_file         ? "redis-tls-ca-file"
-	                    : cert_file && *cert_file   ? "redis-tls-cert-file"
-	                    : key_file && *key_file     ? "redis-tls-key-file"
+	const char *given = ca_file && *ca_file           ? "redis-tls-ca-file"
+	                    : cert_file && *cert_file     ? "redis-tls-cert-file"
+	                    : key_file && *key_file       ? "redis-tls-key-file"
 	                    : server_name && *server_name ? "redis-tls-server-name"
-	                                                : NULL;
+	                                                  : NULL;
 
 	if (given && !t->tls) {
 		msg_set(err, errlen,
@@ -618,8 +617,8 @@ bool redis_target_set_tls(struct redis_target *t, const char *ca_file, const cha
 	}
 	if (!(cert_file && *cert_file) != !(key_file && *key_file)) {
 		msg_set(err, errlen,
-		       "--redis-tls-cert-file and --redis-tls-key-file go together: give both "
-		       "(a client certificate and its key) or neither");
+		        "--redis-tls-cert-file and --redis-tls-key-file go together: give both "
+		        "(a client certificate and its key) or neither");
 		return false;
 	}
 	if (!readable("redis-tls-ca-file", ca_file, err, errlen) ||
@@ -651,14 +650,13 @@ char *redis_target_describe(const struct redis_target *t, char *buf, size_t len)
 		               strchr(t->host, ':') ? "]" : "", t->port, t->nseeds,
 		               t->nseeds == 1 ? "" : "s", t->tls ? " over TLS" : "");
 	else if (t->cluster)
-		(void)snprintf(buf, len, "cluster via %s:%d (%zu seed%s)%s", t->host, t->port,
-			       t->nseeds, t->nseeds == 1 ? "" : "s", t->tls ? " over TLS" : "");
+		(void)snprintf(buf, len, "cluster via %s:%d (%zu seed%s)%s", t->host, t->port, t->nseeds,
+		               t->nseeds == 1 ? "" : "s", t->tls ? " over TLS" : "");
 	else if (strchr(t->host, ':'))
 		(void)snprintf(buf, len, "[%s]:%d/%d%s", t->host, t->port, t->db,
-			       t->tls ? " over TLS" : "");
+		               t->tls ? " over TLS" : "");
 	else
-		(void)snprintf(buf, len, "%s:%d/%d%s", t->host, t->port, t->db,
-			       t->tls ? " over TLS" : "");
+		(void)snprintf(buf, len, "%s:%d/%d%s", t->host, t->port, t->db, t->tls ? " over TLS" : "");
 	return buf;
 }
 

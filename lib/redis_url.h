@@ -28,7 +28,7 @@ struct redis_seed {
 };
 
 struct redis_target {
-	char *host;      /* NULL for unix sockets */
+	char *host; /* NULL for unix sockets */
 	int port;
 	char *unix_path; /* NULL for TCP */
 	char *user;      /* NULL when absent */
@@ -36,10 +36,10 @@ struct redis_target {
 	int db;
 	bool tls;
 	/* TLS files and name, set by redis_target_set_tls (NULL: not given). */
-	char *tls_ca_file;     /* CA bundle; default: the system's trust store */
-	char *tls_cert_file;   /* client certificate (with tls_key_file) */
+	char *tls_ca_file;   /* CA bundle; default: the system's trust store */
+	char *tls_cert_file; /* client certificate (with tls_key_file) */
 	char *tls_key_file;
-	char *tls_server_name; /* name the certificate must carry; default: the host */
+	char *tls_server_name;    /* name the certificate must carry; default: the host */
 	bool cluster;             /* redis-cluster://: host/port is the first seed */
 	struct redis_seed *seeds; /* cluster seeds or Sentinels (nseeds >= 1 when either) */
 	size_t nseeds;
@@ -73,12 +73,12 @@ bool redis_target_check_auth(const struct redis_target *t, char *err, size_t err
  * only one of cert and key is given, or when a file cannot be read.
  */
 bool redis_target_set_tls(struct redis_target *t, const char *ca_file, const char *cert_file,
-                          const char *key_file, const char *server_name, char *err,
-                          size_t errlen);
+                          const char *key_file, const char *server_name, char *err, size_t errlen);
 /* "host:port/db" or "unix:/path" with no credentials, for logs. Returns buf. */
 char *redis_target_describe(const struct redis_target *t, char *buf, size_t len);
 
-/* The value of "field:" (field given with its colon) in an INFO reply, into out ("" when absent). */
+/* The value of "field:" (field given with its colon) in an INFO reply, into out ("" when absent).
+ */
 void redis_info_field(const char *info, const char *field, char *out, size_t outlen);
 
 #endif

@@ -63,7 +63,6 @@ static void on_stop_signal(int sig)
 	stop_requested = 1;
 }
 
-
 /* ---- helpers ---- */
 
 void relay_count(_Atomic uint64_t *c)
@@ -98,8 +97,8 @@ int64_t backoff_next(struct backoff *b, int cap_ms)
 void relay_refresh_guard(struct relay *r)
 {
 	char owner[200];
-	struct slot_guard g = {.active = true, .confirmed = r->cfm.rec_acked, .owner = owner,
-			       .accept = r->cf->accept_gap};
+	struct slot_guard g = {
+	    .active = true, .confirmed = r->cfm.rec_acked, .owner = owner, .accept = r->cf->accept_gap};
 
 	snprintf(owner, sizeof(owner), "%s/%s", pgrepl_system_id(r->pg), pgrepl_dbname(r->pg));
 	pgrepl_set_guard(r->pg, &g);
@@ -177,8 +176,7 @@ static void publish_gauges(struct relay *r, int64_t now, bool stopping)
 	else
 		st = STATE_STARTING;
 	atomic_store_explicit(&m->state, (int)st, memory_order_relaxed);
-	atomic_store_explicit(&m->redis_connected, sink_redis_connected(r->sink),
-			      memory_order_relaxed);
+	atomic_store_explicit(&m->redis_connected, sink_redis_connected(r->sink), memory_order_relaxed);
 	atomic_store_explicit(&m->loop_heartbeat_mono_us, now, memory_order_relaxed);
 	relay_gauge(&m->inflight_events, sink_redis_inflight_events(r->sink));
 	relay_gauge(&m->inflight_bytes, sink_redis_inflight_bytes(r->sink));
@@ -207,14 +205,14 @@ static void trim_finished(struct relay *r)
 	relay_count(&r->m->trim_episodes);
 	if (t.failed)
 		log_warn("trim: %u of %u stream(s) trimmed, %llu entries removed; %u stream(s) "
-			 "not trimmed (last error: %s), tried again in the next round",
-			 t.trimmed, t.streams, (unsigned long long)t.removed, t.failed, t.err);
+		         "not trimmed (last error: %s), tried again in the next round",
+		         t.trimmed, t.streams, (unsigned long long)t.removed, t.failed, t.err);
 	else if (t.removed)
-		log_info("trim: %u of %u stream(s) trimmed, %llu entries removed", t.trimmed,
-			 t.streams, (unsigned long long)t.removed);
+		log_info("trim: %u of %u stream(s) trimmed, %llu entries removed", t.trimmed, t.streams,
+		         (unsigned long long)t.removed);
 	else
 		log_debug("trim: %u stream(s) checked, nothing consumed by every group to remove",
-			  t.streams);
+		          t.streams);
 }
 
 static void log_stats(struct relay *r, int64_t now)
@@ -223,19 +221,20 @@ static void log_stats(struct relay *r, int64_t now)
 	double secs = (double)(now - r->last_stats_us) / 1e6;
 	char c[LSN_STRLEN], rcv[LSN_STRLEN];
 
-	log_info("stats: published=%llu (%.0f/s) replays=%llu duplicates=%llu dead_lettered=%llu "
-		 "ignored=%llu inflight=%llu confirmed=%s received=%s lag_bytes=%llu",
-		 (unsigned long long)s->published,
-		 secs > 0 ? (double)(s->published - r->last_stats_published) / secs : 0.0,
-		 (unsigned long long)s->replays, (unsigned long long)s->duplicates,
-		 (unsigned long long)s->dead_lettered,
-		 (unsigned long long)(atomic_load(&r->m->ignored[IGN_UPDATE]) +
-				      atomic_load(&r->m->ignored[IGN_DELETE]) +
-				      atomic_load(&r->m->ignored[IGN_TRUNCATE]) +
-				      atomic_load(&r->m->ignored[IGN_MESSAGE])),
-		 (unsigned long long)sink_redis_inflight_events(r->sink), lsn_format(r->cfm.confirmed, c),
-		 lsn_format(r->received, rcv),
-		 (unsigned long long)(r->received > r->cfm.confirmed ? r->received - r->cfm.confirmed : 0));
+	log_info(
+	    "stats: published=%llu (%.0f/s) replays=%llu duplicates=%llu dead_lettered=%llu "
+	    "ignored=%llu inflight=%llu confirmed=%s received=%s lag_bytes=%llu",
+	    (unsigned long long)s->published,
+	    secs > 0 ? (double)(s->published - r->last_stats_published) / secs : 0.0,
+	    (unsigned long long)s->replays, (unsigned long long)s->duplicates,
+	    (unsigned long long)s->dead_lettered,
+	    (unsigned long long)(atomic_load(&r->m->ignored[IGN_UPDATE]) +
+	                         atomic_load(&r->m->ignored[IGN_DELETE]) +
+	                         atomic_load(&r->m->ignored[IGN_TRUNCATE]) +
+	                         atomic_load(&r->m->ignored[IGN_MESSAGE])),
+	    (unsigned long long)sink_redis_inflight_events(r->sink), lsn_format(r->cfm.confirmed, c),
+	    lsn_format(r->received, rcv),
+	    (unsigned long long)(r->received > r->cfm.confirmed ? r->received - r->cfm.confirmed : 0));
 	r->last_stats_us = now;
 	r->last_stats_published = s->published;
 }
@@ -269,12 +268,12 @@ static void log_final(struct relay *r, const char *why)
 	char c[LSN_STRLEN];
 
 	log_info("stopped (%s): confirmed=%s published=%llu replays=%llu duplicates=%llu "
-		 "dead_lettered=%llu transactions=%llu ask_redirects=%llu peak_rss_kb=%ld",
-		 why, lsn_format(r->cfm.confirmed, c), (unsigned long long)s->published,
-		 (unsigned long long)s->replays, (unsigned long long)s->duplicates,
-		 (unsigned long long)s->dead_lettered,
-		 (unsigned long long)atomic_load(&r->m->transactions),
-		 (unsigned long long)s->ask_redirects, relay_peak_rss_kb());
+	         "dead_lettered=%llu transactions=%llu ask_redirects=%llu peak_rss_kb=%ld",
+	         why, lsn_format(r->cfm.confirmed, c), (unsigned long long)s->published,
+	         (unsigned long long)s->replays, (unsigned long long)s->duplicates,
+	         (unsigned long long)s->dead_lettered,
+	         (unsigned long long)atomic_load(&r->m->transactions),
+	         (unsigned long long)s->ask_redirects, relay_peak_rss_kb());
 }
 
 static void install_signals(void)
@@ -328,15 +327,15 @@ static bool step_stop(struct relay *r, int64_t now)
 		if (r->refused_now) /* relay_run runs again */
 			return finish(r, EXIT_OK, "Redis refused a value this large");
 		return r->redis_noperm
-			       ? finish(r, EXIT_REDIS_SETUP, "the Redis ACL user lacks a permission")
-			       : finish(r, EXIT_REDIS_STATE, "Redis state contradicts this relay");
+		           ? finish(r, EXIT_REDIS_SETUP, "the Redis ACL user lacks a permission")
+		           : finish(r, EXIT_REDIS_STATE, "Redis state contradicts this relay");
 	}
 	if (stop_requested && !r->stopping) {
 		r->stopping = true;
 		r->stop_deadline = now + (int64_t)r->cf->shutdown_timeout_ms * 1000;
 		log_info("stopping: waiting up to %d ms for %llu in-flight event(s)",
-			 r->cf->shutdown_timeout_ms,
-			 (unsigned long long)sink_redis_inflight_events(r->sink));
+		         r->cf->shutdown_timeout_ms,
+		         (unsigned long long)sink_redis_inflight_events(r->sink));
 	}
 	return true;
 }
@@ -400,8 +399,7 @@ static bool step_wal(struct relay *r, int64_t now, bool *more)
 				r->received = m.wal_end;
 			if (m.wal_end > r->server_wal_end)
 				r->server_wal_end = m.wal_end;
-			if (!r->in_txn &&
-			    !confirm_mark(&r->cfm, sink_redis_last_seq(r->sink), m.wal_end, 0, 0))
+			if (!r->in_txn && !confirm_mark(&r->cfm, sink_redis_last_seq(r->sink), m.wal_end, 0, 0))
 				return out_of_memory(r);
 			if (m.reply_requested) {
 				relay_advance_confirm(r);
@@ -439,7 +437,7 @@ static bool step_confirm(struct relay *r, int64_t now)
 
 	relay_advance_confirm(r);
 	if (!relay_queue_record(r, r->stopping ||
-				     (cf->endpos != LSN_INVALID && r->cfm.acked >= cf->endpos)))
+	                               (cf->endpos != LSN_INVALID && r->cfm.acked >= cf->endpos)))
 		return out_of_memory(r);
 	if (pgrepl_streaming(r->pg)) {
 		bool moved = confirm_flush(&r->cfm) > r->cfm.confirmed;
@@ -458,7 +456,7 @@ static bool step_confirm(struct relay *r, int64_t now)
 			char why[128];
 
 			snprintf(why, sizeof(why), "no message from the server within %d ms (--pg-timeout)",
-				 cf->pg_timeout_ms);
+			         cf->pg_timeout_ms);
 			relay_pg_lost(r, why);
 		}
 	}
@@ -469,12 +467,12 @@ static bool step_confirm(struct relay *r, int64_t now)
 		return finish(r, EXIT_OK, "endpos reached");
 	}
 	if (r->stopping && ((sink_redis_inflight_events(r->sink) == 0 &&
-			     (!r->guard_set || r->cfm.acked <= r->cfm.rec_acked)) ||
-			    now >= r->stop_deadline)) {
+	                     (!r->guard_set || r->cfm.acked <= r->cfm.rec_acked)) ||
+	                    now >= r->stop_deadline)) {
 		if (sink_redis_inflight_events(r->sink) > 0)
 			log_warn("shutdown timeout: %llu event(s) unacknowledged; they are not "
-				 "confirmed and will be delivered after restart",
-				 (unsigned long long)sink_redis_inflight_events(r->sink));
+			         "confirmed and will be delivered after restart",
+			         (unsigned long long)sink_redis_inflight_events(r->sink));
 		return false; /* rc and final_reason as they are: "signal" */
 	}
 	return true;
@@ -517,10 +515,10 @@ static bool step_housekeeping(struct relay *r, int64_t now)
 		r->rejected_seen += n;
 		r->rejected_log_us = now;
 		log_warn("Redis refused %llu entr%s for a stream key that holds another type "
-			 "(WRONGTYPE): dead-lettered to %s (in a Redis Cluster, to %s{<tag>} when "
-			 "that is in another slot)",
-			 (unsigned long long)n, n == 1 ? "y" : "ies", cf->dead_letter_stream,
-			 cf->dead_letter_stream);
+		         "(WRONGTYPE): dead-lettered to %s (in a Redis Cluster, to %s{<tag>} when "
+		         "that is in another slot)",
+		         (unsigned long long)n, n == 1 ? "y" : "ies", cf->dead_letter_stream,
+		         cf->dead_letter_stream);
 	}
 	/* What /metrics and the probes see while we sleep. */
 	publish_gauges(r, now, r->stopping);
@@ -574,8 +572,7 @@ static bool step_wait(struct relay *r, int64_t now, bool more)
 		log_error("poll failed: %s", strerror(errno));
 		return finish(r, EXIT_FAILURE_RUNTIME, "poll failed");
 	}
-	if (pg_i >= 0 && (pfd[pg_i].revents & (POLLIN | POLLERR | POLLHUP)) &&
-	    !pgrepl_consume(r->pg))
+	if (pg_i >= 0 && (pfd[pg_i].revents & (POLLIN | POLLERR | POLLHUP)) && !pgrepl_consume(r->pg))
 		relay_pg_lost(r, pgrepl_errmsg(r->pg));
 	if (rd_i >= 0 && !sink_redis_io(r->sink, pfd + rd_i, nrd))
 		relay_redis_lost(r, sink_redis_errmsg(r->sink));
@@ -590,9 +587,8 @@ static bool relay_turn(struct relay *r)
 	int64_t now = time_mono_us();
 	bool more;
 
-	return step_stop(r, now) && step_connect(r, now) && step_wal(r, now, &more) &&
-	       step_redis(r) && step_confirm(r, now) && step_housekeeping(r, now) &&
-	       step_wait(r, now, more);
+	return step_stop(r, now) && step_connect(r, now) && step_wal(r, now, &more) && step_redis(r) &&
+	       step_confirm(r, now) && step_housekeeping(r, now) && step_wait(r, now, more);
 }
 
 /*
@@ -634,7 +630,7 @@ static int relay_run_once(const struct relay_config *cf, uint64_t *refused)
 			return EXIT_USAGE;
 		}
 		log_info("serving /metrics, /healthz and /readyz on %s (port %d)", cf->http_addr,
-			 metrics_server_port(r.http));
+		         metrics_server_port(r.http));
 	}
 	r.last_stats_us = time_mono_us();
 	r.final_reason = "signal";
@@ -686,9 +682,9 @@ int relay_run(const struct relay_config *cf)
 		if (refused == before || stop_requested)
 			return rc;
 		log_warn("running again from the last confirmed position, with field values of %llu "
-			 "bytes or more dead-lettered: Redis refuses them (its proto-max-bulk-len is "
-			 "lower); raise proto-max-bulk-len, or set --max-event-bytes below it",
-			 (unsigned long long)refused);
+		         "bytes or more dead-lettered: Redis refuses them (its proto-max-bulk-len is "
+		         "lower); raise proto-max-bulk-len, or set --max-event-bytes below it",
+		         (unsigned long long)refused);
 	}
 }
 
@@ -723,15 +719,17 @@ int relay_check_config(const struct relay_config *cf, FILE *out)
 	stream_tmpl_free(t);
 	fprintf(out, cf->check_config_offline ? "configuration OK\n" : "options OK\n");
 	fprintf(out, "  slot             %s (%s)\n", cf->slot,
-		cf->create_slot ? "created when missing" : "must exist");
+	        cf->create_slot ? "created when missing" : "must exist");
 	fprintf(out, "  table            %s\n", cf->table);
 	fprintf(out, "  message prefix   %s\n", cf->message_prefix);
-	fprintf(out, "  redis            %s\n", redis_target_describe(&cf->redis, where, sizeof(where)));
+	fprintf(out, "  redis            %s\n",
+	        redis_target_describe(&cf->redis, where, sizeof(where)));
 	fprintf(out, "  stream           %s\n", cf->stream);
 	fprintf(out, "  dead letters     %s\n", cf->dead_letter_stream);
 	fprintf(out, "  dedup window     %llds\n", (long long)cf->dedup_window_s);
 	fprintf(out, "  groups           %zu\n", cf->ngroups);
-	fprintf(out, "  http             %s\n", cf->http_addr && cf->http_addr[0] ? cf->http_addr : "off");
+	fprintf(out, "  http             %s\n",
+	        cf->http_addr && cf->http_addr[0] ? cf->http_addr : "off");
 	if (cf->endpos != LSN_INVALID)
 		fprintf(out, "  endpos           %s\n", lsn_format(cf->endpos, lsnbuf));
 	if (cf->check_config_offline)

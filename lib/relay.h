@@ -49,9 +49,9 @@ long relay_peak_rss_kb(void);
  * map through here, so they publish the same entries.
  */
 enum map_result relay_map_event(struct mapper *m, const struct relay_config *cf,
-				const struct txn_info *tx, uint32_t index,
-				const struct w2j_field *fields, size_t n, const char *raw, size_t len,
-				uint64_t max_value, struct event *ev, const char **reason, char *why,
-				size_t whylen);
+                                const struct txn_info *tx, uint32_t index,
+                                const struct w2j_field *fields, size_t n, const char *raw,
+                                size_t len, uint64_t max_value, struct event *ev,
+                                const char **reason, char *why, size_t whylen);
 
 #endif

@@ -18,7 +18,7 @@ void relay_pg_lost(struct relay *r, const char *why)
 
 	if (!r->pg_down)
 		log_warn("PostgreSQL: %s; reconnecting with backoff (next try in %lld ms)", why,
-			 (long long)delay);
+		         (long long)delay);
 	else
 		log_debug("PostgreSQL: %s; next try in %lld ms", why, (long long)delay);
 	r->pg_down = true;
@@ -85,12 +85,12 @@ void relay_redis_lost(struct relay *r, const char *why)
 	if (!r->redis_down && sink_redis_errkind(r->sink) == SINK_ERR_CLUSTER)
 		/* A slot moved (resharding, failover): routine, not a warning. */
 		log_info("Redis Cluster: %s; refreshing the slot map and sending %llu "
-			 "unacknowledged event(s) again (next try in %lld ms)",
-			 why, (unsigned long long)sink_redis_inflight_events(r->sink), (long long)delay);
+		         "unacknowledged event(s) again (next try in %lld ms)",
+		         why, (unsigned long long)sink_redis_inflight_events(r->sink), (long long)delay);
 	else if (!r->redis_down)
 		log_warn("Redis: %s; %llu unacknowledged event(s) will be sent again; no LSN is "
-			 "confirmed past them (next try in %lld ms)",
-			 why, (unsigned long long)sink_redis_inflight_events(r->sink), (long long)delay);
+		         "confirmed past them (next try in %lld ms)",
+		         why, (unsigned long long)sink_redis_inflight_events(r->sink), (long long)delay);
 	else
 		log_debug("Redis: %s; next try in %lld ms", why, (long long)delay);
 	r->redis_down = true;
@@ -124,24 +124,24 @@ static int gap_refuse(struct relay *r)
 	char conf[LSN_STRLEN], commit[LSN_STRLEN], when[64];
 
 	log_error("%s; the slot record in Redis (%s:slot:%s) says this relay confirmed up to %s "
-		  "and published events up to the commit at %s (committed %s): events committed "
-		  "after that may be missing from the streams. Republish the outbox rows committed "
-		  "since then (outbox-relay republish --since %s; README, \"Gaps\"), then start once "
-		  "with --accept-gap %s to stream from the slot's position",
-		  pgrepl_errmsg(r->pg), r->cf->key_prefix, r->cf->slot,
-		  lsn_format(r->cfm.rec_acked, conf),
-		  r->cfm.commit_lsn ? lsn_format(r->cfm.commit_lsn, commit) : "(none recorded)",
-		  relay_format_us(r->cfm.commit_us, when, sizeof(when)),
-		  r->cfm.commit_us > 0 ? when : "<the time of the last event in Redis>", conf);
+	          "and published events up to the commit at %s (committed %s): events committed "
+	          "after that may be missing from the streams. Republish the outbox rows committed "
+	          "since then (outbox-relay republish --since %s; README, \"Gaps\"), then start once "
+	          "with --accept-gap %s to stream from the slot's position",
+	          pgrepl_errmsg(r->pg), r->cf->key_prefix, r->cf->slot,
+	          lsn_format(r->cfm.rec_acked, conf),
+	          r->cfm.commit_lsn ? lsn_format(r->cfm.commit_lsn, commit) : "(none recorded)",
+	          relay_format_us(r->cfm.commit_us, when, sizeof(when)),
+	          r->cfm.commit_us > 0 ? when : "<the time of the last event in Redis>", conf);
 	return EXIT_SLOT_GAP;
 }
 
 static int foreign_refuse(struct relay *r)
 {
 	log_error("%s: give this relay its own --key-prefix or --slot (if this database replaced "
-		  "that one on purpose, delete the key %s:slot:%s and that database's \"%s:wm:*\" "
-		  "keys)",
-		  pgrepl_errmsg(r->pg), r->cf->key_prefix, r->cf->slot, r->cf->key_prefix);
+	          "that one on purpose, delete the key %s:slot:%s and that database's \"%s:wm:*\" "
+	          "keys)",
+	          pgrepl_errmsg(r->pg), r->cf->key_prefix, r->cf->slot, r->cf->key_prefix);
 	return EXIT_REDIS_STATE;
 }
 
@@ -170,8 +170,8 @@ static bool accept_gap(struct relay *r)
 	char lsnbuf[LSN_STRLEN];
 
 	log_warn("%s: accepted; streaming from %s, events committed between the record and that "
-		 "position are not published by this relay",
-		 pgrepl_gap_accepted(r->pg), lsn_format(at, lsnbuf));
+	         "position are not published by this relay",
+	         pgrepl_gap_accepted(r->pg), lsn_format(at, lsnbuf));
 	confirm_accept(&r->cfm, at);
 	return relay_queue_record(r, true);
 }
@@ -199,28 +199,28 @@ int relay_try_pg(struct relay *r)
 			buf_putc(&real, '.');
 			buf_puts(&real, pgrepl_table_name(r->pg));
 			if (!real.failed && strcmp(real.data, r->cf->table) != 0)
-				log_info("--table %s is the table %s: publishing its inserts",
-					 r->cf->table, real.data);
+				log_info("--table %s is the table %s: publishing its inserts", r->cf->table,
+				         real.data);
 			buf_finish(&real);
 		}
 		if (pgrepl_altered_failover(r->pg))
 			log_info("slot \"%s\": FAILOVER switched on (--failover-slot), so standbys with "
-				 "sync_replication_slots keep it", r->cf->slot);
+			         "sync_replication_slots keep it",
+			         r->cf->slot);
 		if (!r->pg_ever_started && r->cf->failover_slot && pgrepl_server_version(r->pg) < 170000)
 			log_info("PostgreSQL %d has no failover slots (17+): a failover to a standby "
-				 "loses slot \"%s\", and the relay then stops with exit 8 (README, "
-				 "\"PostgreSQL high availability\")",
-				 pgrepl_server_version(r->pg) / 10000, r->cf->slot);
+			         "loses slot \"%s\", and the relay then stops with exit 8 (README, "
+			         "\"PostgreSQL high availability\")",
+			         pgrepl_server_version(r->pg) / 10000, r->cf->slot);
 		if (r->standby)
 			log_info("slot \"%s\" is free now: active, streaming", r->cf->slot);
 		else if (r->pg_down && r->pg_ever_started)
 			log_info("PostgreSQL: reconnected, streaming slot \"%s\"", r->cf->slot);
 		else
 			log_info("streaming slot \"%s\"%s%s", r->cf->slot,
-				 pgrepl_created_slot(r->pg) ? " (created it)" : " from its confirmed position ",
-				 pgrepl_created_slot(r->pg)
-					 ? ""
-					 : lsn_format(pgrepl_slot_confirmed(r->pg), lsnbuf));
+			         pgrepl_created_slot(r->pg) ? " (created it)" : " from its confirmed position ",
+			         pgrepl_created_slot(r->pg) ? ""
+			                                    : lsn_format(pgrepl_slot_confirmed(r->pg), lsnbuf));
 		if (r->pg_ever_started)
 			relay_count(&r->m->pg_reconnects);
 		r->pg_ever_started = true;
@@ -232,10 +232,11 @@ int relay_try_pg(struct relay *r)
 	case PG_STANDBY:
 		if (!r->standby)
 			log_info("standby: slot \"%s\" is active in another process (%s); retrying "
-				 "every %d ms and taking over when it is released",
-				 r->cf->slot, pgrepl_errmsg(r->pg), STANDBY_RETRY_MS);
+			         "every %d ms and taking over when it is released",
+			         r->cf->slot, pgrepl_errmsg(r->pg), STANDBY_RETRY_MS);
 		r->standby = true;
-		r->pg_bo.next_us = time_mono_us() + (STANDBY_RETRY_MS / 2 + random() % STANDBY_RETRY_MS) * 1000;
+		r->pg_bo.next_us =
+		    time_mono_us() + (STANDBY_RETRY_MS / 2 + random() % STANDBY_RETRY_MS) * 1000;
 		return -1;
 	case PG_RETRY:
 		relay_pg_lost(r, pgrepl_errmsg(r->pg));
@@ -312,9 +313,9 @@ int relay_try_redis(struct relay *r)
 
 		if (strncmp(policy, "volatile-", 9) == 0 && strcmp(policy, r->policy_warned) != 0) {
 			log_warn("Redis at %s has maxmemory-policy %s: the relay's dedup keys have a TTL "
-				 "and are evicted first under memory pressure, so a duplicate could slip "
-				 "through; set maxmemory-policy noeviction",
-				 where, policy);
+			         "and are evicted first under memory pressure, so a duplicate could slip "
+			         "through; set maxmemory-policy noeviction",
+			         where, policy);
 			snprintf(r->policy_warned, sizeof(r->policy_warned), "%s", policy);
 		}
 		r->memory_poll_us = 0; /* read used_memory soon */
@@ -328,7 +329,7 @@ int relay_try_redis(struct relay *r)
 			log_info("Redis: reconnected to %s%s", where, at);
 		else
 			log_debug("Redis: reconnected to %s%s; resending %llu event(s)", where, at,
-				  (unsigned long long)sink_redis_inflight_events(r->sink));
+			          (unsigned long long)sink_redis_inflight_events(r->sink));
 		/* Recovery (and the backoff reset) waits for the first acknowledged
 		 * command: a server that accepts connections but fails every command
 		 * must not be hammered, nor logged about on every attempt. */

@@ -22,12 +22,12 @@
 #include "wal2json.h"
 
 #define MSGS_PER_ROUND 1024
-#define STATUS_MIN_GAP_US 100000      /* rate limit for "confirmed moved" updates */
+#define STATUS_MIN_GAP_US 100000 /* rate limit for "confirmed moved" updates */
 #define STANDBY_RETRY_MS 2000
 #define RETRY_BASE_MS 200
 #define STATS_INTERVAL_US 30000000
 #define MEMORY_POLL_US 5000000 /* INFO memory for /metrics and /readyz */
-#define MAX_REDIS_FDS 64 /* one per Redis Cluster master */
+#define MAX_REDIS_FDS 64       /* one per Redis Cluster master */
 
 struct relay {
 	const struct relay_config *cf;
@@ -38,7 +38,6 @@ struct relay {
 	struct w2j_decoder *dec;
 	struct mapper *map;
 
-
 	/* Current transaction (between B and C). */
 	bool in_txn;
 	struct txn_info tx;
@@ -48,7 +47,7 @@ struct relay {
 
 	struct confirm cfm; /* marks, acknowledged and confirmed positions (confirm.h) */
 
-	lsn_t received;   /* highest LSN seen on the stream */
+	lsn_t received;       /* highest LSN seen on the stream */
 	lsn_t server_wal_end; /* newest keepalive walEnd: how far the server has read WAL */
 
 	/* Slot record (see the top of this file). */
@@ -74,14 +73,14 @@ struct relay {
 	int64_t last_stats_us;
 
 	/* How the run goes and ends (relay_turn). */
-	bool stopping;          /* a stop signal came: draining */
-	int64_t stop_deadline;  /* ... until then (--shutdown-timeout) */
-	int rc;                 /* the exit code, EXIT_OK unless a step says otherwise */
+	bool stopping;         /* a stop signal came: draining */
+	int64_t stop_deadline; /* ... until then (--shutdown-timeout) */
+	int rc;                /* the exit code, EXIT_OK unless a step says otherwise */
 	const char *final_reason;
 	bool oom;
-	int64_t memory_poll_us;  /* when INFO memory was last asked for */
-	int64_t trim_us;         /* when the last --trim acked round was started */
-	char policy_warned[32];  /* the volatile-* policy last warned about */
+	int64_t memory_poll_us; /* when INFO memory was last asked for */
+	int64_t trim_us;        /* when the last --trim acked round was started */
+	char policy_warned[32]; /* the volatile-* policy last warned about */
 	uint64_t last_stats_published;
 	char last_notice[512]; /* the server notice logged last, and when */
 	int64_t last_notice_us;
@@ -94,7 +93,8 @@ void relay_gauge(_Atomic uint64_t *g, uint64_t v);
 void relay_refresh_guard(struct relay *r);
 /* Take what Redis acknowledged: marks it covers, a slot record write (confirm.h). */
 void relay_advance_confirm(struct relay *r);
-/* Queue a slot record write when one is due (now: without the rate limit); false when out of memory. */
+/* Queue a slot record write when one is due (now: without the rate limit); false when out of
+ * memory. */
 bool relay_queue_record(struct relay *r, bool now);
 /* A standby status update with the flush position confirm_flush() allows. */
 bool relay_send_status(struct relay *r, bool reply_requested);
@@ -102,7 +102,8 @@ bool relay_send_status(struct relay *r, bool reply_requested);
 /* relay_wal.c: one XLogData message; false only on a fatal (out-of-memory) failure. */
 bool relay_handle_xlogdata(struct relay *r, const struct pg_msg *m);
 
-/* relay_conn.c: losing a server (retry with backoff), and (re)connecting: an exit code, or -1 to go on. */
+/* relay_conn.c: losing a server (retry with backoff), and (re)connecting: an exit code, or -1 to go
+ * on. */
 void relay_pg_lost(struct relay *r, const char *why);
 void relay_redis_lost(struct relay *r, const char *why);
 int relay_try_pg(struct relay *r);

@@ -34,21 +34,20 @@ static void warn_dead_letter(const struct relay *r, const char *reason)
 {
 	char lsnbuf[LSN_STRLEN], xid[16];
 	struct log_kv kv[] = {
-		{"lsn", lsn_format(r->tx.commit_lsn, lsnbuf)},
-		{"xid", r->tx.has_xid ? xid : NULL},
-		{"stream", r->cf->dead_letter_stream},
+	    {"lsn", lsn_format(r->tx.commit_lsn, lsnbuf)},
+	    {"xid", r->tx.has_xid ? xid : NULL},
+	    {"stream", r->cf->dead_letter_stream},
 	};
 
 	if (log_current_level < LOG_LEVEL_WARN)
 		return;
 	snprintf(xid, sizeof(xid), "%u", r->tx.xid);
 	log_write_kv(LOG_LEVEL_WARN, kv, sizeof(kv) / sizeof(kv[0]),
-		     "dead-lettering an event of the transaction committing at %s: %s", lsnbuf,
-		     reason);
+	             "dead-lettering an event of the transaction committing at %s: %s", lsnbuf, reason);
 }
 
 static bool dead_letter(struct relay *r, enum dead_reason kind, const char *reason, const char *raw,
-			size_t len)
+                        size_t len)
 {
 	struct event ev;
 
@@ -62,10 +61,10 @@ static bool dead_letter(struct relay *r, enum dead_reason kind, const char *reas
 }
 
 enum map_result relay_map_event(struct mapper *m, const struct relay_config *cf,
-				const struct txn_info *tx, uint32_t index,
-				const struct w2j_field *fields, size_t n, const char *raw, size_t len,
-				uint64_t max_value, struct event *ev, const char **reason, char *why,
-				size_t whylen)
+                                const struct txn_info *tx, uint32_t index,
+                                const struct w2j_field *fields, size_t n, const char *raw,
+                                size_t len, uint64_t max_value, struct event *ev,
+                                const char **reason, char *why, size_t whylen)
 {
 	enum map_result mr = mapper_map(m, tx, index, fields, n, raw, len, ev, reason);
 
@@ -75,11 +74,10 @@ enum map_result relay_map_event(struct mapper *m, const struct relay_config *cf,
 			if (ev->fields[i].value_len <= max_value)
 				continue;
 			snprintf(why, whylen,
-				 "field \"%.*s\" is %zu bytes, over %llu, the largest value Redis "
-				 "takes (its proto-max-bulk-len, or learned from a refusal)",
-				 (int)(ev->fields[i].name_len > 64 ? 64 : ev->fields[i].name_len),
-				 ev->fields[i].name, ev->fields[i].value_len,
-				 (unsigned long long)max_value);
+			         "field \"%.*s\" is %zu bytes, over %llu, the largest value Redis "
+			         "takes (its proto-max-bulk-len, or learned from a refusal)",
+			         (int)(ev->fields[i].name_len > 64 ? 64 : ev->fields[i].name_len),
+			         ev->fields[i].name, ev->fields[i].value_len, (unsigned long long)max_value);
 			mapper_dead_letter(m, tx, index, DEAD_TOO_LARGE, why, raw, len, ev);
 			*reason = why;
 			return MAP_DEAD_LETTER;
@@ -88,7 +86,7 @@ enum map_result relay_map_event(struct mapper *m, const struct relay_config *cf,
 	if (mr == MAP_EVENT && !mapper_failed(m) &&
 	    (int64_t)sink_redis_event_size(ev) > cf->max_event_bytes) {
 		snprintf(why, whylen, "event is %zu bytes, over --max-event-bytes %lld",
-			 sink_redis_event_size(ev), (long long)cf->max_event_bytes);
+		         sink_redis_event_size(ev), (long long)cf->max_event_bytes);
 		/* mapper_dead_letter keeps at most DEAD_RAW_MAX bytes of raw. */
 		mapper_dead_letter(m, tx, index, DEAD_TOO_LARGE, why, raw, len, ev);
 		*reason = why;
@@ -98,7 +96,7 @@ enum map_result relay_map_event(struct mapper *m, const struct relay_config *cf,
 }
 
 static bool map_and_queue(struct relay *r, const struct w2j_field *fields, size_t n,
-			  const char *raw, size_t len, bool held)
+                          const char *raw, size_t len, bool held)
 {
 	const char *reason = NULL;
 	char why[200];
@@ -109,7 +107,7 @@ static bool map_and_queue(struct relay *r, const struct w2j_field *fields, size_
 	if (r->refused && (!mv || r->refused - 1 < mv))
 		mv = r->refused - 1;
 	mr = relay_map_event(r->map, r->cf, &r->tx, r->next_index++, fields, n, raw, len, mv, &ev,
-			     &reason, why, sizeof(why));
+	                     &reason, why, sizeof(why));
 	if (mapper_failed(r->map)) {
 		log_error("out of memory mapping an event");
 		return false;
@@ -132,8 +130,8 @@ static void begin_txn(struct relay *r, const struct w2j_change *ch, lsn_t data_s
 
 	if (r->in_txn)
 		log_warn("BEGIN at %s while a transaction was open; the earlier one will be "
-			 "delivered again on reconnect",
-			 lsn_format(data_start, lsnbuf));
+		         "delivered again on reconnect",
+		         lsn_format(data_start, lsnbuf));
 	r->in_txn = true;
 	r->next_index = 0;
 	r->tx.commit_lsn = ch->nextlsn;
@@ -171,13 +169,14 @@ bool relay_handle_xlogdata(struct relay *r, const struct pg_msg *m)
 		 * libpq's own copies. */
 		char reason[200];
 
-		snprintf(reason, sizeof(reason), "row is %zu bytes of wal2json, over --max-event-bytes %lld",
-			 m->len, (long long)r->cf->max_event_bytes);
+		snprintf(reason, sizeof(reason),
+		         "row is %zu bytes of wal2json, over --max-event-bytes %lld", m->len,
+		         (long long)r->cf->max_event_bytes);
 		return dead_letter(r, DEAD_TOO_LARGE, reason, m->data, m->len);
 	}
 	/* A large row is decoded in its own buffer, which may then go to Redis as it is. */
 	if (!(inplace ? w2j_decode_inplace(r->dec, m->data, m->len, DEAD_RAW_MAX + 4, &ch)
-		      : w2j_decode(r->dec, m->data, m->len, &ch))) {
+	              : w2j_decode(r->dec, m->data, m->len, &ch))) {
 		char reason[600];
 
 		snprintf(reason, sizeof(reason), "undecodable wal2json output: %s", w2j_errmsg(r->dec));
@@ -193,7 +192,7 @@ bool relay_handle_xlogdata(struct relay *r, const struct pg_msg *m)
 	case W2J_BEGIN:
 		if (ch.nextlsn == LSN_INVALID) {
 			log_error("wal2json BEGIN at %s has no \"nextlsn\"; is include-lsn ignored?",
-				  lsn_format(m->data_start, lsnbuf));
+			          lsn_format(m->data_start, lsnbuf));
 			return false;
 		}
 		begin_txn(r, &ch, m->data_start);
@@ -203,21 +202,20 @@ bool relay_handle_xlogdata(struct relay *r, const struct pg_msg *m)
 		relay_count(&r->m->transactions);
 		/* dataStart of C is the commit record's end: the LSN to confirm. */
 		return confirm_mark(&r->cfm, sink_redis_last_seq(r->sink), m->data_start,
-				 r->next_index > 0 ? m->data_start : LSN_INVALID,
-				 r->tx.committed_unix_us);
+		                    r->next_index > 0 ? m->data_start : LSN_INVALID,
+		                    r->tx.committed_unix_us);
 	case W2J_INSERT:
 		if (!is_outbox_table(r, &ch))
 			return true;
 		if (!r->in_txn) {
 			log_error("INSERT at %s outside a transaction; wal2json must run with "
-				  "include-transaction",
-				  lsn_format(m->data_start, lsnbuf));
+			          "include-transaction",
+			          lsn_format(m->data_start, lsnbuf));
 			return false;
 		}
 		/* Dead letters keep the row as it came, before decoding changed it. */
 		raw = inplace ? w2j_original(r->dec, &rawlen) : NULL;
-		return map_and_queue(r, ch.columns, ch.ncolumns, raw ? raw : m->data, m->len,
-				     inplace);
+		return map_and_queue(r, ch.columns, ch.ncolumns, raw ? raw : m->data, m->len, inplace);
 	case W2J_UPDATE:
 		relay_count(&r->m->ignored[IGN_UPDATE]);
 		return true;
@@ -231,8 +229,8 @@ bool relay_handle_xlogdata(struct relay *r, const struct pg_msg *m)
 		if (!ch.transactional || !r->in_txn) {
 			relay_count(&r->m->ignored[IGN_MESSAGE]);
 			log_warn("skipping a non-transactional logical message with prefix \"%s\" at "
-				 "%s: only pg_logical_emit_message(true, ...) is delivered",
-				 ch.prefix ? ch.prefix : "", lsn_format(m->data_start, lsnbuf));
+			         "%s: only pg_logical_emit_message(true, ...) is delivered",
+			         ch.prefix ? ch.prefix : "", lsn_format(m->data_start, lsnbuf));
 			if (!r->in_txn)
 				return confirm_mark(&r->cfm, sink_redis_last_seq(r->sink), m->data_start, 0, 0);
 			return true;
@@ -255,8 +253,7 @@ bool relay_handle_xlogdata(struct relay *r, const struct pg_msg *m)
 				else
 					snprintf(reason, sizeof(reason), "message content is not a JSON object: %s", e);
 				raw = inplace ? w2j_original(r->dec, &rawlen) : NULL;
-				return dead_letter(r, DEAD_NOT_JSON, reason, raw ? raw : m->data,
-						   m->len);
+				return dead_letter(r, DEAD_NOT_JSON, reason, raw ? raw : m->data, m->len);
 			}
 			raw = inplace ? w2j_original(r->dec, &rawlen) : NULL;
 			return map_and_queue(r, fields, n, raw ? raw : m->data, m->len, false);

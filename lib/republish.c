@@ -94,8 +94,7 @@ static void render(const struct column *c, const char *v, bool null, struct w2j_
 		f->kind = W2J_KIND_NULL;
 		f->value = NULL;
 	} else if (numeric_oid(c->oid)) {
-		f->kind = strcmp(v, "NaN") == 0 || strstr(v, "Infinity") ? W2J_KIND_NULL
-									: W2J_KIND_NUMBER;
+		f->kind = strcmp(v, "NaN") == 0 || strstr(v, "Infinity") ? W2J_KIND_NULL : W2J_KIND_NUMBER;
 	} else if (c->oid == 16) { /* bool */
 		f->kind = W2J_KIND_BOOL;
 		f->value = v[0] == 't' ? "true" : "false";
@@ -193,16 +192,16 @@ static int pg_setup(struct republish *rp)
 	rp->conn = PQconnectdbParams(keys, vals, 1);
 	if (!rp->conn || PQstatus(rp->conn) != CONNECTION_OK) {
 		snprintf(rp->err, sizeof(rp->err), "could not connect to PostgreSQL: %s",
-			 rp->conn ? PQerrorMessage(rp->conn) : "out of memory");
+		         rp->conn ? PQerrorMessage(rp->conn) : "out of memory");
 		if (strchr(rp->err, '\n'))
 			*strchr(rp->err, '\n') = '\0';
 		return EXIT_PG_SETUP;
 	}
 	/* wal2json renders with the walsender's settings, which the relay sets so. */
 	res = run(rp, "session settings",
-		  "SET TimeZone = 'UTC'; SET DateStyle = 'ISO, MDY'; SET bytea_output = 'hex'; "
-		  "SET IntervalStyle = 'postgres'",
-		  PGRES_COMMAND_OK);
+	          "SET TimeZone = 'UTC'; SET DateStyle = 'ISO, MDY'; SET bytea_output = 'hex'; "
+	          "SET IntervalStyle = 'postgres'",
+	          PGRES_COMMAND_OK);
 	if (!res)
 		return EXIT_PG_SETUP;
 	PQclear(res);
@@ -214,12 +213,12 @@ static int pg_setup(struct republish *rp)
 	/* Row 0: the table's real schema and name (as the relay resolves it);
 	 * then its columns in attnum order with wal2json's type names. */
 	buf_puts(&q, "SELECT n.nspname, c.relname, 0::oid, 0 AS o FROM pg_catalog.pg_class c JOIN "
-		     "pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = "
-		     "pg_catalog.to_regclass(");
+	             "pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = "
+	             "pg_catalog.to_regclass(");
 	buf_puts(&q, lit);
 	buf_puts(&q, ") UNION ALL SELECT a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), "
-		     "a.atttypid, a.attnum FROM pg_catalog.pg_attribute a WHERE a.attrelid = "
-		     "pg_catalog.to_regclass(");
+	             "a.atttypid, a.attnum FROM pg_catalog.pg_attribute a WHERE a.attrelid = "
+	             "pg_catalog.to_regclass(");
 	buf_puts(&q, lit);
 	buf_puts(&q, ") AND a.attnum > 0 AND NOT a.attisdropped ORDER BY 4");
 	PQfreemem(lit);
@@ -230,8 +229,8 @@ static int pg_setup(struct republish *rp)
 	if (PQntuples(res) < 2 || PQgetisnull(res, 0, 1)) {
 		PQclear(res);
 		snprintf(rp->err, sizeof(rp->err),
-			 "outbox table \"%s\" does not exist: point --table at your outbox table",
-			 cf->table);
+		         "outbox table \"%s\" does not exist: point --table at your outbox table",
+		         cf->table);
 		return EXIT_OUTBOX_SCHEMA;
 	}
 	rp->schema = strdup(PQgetvalue(res, 0, 0));
@@ -260,8 +259,8 @@ static int pg_setup(struct republish *rp)
 			;
 		if (i == rp->ncols) {
 			snprintf(rp->err, sizeof(rp->err),
-				 "column \"%s\" (named by %s) does not exist in outbox table \"%s.%s\"",
-				 name, want ? "--id-column" : "--time-column", rp->schema, rp->table);
+			         "column \"%s\" (named by %s) does not exist in outbox table \"%s.%s\"", name,
+			         want ? "--id-column" : "--time-column", rp->schema, rp->table);
 			return EXIT_OUTBOX_SCHEMA;
 		}
 	}
@@ -329,10 +328,10 @@ static void progress(struct republish *rp, bool force)
 		return;
 	rp->last_progress_us = now;
 	log_info("republish: %llu row(s) read; published=%llu duplicates=%llu dead_lettered=%llu "
-		 "in_flight=%llu",
-		 (unsigned long long)rp->rows, (unsigned long long)st->published,
-		 (unsigned long long)st->duplicates, (unsigned long long)st->dead_lettered,
-		 (unsigned long long)sink_redis_inflight_events(rp->sink));
+	         "in_flight=%llu",
+	         (unsigned long long)rp->rows, (unsigned long long)st->published,
+	         (unsigned long long)st->duplicates, (unsigned long long)st->dead_lettered,
+	         (unsigned long long)sink_redis_inflight_events(rp->sink));
 }
 
 /* Map and queue one fetched row. Returns false only when out of memory. */
@@ -349,8 +348,11 @@ static bool queue_row(struct republish *rp, const PGresult *res, int row, bool h
 		render(&rp->cols[i], PQgetvalue(res, row, i), PQgetisnull(res, row, i), &rp->fields[i]);
 	render_raw(rp, rp->fields, n);
 	/* What says the entry came from here, not from the WAL. */
-	rp->fields[n] = (struct w2j_field){.name = "_republished", .name_len = 12,
-					   .kind = W2J_KIND_BOOL, .value = "true", .value_len = 4};
+	rp->fields[n] = (struct w2j_field){.name = "_republished",
+	                                   .name_len = 12,
+	                                   .kind = W2J_KIND_BOOL,
+	                                   .value = "true",
+	                                   .value_len = 4};
 	tx.xid = (uint32_t)strtoul(PQgetvalue(res, row, n), NULL, 10);
 	ts = has_ts && !PQgetisnull(res, row, n + 1) ? PQgetvalue(res, row, n + 1) : NULL;
 	if (ts) {
@@ -362,8 +364,8 @@ static bool queue_row(struct republish *rp, const PGresult *res, int row, bool h
 	if (rp->raw.failed)
 		return false;
 	mr = relay_map_event(rp->map, rp->cf, &tx, 0, rp->fields, (size_t)n + 1, rp->raw.data,
-			     rp->raw.len, sink_redis_max_value(rp->sink), &ev, &reason, why,
-			     sizeof(why));
+	                     rp->raw.len, sink_redis_max_value(rp->sink), &ev, &reason, why,
+	                     sizeof(why));
 	if (mapper_failed(rp->map))
 		return false;
 	if (mr == MAP_DEAD_LETTER)
@@ -386,7 +388,7 @@ static int declare_cursor(struct republish *rp, bool *has_ts)
 	PQclear(res);
 	/* Commit times, when the server keeps them (track_commit_timestamp). */
 	res = run(rp, "reading track_commit_timestamp",
-		  "SELECT pg_catalog.current_setting('track_commit_timestamp')::bool", PGRES_TUPLES_OK);
+	          "SELECT pg_catalog.current_setting('track_commit_timestamp')::bool", PGRES_TUPLES_OK);
 	if (!res)
 		return EXIT_PG_SETUP;
 	*has_ts = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
@@ -401,7 +403,7 @@ static int declare_cursor(struct republish *rp, bool *has_ts)
 		PQfreemem(id);
 	}
 	buf_puts(&q, *has_ts ? "xmin::text, pg_catalog.pg_xact_commit_timestamp(xmin)"
-			     : "xmin::text, NULL");
+	                     : "xmin::text, NULL");
 	buf_puts(&q, " FROM ");
 	for (int part = 0; part < 2; part++) {
 		const char *name = part ? rp->table : rp->schema;
@@ -487,10 +489,10 @@ static int republish_run(struct republish *rp)
 	if (rc != EXIT_OK)
 		return rc;
 	log_info("republishing %s.%s rows with %s >= %s%s%s to %s (dedup window %llds)", rp->schema,
-		 rp->table, cf->time_column, cf->since, cf->until ? " and < " : "",
-		 cf->until ? cf->until : "", cf->stream, (long long)cf->dedup_window_s);
+	         rp->table, cf->time_column, cf->since, cf->until ? " and < " : "",
+	         cf->until ? cf->until : "", cf->stream, (long long)cf->dedup_window_s);
 	snprintf(fetch, sizeof(fetch), "FETCH FORWARD %lld FROM outbox_republish",
-		 (long long)cf->fetch_size);
+	         (long long)cf->fetch_size);
 	while (!done && !interrupted) {
 		PGresult *res = run(rp, "fetching rows", fetch, PGRES_TUPLES_OK);
 
@@ -548,12 +550,12 @@ int republish_main(const struct relay_config *cf)
 
 	if (!cf->since) {
 		fprintf(stderr, "outbox-relay republish: --since TIME is required: the commit time an "
-				"exit 8 line printed, or earlier (see README, \"Gaps\")\n");
+		                "exit 8 line printed, or earlier (see README, \"Gaps\")\n");
 		return EXIT_USAGE;
 	}
 	if (cf->dedup_window_s == 0) {
 		fprintf(stderr, "outbox-relay republish: --dedup-window 0 would publish again what the "
-				"stream published: give the relay's --dedup-window (default 1h)\n");
+		                "stream published: give the relay's --dedup-window (default 1h)\n");
 		return EXIT_USAGE;
 	}
 	memset(&sa, 0, sizeof(sa));
@@ -572,9 +574,10 @@ int republish_main(const struct relay_config *cf)
 	if (st) {
 		printf("republish %s: rows=%llu published=%llu duplicates=%llu dead_lettered=%llu "
 		       "unacknowledged=%llu peak_rss_kb=%ld\n",
-		       interrupted ? "interrupted (run it again: what was published is skipped as a "
-				     "duplicate)"
-				   : rc == EXIT_OK ? "done" : "failed",
+		       interrupted     ? "interrupted (run it again: what was published is skipped as a "
+		                         "duplicate)"
+		       : rc == EXIT_OK ? "done"
+		                       : "failed",
 		       (unsigned long long)rp.rows, (unsigned long long)st->published,
 		       (unsigned long long)st->duplicates, (unsigned long long)st->dead_lettered,
 		       (unsigned long long)sink_redis_inflight_events(rp.sink), relay_peak_rss_kb());

@@ -105,195 +105,200 @@ _Static_assert(MAX_NODES <= INT8_MAX, "node indexes are int8_t (slot_node, qent.
  * written; only the dedup window drops what was published before.
  */
 #define PUBLISH_BODY                                                                               \
-	"local function fhash(f)\n"                                                                \
-	"  if #f < 4 then return #f end\n"                                                         \
-	"  local a, b, c, d = string.byte(f, 1, 4)\n"                                              \
-	"  local e, g, i, j = string.byte(f, -4, -1)\n"                                            \
-	"  return (((a + e) * 256 + b + g) * 256 + c + i) * 256 + d + j\n"                         \
-	"end\n"                                                                                    \
-	"local function setk(bk, k)\n"                                                             \
-	"  local m = 1\n"                                                                          \
-	"  while m * 2 <= k do m = m * 2 end\n"                                                    \
-	"  bk.k, bk.m = k, m\n"                                                                    \
-	"end\n"                                                                                    \
-	"local JS = {}\n"                                                                          \
-	"local function shard(h, bk)\n"                                                            \
-	"  local j = h % bk.m\n"                                                                   \
-	"  if j < bk.k - bk.m then j = h % (2 * bk.m) end\n"                                       \
-	"  local s = JS[j]\n"                                                                      \
-	"  if not s then\n"                                                                        \
-	"    s = tostring(j)\n"                                                                    \
-	"    JS[j] = s\n"                                                                          \
-	"  end\n"                                                                                  \
-	"  return s, j\n"                                                                          \
-	"end\n"                                                                                    \
-	"local function idtext(f)\n"                                                               \
-	"  if #f == 16 then\n"                                                                     \
-	"    return string.format('%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x',\n" \
-	"      string.byte(f, 1, 16))\n"                                                           \
-	"  end\n"                                                                                  \
-	"  local r = string.sub(f, 5)\n"                                                           \
-	"  if #r >= 13 and string.byte(r, -1) == 0 then r = string.sub(r, 1, -2) end\n"            \
-	"  return r\n"                                                                             \
-	"end\n"                                                                                    \
-	"local function publish(keys, args)\n"                                                     \
-	"  local ttl, maxlen, owner, expect = args[1], args[2], args[3], args[4]\n"                \
-	"  local rep = expect == 'R'\n"                                                            \
-	"  local raw = not rep and redis.call('GET', keys[2])\n"                                   \
-	"  if not rep and not raw and keys[3] ~= keys[2] then raw = redis.call('GET', keys[3]) end\n" \
-	"  local wm = ''\n"                                                                        \
-	"  if raw then\n"                                                                          \
-	"    wm = string.sub(raw, 1, 25)\n"                                                        \
-	"    local o = string.sub(raw, 27)\n"                                                      \
-	"    if o ~= '' and o ~= owner then\n"                                                     \
-	"      return redis.error_reply('OUTBOX_FOREIGN ' .. keys[2] .. ' belongs to ' .. o)\n"    \
-	"    end\n"                                                                                \
-	"  end\n"                                                                                  \
-	"  if not rep and wm < expect then\n"                                                      \
-	"    return redis.error_reply('OUTBOX_BEHIND ' .. keys[2] .. ' is at ' ..\n"               \
-	"      (wm == '' and 'nothing' or wm) .. ', expected ' .. expect)\n"                       \
-	"  end\n"                                                                                  \
-	"  local win, base, LOAD = tonumber(ttl), keys[5], 40\n"                                   \
-	"  local now, span, cur, bks, curb, c0, prevb, legacy, mset, stale, exp, cpre, off\n"      \
-	"  if win > 0 then\n"                                                                      \
-	"    now = tonumber(redis.call('TIME')[1])\n"                                              \
-	"    span = win\n"                                                                         \
-	"    cur = math.floor(now / span)\n"                                                       \
-	"    exp = (cur + 1) * span + win\n"                                                       \
-	"    cpre, off = base .. ':' .. cur .. ':', tostring(now - cur * span)\n"                  \
-	"    bks, mset, stale = {}, {}, {}\n"                                                      \
-	"    local m = redis.call('HGETALL', base)\n"                                              \
-	"    redis.call('HDEL', base, '\\0')\n"                                                    \
-	"    for i = 1, #m, 2 do\n"                                                                \
-	"      local f = m[i]\n"                                                                   \
-	"      if f == 'legacy' then\n"                                                            \
-	"        legacy = tonumber(m[i + 1])\n"                                                    \
-	"      else\n"                                                                             \
-	"        local b = tonumber(f)\n"                                                          \
-	"        local k, c, made = string.match(m[i + 1], '^(%d+) (%d+) (%d+)$')\n"               \
-	"        local bk = {b = b, c = tonumber(c), made = tonumber(made), old = b * span < now - win,\n" \
-	"                    pre = base .. ':' .. f .. ':', age = now - b * span}\n"               \
-	"        setk(bk, tonumber(k))\n"                                                          \
-	"        if b == cur then\n"                                                               \
-	"          curb, c0 = bk, bk.c\n"                                                          \
-	"        elseif (b + 1) * span <= now - win then\n"                                        \
-	"          stale[#stale + 1] = f\n"                                                        \
-	"        else\n"                                                                           \
-	"          if b == cur - 1 then prevb = bk end\n"                                          \
-	"          bks[#bks + 1] = bk\n"                                                           \
-	"        end\n"                                                                            \
-	"      end\n"                                                                              \
-	"    end\n"                                                                                \
-	"    if #bks > 1 then table.sort(bks, function(x, y) return x.b > y.b end) end\n"          \
-	"    if not legacy then\n"                                                                 \
-	"      legacy = (rep or raw) and now + win or 0\n"                                         \
-	"      mset[#mset + 1], mset[#mset + 2] = 'legacy', legacy\n"                              \
-	"    end\n"                                                                                \
-	"  end\n"                                                                                  \
-	"  local function finish(top)\n"                                                           \
-	"    if win > 0 then\n"                                                                    \
-	"      if curb and curb.c ~= c0 then\n"                                                    \
-	"        mset[#mset + 1], mset[#mset + 2] = cur, curb.k .. ' ' .. curb.c .. ' ' .. curb.made\n" \
-	"      end\n"                                                                              \
-	"      if #mset > 0 then redis.call('HSET', base, unpack(mset)) end\n"                     \
-	"      if #stale > 0 then redis.call('HDEL', base, unpack(stale)) end\n"                   \
-	"    end\n"                                                                                \
-	"    if not rep and top then redis.call('SET', keys[2], top .. ' ' .. owner) end\n"        \
-	"  end\n"                                                                                  \
-	"  local res, top, a, chunk = {}, wm, 6, nil\n"                                            \
-	"  while a < #args do\n"                                                                   \
-	"    local pos, f, first = args[a + 1], args[a + 2], a + 4\n"                              \
-	"    a = a + 3 + 2 * tonumber(args[a + 3])\n"                                              \
-	"    local key, dup\n"                                                                     \
-	"    if not rep and wm >= pos then\n"                                                      \
-	"      res[#res + 1] = 0\n"                                                                \
-	"    else\n"                                                                               \
-	"      if win > 0 then\n"                                                                  \
-	"        local h = fhash(f)\n"                                                             \
-	"        for i = 1, #bks do\n"                                                             \
-	"          local bk = bks[i]\n"                                                            \
-	"          if bk.old then\n"                                                               \
-	"            local v = redis.call('HGET', bk.pre .. shard(h, bk), f)\n"                    \
-	"            dup = v and bk.age - tonumber(v) <= win\n"                                    \
-	"          else\n"                                                                         \
-	"            dup = redis.call('HEXISTS', bk.pre .. shard(h, bk), f) == 1\n"                \
-	"          end\n"                                                                          \
-	"          if dup then break end\n"                                                        \
-	"        end\n"                                                                            \
-	"        if not dup and now <= legacy then\n"                                              \
-	"          dup = redis.call('EXISTS', args[6] .. idtext(f)) == 1\n"                        \
-	"        end\n"                                                                            \
-	"        if not dup then\n"                                                                \
-	"          if not curb then\n"                                                             \
-	"            curb, c0 = {b = cur, c = 0, made = 0}, -1\n"                                  \
-	"            setk(curb, prevb and math.max(1, math.min(1048576, math.ceil(prevb.c / LOAD))) or 1)\n" \
-	"          end\n"                                                                          \
-	"          if not chunk then\n"                                                            \
-	"            chunk = math.min(curb.k, curb.made + 256)\n"                                  \
-	"            for j = curb.made, chunk - 1 do\n"                                            \
-	"              redis.call('HSET', cpre .. j, '', '')\n"                                    \
-	"              redis.call('EXPIREAT', cpre .. j, exp)\n"                                   \
-	"            end\n"                                                                        \
-	"            if chunk > curb.made then curb.made, c0 = chunk, -1 end\n"                    \
-	"          end\n"                                                                          \
-	"          local s, j = shard(h, curb)\n"                                                  \
-	"          key = cpre .. s\n"                                                              \
-	"          dup = redis.call('HSETNX', key, f, off) == 0\n"                                 \
-	"          if not dup and j >= curb.made then redis.call('EXPIREAT', key, exp) end\n"      \
-	"        end\n"                                                                            \
-	"      end\n"                                                                              \
-	"      if dup then\n"                                                                      \
-	"        res[#res + 1] = 1\n"                                                              \
-	"        top = pos\n"                                                                      \
-	"      else\n"                                                                             \
-	"        local id\n"                                                                       \
-	"        if maxlen ~= '0' then\n"                                                          \
-	"          id = redis.pcall('XADD', keys[1], 'MAXLEN', '~', maxlen, '*', unpack(args, first, a))\n" \
-	"        else\n"                                                                           \
-	"          id = redis.pcall('XADD', keys[1], '*', unpack(args, first, a))\n"               \
-	"        end\n"                                                                            \
+	"local function fhash(f)\n"                                                                    \
+	"  if #f < 4 then return #f end\n"                                                             \
+	"  local a, b, c, d = string.byte(f, 1, 4)\n"                                                  \
+	"  local e, g, i, j = string.byte(f, -4, -1)\n"                                                \
+	"  return (((a + e) * 256 + b + g) * 256 + c + i) * 256 + d + j\n"                             \
+	"end\n"                                                                                        \
+	"local function setk(bk, k)\n"                                                                 \
+	"  local m = 1\n"                                                                              \
+	"  while m * 2 <= k do m = m * 2 end\n"                                                        \
+	"  bk.k, bk.m = k, m\n"                                                                        \
+	"end\n"                                                                                        \
+	"local JS = {}\n"                                                                              \
+	"local function shard(h, bk)\n"                                                                \
+	"  local j = h % bk.m\n"                                                                       \
+	"  if j < bk.k - bk.m then j = h % (2 * bk.m) end\n"                                           \
+	"  local s = JS[j]\n"                                                                          \
+	"  if not s then\n"                                                                            \
+	"    s = tostring(j)\n"                                                                        \
+	"    JS[j] = s\n"                                                                              \
+	"  end\n"                                                                                      \
+	"  return s, j\n"                                                                              \
+	"end\n"                                                                                        \
+	"local function idtext(f)\n"                                                                   \
+	"  if #f == 16 then\n"                                                                         \
+	"    return "                                                                                  \
+	"string.format('%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x',\n"      \
+	"      string.byte(f, 1, 16))\n"                                                               \
+	"  end\n"                                                                                      \
+	"  local r = string.sub(f, 5)\n"                                                               \
+	"  if #r >= 13 and string.byte(r, -1) == 0 then r = string.sub(r, 1, -2) end\n"                \
+	"  return r\n"                                                                                 \
+	"end\n"                                                                                        \
+	"local function publish(keys, args)\n"                                                         \
+	"  local ttl, maxlen, owner, expect = args[1], args[2], args[3], args[4]\n"                    \
+	"  local rep = expect == 'R'\n"                                                                \
+	"  local raw = not rep and redis.call('GET', keys[2])\n"                                       \
+	"  if not rep and not raw and keys[3] ~= keys[2] then raw = redis.call('GET', keys[3]) end\n"  \
+	"  local wm = ''\n"                                                                            \
+	"  if raw then\n"                                                                              \
+	"    wm = string.sub(raw, 1, 25)\n"                                                            \
+	"    local o = string.sub(raw, 27)\n"                                                          \
+	"    if o ~= '' and o ~= owner then\n"                                                         \
+	"      return redis.error_reply('OUTBOX_FOREIGN ' .. keys[2] .. ' belongs to ' .. o)\n"        \
+	"    end\n"                                                                                    \
+	"  end\n"                                                                                      \
+	"  if not rep and wm < expect then\n"                                                          \
+	"    return redis.error_reply('OUTBOX_BEHIND ' .. keys[2] .. ' is at ' ..\n"                   \
+	"      (wm == '' and 'nothing' or wm) .. ', expected ' .. expect)\n"                           \
+	"  end\n"                                                                                      \
+	"  local win, base, LOAD = tonumber(ttl), keys[5], 40\n"                                       \
+	"  local now, span, cur, bks, curb, c0, prevb, legacy, mset, stale, exp, cpre, off\n"          \
+	"  if win > 0 then\n"                                                                          \
+	"    now = tonumber(redis.call('TIME')[1])\n"                                                  \
+	"    span = win\n"                                                                             \
+	"    cur = math.floor(now / span)\n"                                                           \
+	"    exp = (cur + 1) * span + win\n"                                                           \
+	"    cpre, off = base .. ':' .. cur .. ':', tostring(now - cur * span)\n"                      \
+	"    bks, mset, stale = {}, {}, {}\n"                                                          \
+	"    local m = redis.call('HGETALL', base)\n"                                                  \
+	"    redis.call('HDEL', base, '\\0')\n"                                                        \
+	"    for i = 1, #m, 2 do\n"                                                                    \
+	"      local f = m[i]\n"                                                                       \
+	"      if f == 'legacy' then\n"                                                                \
+	"        legacy = tonumber(m[i + 1])\n"                                                        \
+	"      else\n"                                                                                 \
+	"        local b = tonumber(f)\n"                                                              \
+	"        local k, c, made = string.match(m[i + 1], '^(%d+) (%d+) (%d+)$')\n"                   \
+	"        local bk = {b = b, c = tonumber(c), made = tonumber(made), old = b * span < now - "   \
+	"win,\n"                                                                                       \
+	"                    pre = base .. ':' .. f .. ':', age = now - b * span}\n"                   \
+	"        setk(bk, tonumber(k))\n"                                                              \
+	"        if b == cur then\n"                                                                   \
+	"          curb, c0 = bk, bk.c\n"                                                              \
+	"        elseif (b + 1) * span <= now - win then\n"                                            \
+	"          stale[#stale + 1] = f\n"                                                            \
+	"        else\n"                                                                               \
+	"          if b == cur - 1 then prevb = bk end\n"                                              \
+	"          bks[#bks + 1] = bk\n"                                                               \
+	"        end\n"                                                                                \
+	"      end\n"                                                                                  \
+	"    end\n"                                                                                    \
+	"    if #bks > 1 then table.sort(bks, function(x, y) return x.b > y.b end) end\n"              \
+	"    if not legacy then\n"                                                                     \
+	"      legacy = (rep or raw) and now + win or 0\n"                                             \
+	"      mset[#mset + 1], mset[#mset + 2] = 'legacy', legacy\n"                                  \
+	"    end\n"                                                                                    \
+	"  end\n"                                                                                      \
+	"  local function finish(top)\n"                                                               \
+	"    if win > 0 then\n"                                                                        \
+	"      if curb and curb.c ~= c0 then\n"                                                        \
+	"        mset[#mset + 1], mset[#mset + 2] = cur, curb.k .. ' ' .. curb.c .. ' ' .. "           \
+	"curb.made\n"                                                                                  \
+	"      end\n"                                                                                  \
+	"      if #mset > 0 then redis.call('HSET', base, unpack(mset)) end\n"                         \
+	"      if #stale > 0 then redis.call('HDEL', base, unpack(stale)) end\n"                       \
+	"    end\n"                                                                                    \
+	"    if not rep and top then redis.call('SET', keys[2], top .. ' ' .. owner) end\n"            \
+	"  end\n"                                                                                      \
+	"  local res, top, a, chunk = {}, wm, 6, nil\n"                                                \
+	"  while a < #args do\n"                                                                       \
+	"    local pos, f, first = args[a + 1], args[a + 2], a + 4\n"                                  \
+	"    a = a + 3 + 2 * tonumber(args[a + 3])\n"                                                  \
+	"    local key, dup\n"                                                                         \
+	"    if not rep and wm >= pos then\n"                                                          \
+	"      res[#res + 1] = 0\n"                                                                    \
+	"    else\n"                                                                                   \
+	"      if win > 0 then\n"                                                                      \
+	"        local h = fhash(f)\n"                                                                 \
+	"        for i = 1, #bks do\n"                                                                 \
+	"          local bk = bks[i]\n"                                                                \
+	"          if bk.old then\n"                                                                   \
+	"            local v = redis.call('HGET', bk.pre .. shard(h, bk), f)\n"                        \
+	"            dup = v and bk.age - tonumber(v) <= win\n"                                        \
+	"          else\n"                                                                             \
+	"            dup = redis.call('HEXISTS', bk.pre .. shard(h, bk), f) == 1\n"                    \
+	"          end\n"                                                                              \
+	"          if dup then break end\n"                                                            \
+	"        end\n"                                                                                \
+	"        if not dup and now <= legacy then\n"                                                  \
+	"          dup = redis.call('EXISTS', args[6] .. idtext(f)) == 1\n"                            \
+	"        end\n"                                                                                \
+	"        if not dup then\n"                                                                    \
+	"          if not curb then\n"                                                                 \
+	"            curb, c0 = {b = cur, c = 0, made = 0}, -1\n"                                      \
+	"            setk(curb, prevb and math.max(1, math.min(1048576, math.ceil(prevb.c / LOAD))) "  \
+	"or 1)\n"                                                                                      \
+	"          end\n"                                                                              \
+	"          if not chunk then\n"                                                                \
+	"            chunk = math.min(curb.k, curb.made + 256)\n"                                      \
+	"            for j = curb.made, chunk - 1 do\n"                                                \
+	"              redis.call('HSET', cpre .. j, '', '')\n"                                        \
+	"              redis.call('EXPIREAT', cpre .. j, exp)\n"                                       \
+	"            end\n"                                                                            \
+	"            if chunk > curb.made then curb.made, c0 = chunk, -1 end\n"                        \
+	"          end\n"                                                                              \
+	"          local s, j = shard(h, curb)\n"                                                      \
+	"          key = cpre .. s\n"                                                                  \
+	"          dup = redis.call('HSETNX', key, f, off) == 0\n"                                     \
+	"          if not dup and j >= curb.made then redis.call('EXPIREAT', key, exp) end\n"          \
+	"        end\n"                                                                                \
+	"      end\n"                                                                                  \
+	"      if dup then\n"                                                                          \
+	"        res[#res + 1] = 1\n"                                                                  \
+	"        top = pos\n"                                                                          \
+	"      else\n"                                                                                 \
+	"        local id\n"                                                                           \
+	"        if maxlen ~= '0' then\n"                                                              \
+	"          id = redis.pcall('XADD', keys[1], 'MAXLEN', '~', maxlen, '*', unpack(args, first, " \
+	"a))\n"                                                                                        \
+	"        else\n"                                                                               \
+	"          id = redis.pcall('XADD', keys[1], '*', unpack(args, first, a))\n"                   \
+	"        end\n"                                                                                \
 	"        if type(id) == 'table' and id.err and string.sub(id.err, 1, 9) == 'WRONGTYPE' then\n" \
-	"          local fs = {}\n"                                                                \
-	"          for j = first, a, 2 do fs[args[j]] = args[j + 1] end\n"                         \
+	"          local fs = {}\n"                                                                    \
+	"          for j = first, a, 2 do fs[args[j]] = args[j + 1] end\n"                             \
 	"          id = redis.pcall('XADD', keys[4], '*', 'reason', 'redis rejected the entry: ' ..\n" \
-	"            id.err, 'stream', keys[1], 'slot', args[5], 'raw', cjson.encode(fs))\n"       \
-	"          if type(id) ~= 'table' or not id.err then id = 2 end\n"                         \
-	"        end\n"                                                                            \
-	"        local failed = type(id) == 'table' and id.err\n"                                  \
-	"        if key and (failed or id == 2) then\n"                                            \
-	"          redis.call('HDEL', key, f)\n"                                                   \
-	"        elseif key then\n"                                                                \
-	"          curb.c = curb.c + 1\n"                                                          \
-	"        end\n"                                                                            \
-	"        if failed then\n"                                                                 \
-	"          finish(top ~= wm and top)\n"                                                    \
-	"          return id\n"                                                                    \
-	"        end\n"                                                                            \
-	"        res[#res + 1] = id\n"                                                             \
-	"        top = pos\n"                                                                      \
-	"      end\n"                                                                              \
-	"    end\n"                                                                                \
-	"  end\n"                                                                                  \
-	"  while curb and curb.c > LOAD * curb.k do\n"                                             \
-	"    local p = curb.k - curb.m\n"                                                          \
-	"    local src, dst = cpre .. p, cpre .. curb.k\n"                                         \
-	"    local all, mv, del = redis.call('HGETALL', src), {'', ''}, {}\n"                      \
-	"    for i = 1, #all, 2 do\n"                                                              \
-	"      local f = all[i]\n"                                                                 \
-	"      if f ~= '' and fhash(f) % (2 * curb.m) ~= p then\n"                                 \
-	"        mv[#mv + 1], mv[#mv + 2] = f, all[i + 1]\n"                                       \
-	"        del[#del + 1] = f\n"                                                              \
-	"      end\n"                                                                              \
-	"    end\n"                                                                                \
-	"    redis.call('HSET', dst, unpack(mv))\n"                                                \
-	"    redis.call('EXPIREAT', dst, exp)\n"                                                   \
-	"    if curb.made == curb.k then curb.made = curb.k + 1 end\n"                             \
-	"    setk(curb, curb.k + 1)\n"                                                             \
-	"    redis.call('HSET', base, cur, curb.k .. ' ' .. curb.c .. ' ' .. curb.made)\n"         \
-	"    if #del > 0 then redis.call('HDEL', src, unpack(del)) end\n"                          \
-	"  end\n"                                                                                  \
-	"  finish(top)\n"                                                                          \
-	"  return res\n"                                                                           \
+	"            id.err, 'stream', keys[1], 'slot', args[5], 'raw', cjson.encode(fs))\n"           \
+	"          if type(id) ~= 'table' or not id.err then id = 2 end\n"                             \
+	"        end\n"                                                                                \
+	"        local failed = type(id) == 'table' and id.err\n"                                      \
+	"        if key and (failed or id == 2) then\n"                                                \
+	"          redis.call('HDEL', key, f)\n"                                                       \
+	"        elseif key then\n"                                                                    \
+	"          curb.c = curb.c + 1\n"                                                              \
+	"        end\n"                                                                                \
+	"        if failed then\n"                                                                     \
+	"          finish(top ~= wm and top)\n"                                                        \
+	"          return id\n"                                                                        \
+	"        end\n"                                                                                \
+	"        res[#res + 1] = id\n"                                                                 \
+	"        top = pos\n"                                                                          \
+	"      end\n"                                                                                  \
+	"    end\n"                                                                                    \
+	"  end\n"                                                                                      \
+	"  while curb and curb.c > LOAD * curb.k do\n"                                                 \
+	"    local p = curb.k - curb.m\n"                                                              \
+	"    local src, dst = cpre .. p, cpre .. curb.k\n"                                             \
+	"    local all, mv, del = redis.call('HGETALL', src), {'', ''}, {}\n"                          \
+	"    for i = 1, #all, 2 do\n"                                                                  \
+	"      local f = all[i]\n"                                                                     \
+	"      if f ~= '' and fhash(f) % (2 * curb.m) ~= p then\n"                                     \
+	"        mv[#mv + 1], mv[#mv + 2] = f, all[i + 1]\n"                                           \
+	"        del[#del + 1] = f\n"                                                                  \
+	"      end\n"                                                                                  \
+	"    end\n"                                                                                    \
+	"    redis.call('HSET', dst, unpack(mv))\n"                                                    \
+	"    redis.call('EXPIREAT', dst, exp)\n"                                                       \
+	"    if curb.made == curb.k then curb.made = curb.k + 1 end\n"                                 \
+	"    setk(curb, curb.k + 1)\n"                                                                 \
+	"    redis.call('HSET', base, cur, curb.k .. ' ' .. curb.c .. ' ' .. curb.made)\n"             \
+	"    if #del > 0 then redis.call('HDEL', src, unpack(del)) end\n"                              \
+	"  end\n"                                                                                      \
+	"  finish(top)\n"                                                                              \
+	"  return res\n"                                                                               \
 	"end\n"
 
 /*
@@ -307,38 +312,38 @@ _Static_assert(MAX_NODES <= INT8_MAX, "node indexes are int8_t (slot_node, qent.
  * number of entries removed. allow-oom: trimming is what frees memory.
  */
 #define TRIM_BODY                                                                                  \
-	"local function idlt(a, b)\n"                                                              \
-	"  local am, as = string.match(a, '^(%d+)-(%d+)$')\n"                                      \
-	"  local bm, bs = string.match(b, '^(%d+)-(%d+)$')\n"                                      \
-	"  if #am ~= #bm then return #am < #bm end\n"                                              \
-	"  if am ~= bm then return am < bm end\n"                                                  \
-	"  if #as ~= #bs then return #as < #bs end\n"                                              \
-	"  return as < bs\n"                                                                       \
-	"end\n"                                                                                    \
-	"local function trim(keys, args)\n"                                                        \
-	"  if redis.call('EXISTS', keys[1]) == 0 then return 0 end\n"                              \
-	"  local keep\n"                                                                           \
-	"  for _, g in ipairs(redis.call('XINFO', 'GROUPS', keys[1])) do\n"                        \
-	"    local name, need\n"                                                                   \
-	"    for i = 1, #g, 2 do\n"                                                                \
-	"      if g[i] == 'name' then name = g[i + 1]\n"                                           \
-	"      elseif g[i] == 'last-delivered-id' then need = g[i + 1] end\n"                      \
-	"    end\n"                                                                                \
-	"    local ms, seq = string.match(need, '^(%d+)-(%d+)$')\n"                                \
-	"    if #seq < 15 then need = ms .. '-' .. string.format('%d', tonumber(seq) + 1) end\n"   \
-	"    local p = redis.call('XPENDING', keys[1], name)\n"                                    \
-	"    if p[1] > 0 and idlt(p[2], need) then need = p[2] end\n"                              \
-	"    if not keep or idlt(need, keep) then keep = need end\n"                               \
-	"  end\n"                                                                                  \
-	"  if not keep then return 0 end\n"                                                        \
-	"  return redis.call('XTRIM', keys[1], 'MINID', '~', keep)\n"                              \
+	"local function idlt(a, b)\n"                                                                  \
+	"  local am, as = string.match(a, '^(%d+)-(%d+)$')\n"                                          \
+	"  local bm, bs = string.match(b, '^(%d+)-(%d+)$')\n"                                          \
+	"  if #am ~= #bm then return #am < #bm end\n"                                                  \
+	"  if am ~= bm then return am < bm end\n"                                                      \
+	"  if #as ~= #bs then return #as < #bs end\n"                                                  \
+	"  return as < bs\n"                                                                           \
+	"end\n"                                                                                        \
+	"local function trim(keys, args)\n"                                                            \
+	"  if redis.call('EXISTS', keys[1]) == 0 then return 0 end\n"                                  \
+	"  local keep\n"                                                                               \
+	"  for _, g in ipairs(redis.call('XINFO', 'GROUPS', keys[1])) do\n"                            \
+	"    local name, need\n"                                                                       \
+	"    for i = 1, #g, 2 do\n"                                                                    \
+	"      if g[i] == 'name' then name = g[i + 1]\n"                                               \
+	"      elseif g[i] == 'last-delivered-id' then need = g[i + 1] end\n"                          \
+	"    end\n"                                                                                    \
+	"    local ms, seq = string.match(need, '^(%d+)-(%d+)$')\n"                                    \
+	"    if #seq < 15 then need = ms .. '-' .. string.format('%d', tonumber(seq) + 1) end\n"       \
+	"    local p = redis.call('XPENDING', keys[1], name)\n"                                        \
+	"    if p[1] > 0 and idlt(p[2], need) then need = p[2] end\n"                                  \
+	"    if not keep or idlt(need, keep) then keep = need end\n"                                   \
+	"  end\n"                                                                                      \
+	"  if not keep then return 0 end\n"                                                            \
+	"  return redis.call('XTRIM', keys[1], 'MINID', '~', keep)\n"                                  \
 	"end\n"
 
 const char sink_redis_function_library[] =
-	"#!lua name=outbox_relay\n" PUBLISH_BODY TRIM_BODY "redis.register_function('" FUNCTION_NAME
-	"', publish)\n"
-	"redis.register_function{function_name='" TRIM_FUNCTION_NAME "', callback=trim, "
-	"flags={'allow-oom'}}\n";
+    "#!lua name=outbox_relay\n" PUBLISH_BODY TRIM_BODY "redis.register_function('" FUNCTION_NAME
+    "', publish)\n"
+    "redis.register_function{function_name='" TRIM_FUNCTION_NAME "', callback=trim, "
+    "flags={'allow-oom'}}\n";
 
 static const char eval_script[] = PUBLISH_BODY "return publish(KEYS, ARGV)\n";
 static const char eval_trim_script[] = TRIM_BODY "return trim(KEYS, ARGV)\n";
@@ -364,10 +369,10 @@ struct qent {
 	uint8_t kind;       /* enum qkind */
 	uint8_t state;      /* enum qstate */
 	uint8_t dead_reason;
-	bool asking;        /* send ASKING first (after an ASK redirect) */
-	uint64_t prev_seq;  /* this relay's previous call for the same stream, 0 none */
-	struct ext *ext;    /* large values sent from the event's own memory, NULL none */
-	size_t max_value;   /* its largest field value, for messages */
+	bool asking;       /* send ASKING first (after an ASK redirect) */
+	uint64_t prev_seq; /* this relay's previous call for the same stream, 0 none */
+	struct ext *ext;   /* large values sent from the event's own memory, NULL none */
+	size_t max_value;  /* its largest field value, for messages */
 };
 
 /*
@@ -395,10 +400,10 @@ struct u64q {
 	size_t cap, head, len;
 };
 
-#define WAIT_MARK UINT64_MAX          /* the reply answers WAIT / WAITAOF */
-#define ASKING_MARK (UINT64_MAX - 1)  /* the reply answers ASKING */
-#define INFO_MARK (UINT64_MAX - 2)    /* the reply answers INFO memory */
-#define TRIM_MARK (UINT64_MAX - 3)    /* the reply answers a --trim acked call */
+#define WAIT_MARK UINT64_MAX         /* the reply answers WAIT / WAITAOF */
+#define ASKING_MARK (UINT64_MAX - 1) /* the reply answers ASKING */
+#define INFO_MARK (UINT64_MAX - 2)   /* the reply answers INFO memory */
+#define TRIM_MARK (UINT64_MAX - 3)   /* the reply answers a --trim acked call */
 
 /* One connection: the single server, or one cluster master. */
 struct node {
@@ -406,10 +411,10 @@ struct node {
 	int port;
 	char *unix_path;
 	redisContext *c;
-	struct u64q sendq;   /* seqs routed here, not yet staged */
-	struct buf wbuf;     /* staged bytes, written from wsent */
+	struct u64q sendq; /* seqs routed here, not yet staged */
+	struct buf wbuf;   /* staged bytes, written from wsent */
 	size_t wsent;
-	uint64_t part_seq;   /* command staged only up to part_off (0: none) */
+	uint64_t part_seq; /* command staged only up to part_off (0: none) */
 	size_t part_off;
 	struct u64q waitq;   /* what each coming reply answers */
 	struct u64q durable; /* executed seqs that the next WAIT must cover */
@@ -419,11 +424,11 @@ struct node {
 	bool w_wants_read;   /* TLS: the blocked write waits for the socket to be readable */
 	bool r_wants_write;  /* TLS: a read waits for the socket to be writable */
 	int64_t wait_since_us;
-	bool info_due;       /* stage INFO memory with the next write */
-	bool info_sent;      /* its reply is still to come */
-	bool mem_known;      /* used_memory and maxmemory were read */
+	bool info_due;  /* stage INFO memory with the next write */
+	bool info_sent; /* its reply is still to come */
+	bool mem_known; /* used_memory and maxmemory were read */
 	uint64_t used_memory, maxmemory;
-	struct buf trimq;    /* --trim acked calls to stage with the next write */
+	struct buf trimq; /* --trim acked calls to stage with the next write */
 	uint32_t trimq_n;
 	uint64_t max_bulk; /* proto-max-bulk-len, 0 unknown */
 };
@@ -458,8 +463,8 @@ struct sink_redis {
 	const struct relay_config *cf;
 	struct metrics *m;
 	bool use_functions;
-	char sha[41]; /* EVALSHA digest when functions are unavailable */
-	bool wait_mode; /* --wait-replicas or --wait-aof */
+	char sha[41];    /* EVALSHA digest when functions are unavailable */
+	bool wait_mode;  /* --wait-replicas or --wait-aof */
 	char policy[32]; /* maxmemory-policy of the node connected last ("" unknown) */
 
 	struct node nodes[MAX_NODES];
@@ -496,22 +501,22 @@ struct sink_redis {
 	int64_t b_commit_us;
 	uint32_t b_stream_id;
 	uint8_t b_dead_reason;
-	uint64_t b_args_count; /* ARGV entries after ttl and maxlen */
-	struct ext *b_ext;     /* segments of the open batch (at: offsets in b_args) */
+	uint64_t b_args_count;  /* ARGV entries after ttl and maxlen */
+	struct ext *b_ext;      /* segments of the open batch (at: offsets in b_args) */
 	uint64_t refused_value; /* SINK_ERR_TOO_BIG: the largest value of the refused call */
-	size_t b_max_value;    /* largest field value in the open batch */
-	uint64_t ext_bytes;    /* bytes of live commands' segments */
-	struct buf b_prefix;   /* old-layout dedup key prefix of the open batch */
-	uint64_t b_prev_seq;   /* previous call for the batch's stream, 0 none */
-	char b_expect[26];     /* where that call leaves the watermark, "" none */
-	char b_last[26];       /* position of the batch's last event */
+	size_t b_max_value;     /* largest field value in the open batch */
+	uint64_t ext_bytes;     /* bytes of live commands' segments */
+	struct buf b_prefix;    /* old-layout dedup key prefix of the open batch */
+	uint64_t b_prev_seq;    /* previous call for the batch's stream, 0 none */
+	char b_expect[26];      /* where that call leaves the watermark, "" none */
+	char b_last[26];        /* position of the batch's last event */
 	struct posmap last_pos;
-	char owner[160];       /* "<system id>/<database>": whose positions the watermarks hold */
-	bool republish;        /* sink_redis_set_republish */
-	bool record_read;      /* the slot record was read (first connect) */
+	char owner[160];  /* "<system id>/<database>": whose positions the watermarks hold */
+	bool republish;   /* sink_redis_set_republish */
+	bool record_read; /* the slot record was read (first connect) */
 	bool record_found;
 	struct slot_record record;
-	uint64_t record_gen;   /* counts record reads */
+	uint64_t record_gen; /* counts record reads */
 
 	struct strset streams; /* streams that got XGROUP CREATE on this connection set */
 	bool trim;             /* --trim acked */
@@ -520,9 +525,9 @@ struct sink_redis {
 	uint32_t trim_pending;      /* calls of the current round still to answer */
 	bool trim_done;             /* a round finished: trim_res is to be taken */
 	struct sink_trim_result trim_res;
-	struct buf key;        /* scratch for key names */
+	struct buf key; /* scratch for key names */
 	struct buf tag;
-	struct buf wait_cmd;   /* encoded WAIT or WAITAOF */
+	struct buf wait_cmd; /* encoded WAIT or WAITAOF */
 	struct sink_stats stats;
 	enum sink_error_kind errkind;
 	char errmsg[1024];
@@ -885,7 +890,7 @@ struct sink_redis *sink_redis_create(const struct relay_config *cf, struct metri
 		snprintf(t, sizeof(t), "%d", cf->wait_timeout_ms);
 		if (cf->wait_aof && strcmp(cf->wait_aof, "none") != 0) {
 			snprintf(n, sizeof(n), "%" PRId64,
-				 strcmp(cf->wait_aof, "local,replicas") == 0 ? cf->wait_replicas : 0);
+			         strcmp(cf->wait_aof, "local,replicas") == 0 ? cf->wait_replicas : 0);
 			resp_array(&s->wait_cmd, 4);
 			resp_str(&s->wait_cmd, "WAITAOF");
 			resp_str(&s->wait_cmd, "1");
@@ -1015,8 +1020,7 @@ static bool noperm_reply(const char *msg)
  * One line for an ACL refusal of what: the permission to grant, from the
  * reply's "'wait' command" when it names one, else fix (NULL: say which keys).
  */
-static void noperm_message(struct sink_redis *s, const char *what, const char *fix,
-			   const char *msg)
+static void noperm_message(struct sink_redis *s, const char *what, const char *fix, const char *msg)
 {
 	const char *q = strchr(msg, '\'');
 	const char *e = q ? strchr(q + 1, '\'') : NULL;
@@ -1031,15 +1035,15 @@ static void noperm_message(struct sink_redis *s, const char *what, const char *f
 	}
 	if (fix)
 		snprintf(s->errmsg, sizeof(s->errmsg),
-			 "%s refused by the Redis ACL (%s): grant +%s to the relay's Redis user "
-			 "(see deploy/redis/users.acl)",
-			 what, msg, fix);
+		         "%s refused by the Redis ACL (%s): grant +%s to the relay's Redis user "
+		         "(see deploy/redis/users.acl)",
+		         what, msg, fix);
 	else
 		snprintf(s->errmsg, sizeof(s->errmsg),
-			 "%s refused by the Redis ACL (%s): grant the relay's Redis user the commands "
-			 "and key patterns of deploy/redis/users.acl (~outbox:* ~outbox-relay:*, or "
-			 "your --key-prefix and stream names)",
-			 what, msg);
+		         "%s refused by the Redis ACL (%s): grant the relay's Redis user the commands "
+		         "and key patterns of deploy/redis/users.acl (~outbox:* ~outbox-relay:*, or "
+		         "your --key-prefix and stream names)",
+		         what, msg);
 }
 
 /* An ACL refusal of a key (not of a command). */
@@ -1088,29 +1092,29 @@ static void key_noperm_message(struct sink_redis *s, const struct qent *e, const
 {
 	size_t klen = 0;
 	const char *key = resp_arg(ent_bytes(s, e), e->len,
-				   e->kind == Q_PUBLISH || e->kind == Q_DEAD ? 3
-				   : e->kind == Q_GROUP			      ? 2
-									      : 1,
-				   &klen);
+	                           e->kind == Q_PUBLISH || e->kind == Q_DEAD ? 3
+	                           : e->kind == Q_GROUP                      ? 2
+	                                                                     : 1,
+	                           &klen);
 
 	s->errkind = SINK_ERR_NOPERM;
 	if (!key)
 		key = "?";
 	if (e->kind == Q_PUBLISH || e->kind == Q_DEAD)
 		snprintf(s->errmsg, sizeof(s->errmsg),
-			 "%s to stream \"%.*s\" refused by the Redis ACL (%s): the relay's Redis "
-			 "user may not access a key of this call (the stream, the dead-letter stream "
-			 "\"%s\", or the \"%s:*\" watermark and dedup keys): add their patterns to "
-			 "its ACL (~outbox:* ~outbox-relay:* in deploy/redis/users.acl, or your "
-			 "stream names and --key-prefix)",
-			 kind_name(e->kind), (int)(klen < 200 ? klen : 200), key, msg,
-			 s->cf->dead_letter_stream, s->cf->key_prefix);
+		         "%s to stream \"%.*s\" refused by the Redis ACL (%s): the relay's Redis "
+		         "user may not access a key of this call (the stream, the dead-letter stream "
+		         "\"%s\", or the \"%s:*\" watermark and dedup keys): add their patterns to "
+		         "its ACL (~outbox:* ~outbox-relay:* in deploy/redis/users.acl, or your "
+		         "stream names and --key-prefix)",
+		         kind_name(e->kind), (int)(klen < 200 ? klen : 200), key, msg,
+		         s->cf->dead_letter_stream, s->cf->key_prefix);
 	else
 		snprintf(s->errmsg, sizeof(s->errmsg),
-			 "%s of key \"%.*s\" refused by the Redis ACL (%s): add the key's pattern to "
-			 "the relay's Redis user (~outbox:* ~outbox-relay:* in deploy/redis/users.acl, "
-			 "or your stream names and --key-prefix)",
-			 kind_name(e->kind), (int)(klen < 200 ? klen : 200), key, msg);
+		         "%s of key \"%.*s\" refused by the Redis ACL (%s): add the key's pattern to "
+		         "the relay's Redis user (~outbox:* ~outbox-relay:* in deploy/redis/users.acl, "
+		         "or your stream names and --key-prefix)",
+		         kind_name(e->kind), (int)(klen < 200 ? klen : 200), key, msg);
 }
 
 /* Classify an error reply by its first word. */
@@ -1123,12 +1127,17 @@ static enum sink_error_kind classify_reply_error(const char *msg)
 		const char *prefix;
 		enum sink_error_kind kind;
 	} map[] = {
-		{"OOM", SINK_ERR_OOM},           {"WRONGTYPE", SINK_ERR_WRONGTYPE},
-		{"NOSCRIPT", SINK_ERR_NOSCRIPT}, {"READONLY", SINK_ERR_READONLY},
-		{"BUSY", SINK_ERR_BUSY},         {"LOADING", SINK_ERR_BUSY},
-		{"MASTERDOWN", SINK_ERR_BUSY},   {"TRYAGAIN", SINK_ERR_CLUSTER},
-		{"MOVED", SINK_ERR_CLUSTER},     {"ASK", SINK_ERR_CLUSTER},
-		{"CLUSTERDOWN", SINK_ERR_CLUSTER},
+	    {"OOM", SINK_ERR_OOM},
+	    {"WRONGTYPE", SINK_ERR_WRONGTYPE},
+	    {"NOSCRIPT", SINK_ERR_NOSCRIPT},
+	    {"READONLY", SINK_ERR_READONLY},
+	    {"BUSY", SINK_ERR_BUSY},
+	    {"LOADING", SINK_ERR_BUSY},
+	    {"MASTERDOWN", SINK_ERR_BUSY},
+	    {"TRYAGAIN", SINK_ERR_CLUSTER},
+	    {"MOVED", SINK_ERR_CLUSTER},
+	    {"ASK", SINK_ERR_CLUSTER},
+	    {"CLUSTERDOWN", SINK_ERR_CLUSTER},
 	};
 
 	for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
@@ -1182,8 +1191,8 @@ int sink_redis_pollfds(struct sink_redis *s, struct pollfd *pfd, int max)
 		if (!n->c)
 			continue;
 		pfd[s->npoll] = (struct pollfd){
-			.fd = n->c->fd,
-			.events = (short)(POLLIN | (node_wants_write(n) ? POLLOUT : 0)),
+		    .fd = n->c->fd,
+		    .events = (short)(POLLIN | (node_wants_write(n) ? POLLOUT : 0)),
 		};
 		s->poll_node[s->npoll++] = i;
 	}
@@ -1256,13 +1265,13 @@ static bool permanent_error(const char *msg)
  * or NULL with errmsg set; *status says whether retrying can help.
  */
 static redisReply *setup_command(struct sink_redis *s, struct node *n, enum sink_status *status,
-				 const char *what, int argc, const char **argv)
+                                 const char *what, int argc, const char **argv)
 {
 	redisReply *r = redisCommandArgv(n->c, argc, argv, NULL);
 
 	if (!r) {
 		snprintf(s->errmsg, sizeof(s->errmsg), "%s failed: %s", what,
-			 n->c->errstr[0] ? n->c->errstr : "connection lost");
+		         n->c->errstr[0] ? n->c->errstr : "connection lost");
 		*status = SINK_RETRY;
 		return NULL;
 	}
@@ -1274,18 +1283,17 @@ static redisReply *setup_command(struct sink_redis *s, struct node *n, enum sink
 			return r;
 		}
 		snprintf(s->errmsg, sizeof(s->errmsg), "%s failed: %s%s", what, r->str,
-			 *status == SINK_FATAL
-				 ? " (check the user and password in --redis-url or --redis-password-file)"
-				 : "");
+		         *status == SINK_FATAL
+		             ? " (check the user and password in --redis-url or --redis-password-file)"
+		             : "");
 		return r;
 	}
 	return r;
 }
 
-
 /* SCRIPT LOAD script on n; its SHA1 into sha (41 bytes). */
 static enum sink_status script_load(struct sink_redis *s, struct node *n, const char *what,
-				    const char *script, char *sha)
+                                    const char *script, char *sha)
 {
 	const char *argv[] = {"SCRIPT", "LOAD", script};
 	enum sink_status st = SINK_OK;
@@ -1331,9 +1339,9 @@ static enum sink_status read_record(struct sink_redis *s, struct node *n)
 	s->record_found = r->type == REDIS_REPLY_STRING;
 	if (s->record_found && !slot_record_parse(r->str, r->len, &s->record)) {
 		snprintf(s->errmsg, sizeof(s->errmsg),
-			 "the key \"%s\" does not hold a slot record of outbox-relay; delete it or "
-			 "give the relay another --key-prefix",
-			 s->key.data);
+		         "the key \"%s\" does not hold a slot record of outbox-relay; delete it or "
+		         "give the relay another --key-prefix",
+		         s->key.data);
 		freeReplyObject(r);
 		return SINK_FATAL;
 	}
@@ -1419,14 +1427,14 @@ static enum sink_status check_server(struct sink_redis *s, struct node *n)
 				redis_info_field(info->str, "redis_version:", ver, sizeof(ver));
 			freeReplyObject(info);
 			snprintf(s->errmsg, sizeof(s->errmsg),
-				 "--wait-aof needs WAITAOF, which Redis 7.2 introduced; this server "
-				 "is %s: upgrade Redis or drop --wait-aof",
-				 ver[0] ? ver : "older");
+			         "--wait-aof needs WAITAOF, which Redis 7.2 introduced; this server "
+			         "is %s: upgrade Redis or drop --wait-aof",
+			         ver[0] ? ver : "older");
 		} else {
 			snprintf(s->errmsg, sizeof(s->errmsg),
-				 "the server does not provide %s: outbox-relay needs Redis 5 or "
-				 "newer with streams and scripting (7.0+ recommended for functions)",
-				 argv[missing + 2]);
+			         "the server does not provide %s: outbox-relay needs Redis 5 or "
+			         "newer with streams and scripting (7.0+ recommended for functions)",
+			         argv[missing + 2]);
 		}
 		freeReplyObject(r);
 		return SINK_FATAL;
@@ -1454,9 +1462,9 @@ static enum sink_status check_server(struct sink_redis *s, struct node *n)
 			char a[300];
 
 			snprintf(s->errmsg, sizeof(s->errmsg),
-				 "--wait-aof needs AOF, but appendonly is off on %s: set appendonly "
-				 "yes or drop --wait-aof",
-				 node_addr(n, a, sizeof(a)));
+			         "--wait-aof needs AOF, but appendonly is off on %s: set appendonly "
+			         "yes or drop --wait-aof",
+			         node_addr(n, a, sizeof(a)));
 			return SINK_FATAL;
 		}
 	}
@@ -1475,7 +1483,7 @@ static enum sink_status read_bulk_limit(struct sink_redis *s, struct node *n)
 	n->max_bulk = 0;
 	if (!r) {
 		snprintf(s->errmsg, sizeof(s->errmsg), "CONFIG GET failed: %s",
-			 n->c->errstr[0] ? n->c->errstr : "connection lost");
+		         n->c->errstr[0] ? n->c->errstr : "connection lost");
 		return SINK_RETRY;
 	}
 	if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
@@ -1557,18 +1565,18 @@ static enum sink_status check_memory(struct sink_redis *s, struct node *n)
 	freeReplyObject(info);
 	if (strncmp(s->policy, "allkeys-", 8) == 0 && !s->cf->allow_eviction) {
 		snprintf(s->errmsg, sizeof(s->errmsg),
-			 "maxmemory-policy %s (on %s) may evict stream entries, watermarks and "
-			 "dedup keys (events lost or published twice); set maxmemory-policy "
-			 "noeviction, or pass --allow-eviction to run anyway",
-			 s->policy, node_addr(n, a, sizeof(a)));
+		         "maxmemory-policy %s (on %s) may evict stream entries, watermarks and "
+		         "dedup keys (events lost or published twice); set maxmemory-policy "
+		         "noeviction, or pass --allow-eviction to run anyway",
+		         s->policy, node_addr(n, a, sizeof(a)));
 		return SINK_FATAL;
 	}
 	return SINK_OK;
 }
 
 /* TLS on a fresh connection to host:port; false with errmsg and *st set. */
-static bool start_tls(struct sink_redis *s, redisContext *c, const char *host, int port,
-		      void **ssl, enum sink_status *st)
+static bool start_tls(struct sink_redis *s, redisContext *c, const char *host, int port, void **ssl,
+                      enum sink_status *st)
 {
 	char why[700];
 	bool permanent;
@@ -1668,13 +1676,12 @@ static enum sink_status node_connect(struct sink_redis *s, struct node *n)
 		char a[300];
 
 		snprintf(s->errmsg, sizeof(s->errmsg), "could not connect to %s: %s",
-			 node_addr(n, a, sizeof(a)), n->c->errstr);
+		         node_addr(n, a, sizeof(a)), n->c->errstr);
 		goto fail;
 	}
 	if (redisSetTimeout(n->c, tv) != REDIS_OK ||
 	    (!n->unix_path && redisEnableKeepAlive(n->c) != REDIS_OK)) {
-		snprintf(s->errmsg, sizeof(s->errmsg), "could not set socket options: %s",
-			 n->c->errstr);
+		snprintf(s->errmsg, sizeof(s->errmsg), "could not set socket options: %s", n->c->errstr);
 		goto fail;
 	}
 	if (t->tls && !start_tls(s, n->c, n->host, n->port, &n->ssl, &st))
@@ -1726,7 +1733,7 @@ static enum sink_status node_connect(struct sink_redis *s, struct node *n)
 	flags = fcntl(n->c->fd, F_GETFL);
 	if (flags < 0 || fcntl(n->c->fd, F_SETFL, flags | O_NONBLOCK) < 0) {
 		snprintf(s->errmsg, sizeof(s->errmsg), "could not make the socket non-blocking: %s",
-			 strerror(errno));
+		         strerror(errno));
 		st = SINK_RETRY;
 		goto fail;
 	}
@@ -1747,7 +1754,7 @@ static int add_node(struct sink_redis *s, const char *host, int port, const char
 	for (int i = 0; i < s->nnodes; i++) {
 		n = &s->nodes[i];
 		if (unix_path ? (n->unix_path && strcmp(n->unix_path, unix_path) == 0)
-			      : (n->host && strcmp(n->host, host) == 0 && n->port == port))
+		              : (n->host && strcmp(n->host, host) == 0 && n->port == port))
 			return i;
 	}
 	if (s->nnodes == MAX_NODES)
@@ -1769,7 +1776,7 @@ static int add_node(struct sink_redis *s, const char *host, int port, const char
  * map. On failure (out of memory) the node list is left empty.
  */
 static bool use_map(struct sink_redis *s, const struct cluster_slots_map *map, char *err,
-		    size_t errlen)
+                    size_t errlen)
 {
 	int8_t idx[CLUSTER_SLOTS_MAX_NODES];
 
@@ -1809,13 +1816,13 @@ static enum sink_status discover_cluster(struct sink_redis *s)
 		struct node seed = {.host = t->seeds[k].host, .port = t->seeds[k].port};
 		const char *argv[] = {"CLUSTER", "SLOTS"};
 		struct timeval tv = {s->cf->redis_timeout_ms / 1000,
-				     (s->cf->redis_timeout_ms % 1000) * 1000};
+		                     (s->cf->redis_timeout_ms % 1000) * 1000};
 		redisReply *r;
 
 		seed.c = redisConnectWithTimeout(seed.host, seed.port, tv);
 		if (!seed.c || seed.c->err) {
 			snprintf(s->errmsg, sizeof(s->errmsg), "could not connect to cluster seed %s:%d: %s",
-				 seed.host, seed.port, seed.c ? seed.c->errstr : "out of memory");
+			         seed.host, seed.port, seed.c ? seed.c->errstr : "out of memory");
 			if (seed.c)
 				redisFree(seed.c);
 			if (!first_err[0])
@@ -1854,14 +1861,14 @@ static enum sink_status discover_cluster(struct sink_redis *s)
 			}
 			cluster_slots_map_free(map);
 			snprintf(s->errmsg, sizeof(s->errmsg), "CLUSTER SLOTS from %s:%d is unusable: %s",
-				 t->seeds[k].host, t->seeds[k].port, why);
+			         t->seeds[k].host, t->seeds[k].port, why);
 			continue;
 		}
 		if (r && r->type == REDIS_REPLY_ERROR && strstr(r->str, "cluster support disabled"))
 			snprintf(s->errmsg, sizeof(s->errmsg),
-				 "%s:%d is not a Redis Cluster node (cluster support disabled): use "
-				 "redis:// for a single server",
-				 t->seeds[k].host, t->seeds[k].port);
+			         "%s:%d is not a Redis Cluster node (cluster support disabled): use "
+			         "redis:// for a single server",
+			         t->seeds[k].host, t->seeds[k].port);
 		freeReplyObject(r);
 		redisFree(seed.c);
 		if (st == SINK_FATAL)
@@ -1879,7 +1886,7 @@ static bool route(struct sink_redis *s, struct qent *e)
 
 	if (idx < 0 || idx >= s->nnodes || !s->nodes[idx].c) {
 		snprintf(s->errmsg, sizeof(s->errmsg), "no connected master serves hash slot %u",
-			 (unsigned)e->slot);
+		         (unsigned)e->slot);
 		s->errkind = SINK_ERR_CLUSTER;
 		return false;
 	}
@@ -2007,14 +2014,14 @@ static bool close_batch(struct sink_redis *s)
 	resp_u64(b, 5);
 	resp_bulk(b, s->b_stream.data, s->b_stream.len);
 	buf_reset(&s->key); /* watermark: <prefix>:wm:{tag}[#<len>:<stream>]:<slot> */
-	(void)stream_key_base(&s->key, cf->key_prefix, "wm", s->b_stream.data, s->b_stream.len,
-			      true, &s->tag);
+	(void)stream_key_base(&s->key, cf->key_prefix, "wm", s->b_stream.data, s->b_stream.len, true,
+	                      &s->tag);
 	buf_putc(&s->key, ':');
 	buf_puts(&s->key, cf->slot);
 	resp_bulk(b, s->key.data, s->key.len);
 	buf_reset(&s->key); /* legacy (per tag) watermark: <prefix>:wm:{tag}:<slot> */
-	(void)stream_key_base(&s->key, cf->key_prefix, "wm", s->b_stream.data, s->b_stream.len,
-			      false, &s->tag);
+	(void)stream_key_base(&s->key, cf->key_prefix, "wm", s->b_stream.data, s->b_stream.len, false,
+	                      &s->tag);
 	buf_putc(&s->key, ':');
 	buf_puts(&s->key, cf->slot);
 	resp_bulk(b, s->key.data, s->key.len);
@@ -2025,7 +2032,7 @@ static bool close_batch(struct sink_redis *s)
 	buf_reset(&s->key);
 	if (s->slot_node && stream_slot(s, cf->dead_letter_stream, dl_len) != slot) {
 		bool own_tag = !(s->tag.len == dl_len + 2 &&
-				 memcmp(s->tag.data + 1, cf->dead_letter_stream, dl_len) == 0);
+		                 memcmp(s->tag.data + 1, cf->dead_letter_stream, dl_len) == 0);
 
 		(void)stream_hash_tag(s->b_stream.data, s->b_stream.len, &s->tag);
 		if (own_tag)
@@ -2038,8 +2045,8 @@ static bool close_batch(struct sink_redis *s)
 	}
 	resp_bulk(b, s->key.data, s->key.len);
 	buf_reset(&s->key); /* dedup state: <prefix>:dd:{tag}[#<len>:<stream>] */
-	(void)stream_key_base(&s->key, cf->key_prefix, "dd", s->b_stream.data, s->b_stream.len,
-			      true, &s->tag);
+	(void)stream_key_base(&s->key, cf->key_prefix, "dd", s->b_stream.data, s->b_stream.len, true,
+	                      &s->tag);
 	resp_bulk(b, s->key.data, s->key.len);
 	resp_u64(b, s->b_dead ? 0 : (uint64_t)cf->dedup_window_s);
 	resp_u64(b, s->b_dead ? 0 : (uint64_t)cf->maxlen);
@@ -2061,16 +2068,16 @@ static bool close_batch(struct sink_redis *s)
 		lp->seq = s->b_seq;
 	}
 	ent = (struct qent){
-		.seq = s->b_seq,
-		.nevents = s->b_n,
-		.commit_us = s->b_commit_us,
-		.stream_id = s->b_stream_id,
-		.slot = slot,
-		.kind = s->b_dead ? Q_DEAD : Q_PUBLISH,
-		.dead_reason = s->b_dead_reason,
-		.prev_seq = s->b_prev_seq,
-		.ext = s->b_ext,
-		.max_value = s->b_max_value,
+	    .seq = s->b_seq,
+	    .nevents = s->b_n,
+	    .commit_us = s->b_commit_us,
+	    .stream_id = s->b_stream_id,
+	    .slot = slot,
+	    .kind = s->b_dead ? Q_DEAD : Q_PUBLISH,
+	    .dead_reason = s->b_dead_reason,
+	    .prev_seq = s->b_prev_seq,
+	    .ext = s->b_ext,
+	    .max_value = s->b_max_value,
 	};
 	s->b_ext = NULL;
 	return push_command(s, &ent, start);
@@ -2149,11 +2156,11 @@ bool sink_redis_queue_record_read(struct sink_redis *s)
 }
 
 bool sink_redis_queue_record(struct sink_redis *s, lsn_t confirmed, lsn_t commit_lsn,
-			     int64_t commit_us)
+                             int64_t commit_us)
 {
 	char val[256];
 	int n = snprintf(val, sizeof(val), "%016llX %016llX %lld %s", (unsigned long long)confirmed,
-			 (unsigned long long)commit_lsn, (long long)commit_us, s->owner);
+	                 (unsigned long long)commit_lsn, (long long)commit_us, s->owner);
 
 	return n > 0 && (size_t)n < sizeof(val) && queue_record_cmd(s, Q_RECORD, val, (size_t)n);
 }
@@ -2208,8 +2215,7 @@ static void put_dedup_field(struct buf *b, const char *id, size_t len)
 		for (size_t i = 0, o = 0; i < 36; i++) {
 			if (id[i] == '-')
 				continue;
-			f[o / 2] = (unsigned char)(o % 2 ? f[o / 2] | hexval(id[i])
-							 : hexval(id[i]) << 4);
+			f[o / 2] = (unsigned char)(o % 2 ? f[o / 2] | hexval(id[i]) : hexval(id[i]) << 4);
 			o++;
 		}
 		resp_bulk(b, (const char *)f, 16);
@@ -2239,22 +2245,23 @@ bool sink_redis_publish(struct sink_redis *s, const struct event *ev, bool dead_
 }
 
 bool sink_redis_publish_held(struct sink_redis *s, const struct event *ev, bool dead_letter,
-			     struct sink_hold *hold)
+                             struct sink_hold *hold)
 {
 	struct lastpos *lp;
 	char pos[26];
 	bool large = hold && hold->p && !dead_letter && has_large_value(ev);
 
-	if (s->b_open && (large || dead_letter || s->b_dead || s->b_n >= BATCH_MAX_EVENTS ||
-			  s->b_args.len >= BATCH_MAX_BYTES || s->b_stream.len != ev->stream_len ||
-			  memcmp(s->b_stream.data, ev->stream, ev->stream_len) != 0) &&
+	if (s->b_open &&
+	    (large || dead_letter || s->b_dead || s->b_n >= BATCH_MAX_EVENTS ||
+	     s->b_args.len >= BATCH_MAX_BYTES || s->b_stream.len != ev->stream_len ||
+	     memcmp(s->b_stream.data, ev->stream, ev->stream_len) != 0) &&
 	    !close_batch(s))
 		return false;
 	if (!dead_letter && s->cf->ngroups > 0) {
 		int added = strset_add(&s->streams, ev->stream, ev->stream_len);
 
-		if (added < 0 || (added == 1 && (!close_batch(s) || !queue_groups(s, ev->stream,
-										    ev->stream_len))))
+		if (added < 0 ||
+		    (added == 1 && (!close_batch(s) || !queue_groups(s, ev->stream, ev->stream_len))))
 			return false;
 	}
 	if (!s->b_open) {
@@ -2269,16 +2276,14 @@ bool sink_redis_publish_held(struct sink_redis *s, const struct event *ev, bool 
 		buf_reset(&s->b_args);
 		s->b_commit_us = ev->committed_unix_us;
 		s->b_dead_reason = (uint8_t)ev->dead_reason;
-		s->b_stream_id = !dead_letter && s->m
-					 ? metrics_stream_id(s->m, ev->stream, ev->stream_len)
-					 : 0;
-		if (s->trim && !dead_letter &&
-		    strset_add(&s->trim_streams, ev->stream, ev->stream_len) < 0)
+		s->b_stream_id =
+		    !dead_letter && s->m ? metrics_stream_id(s->m, ev->stream, ev->stream_len) : 0;
+		if (s->trim && !dead_letter && strset_add(&s->trim_streams, ev->stream, ev->stream_len) < 0)
 			return false;
 		/* old-layout dedup key prefix: <prefix>:dedup:{tag}[#<len>:<stream>]: */
 		buf_reset(&s->b_prefix);
-		if (!stream_key_base(&s->b_prefix, s->cf->key_prefix, "dedup", ev->stream,
-				     ev->stream_len, true, &s->tag))
+		if (!stream_key_base(&s->b_prefix, s->cf->key_prefix, "dedup", ev->stream, ev->stream_len,
+		                     true, &s->tag))
 			return false;
 		buf_putc(&s->b_prefix, ':');
 		lp = s->republish ? NULL : posmap_find(&s->last_pos, ev->stream, ev->stream_len);
@@ -2344,12 +2349,12 @@ static const char *kind_name(unsigned k)
 	       : k == Q_DEAD   ? "dead-letter publish"
 	       : k == Q_RECORD ? "slot record write"
 	       : k == Q_GETREC ? "slot record read"
-			       : "publish";
+	                       : "publish";
 }
 
 /* Count one event's result from a publish reply (0 replay, 1 duplicate, entry id). */
 static void count_result(struct sink_redis *s, const struct qent *e, const redisReply *r,
-			 int64_t now_us)
+                         int64_t now_us)
 {
 	_Atomic uint64_t *c = NULL;
 
@@ -2367,8 +2372,7 @@ static void count_result(struct sink_redis *s, const struct qent *e, const redis
 		c = s->m ? &s->m->duplicates_skipped : NULL;
 	} else if (e->kind == Q_DEAD) {
 		s->stats.dead_lettered++;
-		c = s->m && e->dead_reason < DEAD_NREASONS ? &s->m->dead_lettered[e->dead_reason]
-							   : NULL;
+		c = s->m && e->dead_reason < DEAD_NREASONS ? &s->m->dead_lettered[e->dead_reason] : NULL;
 	} else {
 		s->stats.published++;
 		c = s->m ? &s->m->published[e->stream_id] : NULL;
@@ -2432,18 +2436,18 @@ static bool refused_behind(struct sink_redis *s, const struct qent *e, const cha
 
 	if (e->prev_seq && e->prev_seq > s->acked_seq && (!prev || prev->state != QS_DONE)) {
 		snprintf(s->errmsg, sizeof(s->errmsg),
-			 "%s refused (%s): an earlier call for the same stream did not run; sending "
-			 "both again in order",
-			 kind_name(e->kind), msg);
+		         "%s refused (%s): an earlier call for the same stream did not run; sending "
+		         "both again in order",
+		         kind_name(e->kind), msg);
 		return false;
 	}
 	s->errkind = SINK_ERR_LOST;
 	snprintf(s->errmsg, sizeof(s->errmsg),
-		 "Redis lost acknowledged writes: %s (a failover without --wait-replicas, a restart "
-		 "without persistence, or a deleted key). Events acknowledged since are not in "
-		 "Redis: those not yet confirmed to PostgreSQL are sent again when the relay "
-		 "restarts; confirmed ones must be republished from the outbox table",
-		 msg);
+	         "Redis lost acknowledged writes: %s (a failover without --wait-replicas, a restart "
+	         "without persistence, or a deleted key). Events acknowledged since are not in "
+	         "Redis: those not yet confirmed to PostgreSQL are sent again when the relay "
+	         "restarts; confirmed ones must be republished from the outbox table",
+	         msg);
 	return false;
 }
 
@@ -2455,10 +2459,10 @@ static bool trim_reply(struct sink_redis *s, const redisReply *r)
 	if (r->type == REDIS_REPLY_ERROR && noperm_reply(r->str)) {
 		s->errkind = SINK_ERR_NOPERM;
 		snprintf(s->errmsg, sizeof(s->errmsg),
-			 "--trim acked refused by the Redis ACL (%s): grant +xinfo|groups +xpending "
-			 "+xtrim (and +%s) to the relay's Redis user (see deploy/redis/users.acl), or "
-			 "drop --trim acked",
-			 r->str, s->use_functions ? "fcall" : "evalsha");
+		         "--trim acked refused by the Redis ACL (%s): grant +xinfo|groups +xpending "
+		         "+xtrim (and +%s) to the relay's Redis user (see deploy/redis/users.acl), or "
+		         "drop --trim acked",
+		         r->str, s->use_functions ? "fcall" : "evalsha");
 		return false;
 	}
 	if (r->type == REDIS_REPLY_INTEGER) {
@@ -2468,7 +2472,7 @@ static bool trim_reply(struct sink_redis *s, const redisReply *r)
 		/* Not fatal: the stream keeps its entries until the next round. */
 		t->failed++;
 		snprintf(t->err, sizeof(t->err), "%s",
-			 r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply type");
+		         r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply type");
 	}
 	if (s->trim_pending > 0 && --s->trim_pending == 0)
 		s->trim_done = true;
@@ -2482,7 +2486,8 @@ static bool handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 	struct qent *e;
 
 	if (n->waitq.len == 0) {
-		snprintf(s->errmsg, sizeof(s->errmsg), "unexpected reply from Redis with nothing in flight");
+		snprintf(s->errmsg, sizeof(s->errmsg),
+		         "unexpected reply from Redis with nothing in flight");
 		return false;
 	}
 	what = u64q_pop(&n->waitq);
@@ -2523,20 +2528,20 @@ static bool handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 			got_repl = r->element[1]->integer;
 		}
 		if (got < want || (aof && strcmp(s->cf->wait_aof, "local,replicas") == 0 &&
-				   got_repl < s->cf->wait_replicas)) {
+		                   got_repl < s->cf->wait_replicas)) {
 			s->errkind = SINK_ERR_WAIT;
 			if (r->type == REDIS_REPLY_ERROR)
-				snprintf(s->errmsg, sizeof(s->errmsg), "%s failed: %s",
-					 aof ? "WAITAOF" : "WAIT", r->str);
+				snprintf(s->errmsg, sizeof(s->errmsg), "%s failed: %s", aof ? "WAITAOF" : "WAIT",
+				         r->str);
 			else if (aof)
 				snprintf(s->errmsg, sizeof(s->errmsg),
-					 "WAITAOF: %lld local and %lld replica fsync(s) within %d ms, fewer "
-					 "than asked",
-					 got, got_repl, s->cf->wait_timeout_ms);
+				         "WAITAOF: %lld local and %lld replica fsync(s) within %d ms, fewer "
+				         "than asked",
+				         got, got_repl, s->cf->wait_timeout_ms);
 			else
 				snprintf(s->errmsg, sizeof(s->errmsg),
-					 "WAIT: %lld of %lld replica(s) acknowledged within %d ms", got, want,
-					 s->cf->wait_timeout_ms);
+				         "WAIT: %lld of %lld replica(s) acknowledged within %d ms", got, want,
+				         s->cf->wait_timeout_ms);
 			return false;
 		}
 		while (n->durable.len > 0) {
@@ -2560,7 +2565,7 @@ static bool handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 			s->stats.ask_redirects++;
 			if (s->m)
 				atomic_fetch_add_explicit(&s->m->redis_errors[RERR_CLUSTER], 1,
-							  memory_order_relaxed);
+				                          memory_order_relaxed);
 			return true;
 		}
 		s->stats.error_replies++;
@@ -2570,9 +2575,9 @@ static bool handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 			s->errkind = SINK_ERR_TOO_BIG;
 			s->refused_value = e->max_value;
 			snprintf(s->errmsg, sizeof(s->errmsg),
-				 "%s refused (%s): a value of %zu bytes in it is over the server's "
-				 "proto-max-bulk-len",
-				 kind_name(e->kind), r->str, e->max_value);
+			         "%s refused (%s): a value of %zu bytes in it is over the server's "
+			         "proto-max-bulk-len",
+			         kind_name(e->kind), r->str, e->max_value);
 			return false;
 		}
 		if (s->errkind == SINK_ERR_ORDER)
@@ -2583,28 +2588,28 @@ static bool handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 		}
 		if (s->errkind == SINK_ERR_NOPERM) {
 			noperm_message(s, kind_name(e->kind),
-				       e->kind == Q_GROUP    ? "xgroup|create"
-				       : e->kind == Q_RECORD ? "set"
-				       : e->kind == Q_GETREC ? "get"
-				       : s->use_functions    ? "fcall"
-							     : "evalsha",
-				       r->str);
+			               e->kind == Q_GROUP    ? "xgroup|create"
+			               : e->kind == Q_RECORD ? "set"
+			               : e->kind == Q_GETREC ? "get"
+			               : s->use_functions    ? "fcall"
+			                                     : "evalsha",
+			               r->str);
 			return false;
 		}
 		if (s->errkind == SINK_ERR_FOREIGN)
 			snprintf(s->errmsg, sizeof(s->errmsg),
-				 "%s refused: the watermark %s, not to this database (%s): another "
-				 "database publishes through this Redis with the same --slot and "
-				 "--key-prefix; give this relay its own --key-prefix or --slot (if this "
-				 "database replaced that one on purpose, delete that database's "
-				 "\"%s:wm:*\" keys)",
-				 kind_name(e->kind), r->str + strlen("OUTBOX_FOREIGN "), s->owner,
-				 s->cf->key_prefix);
+			         "%s refused: the watermark %s, not to this database (%s): another "
+			         "database publishes through this Redis with the same --slot and "
+			         "--key-prefix; give this relay its own --key-prefix or --slot (if this "
+			         "database replaced that one on purpose, delete that database's "
+			         "\"%s:wm:*\" keys)",
+			         kind_name(e->kind), r->str + strlen("OUTBOX_FOREIGN "), s->owner,
+			         s->cf->key_prefix);
 		else if (s->errkind == SINK_ERR_WRONGTYPE)
 			snprintf(s->errmsg, sizeof(s->errmsg),
-				 "%s failed: %s (a watermark, dedup or dead-letter key the relay writes "
-				 "holds another type: rename or delete it; the relay retries until then)",
-				 kind_name(e->kind), r->str);
+			         "%s failed: %s (a watermark, dedup or dead-letter key the relay writes "
+			         "holds another type: rename or delete it; the relay retries until then)",
+			         kind_name(e->kind), r->str);
 		else
 			snprintf(s->errmsg, sizeof(s->errmsg), "%s failed: %s", kind_name(e->kind), r->str);
 		return false;
@@ -2612,7 +2617,7 @@ static bool handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 	if ((e->kind == Q_RECORD && r->type != REDIS_REPLY_STATUS) ||
 	    (e->kind == Q_GETREC && r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_NIL)) {
 		snprintf(s->errmsg, sizeof(s->errmsg), "unexpected reply to %s: type %d",
-			 kind_name(e->kind), r->type);
+		         kind_name(e->kind), r->type);
 		return false;
 	}
 	if (e->kind == Q_GETREC) {
@@ -2620,9 +2625,9 @@ static bool handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 
 		if (r->type == REDIS_REPLY_STRING && !slot_record_parse(r->str, r->len, &rec)) {
 			snprintf(s->errmsg, sizeof(s->errmsg),
-				 "the slot record key of --slot %s does not hold a slot record of "
-				 "outbox-relay",
-				 s->cf->slot);
+			         "the slot record key of --slot %s does not hold a slot record of "
+			         "outbox-relay",
+			         s->cf->slot);
 			return false;
 		}
 		s->record_found = r->type == REDIS_REPLY_STRING;
@@ -2638,10 +2643,9 @@ static bool handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 
 		if (r->type != REDIS_REPLY_ARRAY || r->elements != e->nevents) {
 			snprintf(s->errmsg, sizeof(s->errmsg),
-				 "unexpected reply to %s: type %d with %zu element(s) for %u event(s)",
-				 kind_name(e->kind), r->type,
-				 r->type == REDIS_REPLY_ARRAY ? (size_t)r->elements : (size_t)0,
-				 e->nevents);
+			         "unexpected reply to %s: type %d with %zu element(s) for %u event(s)",
+			         kind_name(e->kind), r->type,
+			         r->type == REDIS_REPLY_ARRAY ? (size_t)r->elements : (size_t)0, e->nevents);
 			return false;
 		}
 		for (size_t i = 0; i < r->elements; i++)
@@ -2657,7 +2661,7 @@ static bool handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
  * more fit.
  */
 static void stage_piece(struct buf *dst, const char *p, size_t len, size_t *pos, size_t *cur,
-			size_t *left)
+                        size_t *left)
 {
 	if (*left > 0 && *cur < *pos + len) {
 		size_t skip = *cur - *pos, take = len - skip;
@@ -2676,8 +2680,7 @@ static void stage_piece(struct buf *dst, const char *p, size_t len, size_t *pos,
  * command goes out in slices, never copied whole. n->part_seq says where the
  * next round resumes.
  */
-static void stage_cmd(const struct sink_redis *s, struct node *n, const struct qent *e,
-		      size_t from)
+static void stage_cmd(const struct sink_redis *s, struct node *n, const struct qent *e, size_t from)
 {
 	const char *base = ent_bytes(s, e);
 	size_t nseg = e->ext ? e->ext->nseg : 0, pos = 0, raw = 0, cur = from;
@@ -2689,8 +2692,7 @@ static void stage_cmd(const struct sink_redis *s, struct node *n, const struct q
 		stage_piece(&n->wbuf, base + raw, at - raw, &pos, &cur, &left);
 		raw = at;
 		if (i < nseg)
-			stage_piece(&n->wbuf, e->ext->seg[i].p, e->ext->seg[i].len, &pos, &cur,
-				    &left);
+			stage_piece(&n->wbuf, e->ext->seg[i].p, e->ext->seg[i].len, &pos, &cur, &left);
 	}
 	if (cur < cmd_len(e)) {
 		n->part_seq = e->seq;
@@ -2766,8 +2768,7 @@ static bool node_write(struct sink_redis *s, struct node *n)
 		if (n->wsent == n->wbuf.len) {
 			bool was_idle = n->waitq.len == 0;
 
-			if (n->sendq.len == 0 && !n->info_due && !n->trimq_n &&
-			    !n->part_seq)
+			if (n->sendq.len == 0 && !n->info_due && !n->trimq_n && !n->part_seq)
 				return true;
 			if (!stage(s, n)) {
 				snprintf(s->errmsg, sizeof(s->errmsg), "out of memory");
@@ -2780,7 +2781,7 @@ static bool node_write(struct sink_redis *s, struct node *n)
 		}
 		if (n->ssl)
 			w = redis_tls_write(n->ssl, n->wbuf.data + n->wsent, n->wbuf.len - n->wsent,
-					    &n->w_wants_read, s->errmsg, sizeof(s->errmsg));
+			                    &n->w_wants_read, s->errmsg, sizeof(s->errmsg));
 		else
 			w = write(n->c->fd, n->wbuf.data + n->wsent, n->wbuf.len - n->wsent);
 		if (w > 0) {
@@ -2796,7 +2797,7 @@ static bool node_write(struct sink_redis *s, struct node *n)
 		if (n->ssl && w < 0 && errno == EIO)
 			return false; /* errmsg names the TLS error */
 		snprintf(s->errmsg, sizeof(s->errmsg), "could not send to Redis: %s",
-			 w == 0 ? "short write" : strerror(errno));
+		         w == 0 ? "short write" : strerror(errno));
 		return false;
 	}
 }
@@ -2810,7 +2811,7 @@ static bool node_read(struct sink_redis *s, struct node *n)
 
 		if (n->ssl)
 			got = redis_tls_read(n->ssl, rbuf, sizeof(rbuf), &n->r_wants_write, s->errmsg,
-					     sizeof(s->errmsg));
+			                     sizeof(s->errmsg));
 		else
 			got = read(n->c->fd, rbuf, sizeof(rbuf));
 
@@ -2825,12 +2826,12 @@ static bool node_read(struct sink_redis *s, struct node *n)
 				return true;
 			if (!n->ssl || errno != EIO)
 				snprintf(s->errmsg, sizeof(s->errmsg), "could not read from Redis: %s",
-					 strerror(errno));
+				         strerror(errno));
 			return false;
 		}
 		if (redisReaderFeed(n->c->reader, rbuf, (size_t)got) != REDIS_OK) {
 			snprintf(s->errmsg, sizeof(s->errmsg), "Redis protocol error: %s",
-				 n->c->reader->errstr);
+			         n->c->reader->errstr);
 			return false;
 		}
 		for (;;) {
@@ -2838,7 +2839,7 @@ static bool node_read(struct sink_redis *s, struct node *n)
 
 			if (redisReaderGetReply(n->c->reader, &reply) != REDIS_OK) {
 				snprintf(s->errmsg, sizeof(s->errmsg), "Redis protocol error: %s",
-					 n->c->reader->errstr);
+				         n->c->reader->errstr);
 				return false;
 			}
 			if (!reply)
@@ -2949,7 +2950,7 @@ bool sink_redis_check_stall(struct sink_redis *s, int64_t now_us)
 			char a[300];
 
 			snprintf(s->errmsg, sizeof(s->errmsg), "no reply from Redis within %d ms (%s)",
-				 s->cf->redis_timeout_ms, node_addr(n, a, sizeof(a)));
+			         s->cf->redis_timeout_ms, node_addr(n, a, sizeof(a)));
 			s->errkind = SINK_ERR_TIMEOUT;
 			return false;
 		}

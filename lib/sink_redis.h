@@ -31,7 +31,8 @@ enum sink_error_kind {
 	SINK_ERR_NONE = 0,
 	SINK_ERR_OOM,       /* "OOM command not allowed ...": retried with backoff */
 	SINK_ERR_WRONGTYPE, /* a stream key holds another type: retried with backoff until fixed */
-	SINK_ERR_NOSCRIPT,  /* function/script missing (FUNCTION FLUSH, restart): reloaded on reconnect */
+	SINK_ERR_NOSCRIPT,  /* function/script missing (FUNCTION FLUSH, restart): reloaded on reconnect
+	                     */
 	SINK_ERR_READONLY,  /* connected to a replica: retried (a failover may fix it) */
 	SINK_ERR_BUSY,      /* BUSY, LOADING, MASTERDOWN, TRYAGAIN: retried */
 	SINK_ERR_OTHER,     /* any other error reply: retried */
@@ -39,11 +40,11 @@ enum sink_error_kind {
 	SINK_ERR_TIMEOUT,   /* no reply within --redis-timeout */
 	SINK_ERR_CLUSTER,   /* MOVED, TRYAGAIN, CLUSTERDOWN: slot map refreshed, everything re-routed */
 	SINK_ERR_WAIT,      /* WAIT/WAITAOF fell short: nothing counted, everything sent again */
-	SINK_ERR_ORDER,     /* a call ran while an earlier one for its stream had not: resent in order */
-	SINK_ERR_FOREIGN,   /* the watermark belongs to another database: permanent */
-	SINK_ERR_LOST,      /* Redis lost writes it had acknowledged: permanent */
-	SINK_ERR_TOO_BIG,   /* a value over the server's proto-max-bulk-len (sink_redis_refused_value) */
-	SINK_ERR_NOPERM     /* the ACL user may not run a command: permanent (configuration) */
+	SINK_ERR_ORDER,   /* a call ran while an earlier one for its stream had not: resent in order */
+	SINK_ERR_FOREIGN, /* the watermark belongs to another database: permanent */
+	SINK_ERR_LOST,    /* Redis lost writes it had acknowledged: permanent */
+	SINK_ERR_TOO_BIG, /* a value over the server's proto-max-bulk-len (sink_redis_refused_value) */
+	SINK_ERR_NOPERM   /* the ACL user may not run a command: permanent (configuration) */
 };
 
 /* Failures no retry can fix: the relay stops (see relay.c). */
@@ -54,14 +55,14 @@ static inline bool sink_error_is_fatal(enum sink_error_kind k)
 }
 
 struct sink_stats {
-	uint64_t published;      /* new stream entries */
-	uint64_t replays;        /* skipped by the LSN watermark */
-	uint64_t duplicates;     /* skipped by the event-id window */
-	uint64_t dead_lettered;  /* entries written to the dead-letter stream */
-	uint64_t error_replies;  /* error replies that forced a resend */
-	uint64_t reconnects;     /* successful connects after the first */
-	uint64_t ask_redirects;  /* ASK replies followed (cluster slot migrations) */
-	uint64_t rejected;       /* entries a stream key refused (WRONGTYPE), dead-lettered */
+	uint64_t published;     /* new stream entries */
+	uint64_t replays;       /* skipped by the LSN watermark */
+	uint64_t duplicates;    /* skipped by the event-id window */
+	uint64_t dead_lettered; /* entries written to the dead-letter stream */
+	uint64_t error_replies; /* error replies that forced a resend */
+	uint64_t reconnects;    /* successful connects after the first */
+	uint64_t ask_redirects; /* ASK replies followed (cluster slot migrations) */
+	uint64_t rejected;      /* entries a stream key refused (WRONGTYPE), dead-lettered */
 };
 
 struct sink_redis;
@@ -118,7 +119,7 @@ struct sink_hold {
 };
 
 bool sink_redis_publish_held(struct sink_redis *s, const struct event *ev, bool dead_letter,
-			     struct sink_hold *hold);
+                             struct sink_hold *hold);
 
 /*
  * Close the open batch so that it is written by the next sink_redis_io() --
@@ -163,10 +164,10 @@ const char *sink_redis_sentinel_master(const struct sink_redis *s, char *buf, si
 
 /* The outcome of one --trim acked round (sink_redis_trim_start). */
 struct sink_trim_result {
-	uint32_t streams;  /* streams asked */
-	uint32_t trimmed;  /* streams that lost entries */
-	uint32_t failed;   /* streams whose call failed (err says why, for the last one) */
-	uint64_t removed;  /* entries removed */
+	uint32_t streams; /* streams asked */
+	uint32_t trimmed; /* streams that lost entries */
+	uint32_t failed;  /* streams whose call failed (err says why, for the last one) */
+	uint64_t removed; /* entries removed */
 	char err[512];
 };
 
@@ -250,7 +251,7 @@ bool sink_redis_queue_record_read(struct sink_redis *s);
  * durable, like the events. Returns false only when out of memory.
  */
 bool sink_redis_queue_record(struct sink_redis *s, lsn_t confirmed, lsn_t commit_lsn,
-			     int64_t commit_us);
+                             int64_t commit_us);
 
 /*
  * outbox-relay republish: calls neither read nor write the watermarks, so

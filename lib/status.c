@@ -225,7 +225,7 @@ static const struct {
 
 /* The slot as pg_section found it, for the gap check of the Redis section. */
 struct slot_view {
-	bool queried;     /* pg_replication_slots was read */
+	bool queried; /* pg_replication_slots was read */
 	bool exists;
 	bool invalidated; /* wal_status lost, or an invalidation_reason */
 	lsn_t confirmed;
@@ -562,8 +562,7 @@ static const char *watermark(struct rconn *c, const struct relay_config *cf, con
 			    used == 25 && (r->len == 25 || r->str[25] == ' ')) {
 				(void)snprintf(buf, len, "%s:%u", lsn_format((lsn_t)pos, lsn), idx);
 			} else {
-				(void)snprintf(buf, len, "%.*s",
-				               (int)(r->len < len ? r->len : len - 1), r->str);
+				(void)snprintf(buf, len, "%.*s", (int)(r->len < len ? r->len : len - 1), r->str);
 			}
 			shown = buf;
 		} else if (r->type == REDIS_REPLY_ERROR) {
@@ -713,18 +712,21 @@ static int record_section(struct rconn *c, const struct relay_config *cf,
 		fprintf(out, "  gap check: not made (the slot could not be read)\n");
 	} else if (!view->exists || view->invalidated || view->confirmed > rec.confirmed) {
 		if (!view->exists)
-			fprintf(out, "  error: gap suspected: the slot does not exist, but the relay "
-			             "confirmed it up to %s",
+			fprintf(out,
+			        "  error: gap suspected: the slot does not exist, but the relay "
+			        "confirmed it up to %s",
 			        a);
 		else if (view->invalidated)
 			fprintf(out, "  error: gap suspected: the slot was invalidated (%s)", view->why);
 		else
-			fprintf(out, "  error: gap suspected: the slot stands at %s, past %s, the last "
-			             "position the relay confirmed (recreated, or advanced by something "
-			             "else)",
+			fprintf(out,
+			        "  error: gap suspected: the slot stands at %s, past %s, the last "
+			        "position the relay confirmed (recreated, or advanced by something "
+			        "else)",
 			        lsn_format(view->confirmed, b), a);
-		fprintf(out, "; events committed after %s may be missing: the relay refuses to start "
-		             "(exit 8); see README, \"Gaps\"\n",
+		fprintf(out,
+		        "; events committed after %s may be missing: the relay refuses to start "
+		        "(exit 8); see README, \"Gaps\"\n",
 		        when);
 		rc = EXIT_SLOT_GAP;
 	} else {

@@ -9,12 +9,11 @@
  * Memory: every string handed out is copied into one growing arena owned by
  * the decoder (except, with w2j_decode_inplace(), the large ones, undone in
  * the caller's buffer). The tokenizer is wal2json_fast.c, the callbacks of
- * w2j_decode_object() wal2json_object.c; wal2json_int.h is what they share. While parsing, strings are recorded as arena offsets (the
- * arena may move when it grows) and turned into pointers once the whole
- * object has been parsed. Columns go through a growing array the same way.
- * yajl 2.1 cannot reset a parser, so a handle is allocated per call; its
- * memory comes from a small block cache kept in the decoder, so that in
- * steady state a call does no malloc at all.
+ * w2j_decode_object() wal2json_object.c; wal2json_int.h is what they share. While parsing, strings
+ * are recorded as arena offsets (the arena may move when it grows) and turned into pointers once
+ * the whole object has been parsed. Columns go through a growing array the same way. yajl 2.1
+ * cannot reset a parser, so a handle is allocated per call; its memory comes from a small block
+ * cache kept in the decoder, so that in steady state a call does no malloc at all.
  */
 #include "wal2json.h"
 #include "wal2json_int.h"
@@ -255,7 +254,7 @@ struct slot *w2j_slot_new(struct w2j_decoder *d)
 
 /* Record a scalar value into slot s. For NULL, s and len are ignored. */
 bool w2j_slot_set_value(struct w2j_decoder *d, struct slot *s, enum w2j_kind kind, const void *v,
-                           size_t len)
+                        size_t len)
 {
 	s->kind = kind;
 	s->has_value = true;
@@ -601,10 +600,10 @@ static int top_scalar(struct w2j_decoder *d, enum w2j_kind kind, const unsigned 
 		if (kind != W2J_KIND_STRING)
 			return w2j_fail(d, "\"%s\" is %s, not a string", kname, kind_article(kind));
 		return w2j_arena_put(d, s, len,
-		                 d->key == K_SCHEMA   ? &d->schema
-		                 : d->key == K_TABLE  ? &d->table
-		                 : d->key == K_PREFIX ? &d->prefix
-		                                      : &d->content);
+		                     d->key == K_SCHEMA   ? &d->schema
+		                     : d->key == K_TABLE  ? &d->table
+		                     : d->key == K_PREFIX ? &d->prefix
+		                                          : &d->content);
 	case K_COLUMNS:
 		return w2j_fail(d, "\"columns\" is not an array");
 	case K_TRANSACTIONAL:
@@ -726,7 +725,7 @@ static int dec_open(struct w2j_decoder *d, bool is_array)
 			return w2j_fail(d, "column value is an object or array");
 		default:
 			return w2j_fail(d, "column \"%s\" is an object or array",
-			                 d->ckey == C_NAME ? "name" : "type");
+			                d->ckey == C_NAME ? "name" : "type");
 		}
 	}
 }
@@ -759,9 +758,8 @@ static int dec_close(void *ctx)
 		if (!c->has_name)
 			return w2j_fail(d, "column without \"name\"");
 		if (!c->has_value)
-			return w2j_fail(
-			    d, "column \"%s\" without \"value\"",
-			    excerpt(ex, (const unsigned char *)span_ptr(d, c->name), c->name.len));
+			return w2j_fail(d, "column \"%s\" without \"value\"",
+			                excerpt(ex, (const unsigned char *)span_ptr(d, c->name), c->name.len));
 	}
 	return 1;
 }
@@ -868,7 +866,7 @@ bool w2j_decode(struct w2j_decoder *d, const char *buf, size_t len, struct w2j_c
 }
 
 bool w2j_decode_inplace(struct w2j_decoder *d, char *buf, size_t len, size_t keep,
-			struct w2j_change *ret)
+                        struct w2j_change *ret)
 {
 	bool ok;
 

@@ -52,22 +52,22 @@ struct w2j_field {
 
 struct w2j_change {
 	enum w2j_action action;
-	bool has_xid;          /* "xid" present and not null */
+	bool has_xid; /* "xid" present and not null */
 	uint32_t xid;
 	lsn_t lsn;             /* "lsn", LSN_INVALID when absent */
 	lsn_t nextlsn;         /* "nextlsn" (B and C only), LSN_INVALID when absent */
 	const char *timestamp; /* "timestamp" text, NULL when absent or null */
 	size_t timestamp_len;
-	const char *schema;    /* I/U/D/T; NULL otherwise */
+	const char *schema; /* I/U/D/T; NULL otherwise */
 	size_t schema_len;
-	const char *table;     /* I/U/D/T; NULL otherwise */
+	const char *table; /* I/U/D/T; NULL otherwise */
 	size_t table_len;
 	struct w2j_field *columns; /* "columns" (new tuple) in wal2json order; "identity" is skipped */
 	size_t ncolumns;
-	bool transactional;    /* M only */
-	const char *prefix;    /* M only */
+	bool transactional; /* M only */
+	const char *prefix; /* M only */
 	size_t prefix_len;
-	const char *content;   /* M only, unescaped */
+	const char *content; /* M only, unescaped */
 	size_t content_len;
 };
 
@@ -96,7 +96,7 @@ bool w2j_decode(struct w2j_decoder *d, const char *buf, size_t len, struct w2j_c
  */
 #define W2J_INPLACE_MIN (64 * 1024)
 bool w2j_decode_inplace(struct w2j_decoder *d, char *buf, size_t len, size_t keep,
-			struct w2j_change *ret);
+                        struct w2j_change *ret);
 
 /*
  * After w2j_decode_inplace() changed its buffer: the first bytes the buffer
@@ -112,7 +112,7 @@ const char *w2j_original(const struct w2j_decoder *d, size_t *len);
  * Invalidates pointers returned by the previous w2j_decode() on d.
  */
 bool w2j_decode_object(struct w2j_decoder *d, const char *buf, size_t len,
-		       struct w2j_field **ret_fields, size_t *ret_nfields);
+                       struct w2j_field **ret_fields, size_t *ret_nfields);
 
 /* True when buf[0..len) is exactly one valid JSON value; touches no decoder. */
 bool w2j_json_valid(const char *buf, size_t len);

@@ -43,8 +43,9 @@ static const unsigned char *find_special(const unsigned char *p, const unsigned 
 
 	while (end - p >= 16) {
 		__m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
-		__m128i hit = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, bslash)),
-		                           _mm_cmpeq_epi8(_mm_min_epu8(v, ctl), v));
+		__m128i hit =
+		    _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, bslash)),
+		                 _mm_cmpeq_epi8(_mm_min_epu8(v, ctl), v));
 		int mask = _mm_movemask_epi8(hit);
 
 		if (mask)
@@ -85,7 +86,7 @@ static int hex_val(unsigned char c)
 	return c >= '0' && c <= '9'   ? c - '0'
 	       : c >= 'a' && c <= 'f' ? c - 'a' + 10
 	       : c >= 'A' && c <= 'F' ? c - 'A' + 10
-				      : -1;
+	                              : -1;
 }
 
 /* The code point of \uXXXX at p (p[0] is the backslash), -1 when malformed. */
@@ -112,7 +113,7 @@ static long u_escape(const unsigned char *p, const unsigned char *end)
  * and U+0000 (everything else is yajl's call). Writes nothing.
  */
 static bool scan_escaped(const unsigned char *start, const unsigned char *p,
-			 const unsigned char *end, const unsigned char **close, size_t *len)
+                         const unsigned char *end, const unsigned char **close, size_t *len)
 {
 	size_t n = (size_t)(p - start);
 
@@ -195,8 +196,8 @@ size_t w2j_unescape_inplace(char *o, const char *p, const char *close)
  * FAST_FALLBACK: not such a string, nothing recorded.
  */
 static enum fast_result big_string(struct w2j_decoder *d, const unsigned char **pp,
-				   const unsigned char *end, const unsigned char *p,
-				   const unsigned char **s, size_t *n)
+                                   const unsigned char *end, const unsigned char *p,
+                                   const unsigned char **s, size_t *n)
 {
 	const unsigned char *start = *pp + 1, *close = p;
 	size_t len = (size_t)(p - start);
@@ -204,7 +205,7 @@ static enum fast_result big_string(struct w2j_decoder *d, const unsigned char **
 	/* Only a column's "value" and a message's "content": nothing that an
 	 * error message quotes while parsing goes on. */
 	bool wanted = (d->depth == 3 && d->ckey == C_VALUE && !d->skipping) ||
-		      (d->depth == 1 && d->key == K_CONTENT);
+	              (d->depth == 1 && d->key == K_CONTENT);
 
 	if (!wanted || (size_t)(end - start) < d->inplace_min)
 		return FAST_FALLBACK;
@@ -223,8 +224,8 @@ static enum fast_result big_string(struct w2j_decoder *d, const unsigned char **
 		d->bigs = nb;
 		d->bigs_cap = cap;
 	}
-	d->bigs[d->nbigs++] = (struct big){(size_t)((const char *)start - d->input),
-					   (size_t)(close - start), len};
+	d->bigs[d->nbigs++] =
+	    (struct big){(size_t)((const char *)start - d->input), (size_t)(close - start), len};
 	d->big_ptr = start;
 	d->big_len = len;
 	*s = start;
@@ -367,7 +368,7 @@ static const unsigned char *skip_ws(const unsigned char *p, const unsigned char 
 
 /* Tokenize buf[0..len) into cb's callbacks (see above). */
 enum fast_result w2j_fast_parse(struct w2j_decoder *d, const yajl_callbacks *cb, const char *buf,
-                                   size_t len)
+                                size_t len)
 {
 	enum { S_VALUE, S_VALUE_OR_CLOSE, S_KEY, S_KEY_OR_CLOSE, S_AFTER } st = S_VALUE;
 	const unsigned char *p = (const unsigned char *)buf, *end = p + len;
@@ -461,7 +462,7 @@ enum fast_result w2j_fast_parse(struct w2j_decoder *d, const yajl_callbacks *cb,
 			return FAST_FAILED;
 		st = S_AFTER;
 		continue;
-close:
+	close:
 		depth--;
 		ok = stack[depth] == '{' ? cb->yajl_end_map(d) : cb->yajl_end_array(d);
 		p++;

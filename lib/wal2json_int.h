@@ -72,7 +72,6 @@ enum topkey {
 	K_PK
 };
 
-
 /* Keys of one element of "columns". */
 enum colkey {
 	C_OTHER = 0, /* typeoid, position, optional, default, ...: ignored */
@@ -102,13 +101,13 @@ struct w2j_decoder {
 	 * object parsed, their escapes are undone in place and they are NUL-
 	 * terminated there (saving the buffer's first keep bytes before).
 	 */
-	char *input;         /* the caller's buffer, NULL when not in place */
-	size_t inplace_min;  /* W2J_INPLACE_MIN, or what tests set */
+	char *input;        /* the caller's buffer, NULL when not in place */
+	size_t inplace_min; /* W2J_INPLACE_MIN, or what tests set */
 	struct big {
 		size_t off;     /* content start in input */
 		size_t raw_len; /* bytes between the quotes */
 		size_t len;     /* after unescaping */
-	} *bigs;
+	} * bigs;
 	size_t nbigs, bigs_cap;
 	const unsigned char *big_ptr; /* the last big string handed to a callback */
 	size_t big_len;
@@ -164,7 +163,7 @@ bool w2j_arena_put(struct w2j_decoder *d, const void *s, size_t len, struct span
 struct slot *w2j_slot_new(struct w2j_decoder *d);
 /* Record a scalar value into slot s. For NULL, s and len are ignored. */
 bool w2j_slot_set_value(struct w2j_decoder *d, struct slot *s, enum w2j_kind kind, const void *v,
-			size_t len);
+                        size_t len);
 
 /*
  * The fast tokenizer (wal2json_fast.c): drives cb like yajl would over
@@ -174,7 +173,7 @@ bool w2j_slot_set_value(struct w2j_decoder *d, struct slot *s, enum w2j_kind kin
  */
 enum fast_result { FAST_OK, FAST_FAILED, FAST_FALLBACK };
 enum fast_result w2j_fast_parse(struct w2j_decoder *d, const yajl_callbacks *cb, const char *buf,
-				size_t len);
+                                size_t len);
 /* Undo the escapes of a string the tokenizer checked, from p up to close, writing from o. */
 size_t w2j_unescape_inplace(char *o, const char *p, const char *close);
 

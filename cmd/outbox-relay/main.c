@@ -55,7 +55,7 @@ int main(int argc, char **argv)
 	}
 	if (cf.since || cf.until) {
 		fprintf(stderr, "outbox-relay: --since and --until are options of outbox-relay "
-				"republish; drop them (or OUTBOX_RELAY_SINCE/_UNTIL) to run the relay\n");
+		                "republish; drop them (or OUTBOX_RELAY_SINCE/_UNTIL) to run the relay\n");
 		config_finish(&cf);
 		return EXIT_USAGE;
 	}

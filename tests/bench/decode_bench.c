@@ -25,20 +25,23 @@ static char *make_line(size_t payload, size_t *len)
 
 	if (!s)
 		exit(1);
-	n = (size_t)snprintf(s, cap,
-	                     "{\"action\":\"I\",\"xid\":742,\"lsn\":\"0/16B3748\",\"timestamp\":\"2026-11-22 "
-	                     "03:10:11.123456+00\",\"schema\":\"public\",\"table\":\"outbox\",\"columns\":["
-	                     "{\"name\":\"id\",\"type\":\"uuid\",\"value\":\"5b4f1e0c-8a8e-4c33-9d0e-2f6f0f3c1a77\"},"
-	                     "{\"name\":\"aggregate_type\",\"type\":\"text\",\"value\":\"order\"},"
-	                     "{\"name\":\"aggregate_id\",\"type\":\"text\",\"value\":\"48213\"},"
-	                     "{\"name\":\"event_type\",\"type\":\"text\",\"value\":\"created\"},"
-	                     "{\"name\":\"payload\",\"type\":\"jsonb\",\"value\":\"{\\\"n\\\": 48213, \\\"blob\\\": \\\"");
+	n = (size_t)snprintf(
+	    s, cap,
+	    "{\"action\":\"I\",\"xid\":742,\"lsn\":\"0/16B3748\",\"timestamp\":\"2026-11-22 "
+	    "03:10:11.123456+00\",\"schema\":\"public\",\"table\":\"outbox\",\"columns\":["
+	    "{\"name\":\"id\",\"type\":\"uuid\",\"value\":\"5b4f1e0c-8a8e-4c33-9d0e-2f6f0f3c1a77\"},"
+	    "{\"name\":\"aggregate_type\",\"type\":\"text\",\"value\":\"order\"},"
+	    "{\"name\":\"aggregate_id\",\"type\":\"text\",\"value\":\"48213\"},"
+	    "{\"name\":\"event_type\",\"type\":\"text\",\"value\":\"created\"},"
+	    "{\"name\":\"payload\",\"type\":\"jsonb\",\"value\":\"{\\\"n\\\": 48213, \\\"blob\\\": "
+	    "\\\"");
 	for (size_t i = 0; i < payload; i++)
 		s[n++] = (char)('a' + i % 26);
-	n += (size_t)snprintf(s + n, cap - n,
-	                      "\\\"}\"},{\"name\":\"headers\",\"type\":\"jsonb\",\"value\":\"{}\"},"
-	                      "{\"name\":\"created_at\",\"type\":\"timestamp with time zone\",\"value\":"
-	                      "\"2026-11-22 03:10:11.123456+00\"}]}");
+	n +=
+	    (size_t)snprintf(s + n, cap - n,
+	                     "\\\"}\"},{\"name\":\"headers\",\"type\":\"jsonb\",\"value\":\"{}\"},"
+	                     "{\"name\":\"created_at\",\"type\":\"timestamp with time zone\",\"value\":"
+	                     "\"2026-11-22 03:10:11.123456+00\"}]}");
 	*len = n;
 	return s;
 }

@@ -86,7 +86,8 @@ static void compare_paths(const char *buf, size_t size, bool ok, const struct w2
 }
 
 /* The same for w2j_decode_object(). */
-static void compare_objects(const char *buf, size_t size, bool ok, const struct w2j_field *a, size_t na)
+static void compare_objects(const char *buf, size_t size, bool ok, const struct w2j_field *a,
+                            size_t na)
 {
 	struct w2j_field *b;
 	size_t nb;
@@ -96,7 +97,8 @@ static void compare_objects(const char *buf, size_t size, bool ok, const struct 
 	if (na != nb)
 		abort();
 	for (size_t i = 0; i < na; i++)
-		if (a[i].kind != b[i].kind || !same_text(a[i].name, a[i].name_len, b[i].name, b[i].name_len) ||
+		if (a[i].kind != b[i].kind ||
+		    !same_text(a[i].name, a[i].name_len, b[i].name, b[i].name_len) ||
 		    !same_text(a[i].value, a[i].value_len, b[i].value, b[i].value_len))
 			abort();
 }
@@ -147,7 +149,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		compare_paths(buf, size, ok, &ch);
 		dec = keep;
 		if (w2j_original(inp, &olen) ? !ok || memcmp(w2j_original(inp, &olen), buf, olen) != 0
-					      : memcmp(copy, buf, size) != 0)
+		                             : memcmp(copy, buf, size) != 0)
 			abort();
 		free(copy);
 	}

@@ -99,8 +99,7 @@ static redisReply *read_resp(const char *bytes, size_t len)
 
 	if (!rd)
 		return NULL;
-	if (redisReaderFeed(rd, bytes, len) != REDIS_OK ||
-	    redisReaderGetReply(rd, &reply) != REDIS_OK)
+	if (redisReaderFeed(rd, bytes, len) != REDIS_OK || redisReaderGetReply(rd, &reply) != REDIS_OK)
 		reply = NULL;
 	redisReaderFree(rd);
 	return reply;
@@ -170,8 +169,8 @@ static bool node_is(const struct cluster_slots_map *m, int slot, const char *hos
 		return false;
 	}
 	if (strcmp(m->nodes[i].host, host) != 0 || m->nodes[i].port != port) {
-		printf("# slot %d: %s:%d, want %s:%d\n", slot, m->nodes[i].host, m->nodes[i].port,
-		       host, port);
+		printf("# slot %d: %s:%d, want %s:%d\n", slot, m->nodes[i].host, m->nodes[i].port, host,
+		       port);
 		return false;
 	}
 	return true;
@@ -191,11 +190,12 @@ static struct cluster_slots_map *accepted(const char *name, redisReply *r, const
 
 TEST(three_masters_with_replicas)
 {
-	struct cluster_slots_map *m = accepted(
-		"three", resp("[[0 5460 [\"10.0.0.1\" 7000 \"id1\"] [\"10.0.0.4\" 7003 \"id4\"]]"
-			      " [5461 10922 [\"10.0.0.2\" 7001 \"id2\"] [\"10.0.0.5\" 7004 \"id5\"]]"
-			      " [10923 16383 [\"10.0.0.3\" 7002 \"id3\"]]]"),
-		SEED);
+	struct cluster_slots_map *m =
+	    accepted("three",
+	             resp("[[0 5460 [\"10.0.0.1\" 7000 \"id1\"] [\"10.0.0.4\" 7003 \"id4\"]]"
+	                  " [5461 10922 [\"10.0.0.2\" 7001 \"id2\"] [\"10.0.0.5\" 7004 \"id5\"]]"
+	                  " [10923 16383 [\"10.0.0.3\" 7002 \"id3\"]]]"),
+	             SEED);
 
 	CHECK(m);
 	if (!m)
@@ -214,10 +214,10 @@ TEST(hostnames_and_metadata)
 {
 	/* Redis 7: a fourth element with networking metadata, not read. */
 	struct cluster_slots_map *m =
-		accepted("hostnames",
-			 resp("[[0 16383 [\"redis-0.svc.example\" 6379 \"abc\" [\"hostname\" "
-			      "\"redis-0.svc.example\"]] [\"redis-1.svc.example\" 6379 \"def\" []]]]"),
-			 SEED);
+	    accepted("hostnames",
+	             resp("[[0 16383 [\"redis-0.svc.example\" 6379 \"abc\" [\"hostname\" "
+	                  "\"redis-0.svc.example\"]] [\"redis-1.svc.example\" 6379 \"def\" []]]]"),
+	             SEED);
 
 	CHECK(m);
 	if (!m)
@@ -230,10 +230,10 @@ TEST(hostnames_and_metadata)
 TEST(empty_or_nil_host_is_the_seed)
 {
 	struct cluster_slots_map *m = accepted(
-		"empty host",
-		resp("[[0 8191 [\"\" 7000 \"a\"]] [8192 12000 [nil 7001 \"b\"]] [12001 16383 [\"\" "
-		     "7000 \"a\"]]]"),
-		"127.0.0.1");
+	    "empty host",
+	    resp("[[0 8191 [\"\" 7000 \"a\"]] [8192 12000 [nil 7001 \"b\"]] [12001 16383 [\"\" "
+	         "7000 \"a\"]]]"),
+	    "127.0.0.1");
 
 	CHECK(m);
 	if (!m)
@@ -251,7 +251,7 @@ TEST(partial_map_and_short_master)
 {
 	/* [host, port] without the id is enough; unlisted slots stay unassigned. */
 	struct cluster_slots_map *m =
-		accepted("partial", resp("[[100 200 [\"h\" 1]] [300 300 [\"h\" 65535]]]"), SEED);
+	    accepted("partial", resp("[[100 200 [\"h\" 1]] [300 300 [\"h\" 65535]]]"), SEED);
 
 	CHECK(m);
 	if (!m)
@@ -323,55 +323,55 @@ TEST(host_length)
 static const struct {
 	const char *name, *spec, *want;
 } hostile[] = {
-	{"status", "+OK", "the reply is a status, not an array"},
-	{"integer", "5", "the reply is an integer, not an array"},
-	{"nil", "nil", "the reply is nil, not an array"},
-	{"error", "!ERR_This_instance_has_cluster_support_disabled", "is an error"},
-	{"no entries", "[]", "no slots are assigned"},
-	{"entry integer", "[5]", "entry 0 is an integer, not an array"},
-	{"entry string", "[[0 16383 [\"h\" 1]] \"x\"]", "entry 1 is a string, not an array"},
-	{"entry nil", "[nil]", "entry 0 is nil"},
-	{"entry empty", "[[]]", "entry 0 has 0 elements, fewer than 3"},
-	{"no master", "[[0 16383]]", "entry 0 has 2 elements, fewer than 3"},
-	{"start > end", "[[10 5 [\"h\" 1]]]",
-	 "start slot 10 and end slot 5 are not a range within 0-16383"},
-	{"end 16384", "[[0 16384 [\"h\" 1]]]", "start slot 0 and end slot 16384 are not a range"},
-	{"end huge", "[[0 9223372036854775807 [\"h\" 1]]]", "not a range"},
-	{"negative start", "[[-1 10 [\"h\" 1]]]", "start slot -1 and end slot 10 are not a range"},
-	{"very negative start", "[[-9223372036854775808 0 [\"h\" 1]]]", "not a range"},
-	{"negative range", "[[-100 -1 [\"h\" 1]]]", "not a range"},
-	{"start 16384", "[[16384 16390 [\"h\" 1]]]",
-	 "start slot 16384 and end slot 16390 are not a range"},
-	{"start 20000", "[[20000 10 [\"h\" 1]]]", "not a range"},
-	{"start string", "[[\"0\" 16383 [\"h\" 1]]]", "the slot range is a string and an integer"},
-	{"end nil", "[[0 nil [\"h\" 1]]]", "the slot range is an integer and nil"},
-	{"start array", "[[[0] 1 [\"h\" 1]]]",
-	 "the slot range is an array and an integer, not two integers"},
-	{"master string", "[[0 1 \"h\"]]", "the master is a string, not an array"},
-	{"master nil", "[[0 1 nil]]", "the master is nil, not an array"},
-	{"master short", "[[0 1 [\"h\"]]]", "the master has 1 elements, fewer than 2"},
-	{"master empty", "[[0 1 []]]", "the master has 0 elements"},
-	{"port string", "[[0 1 [\"h\" \"7000\"]]]", "the master's port is a string, not an integer"},
-	{"port nil", "[[0 1 [\"h\" nil]]]", "the master's port is nil"},
-	{"port 0", "[[0 1 [\"h\" 0]]]", "the master's port 0 is outside 1-65535"},
-	{"port 70000", "[[0 1 [\"h\" 70000]]]", "port 70000 is outside 1-65535"},
-	{"port -1", "[[0 1 [\"h\" -1]]]", "port -1 is outside"},
-	{"host integer", "[[0 1 [7 7000]]]", "the master's host is an integer, not a string"},
-	{"host array", "[[0 1 [[\"h\"] 7000]]]", "the master's host is an array"},
-	{"host status", "[[0 1 [+h 7000]]]", "the master's host is a status"},
-	{"host control", "[[0 1 [\"h\x01x\" 7000]]]", "host \"h?x\" has a control byte"},
-	{"host newline", "[[0 1 [\"h\nx\" 7000]]]", "has a control byte"},
-	{"host del", "[[0 1 [\"h\x7f\" 7000]]]", "has a control byte"},
-	{"id integer", "[[0 1 [\"h\" 1 5]]]", "the master's node id is an integer, not a string"},
-	{"replica integer", "[[0 1 [\"h\" 1] 5]]", "the replica 1 is an integer, not an array"},
-	{"replica port", "[[0 1 [\"h\" 1] [\"r\" 2] [\"r\" \"x\"]]]",
-	 "the replica 2's port is a string"},
-	{"replica host", "[[0 1 [\"h\" 1] [[] 2]]]", "the replica 1's host is an array"},
-	{"replica short", "[[0 1 [\"h\" 1] [\"r\"]]]", "the replica 1 has 1 elements"},
-	{"overlap", "[[0 10 [\"a\" 1]] [5 20 [\"b\" 2]]]", "entry 1: slot 5 is listed twice"},
-	{"repeat", "[[0 16383 [\"a\" 1]] [0 16383 [\"a\" 1]]]", "slot 0 is listed twice"},
-	{"late bad entry", "[[0 10 [\"a\" 1]] [11 20 [\"b\" 2]] [21 22 [\"c\" 99999]]]",
-	 "entry 2: the master's port 99999"},
+    {"status", "+OK", "the reply is a status, not an array"},
+    {"integer", "5", "the reply is an integer, not an array"},
+    {"nil", "nil", "the reply is nil, not an array"},
+    {"error", "!ERR_This_instance_has_cluster_support_disabled", "is an error"},
+    {"no entries", "[]", "no slots are assigned"},
+    {"entry integer", "[5]", "entry 0 is an integer, not an array"},
+    {"entry string", "[[0 16383 [\"h\" 1]] \"x\"]", "entry 1 is a string, not an array"},
+    {"entry nil", "[nil]", "entry 0 is nil"},
+    {"entry empty", "[[]]", "entry 0 has 0 elements, fewer than 3"},
+    {"no master", "[[0 16383]]", "entry 0 has 2 elements, fewer than 3"},
+    {"start > end", "[[10 5 [\"h\" 1]]]",
+     "start slot 10 and end slot 5 are not a range within 0-16383"},
+    {"end 16384", "[[0 16384 [\"h\" 1]]]", "start slot 0 and end slot 16384 are not a range"},
+    {"end huge", "[[0 9223372036854775807 [\"h\" 1]]]", "not a range"},
+    {"negative start", "[[-1 10 [\"h\" 1]]]", "start slot -1 and end slot 10 are not a range"},
+    {"very negative start", "[[-9223372036854775808 0 [\"h\" 1]]]", "not a range"},
+    {"negative range", "[[-100 -1 [\"h\" 1]]]", "not a range"},
+    {"start 16384", "[[16384 16390 [\"h\" 1]]]",
+     "start slot 16384 and end slot 16390 are not a range"},
+    {"start 20000", "[[20000 10 [\"h\" 1]]]", "not a range"},
+    {"start string", "[[\"0\" 16383 [\"h\" 1]]]", "the slot range is a string and an integer"},
+    {"end nil", "[[0 nil [\"h\" 1]]]", "the slot range is an integer and nil"},
+    {"start array", "[[[0] 1 [\"h\" 1]]]",
+     "the slot range is an array and an integer, not two integers"},
+    {"master string", "[[0 1 \"h\"]]", "the master is a string, not an array"},
+    {"master nil", "[[0 1 nil]]", "the master is nil, not an array"},
+    {"master short", "[[0 1 [\"h\"]]]", "the master has 1 elements, fewer than 2"},
+    {"master empty", "[[0 1 []]]", "the master has 0 elements"},
+    {"port string", "[[0 1 [\"h\" \"7000\"]]]", "the master's port is a string, not an integer"},
+    {"port nil", "[[0 1 [\"h\" nil]]]", "the master's port is nil"},
+    {"port 0", "[[0 1 [\"h\" 0]]]", "the master's port 0 is outside 1-65535"},
+    {"port 70000", "[[0 1 [\"h\" 70000]]]", "port 70000 is outside 1-65535"},
+    {"port -1", "[[0 1 [\"h\" -1]]]", "port -1 is outside"},
+    {"host integer", "[[0 1 [7 7000]]]", "the master's host is an integer, not a string"},
+    {"host array", "[[0 1 [[\"h\"] 7000]]]", "the master's host is an array"},
+    {"host status", "[[0 1 [+h 7000]]]", "the master's host is a status"},
+    {"host control", "[[0 1 [\"h\x01x\" 7000]]]", "host \"h?x\" has a control byte"},
+    {"host newline", "[[0 1 [\"h\nx\" 7000]]]", "has a control byte"},
+    {"host del", "[[0 1 [\"h\x7f\" 7000]]]", "has a control byte"},
+    {"id integer", "[[0 1 [\"h\" 1 5]]]", "the master's node id is an integer, not a string"},
+    {"replica integer", "[[0 1 [\"h\" 1] 5]]", "the replica 1 is an integer, not an array"},
+    {"replica port", "[[0 1 [\"h\" 1] [\"r\" 2] [\"r\" \"x\"]]]",
+     "the replica 2's port is a string"},
+    {"replica host", "[[0 1 [\"h\" 1] [[] 2]]]", "the replica 1's host is an array"},
+    {"replica short", "[[0 1 [\"h\" 1] [\"r\"]]]", "the replica 1 has 1 elements"},
+    {"overlap", "[[0 10 [\"a\" 1]] [5 20 [\"b\" 2]]]", "entry 1: slot 5 is listed twice"},
+    {"repeat", "[[0 16383 [\"a\" 1]] [0 16383 [\"a\" 1]]]", "slot 0 is listed twice"},
+    {"late bad entry", "[[0 10 [\"a\" 1]] [11 20 [\"b\" 2]] [21 22 [\"c\" 99999]]]",
+     "entry 2: the master's port 99999"},
 };
 
 TEST(hostile_cluster_slots)
@@ -406,33 +406,32 @@ static const struct {
 	size_t missing;   /* for CMDINFO_MISSING */
 	const char *says; /* for CMDINFO_UNREADABLE */
 } cmdinfo[] = {
-	{"all present", "[[\"xadd\" -5] [\"xgroup\" -2] [\"evalsha\" -3]]", 3, CMDINFO_PRESENT, 0,
-	 NULL},
-	{"all present, aof", "[[\"xadd\"] [\"xgroup\"] [\"evalsha\"] [\"waitaof\"]]", 4,
-	 CMDINFO_PRESENT, 0, NULL},
-	{"xadd missing", "[nil [\"xgroup\"] [\"evalsha\"]]", 3, CMDINFO_MISSING, 0, NULL},
-	{"xgroup missing", "[[\"xadd\"] nil [\"evalsha\"]]", 3, CMDINFO_MISSING, 1, NULL},
-	{"waitaof missing", "[[\"xadd\"] [\"xgroup\"] [\"evalsha\"] nil]", 4, CMDINFO_MISSING, 3,
-	 NULL},
-	{"first nil wins", "[[\"xadd\"] nil nil nil]", 4, CMDINFO_MISSING, 1, NULL},
-	{"short", "[nil]", 3, CMDINFO_UNREADABLE, 0, "1 entries for 3 commands"},
-	{"empty", "[]", 3, CMDINFO_UNREADABLE, 0, "0 entries for 3 commands"},
-	/* The old loop read argv[] past its end for a nil beyond the asked commands. */
-	{"long", "[[\"xadd\"] [\"xgroup\"] [\"evalsha\"] nil nil nil nil]", 3, CMDINFO_UNREADABLE,
-	 0, "7 entries for 3 commands"},
-	{"long, aof", "[[\"xadd\"] [\"xgroup\"] [\"evalsha\"] [\"waitaof\"] nil]", 4,
-	 CMDINFO_UNREADABLE, 0, "5 entries for 4 commands"},
-	{"string entry", "[[\"xadd\"] \"xgroup\" [\"evalsha\"]]", 3, CMDINFO_UNREADABLE, 0,
-	 "entry 1 is a string, not an array or nil"},
-	{"bad entry after nil", "[nil [\"xgroup\"] 5]", 3, CMDINFO_UNREADABLE, 0,
-	 "entry 2 is an integer"},
-	{"status entry", "[[\"xadd\"] [\"xgroup\"] +OK]", 3, CMDINFO_UNREADABLE, 0,
-	 "entry 2 is a status"},
-	{"error", "!ERR_unknown_command_'COMMAND'", 3, CMDINFO_UNREADABLE, 0,
-	 "the reply is an error, not an array"},
-	{"status", "+OK", 3, CMDINFO_UNREADABLE, 0, "the reply is a status"},
-	{"nil", "nil", 3, CMDINFO_UNREADABLE, 0, "the reply is nil"},
-	{"integer", "3", 3, CMDINFO_UNREADABLE, 0, "the reply is an integer"},
+    {"all present", "[[\"xadd\" -5] [\"xgroup\" -2] [\"evalsha\" -3]]", 3, CMDINFO_PRESENT, 0,
+     NULL},
+    {"all present, aof", "[[\"xadd\"] [\"xgroup\"] [\"evalsha\"] [\"waitaof\"]]", 4,
+     CMDINFO_PRESENT, 0, NULL},
+    {"xadd missing", "[nil [\"xgroup\"] [\"evalsha\"]]", 3, CMDINFO_MISSING, 0, NULL},
+    {"xgroup missing", "[[\"xadd\"] nil [\"evalsha\"]]", 3, CMDINFO_MISSING, 1, NULL},
+    {"waitaof missing", "[[\"xadd\"] [\"xgroup\"] [\"evalsha\"] nil]", 4, CMDINFO_MISSING, 3, NULL},
+    {"first nil wins", "[[\"xadd\"] nil nil nil]", 4, CMDINFO_MISSING, 1, NULL},
+    {"short", "[nil]", 3, CMDINFO_UNREADABLE, 0, "1 entries for 3 commands"},
+    {"empty", "[]", 3, CMDINFO_UNREADABLE, 0, "0 entries for 3 commands"},
+    /* The old loop read argv[] past its end for a nil beyond the asked commands. */
+    {"long", "[[\"xadd\"] [\"xgroup\"] [\"evalsha\"] nil nil nil nil]", 3, CMDINFO_UNREADABLE, 0,
+     "7 entries for 3 commands"},
+    {"long, aof", "[[\"xadd\"] [\"xgroup\"] [\"evalsha\"] [\"waitaof\"] nil]", 4,
+     CMDINFO_UNREADABLE, 0, "5 entries for 4 commands"},
+    {"string entry", "[[\"xadd\"] \"xgroup\" [\"evalsha\"]]", 3, CMDINFO_UNREADABLE, 0,
+     "entry 1 is a string, not an array or nil"},
+    {"bad entry after nil", "[nil [\"xgroup\"] 5]", 3, CMDINFO_UNREADABLE, 0,
+     "entry 2 is an integer"},
+    {"status entry", "[[\"xadd\"] [\"xgroup\"] +OK]", 3, CMDINFO_UNREADABLE, 0,
+     "entry 2 is a status"},
+    {"error", "!ERR_unknown_command_'COMMAND'", 3, CMDINFO_UNREADABLE, 0,
+     "the reply is an error, not an array"},
+    {"status", "+OK", 3, CMDINFO_UNREADABLE, 0, "the reply is a status"},
+    {"nil", "nil", 3, CMDINFO_UNREADABLE, 0, "the reply is nil"},
+    {"integer", "3", 3, CMDINFO_UNREADABLE, 0, "the reply is an integer"},
 };
 
 TEST(command_info)
@@ -442,7 +441,7 @@ TEST(command_info)
 		size_t missing = 999;
 		char err[256] = "";
 		enum cluster_cmdinfo v =
-			cluster_slots_command_info(r, cmdinfo[i].n, &missing, err, sizeof(err));
+		    cluster_slots_command_info(r, cmdinfo[i].n, &missing, err, sizeof(err));
 
 		if (v != cmdinfo[i].want) {
 			printf("# %s: verdict %d, want %d (%s)\n", cmdinfo[i].name, (int)v,
@@ -462,7 +461,7 @@ TEST(command_info)
 		char err[64] = "";
 
 		CHECK_INT(cluster_slots_command_info(NULL, 3, &missing, err, sizeof(err)),
-			  CMDINFO_UNREADABLE);
+		          CMDINFO_UNREADABLE);
 		CHECK_STR(err, "no reply");
 	}
 }
@@ -479,12 +478,12 @@ TEST(key_slot)
 	    {"somekey", 11058},
 	    {"foo{hash_tag}", 2515},
 	    {"{user1000}.following", 3443},
-	    {"foo{}{bar}", 8363},     /* empty tag: the whole key */
-	    {"foo{{bar}}zap", 4015},  /* tag "{bar" */
-	    {"foo{bar}{zap}", 5061},  /* first tag only: "bar" */
+	    {"foo{}{bar}", 8363},    /* empty tag: the whole key */
+	    {"foo{{bar}}zap", 4015}, /* tag "{bar" */
+	    {"foo{bar}{zap}", 5061}, /* first tag only: "bar" */
 	    {"{}", 15257},
 	    {"outbox:agg-7", 10198},
-	    {"a{", 14311},            /* no closing brace */
+	    {"a{", 14311}, /* no closing brace */
 	    {"}{x}", 16287},
 	};
 
@@ -507,13 +506,13 @@ TEST(redirect)
 	bool ask = true;
 
 	CHECK(cluster_slots_redirect("MOVED 3999 127.0.0.1:6381", &ask, &slot, host, sizeof(host),
-				     &port));
+	                             &port));
 	CHECK(!ask);
 	CHECK_INT(slot, 3999);
 	CHECK_STR(host, "127.0.0.1");
 	CHECK_INT(port, 6381);
-	CHECK(cluster_slots_redirect("ASK 16383 redis-2.example:7000", &ask, &slot, host,
-				     sizeof(host), &port));
+	CHECK(cluster_slots_redirect("ASK 16383 redis-2.example:7000", &ask, &slot, host, sizeof(host),
+	                             &port));
 	CHECK(ask);
 	CHECK_INT(slot, 16383);
 	CHECK_STR(host, "redis-2.example");
@@ -526,11 +525,16 @@ TEST(redirect)
 	CHECK_INT(port, 6379);
 	{
 		static const char *const refused[] = {
-		    "ERR unknown command",  "MOVED",
-		    "MOVED 16384 h:1",      "MOVED -1 h:1",
-		    "MOVED 12 h",           "MOVED 12 h:0",
-		    "MOVED 12 h:65536",     "MOVED 12 h:12x",
-		    "ASK 12 h x:1",         "MOVEDX 12 h:1",
+		    "ERR unknown command",
+		    "MOVED",
+		    "MOVED 16384 h:1",
+		    "MOVED -1 h:1",
+		    "MOVED 12 h",
+		    "MOVED 12 h:0",
+		    "MOVED 12 h:65536",
+		    "MOVED 12 h:12x",
+		    "ASK 12 h x:1",
+		    "MOVEDX 12 h:1",
 		    "TRYAGAIN Multiple keys request during rehashing of slot",
 		};
 

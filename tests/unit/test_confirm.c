@@ -11,15 +11,15 @@
 #include "test.h"
 
 enum op {
-	MARK,     /* a = seq, b = lsn, c = commit_lsn (0: not a commit with events) */
-	ACK,      /* a = acked seq; want_rec: confirm_acked's answer */
-	REC_DUE,  /* want_rec: confirm_record_due */
-	REC_QUEUE, /* a = seq of the record write */
-	REC_READ, /* b = the record's confirmed position, c = its commit */
+	MARK,       /* a = seq, b = lsn, c = commit_lsn (0: not a commit with events) */
+	ACK,        /* a = acked seq; want_rec: confirm_acked's answer */
+	REC_DUE,    /* want_rec: confirm_record_due */
+	REC_QUEUE,  /* a = seq of the record write */
+	REC_READ,   /* b = the record's confirmed position, c = its commit */
 	REC_CANCEL, /* the record write in flight is dropped (a lost connection) */
-	SEND,     /* the flush is sent */
-	ACCEPT,   /* b = --accept-gap position */
-	FREEZE,   /* Redis lost acknowledged writes */
+	SEND,       /* the flush is sent */
+	ACCEPT,     /* b = --accept-gap position */
+	FREEZE,     /* Redis lost acknowledged writes */
 	END
 };
 
@@ -73,8 +73,8 @@ static bool run(const struct step *steps, const char *name)
 		}
 		if (confirm_flush(&c) != s->want_flush || (s->want_rec >= 0 && got != s->want_rec)) {
 			printf("# %s, step %d: flush %llu (want %llu), answer %d (want %d)\n", name, i,
-			       (unsigned long long)confirm_flush(&c), (unsigned long long)s->want_flush,
-			       got, s->want_rec);
+			       (unsigned long long)confirm_flush(&c), (unsigned long long)s->want_flush, got,
+			       s->want_rec);
 			good = false;
 		}
 	}
@@ -83,7 +83,10 @@ static bool run(const struct step *steps, const char *name)
 }
 
 /* Positions below are small numbers; the slot record is read as 1000 unless a case is about it. */
-#define OPEN {REC_READ, 0, 1000, 0, 0, -1}
+#define OPEN                                                                                       \
+	{                                                                                              \
+		REC_READ, 0, 1000, 0, 0, -1                                                                \
+	}
 
 /* A commit is confirmed only once every command before its mark is acknowledged. */
 TEST(commit_after_all_its_events)
@@ -104,10 +107,10 @@ TEST(record_bounds_the_flush)
 {
 	static const struct step s[] = {
 	    {MARK, 2, 100, 100, 0, -1},
-	    {ACK, 2, 0, 0, 0, 0},       /* acked 100, no record yet: 0 */
+	    {ACK, 2, 0, 0, 0, 0}, /* acked 100, no record yet: 0 */
 	    {REC_DUE, 0, 0, 0, 0, 1},
 	    {REC_QUEUE, 3, 0, 0, 0, -1},
-	    {REC_DUE, 0, 0, 0, 0, 0},   /* one in flight: no second */
+	    {REC_DUE, 0, 0, 0, 0, 0}, /* one in flight: no second */
 	    {MARK, 5, 200, 200, 0, -1},
 	    {ACK, 5, 0, 0, 100, 1},     /* the record write (seq 3) acknowledged: up to it */
 	    {REC_DUE, 0, 0, 0, 100, 1}, /* 200 is past the record: the next write is due */
@@ -126,14 +129,10 @@ TEST(record_bounds_the_flush)
 TEST(record_cancelled)
 {
 	static const struct step s[] = {
-	    {MARK, 2, 100, 100, 0, -1},
-	    {ACK, 2, 0, 0, 0, 0},
-	    {REC_QUEUE, 3, 0, 0, 0, -1},
-	    {REC_CANCEL, 0, 0, 0, 0, -1},
-	    {ACK, 3, 0, 0, 0, 0},        /* the voided write counts as done: no record moved */
-	    {REC_DUE, 0, 0, 0, 0, 1},
-	    {REC_QUEUE, 4, 0, 0, 0, -1},
-	    {ACK, 4, 0, 0, 100, 1},
+	    {MARK, 2, 100, 100, 0, -1},   {ACK, 2, 0, 0, 0, 0},        {REC_QUEUE, 3, 0, 0, 0, -1},
+	    {REC_CANCEL, 0, 0, 0, 0, -1}, {ACK, 3, 0, 0, 0, 0}, /* the voided write counts as done: no
+	                                                           record moved */
+	    {REC_DUE, 0, 0, 0, 0, 1},     {REC_QUEUE, 4, 0, 0, 0, -1}, {ACK, 4, 0, 0, 100, 1},
 	    {END, 0, 0, 0, 0, 0},
 	};
 	CHECK(run(s, "record_cancelled"));
@@ -149,8 +148,8 @@ TEST(never_backwards)
 	    {SEND, 0, 0, 0, 300, -1},
 	    {REC_READ, 0, 50, 50, 300, -1}, /* a record behind: no effect */
 	    {MARK, 2, 400, 400, 300, -1},
-	    {FREEZE, 0, 0, 0, 300, -1},     /* Redis lost writes: stay at what was sent */
-	    {ACK, 2, 0, 0, 400, 0},         /* ... until a later acknowledgement */
+	    {FREEZE, 0, 0, 0, 300, -1}, /* Redis lost writes: stay at what was sent */
+	    {ACK, 2, 0, 0, 400, 0},     /* ... until a later acknowledgement */
 	    {FREEZE, 0, 0, 0, 300, -1},
 	    {END, 0, 0, 0, 0, 0},
 	};
@@ -167,7 +166,7 @@ TEST(keepalives)
 	static const struct step s[] = {
 	    OPEN,
 	    {MARK, 3, 100, 100, 0, -1},
-	    {MARK, 3, 150, 0, 0, -1},   /* keepalive: the same seq, later walEnd */
+	    {MARK, 3, 150, 0, 0, -1}, /* keepalive: the same seq, later walEnd */
 	    {ACK, 3, 0, 0, 150, 0},
 	    {MARK, 3, 180, 0, 150, -1}, /* again, nothing queued: taken at the next ACK */
 	    {ACK, 3, 0, 0, 180, 0},
@@ -199,11 +198,9 @@ TEST(dead_letter_inside_transaction)
 TEST(accepted_gap)
 {
 	static const struct step s[] = {
-	    {REC_READ, 0, 100, 100, 0, -1},
-	    {ACCEPT, 0, 500, 0, 500, -1},
+	    {REC_READ, 0, 100, 100, 0, -1}, {ACCEPT, 0, 500, 0, 500, -1},
 	    {REC_DUE, 0, 0, 0, 500, 1}, /* the record must move there */
-	    {MARK, 1, 600, 600, 500, -1},
-	    {ACK, 1, 0, 0, 500, 0},
+	    {MARK, 1, 600, 600, 500, -1},   {ACK, 1, 0, 0, 500, 0},
 	    {END, 0, 0, 0, 0, 0},
 	};
 	CHECK(run(s, "accepted_gap"));

@@ -7,10 +7,12 @@
 
 static struct w2j_field col(const char *name, enum w2j_kind kind, const char *value)
 {
-	return (struct w2j_field){name, strlen(name), "text", 4, kind, value, value ? strlen(value) : 0};
+	return (struct w2j_field){
+	    name, strlen(name), "text", 4, kind, value, value ? strlen(value) : 0};
 }
 
-static const char *render(const char *spec, const struct w2j_field *f, size_t n, const char **reason)
+static const char *render(const char *spec, const struct w2j_field *f, size_t n,
+                          const char **reason)
 {
 	static struct buf out;
 	char err[256];
@@ -59,7 +61,8 @@ TEST(template_errors)
 
 TEST(template_render_failures)
 {
-	struct w2j_field f[] = {col("aggregate_type", W2J_KIND_NULL, NULL), col("e", W2J_KIND_STRING, "")};
+	struct w2j_field f[] = {col("aggregate_type", W2J_KIND_NULL, NULL),
+	                        col("e", W2J_KIND_STRING, "")};
 	const char *reason = NULL;
 	char big[600];
 
@@ -111,14 +114,15 @@ TEST(map_row)
 	char err[256];
 	struct mapper *m = mapper_create(&cf, err, sizeof(err));
 	struct w2j_field f[] = {
-		col("id", W2J_KIND_STRING, "e-1"),
-		col("aggregate_type", W2J_KIND_STRING, "order"),
-		col("note", W2J_KIND_NULL, NULL),
-		col("payload", W2J_KIND_STRING, "{\"a\": 1}"),
-		col("n", W2J_KIND_NUMBER, "12.5000"),
+	    col("id", W2J_KIND_STRING, "e-1"),    col("aggregate_type", W2J_KIND_STRING, "order"),
+	    col("note", W2J_KIND_NULL, NULL),     col("payload", W2J_KIND_STRING, "{\"a\": 1}"),
+	    col("n", W2J_KIND_NUMBER, "12.5000"),
 	};
-	struct txn_info tx = {.commit_lsn = 0x1522408, .has_xid = true, .xid = 739,
-			      .committed_at = "2026-11-21 23:51:54.887293+00", .committed_at_len = 29};
+	struct txn_info tx = {.commit_lsn = 0x1522408,
+	                      .has_xid = true,
+	                      .xid = 739,
+	                      .committed_at = "2026-11-21 23:51:54.887293+00",
+	                      .committed_at_len = 29};
 	struct event ev;
 	const char *reason = NULL;
 
@@ -145,9 +149,12 @@ TEST(map_dead_letters)
 	char err[256];
 	struct mapper *m = mapper_create(&cf, err, sizeof(err));
 	struct txn_info tx = {.commit_lsn = 0x10};
-	struct w2j_field nullid[] = {col("id", W2J_KIND_NULL, NULL), col("aggregate_type", W2J_KIND_STRING, "o")};
-	struct w2j_field emptyid[] = {col("id", W2J_KIND_STRING, ""), col("aggregate_type", W2J_KIND_STRING, "o")};
-	struct w2j_field noroute[] = {col("id", W2J_KIND_STRING, "x"), col("aggregate_type", W2J_KIND_NULL, NULL)};
+	struct w2j_field nullid[] = {col("id", W2J_KIND_NULL, NULL),
+	                             col("aggregate_type", W2J_KIND_STRING, "o")};
+	struct w2j_field emptyid[] = {col("id", W2J_KIND_STRING, ""),
+	                              col("aggregate_type", W2J_KIND_STRING, "o")};
+	struct w2j_field noroute[] = {col("id", W2J_KIND_STRING, "x"),
+	                              col("aggregate_type", W2J_KIND_NULL, NULL)};
 	struct event ev;
 	const char *reason = NULL;
 
@@ -171,13 +178,16 @@ TEST(map_id_format_and_text_payload)
 	char err[256];
 	struct mapper *m;
 	struct txn_info tx = {.commit_lsn = 0x10};
-	struct w2j_field notuuid[] = {col("id", W2J_KIND_STRING, "42"), col("aggregate_type", W2J_KIND_STRING, "o")};
+	struct w2j_field notuuid[] = {col("id", W2J_KIND_STRING, "42"),
+	                              col("aggregate_type", W2J_KIND_STRING, "o")};
 	struct w2j_field isuuid[] = {col("id", W2J_KIND_STRING, "6F0C2A55-8f1e-4c0b-9c7e-6c2f9f3b1a10"),
-				     col("aggregate_type", W2J_KIND_STRING, "o")};
-	struct w2j_field badjson[] = {col("id", W2J_KIND_STRING, "x"), col("aggregate_type", W2J_KIND_STRING, "o"),
-				      col("payload", W2J_KIND_STRING, "not json")};
-	struct w2j_field okjson[] = {col("id", W2J_KIND_STRING, "x"), col("aggregate_type", W2J_KIND_STRING, "o"),
-				     col("payload", W2J_KIND_STRING, "{\"a\": [1, 2]}")};
+	                             col("aggregate_type", W2J_KIND_STRING, "o")};
+	struct w2j_field badjson[] = {col("id", W2J_KIND_STRING, "x"),
+	                              col("aggregate_type", W2J_KIND_STRING, "o"),
+	                              col("payload", W2J_KIND_STRING, "not json")};
+	struct w2j_field okjson[] = {col("id", W2J_KIND_STRING, "x"),
+	                             col("aggregate_type", W2J_KIND_STRING, "o"),
+	                             col("payload", W2J_KIND_STRING, "{\"a\": [1, 2]}")};
 	struct event ev;
 	const char *reason = NULL;
 
@@ -224,8 +234,8 @@ TEST(render_control_bytes)
 		size_t len;
 		const char *byte;
 	} bad[] = {
-		{"a\0b", 3, "0x00 (at byte 1)"}, {"a\nb", 3, "0x0a"}, {"\tab", 3, "0x09 (at byte 0)"},
-		{"ab\x1f", 3, "0x1f (at byte 2)"}, {"a\x7f", 2, "0x7f"}, {"\r", 1, "0x0d"},
+	    {"a\0b", 3, "0x00 (at byte 1)"},   {"a\nb", 3, "0x0a"},  {"\tab", 3, "0x09 (at byte 0)"},
+	    {"ab\x1f", 3, "0x1f (at byte 2)"}, {"a\x7f", 2, "0x7f"}, {"\r", 1, "0x0d"},
 	};
 	struct w2j_field f[2];
 	const char *reason;
@@ -282,8 +292,11 @@ TEST(map_field_limit)
 	struct relay_config cf = test_config();
 	char err[256];
 	struct mapper *m = mapper_create(&cf, err, sizeof(err));
-	struct txn_info tx = {.commit_lsn = 0x10, .has_xid = true, .xid = 7,
-			      .committed_at = "2026-11-21 23:51:54+00", .committed_at_len = 22};
+	struct txn_info tx = {.commit_lsn = 0x10,
+	                      .has_xid = true,
+	                      .xid = 7,
+	                      .committed_at = "2026-11-21 23:51:54+00",
+	                      .committed_at_len = 22};
 	struct txn_info bare = {.commit_lsn = 0x10}; /* only _lsn is added */
 	size_t n = EVENT_MAX_FIELDS + 2;
 	struct w2j_field *f = calloc(n, sizeof(*f));
@@ -297,7 +310,7 @@ TEST(map_field_limit)
 	/* 2000 columns + 3 metadata fields: over. */
 	CHECK_INT(mapper_map(m, &tx, 0, f, EVENT_MAX_FIELDS, "RAW", 3, &ev, &reason), MAP_DEAD_LETTER);
 	CHECK_STR(reason, "event has 2003 fields (with _lsn, _xid, _committed_at), more than the "
-			  "2000 a stream entry may have");
+	                  "2000 a stream entry may have");
 	CHECK_INT(ev.dead_reason, DEAD_TOO_LARGE);
 	CHECK_MEM(ev.stream, ev.stream_len, "outbox:dead-letter");
 	/* Exactly at the limit: 1997 columns + 3. */
@@ -305,7 +318,8 @@ TEST(map_field_limit)
 	CHECK_INT(ev.nfields, EVENT_MAX_FIELDS);
 	/* The metadata counts: without _xid and _committed_at two more columns fit. */
 	CHECK_INT(mapper_map(m, &bare, 2, f, EVENT_MAX_FIELDS - 1, "RAW", 3, &ev, &reason), MAP_EVENT);
-	CHECK_INT(mapper_map(m, &bare, 3, f, EVENT_MAX_FIELDS, "RAW", 3, &ev, &reason), MAP_DEAD_LETTER);
+	CHECK_INT(mapper_map(m, &bare, 3, f, EVENT_MAX_FIELDS, "RAW", 3, &ev, &reason),
+	          MAP_DEAD_LETTER);
 	/* NULL columns are not published, so they do not count. */
 	f[5] = col("k", W2J_KIND_NULL, NULL);
 	CHECK_INT(mapper_map(m, &tx, 4, f, EVENT_MAX_FIELDS - 2, "RAW", 3, &ev, &reason), MAP_EVENT);
@@ -320,7 +334,8 @@ TEST(dead_letter_raw_cap)
 	char err[256];
 	struct mapper *m = mapper_create(&cf, err, sizeof(err));
 	struct txn_info tx = {.commit_lsn = 0x10, .has_xid = true, .xid = 7};
-	struct w2j_field nullid[] = {col("id", W2J_KIND_NULL, NULL), col("aggregate_type", W2J_KIND_STRING, "o")};
+	struct w2j_field nullid[] = {col("id", W2J_KIND_NULL, NULL),
+	                             col("aggregate_type", W2J_KIND_STRING, "o")};
 	size_t big = 3 * 1024 * 1024;
 	char *raw = malloc(big);
 	struct event ev;

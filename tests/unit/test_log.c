@@ -15,19 +15,19 @@ static char out[16384];
 
 /* Run one log call with stderr sent to a temporary file; its output in out. */
 #define CAPTURE(call)                                                                              \
-	do {                                                                                       \
-		FILE *f_ = tmpfile();                                                              \
-		int saved_ = dup(STDERR_FILENO);                                                   \
-		size_t n_;                                                                         \
-		fflush(stderr);                                                                    \
-		dup2(fileno(f_), STDERR_FILENO);                                                   \
-		call;                                                                              \
-		dup2(saved_, STDERR_FILENO);                                                       \
-		close(saved_);                                                                     \
-		rewind(f_);                                                                        \
-		n_ = fread(out, 1, sizeof(out) - 1, f_);                                           \
-		out[n_] = '\0';                                                                    \
-		fclose(f_);                                                                        \
+	do {                                                                                           \
+		FILE *f_ = tmpfile();                                                                      \
+		int saved_ = dup(STDERR_FILENO);                                                           \
+		size_t n_;                                                                                 \
+		fflush(stderr);                                                                            \
+		dup2(fileno(f_), STDERR_FILENO);                                                           \
+		call;                                                                                      \
+		dup2(saved_, STDERR_FILENO);                                                               \
+		close(saved_);                                                                             \
+		rewind(f_);                                                                                \
+		n_ = fread(out, 1, sizeof(out) - 1, f_);                                                   \
+		out[n_] = '\0';                                                                            \
+		fclose(f_);                                                                                \
 	} while (0)
 
 static int count_char(const char *s, char c)

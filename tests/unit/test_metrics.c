@@ -34,11 +34,11 @@ static bool has_line(const char *text, const char *line)
 
 /* CHECK that text holds line, printing the missing line. */
 #define CHECK_LINE(text, line)                                                                     \
-	do {                                                                                       \
-		if (!has_line((text), (line))) {                                                   \
-			printf("# %s:%d: missing line: %s\n", __FILE__, __LINE__, (line));         \
-			test_cur_failed = 1;                                                       \
-		}                                                                                  \
+	do {                                                                                           \
+		if (!has_line((text), (line))) {                                                           \
+			printf("# %s:%d: missing line: %s\n", __FILE__, __LINE__, (line));                     \
+			test_cur_failed = 1;                                                                   \
+		}                                                                                          \
 	} while (0)
 
 /* The value after "<prefix> " on the line starting with prefix, or NULL. */
@@ -83,7 +83,7 @@ static void http_resp_free(struct http_resp *r)
  * status line.
  */
 static bool http_req_at(const char *ip, int port, const char *method, const char *path,
-			struct http_resp *r)
+                        struct http_resp *r)
 {
 	struct sockaddr_storage sa;
 	socklen_t salen;
@@ -220,7 +220,7 @@ TEST(render_values)
 	CHECK_LINE(text, "outbox_relay_ignored_changes_total{slot=\"s1\",kind=\"delete\"} 0");
 	CHECK_LINE(text, "outbox_relay_ignored_changes_total{slot=\"s1\",kind=\"truncate\"} 0");
 	CHECK_LINE(text, "outbox_relay_ignored_changes_total{slot=\"s1\",kind=\"non_transactional_"
-			 "message\"} 6");
+	                 "message\"} 6");
 	CHECK_LINE(text, "outbox_relay_redis_errors_total{slot=\"s1\",kind=\"oom\"} 0");
 	CHECK_LINE(text, "outbox_relay_redis_errors_total{slot=\"s1\",kind=\"busy\"} 0");
 	CHECK_LINE(text, "outbox_relay_redis_errors_total{slot=\"s1\",kind=\"timeout\"} 7");
@@ -298,10 +298,10 @@ TEST(histogram)
 	if (!m)
 		return;
 	metrics_observe_latency(m, 0);
-	metrics_observe_latency(m, -5);      /* clock skew: counts as 0 */
-	metrics_observe_latency(m, 500);     /* exactly 0.0005: le is inclusive */
-	metrics_observe_latency(m, 501);     /* 0.001 */
-	metrics_observe_latency(m, 3000000); /* 5 */
+	metrics_observe_latency(m, -5);       /* clock skew: counts as 0 */
+	metrics_observe_latency(m, 500);      /* exactly 0.0005: le is inclusive */
+	metrics_observe_latency(m, 501);      /* 0.001 */
+	metrics_observe_latency(m, 3000000);  /* 5 */
 	metrics_observe_latency(m, 20000000); /* +Inf */
 	CHECK_INT(m->latency_bucket[0], 3);
 	CHECK_INT(m->latency_bucket[1], 1);
@@ -319,10 +319,10 @@ TEST(histogram)
 		const char *b = "outbox_relay_commit_to_publish_seconds_bucket{slot=\"s1\",le=";
 
 #define BUCKET(le, n)                                                                              \
-	do {                                                                                       \
-		char line_[160];                                                                   \
-		(void)snprintf(line_, sizeof(line_), "%s\"%s\"} %d", b, le, n);                    \
-		CHECK_LINE(text, line_);                                                           \
+	do {                                                                                           \
+		char line_[160];                                                                           \
+		(void)snprintf(line_, sizeof(line_), "%s\"%s\"} %d", b, le, n);                            \
+		CHECK_LINE(text, line_);                                                                   \
 	} while (0)
 		BUCKET("0.0005", 3);
 		BUCKET("0.001", 4);
@@ -381,12 +381,10 @@ TEST(stream_table_overflow)
 	text = metrics_render(m, "s1");
 	CHECK(text != NULL);
 	if (text) {
+		CHECK_LINE(text, "outbox_relay_events_published_total{slot=\"s1\",stream=\"_other\"} 7");
+		CHECK_LINE(text, "outbox_relay_events_published_total{slot=\"s1\",stream=\"stream-0\"} 0");
 		CHECK_LINE(text,
-			   "outbox_relay_events_published_total{slot=\"s1\",stream=\"_other\"} 7");
-		CHECK_LINE(text,
-			   "outbox_relay_events_published_total{slot=\"s1\",stream=\"stream-0\"} 0");
-		CHECK_LINE(text,
-			   "outbox_relay_events_published_total{slot=\"s1\",stream=\"stream-255\"} 1");
+		           "outbox_relay_events_published_total{slot=\"s1\",stream=\"stream-255\"} 1");
 		CHECK(!strstr(text, "one-too-many"));
 		free(text);
 	}
@@ -408,9 +406,9 @@ TEST(label_escaping)
 	if (text) {
 		CHECK_LINE(text, "outbox_relay_up{slot=\"x\\\"y\\\\z\\nw\"} 1");
 		CHECK_LINE(text, "outbox_relay_events_published_total{slot=\"x\\\"y\\\\z\\nw\","
-				 "stream=\"a\\\"b\\\\c\\nd\"} 0");
+		                 "stream=\"a\\\"b\\\\c\\nd\"} 0");
 		CHECK_LINE(text,
-			   "outbox_relay_events_published_total{slot=\"x\\\"y\\\\z\\nw\",stream=\"\"} 0");
+		           "outbox_relay_events_published_total{slot=\"x\\\"y\\\\z\\nw\",stream=\"\"} 0");
 		free(text);
 	}
 	/* A NULL slot renders as an empty label value. */
@@ -659,8 +657,8 @@ static bool start_fails(struct metrics *m, const char *addr, const char *want)
 		return false;
 	}
 	if (!strstr(err, want) || strchr(err, '\n')) {
-		printf("# \"%s\": err \"%s\" lacks \"%s\" or spans lines\n", addr ? addr : "(null)",
-		       err, want);
+		printf("# \"%s\": err \"%s\" lacks \"%s\" or spans lines\n", addr ? addr : "(null)", err,
+		       want);
 		return false;
 	}
 	return true;

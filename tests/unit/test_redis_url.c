@@ -210,7 +210,8 @@ TEST(tls_options)
 
 	/* Attached to a rediss:// target, copied, freed by redis_target_finish. */
 	CHECK(redis_url_parse("rediss://h:6380", &t, err, sizeof(err)));
-	CHECK(redis_target_set_tls(&t, readable, readable, readable, "redis.internal", err, sizeof(err)));
+	CHECK(
+	    redis_target_set_tls(&t, readable, readable, readable, "redis.internal", err, sizeof(err)));
 	CHECK_STR(t.tls_ca_file, readable);
 	CHECK_STR(t.tls_cert_file, readable);
 	CHECK_STR(t.tls_key_file, readable);

@@ -987,7 +987,7 @@ TEST(decode_object_empty_content_from_arena)
 {
 	struct w2j_decoder *d = w2j_create();
 	const char *line = "{\"action\":\"M\",\"xid\":null,\"lsn\":\"0/1\",\"transactional\":false,"
-			   "\"prefix\":\"p\",\"content\":\"\"}";
+	                   "\"prefix\":\"p\",\"content\":\"\"}";
 	struct w2j_change ch;
 	struct w2j_field *f;
 	size_t n;
@@ -1008,7 +1008,8 @@ static bool same(const char *a, size_t alen, const char *b, size_t blen)
 }
 
 /* Decode s with the fast path and with yajl alone; true when both agree. */
-static bool paths_agree(struct w2j_decoder *fast, struct w2j_decoder *slow, const char *s, size_t len)
+static bool paths_agree(struct w2j_decoder *fast, struct w2j_decoder *slow, const char *s,
+                        size_t len)
 {
 	struct w2j_change a, b;
 	bool ok = w2j_decode(fast, s, len, &a);
@@ -1032,9 +1033,12 @@ static bool paths_agree(struct w2j_decoder *fast, struct w2j_decoder *slow, cons
 		return false;
 	for (size_t i = 0; i < a.ncolumns; i++)
 		if (a.columns[i].kind != b.columns[i].kind ||
-		    !same(a.columns[i].name, a.columns[i].name_len, b.columns[i].name, b.columns[i].name_len) ||
-		    !same(a.columns[i].type, a.columns[i].type_len, b.columns[i].type, b.columns[i].type_len) ||
-		    !same(a.columns[i].value, a.columns[i].value_len, b.columns[i].value, b.columns[i].value_len))
+		    !same(a.columns[i].name, a.columns[i].name_len, b.columns[i].name,
+		          b.columns[i].name_len) ||
+		    !same(a.columns[i].type, a.columns[i].type_len, b.columns[i].type,
+		          b.columns[i].type_len) ||
+		    !same(a.columns[i].value, a.columns[i].value_len, b.columns[i].value,
+		          b.columns[i].value_len))
 			return false;
 	return true;
 }
@@ -1047,16 +1051,22 @@ static bool paths_agree(struct w2j_decoder *fast, struct w2j_decoder *slow, cons
  */
 TEST(fast_path_agrees_with_yajl)
 {
-	static const char *const files[] = {"txn_insert.jsonl", "messages.jsonl", "changes.jsonl",
-	                                    "minimal.jsonl", "extra_keys.jsonl", "escapes.jsonl"};
+	static const char *const files[] = {"txn_insert.jsonl", "messages.jsonl",   "changes.jsonl",
+	                                    "minimal.jsonl",    "extra_keys.jsonl", "escapes.jsonl"};
 	static const char *const cases[] = {
-	    "{\"action\":\"I\",\"lsn\":\"0/1\",\"columns\":[{\"name\":\"p\",\"type\":\"jsonb\",\"value\":\"{\\\"a\\\": \\\"0123456789abc\\\\\\\"\\\"}\"}]}",
-	    "{\"action\":\"I\",\"columns\":[{\"name\":\"x\",\"value\":\"0123456789abcde\\n0123456789abcdef\\t\\/\\b\\f\\r\\\\\"}]}",
-	    "{\"action\":\"I\",\"columns\":[{\"name\":\"x\",\"value\":\"\\u00e9\\ud83d\\ude00 \\u0001\"}]}",
+	    "{\"action\":\"I\",\"lsn\":\"0/"
+	    "1\",\"columns\":[{\"name\":\"p\",\"type\":\"jsonb\",\"value\":\"{\\\"a\\\": "
+	    "\\\"0123456789abc\\\\\\\"\\\"}\"}]}",
+	    "{\"action\":\"I\",\"columns\":[{\"name\":\"x\",\"value\":"
+	    "\"0123456789abcde\\n0123456789abcdef\\t\\/\\b\\f\\r\\\\\"}]}",
+	    "{\"action\":\"I\",\"columns\":[{\"name\":\"x\",\"value\":\"\\u00e9\\ud83d\\ude00 "
+	    "\\u0001\"}]}",
 	    "{\"action\":\"I\",\"columns\":[{\"name\":\"x\",\"value\":\"tab\there\"}]}",
 	    "{\"action\":\"I\",\"columns\":[{\"name\":\"x\",\"value\":\"bad \\x escape\"}]}",
-	    "{\"action\":\"I\",\"columns\":[{\"name\":\"n\",\"value\":-0.5e+10},{\"name\":\"m\",\"value\":12.5000},"
-	    "{\"name\":\"b\",\"value\":true},{\"name\":\"c\",\"value\":false},{\"name\":\"z\",\"value\":null}]}",
+	    "{\"action\":\"I\",\"columns\":[{\"name\":\"n\",\"value\":-0.5e+10},{\"name\":\"m\","
+	    "\"value\":12.5000},"
+	    "{\"name\":\"b\",\"value\":true},{\"name\":\"c\",\"value\":false},{\"name\":\"z\","
+	    "\"value\":null}]}",
 	    "{\"action\":\"I\",\"columns\":[{\"name\":\"n\",\"value\":01}]}",
 	    "{\"action\":\"I\",\"columns\":[{\"name\":\"n\",\"value\":1.}]}",
 	    "{\"action\":\"I\",\"columns\":[{\"name\":\"n\",\"value\":-}]}",
@@ -1101,7 +1111,8 @@ TEST(fast_path_agrees_with_yajl)
 	{
 		static const char *const objs[] = {
 		    "{\"id\":\"e1\",\"n\":12.50,\"ok\":true,\"none\":null,\"s\":\"a\\\"b\\\\c\\n\"}",
-		    "{\"payload\":{\"a\":[1,{\"b\":\"x\\ty\"},[]],\"c\":{}},\"list\":[true,false,null,-1e3]}",
+		    "{\"payload\":{\"a\":[1,{\"b\":\"x\\ty\"},[]],\"c\":{}},\"list\":[true,false,null,-1e3]"
+		    "}",
 		    "{\"u\":\"\\u00e9\"}",
 		    "{\"a\":1,}",
 		    "[1]",
@@ -1206,15 +1217,20 @@ TEST(inplace_agrees_with_yajl)
 	static const char *const files[] = {"txn_insert.jsonl", "messages.jsonl", "changes.jsonl",
 	                                    "escapes.jsonl"};
 	static const char *const cases[] = {
-	    "{\"action\":\"I\",\"schema\":\"public\",\"table\":\"outbox\",\"columns\":[{\"name\":\"p\",\"type\":\"jsonb\",\"value\":\"{\\\"a\\\": \\\"0123456789abc\\\\\\\"\\\"}\"}]}",
-	    "{\"action\":\"I\",\"columns\":[{\"name\":\"x\",\"value\":\"0123456789abcde\\n0123456789abcdef\\t\\/\\b\\f\\r\\\\\"}]}",
-	    "{\"action\":\"I\",\"columns\":[{\"name\":\"x\",\"value\":\"caf\\u00e9 \\u20ac \\u0001 \\u007f end\"}]}",
+	    "{\"action\":\"I\",\"schema\":\"public\",\"table\":\"outbox\",\"columns\":[{\"name\":\"p\","
+	    "\"type\":\"jsonb\",\"value\":\"{\\\"a\\\": \\\"0123456789abc\\\\\\\"\\\"}\"}]}",
+	    "{\"action\":\"I\",\"columns\":[{\"name\":\"x\",\"value\":"
+	    "\"0123456789abcde\\n0123456789abcdef\\t\\/\\b\\f\\r\\\\\"}]}",
+	    "{\"action\":\"I\",\"columns\":[{\"name\":\"x\",\"value\":\"caf\\u00e9 \\u20ac \\u0001 "
+	    "\\u007f end\"}]}",
 	    "{\"action\":\"I\",\"columns\":[{\"name\":\"x\",\"value\":\"pair \\ud83d\\ude00 here\"}]}",
 	    "{\"action\":\"I\",\"columns\":[{\"name\":\"x\",\"value\":\"nul \\u0000 here\"}]}",
 	    "{\"action\":\"I\",\"columns\":[{\"name\":\"x\",\"value\":\"bad \\x escape\"}]}",
 	    "{\"action\":\"I\",\"columns\":[{\"name\":\"x\",\"value\":\"short \\u12 hex\"}]}",
-	    "{\"action\":\"I\",\"columns\":[{\"name\":\"a\",\"value\":\"first long value\"},{\"name\":\"b\",\"value\":\"second \\\"long\\\" value\"}]}",
-	    "{\"action\":\"M\",\"transactional\":true,\"prefix\":\"outbox\",\"content\":\"{\\\"id\\\": \\\"e1\\\", \\\"s\\\": \\\"long enough\\\"}\"}",
+	    "{\"action\":\"I\",\"columns\":[{\"name\":\"a\",\"value\":\"first long "
+	    "value\"},{\"name\":\"b\",\"value\":\"second \\\"long\\\" value\"}]}",
+	    "{\"action\":\"M\",\"transactional\":true,\"prefix\":\"outbox\",\"content\":\"{\\\"id\\\": "
+	    "\\\"e1\\\", \\\"s\\\": \\\"long enough\\\"}\"}",
 	    "{\"action\":\"I\",\"a long unknown key\":\"with a long \\\"value\\\"\",\"columns\":[]}",
 	};
 	struct w2j_decoder *in = w2j_create(), *slow = w2j_create();
