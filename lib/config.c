@@ -1969,28 +1969,9 @@ static bool load_secret_files(struct relay_config *cf, char *err, size_t errlen)
 		free(cf->redis_sentinel_user);
 		cf->redis_sentinel_user = NULL;
 	}
-	if ((cf->redis_sentinel_password || cf->redis_sentinel_user) && !cf->redis.sentinel) {
-		msg_set(err, errlen,
-		        "--redis-sentinel-%s applies only to a redis-sentinel:// (or "
-		        "rediss-sentinel://) --redis-url: drop it, or name the Sentinels in --redis-url",
-		        cf->redis_sentinel_user ? "user"
-		        : cf->redis_sentinel_password_file && cf->redis_sentinel_password_file[0]
-		            ? "password-file"
-		            : "password");
-		return false;
-	}
-	if (cf->redis_sentinel_user && !cf->redis_sentinel_password) {
-		msg_set(err, errlen,
-		        "--redis-sentinel-user needs the user's password: give "
-		        "--redis-sentinel-password-file (or --redis-sentinel-password)");
-		return false;
-	}
-	/* The target owns them from here (the password is zeroed when freed). */
-	cf->redis.sentinel_password = cf->redis_sentinel_password;
-	cf->redis_sentinel_password = NULL;
-	cf->redis.sentinel_user = cf->redis_sentinel_user;
-	cf->redis_sentinel_user = NULL;
-	return true;
+	return redis_target_take_sentinel_auth(
+	    &cf->redis, &cf->redis_sentinel_user, &cf->redis_sentinel_password,
+	    cf->redis_sentinel_password_file && cf->redis_sentinel_password_file[0], err, errlen);
 }
 
 /* See config.h. On every path but CONFIG_OK, *cf is left zeroed. */

@@ -672,26 +672,10 @@ static bool finish_config(struct consumer_config *cf, char *err, size_t errlen)
 		}
 		cf->redis_sentinel_password = pw;
 	}
-	if ((cf->redis_sentinel_password || cf->redis_sentinel_user) && !cf->redis.sentinel) {
-		msg_set(err, errlen,
-		        "--redis-sentinel-%s applies only to a redis-sentinel:// (or "
-		        "rediss-sentinel://) --redis-url: drop it, or name the Sentinels in --redis-url",
-		        cf->redis_sentinel_user            ? "user"
-		        : cf->redis_sentinel_password_file ? "password-file"
-		                                           : "password");
+	if (!redis_target_take_sentinel_auth(&cf->redis, &cf->redis_sentinel_user,
+	                                     &cf->redis_sentinel_password,
+	                                     cf->redis_sentinel_password_file != NULL, err, errlen))
 		return false;
-	}
-	if (cf->redis_sentinel_user && !cf->redis_sentinel_password) {
-		msg_set(err, errlen,
-		        "--redis-sentinel-user needs the user's password: give "
-		        "--redis-sentinel-password-file (or --redis-sentinel-password)");
-		return false;
-	}
-	/* The target owns them from here (the password is zeroed when freed). */
-	cf->redis.sentinel_password = cf->redis_sentinel_password;
-	cf->redis_sentinel_password = NULL;
-	cf->redis.sentinel_user = cf->redis_sentinel_user;
-	cf->redis_sentinel_user = NULL;
 	if (!redis_target_check_auth(&cf->redis, err, errlen))
 		return false;
 	return redis_target_set_tls(&cf->redis, cf->tls_ca_file, cf->tls_cert_file, cf->tls_key_file,

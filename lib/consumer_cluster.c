@@ -207,6 +207,22 @@ static int slots_from(struct ccluster *cc, struct ccluster_conn *n, char *err, s
 	return 1;
 }
 
+/*
+ * The slot map from n: 1 taken, -1 a permanent failure (*ret_permanent set),
+ * 0 failed (err says why; copied to first, when given, if it is the first).
+ */
+static int try_node(struct ccluster *cc, struct ccluster_conn *n, bool *ret_permanent, char *first,
+                    size_t firstlen, char *err, size_t errlen)
+{
+	int rc = slots_from(cc, n, err, errlen);
+
+	if (rc < 0)
+		*ret_permanent = true;
+	else if (rc == 0 && first && !first[0])
+		(void)snprintf(first, firstlen, "%s", err);
+	return rc;
+}
+
 bool ccluster_refresh(struct ccluster *cc, bool *ret_permanent, char *err, size_t errlen)
 {
 	char first[512] = "";
@@ -218,15 +234,9 @@ bool ccluster_refresh(struct ccluster *cc, bool *ret_permanent, char *err, size_
 
 		if (!cc->conns[i].c)
 			continue;
-		rc = slots_from(cc, &cc->conns[i], err, errlen);
-		if (rc == 1)
-			return true;
-		if (rc < 0) {
-			*ret_permanent = true;
-			return false;
-		}
-		if (!first[0])
-			(void)snprintf(first, sizeof(first), "%s", err);
+		rc = try_node(cc, &cc->conns[i], ret_permanent, first, sizeof(first), err, errlen);
+		if (rc)
+			return rc > 0;
 	}
 	for (size_t k = 0; k < cc->t->nseeds; k++) {
 		struct ccluster_conn *n = ccluster_for_addr(cc, cc->t->seeds[k].host, cc->t->seeds[k].port,
@@ -240,15 +250,9 @@ bool ccluster_refresh(struct ccluster *cc, bool *ret_permanent, char *err, size_
 				(void)snprintf(first, sizeof(first), "%s", err);
 			continue;
 		}
-		rc = slots_from(cc, n, err, errlen);
-		if (rc == 1)
-			return true;
-		if (rc < 0) {
-			*ret_permanent = true;
-			return false;
-		}
-		if (!first[0])
-			(void)snprintf(first, sizeof(first), "%s", err);
+		rc = try_node(cc, n, ret_permanent, first, sizeof(first), err, errlen);
+		if (rc)
+			return rc > 0;
 	}
 	/* Every seed failed: any other node known from an earlier map may still answer. */
 	for (int i = 0; i < cc->nconns; i++) {
@@ -260,13 +264,9 @@ bool ccluster_refresh(struct ccluster *cc, bool *ret_permanent, char *err, size_
 				return false;
 			continue;
 		}
-		rc = slots_from(cc, n, err, errlen);
-		if (rc == 1)
-			return true;
-		if (rc < 0) {
-			*ret_permanent = true;
-			return false;
-		}
+		rc = try_node(cc, n, ret_permanent, NULL, 0, err, errlen);
+		if (rc)
+			return rc > 0;
 	}
 	*ret_permanent = false;
 	if (first[0])

@@ -532,6 +532,31 @@ error:
 }
 
 /* See redis_url.h. */
+bool redis_target_take_sentinel_auth(struct redis_target *t, char **user, char **password,
+                                     bool from_file, char *err, size_t errlen)
+{
+	if ((*password || *user) && !t->sentinel) {
+		msg_set(err, errlen,
+		        "--redis-sentinel-%s applies only to a redis-sentinel:// (or "
+		        "rediss-sentinel://) --redis-url: drop it, or name the Sentinels in --redis-url",
+		        *user       ? "user"
+		        : from_file ? "password-file"
+		                    : "password");
+		return false;
+	}
+	if (*user && !*password) {
+		msg_set(err, errlen,
+		        "--redis-sentinel-user needs the user's password: give "
+		        "--redis-sentinel-password-file (or --redis-sentinel-password)");
+		return false;
+	}
+	t->sentinel_password = *password;
+	*password = NULL;
+	t->sentinel_user = *user;
+	*user = NULL;
+	return true;
+}
+
 bool redis_target_check_auth(const struct redis_target *t, char *err, size_t errlen)
 {
 	if (t->user && !t->password) {

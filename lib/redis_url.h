@@ -68,6 +68,15 @@ void redis_target_finish(struct redis_target *t);
  */
 bool redis_target_check_auth(const struct redis_target *t, char *err, size_t errlen);
 /*
+ * Hand the --redis-sentinel-user/-password options to *t, which owns them
+ * from then on (*user and *password become NULL; the password is zeroed when
+ * freed). Refused, with a one-line reason, for a target that is not
+ * redis-sentinel:// and for a user without a password. from_file: the
+ * password came from --redis-sentinel-password-file (named in the message).
+ */
+bool redis_target_take_sentinel_auth(struct redis_target *t, char **user, char **password,
+                                     bool from_file, char *err, size_t errlen);
+/*
  * Attach the --redis-tls-* options (each may be NULL or empty) to *t. Fails
  * with a one-line reason when one is given for a target without TLS, when
  * only one of cert and key is given, or when a file cannot be read.

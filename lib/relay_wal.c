@@ -156,7 +156,7 @@ bool relay_handle_xlogdata(struct relay *r, const struct pg_msg *m)
 	struct w2j_change ch;
 	char lsnbuf[LSN_STRLEN];
 
-	const char *raw;
+	const char *raw; /* the message as it came (decoding in place changes it) */
 	size_t rawlen;
 	bool inplace = m->len >= W2J_INPLACE_MIN;
 
@@ -188,6 +188,10 @@ bool relay_handle_xlogdata(struct relay *r, const struct pg_msg *m)
 		}
 		return dead_letter(r, DEAD_UNDECODABLE, reason, m->data, m->len);
 	}
+	/* Read now: the next decode (a message's content) forgets it. */
+	raw = inplace ? w2j_original(r->dec, &rawlen) : NULL;
+	if (!raw)
+		raw = m->data;
 	switch (ch.action) {
 	case W2J_BEGIN:
 		if (ch.nextlsn == LSN_INVALID) {
@@ -214,8 +218,7 @@ bool relay_handle_xlogdata(struct relay *r, const struct pg_msg *m)
 			return false;
 		}
 		/* Dead letters keep the row as it came, before decoding changed it. */
-		raw = inplace ? w2j_original(r->dec, &rawlen) : NULL;
-		return map_and_queue(r, ch.columns, ch.ncolumns, raw ? raw : m->data, m->len, inplace);
+		return map_and_queue(r, ch.columns, ch.ncolumns, raw, m->len, inplace);
 	case W2J_UPDATE:
 		relay_count(&r->m->ignored[IGN_UPDATE]);
 		return true;
@@ -252,11 +255,9 @@ bool relay_handle_xlogdata(struct relay *r, const struct pg_msg *m)
 					snprintf(reason, sizeof(reason), "%s", e);
 				else
 					snprintf(reason, sizeof(reason), "message content is not a JSON object: %s", e);
-				raw = inplace ? w2j_original(r->dec, &rawlen) : NULL;
-				return dead_letter(r, DEAD_NOT_JSON, reason, raw ? raw : m->data, m->len);
+				return dead_letter(r, DEAD_NOT_JSON, reason, raw, m->len);
 			}
-			raw = inplace ? w2j_original(r->dec, &rawlen) : NULL;
-			return map_and_queue(r, fields, n, raw ? raw : m->data, m->len, false);
+			return map_and_queue(r, fields, n, raw, m->len, false);
 		}
 	}
 	return true;

@@ -504,6 +504,7 @@ struct sink_redis {
 	uint64_t b_args_count;  /* ARGV entries after ttl and maxlen */
 	struct ext *b_ext;      /* segments of the open batch (at: offsets in b_args) */
 	uint64_t refused_value; /* SINK_ERR_TOO_BIG: the largest value of the refused call */
+	uint64_t max_value;     /* sink_redis_max_value(), 0 while disconnected */
 	size_t b_max_value;     /* largest field value in the open batch */
 	uint64_t ext_bytes;     /* bytes of live commands' segments */
 	struct buf b_prefix;    /* old-layout dedup key prefix of the open batch */
@@ -1249,6 +1250,7 @@ void sink_redis_disconnect(struct sink_redis *s)
 		}
 	}
 	s->trim_pending = 0; /* an unfinished trim round is dropped */
+	s->max_value = 0;
 	s->connected = false;
 }
 
@@ -1515,15 +1517,7 @@ uint64_t sink_redis_refused_value(const struct sink_redis *s)
 
 uint64_t sink_redis_max_value(const struct sink_redis *s)
 {
-	uint64_t m = 0;
-
-	for (int i = 0; i < s->nnodes; i++) {
-		if (!s->nodes[i].c || !s->nodes[i].max_bulk)
-			continue;
-		if (!m || s->nodes[i].max_bulk < m)
-			m = s->nodes[i].max_bulk;
-	}
-	return m;
+	return s->max_value;
 }
 
 /* used_memory and maxmemory from an INFO memory reply into n. */
@@ -1942,6 +1936,13 @@ enum sink_status sink_redis_connect(struct sink_redis *s)
 			return SINK_RETRY;
 		}
 	}
+	/* The smallest proto-max-bulk-len of the connected nodes, once per connect
+	 * (the relay asks for it with every event). */
+	s->max_value = 0;
+	for (int i = 0; i < s->nnodes; i++)
+		if (s->nodes[i].c && s->nodes[i].max_bulk &&
+		    (!s->max_value || s->nodes[i].max_bulk < s->max_value))
+			s->max_value = s->nodes[i].max_bulk;
 	s->connected = true;
 	if (!first)
 		s->stats.reconnects++;
