@@ -112,19 +112,28 @@ static const char *const ignored_kind_names[IGN_NKINDS] = {
     [IGN_MESSAGE] = "non_transactional_message",
 };
 
-static const char *const redis_err_names[RERR_NKINDS] = {
-    [RERR_OOM] = "oom",
-    [RERR_WRONGTYPE] = "wrongtype",
-    [RERR_NOSCRIPT] = "noscript",
-    [RERR_READONLY] = "readonly",
-    [RERR_BUSY] = "busy",
-    [RERR_OTHER] = "other",
-    [RERR_IO] = "io",
-    [RERR_TIMEOUT] = "timeout",
-    [RERR_CLUSTER] = "cluster_redirect",
-    [RERR_WAIT] = "wait",
-    [RERR_ORDER] = "order",
-    [RERR_STATE] = "state",
+/*
+ * The "kind" label of each error kind in outbox_relay_redis_errors_total.
+ * Kinds that share a label are summed into one sample, which is written
+ * where the label first appears (kinds in enum order, SINK_ERR_NONE last).
+ */
+static const char *const redis_err_labels[SINK_ERR_NKINDS] = {
+    [SINK_ERR_NONE] = "io",
+    [SINK_ERR_OOM] = "oom",
+    [SINK_ERR_WRONGTYPE] = "wrongtype",
+    [SINK_ERR_NOSCRIPT] = "noscript",
+    [SINK_ERR_READONLY] = "readonly",
+    [SINK_ERR_BUSY] = "busy",
+    [SINK_ERR_OTHER] = "other",
+    [SINK_ERR_IO] = "io",
+    [SINK_ERR_TIMEOUT] = "timeout",
+    [SINK_ERR_CLUSTER] = "cluster_redirect",
+    [SINK_ERR_WAIT] = "wait",
+    [SINK_ERR_ORDER] = "order",
+    [SINK_ERR_FOREIGN] = "state",
+    [SINK_ERR_LOST] = "state",
+    [SINK_ERR_TOO_BIG] = "other",
+    [SINK_ERR_NOPERM] = "other",
 };
 
 #define NSTATES (STATE_STOPPING + 1)
@@ -374,6 +383,28 @@ static void counter_set(struct buf *o, const char *name, const char *help, const
 		sample1(o, name, slot, key, names[i], load(&vals[i]));
 }
 
+/* outbox_relay_redis_errors_total: one sample per label (see redis_err_labels). */
+static void render_redis_errors(struct buf *o, struct metrics *m, const char *slot)
+{
+	static const char name[] = "outbox_relay_redis_errors_total";
+
+	family(o, name, "counter", "Redis errors, by kind.");
+	for (int i = 1; i <= SINK_ERR_NKINDS; i++) {
+		int k = i % SINK_ERR_NKINDS, first = 1;
+		uint64_t sum = 0;
+
+		while (first < i &&
+		       strcmp(redis_err_labels[first % SINK_ERR_NKINDS], redis_err_labels[k]) != 0)
+			first++;
+		if (first < i)
+			continue; /* summed where the label first appeared */
+		for (int j = 0; j < SINK_ERR_NKINDS; j++)
+			if (strcmp(redis_err_labels[j], redis_err_labels[k]) == 0)
+				sum += load(&m->redis_errors[j]);
+		sample1(o, name, slot, "kind", redis_err_labels[k], sum);
+	}
+}
+
 static void render_published(struct buf *o, struct metrics *m, const char *slot)
 {
 	static const char name[] = "outbox_relay_events_published_total";
@@ -459,8 +490,7 @@ char *metrics_render(struct metrics *m, const char *slot)
 	counter_set(&o, "outbox_relay_ignored_changes_total",
 	            "Changes in the replication stream that are not outbox events, by kind.", slot,
 	            "kind", ignored_kind_names, m->ignored, IGN_NKINDS);
-	counter_set(&o, "outbox_relay_redis_errors_total", "Redis errors, by kind.", slot, "kind",
-	            redis_err_names, m->redis_errors, RERR_NKINDS);
+	render_redis_errors(&o, m, slot);
 
 	family(&o, "outbox_relay_reconnects_total", "counter",
 	       "Reconnections after a lost connection, by target.");

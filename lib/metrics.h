@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sink_error.h"
+
 #define METRICS_MAX_STREAMS 256
 
 enum relay_state {
@@ -39,22 +41,6 @@ enum dead_reason {
 
 enum ignored_kind { IGN_UPDATE = 0, IGN_DELETE, IGN_TRUNCATE, IGN_MESSAGE, IGN_NKINDS };
 
-enum redis_err_kind {
-	RERR_OOM = 0, /* "OOM ..." */
-	RERR_WRONGTYPE,
-	RERR_NOSCRIPT, /* NOSCRIPT or "Function not found" */
-	RERR_READONLY,
-	RERR_BUSY,    /* BUSY / LOADING / MASTERDOWN / TRYAGAIN */
-	RERR_OTHER,   /* any other error reply */
-	RERR_IO,      /* connection failed or closed */
-	RERR_TIMEOUT, /* no reply within --redis-timeout */
-	RERR_CLUSTER, /* MOVED, ASK, TRYAGAIN, CLUSTERDOWN */
-	RERR_WAIT,    /* WAIT/WAITAOF: fewer replicas or fsyncs than asked for */
-	RERR_ORDER,   /* a call refused: an earlier one for its stream had not run */
-	RERR_STATE,   /* watermark of another database, or acknowledged writes lost */
-	RERR_NKINDS
-};
-
 /* Commit->publish latency buckets, seconds (upper bounds; +Inf implied). */
 #define METRICS_LATENCY_BUCKETS 14
 extern const double metrics_latency_bounds[METRICS_LATENCY_BUCKETS];
@@ -66,7 +52,7 @@ struct metrics {
 	_Atomic uint64_t duplicates_skipped;
 	_Atomic uint64_t dead_lettered[DEAD_NREASONS];
 	_Atomic uint64_t ignored[IGN_NKINDS];
-	_Atomic uint64_t redis_errors[RERR_NKINDS];
+	_Atomic uint64_t redis_errors[SINK_ERR_NKINDS]; /* by enum sink_error_kind */
 	_Atomic uint64_t pg_reconnects;
 	_Atomic uint64_t redis_reconnects;
 	_Atomic uint64_t transactions;

@@ -26,48 +26,11 @@ void relay_pg_lost(struct relay *r, const char *why)
 	pgrepl_close(r->pg);
 }
 
-/* Metrics label for the sink's last failure. */
-static enum redis_err_kind err_kind(enum sink_error_kind k)
-{
-	switch (k) {
-	case SINK_ERR_OOM:
-		return RERR_OOM;
-	case SINK_ERR_WRONGTYPE:
-		return RERR_WRONGTYPE;
-	case SINK_ERR_NOSCRIPT:
-		return RERR_NOSCRIPT;
-	case SINK_ERR_READONLY:
-		return RERR_READONLY;
-	case SINK_ERR_BUSY:
-		return RERR_BUSY;
-	case SINK_ERR_TIMEOUT:
-		return RERR_TIMEOUT;
-	case SINK_ERR_CLUSTER:
-		return RERR_CLUSTER;
-	case SINK_ERR_WAIT:
-		return RERR_WAIT;
-	case SINK_ERR_ORDER:
-		return RERR_ORDER;
-	case SINK_ERR_FOREIGN:
-	case SINK_ERR_LOST:
-		return RERR_STATE;
-	case SINK_ERR_NOPERM:
-	case SINK_ERR_TOO_BIG:
-		return RERR_OTHER;
-	case SINK_ERR_IO:
-	case SINK_ERR_NONE:
-		return RERR_IO;
-	case SINK_ERR_OTHER:
-		break;
-	}
-	return RERR_OTHER;
-}
-
 void relay_redis_lost(struct relay *r, const char *why)
 {
 	int64_t delay = backoff_next(&r->redis_bo, r->cf->retry_max_ms);
 
-	relay_count(&r->m->redis_errors[err_kind(sink_redis_errkind(r->sink))]);
+	relay_count(&r->m->redis_errors[sink_redis_errkind(r->sink)]);
 	if (sink_error_is_fatal(sink_redis_errkind(r->sink))) {
 		if (sink_redis_errkind(r->sink) == SINK_ERR_TOO_BIG)
 			log_warn("Redis: %s", why); /* relay_run goes on */

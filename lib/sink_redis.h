@@ -19,40 +19,13 @@
 #include "lsn.h"
 #include "event.h"
 #include "metrics.h"
+#include "sink_error.h"
 
 enum sink_status {
 	SINK_OK = 0,
 	SINK_RETRY, /* transient: try again after a backoff */
 	SINK_FATAL  /* permanent: bad credentials, missing permissions, server too old */
 };
-
-/* Kind of the last failure, for metrics and the retry rule (see README). */
-enum sink_error_kind {
-	SINK_ERR_NONE = 0,
-	SINK_ERR_OOM,       /* "OOM command not allowed ...": retried with backoff */
-	SINK_ERR_WRONGTYPE, /* a stream key holds another type: retried with backoff until fixed */
-	SINK_ERR_NOSCRIPT,  /* function/script missing (FUNCTION FLUSH, restart): reloaded on reconnect
-	                     */
-	SINK_ERR_READONLY,  /* connected to a replica: retried (a failover may fix it) */
-	SINK_ERR_BUSY,      /* BUSY, LOADING, MASTERDOWN, TRYAGAIN: retried */
-	SINK_ERR_OTHER,     /* any other error reply: retried */
-	SINK_ERR_IO,        /* connection failed or closed */
-	SINK_ERR_TIMEOUT,   /* no reply within --redis-timeout */
-	SINK_ERR_CLUSTER,   /* MOVED, TRYAGAIN, CLUSTERDOWN: slot map refreshed, everything re-routed */
-	SINK_ERR_WAIT,      /* WAIT/WAITAOF fell short: nothing counted, everything sent again */
-	SINK_ERR_ORDER,   /* a call ran while an earlier one for its stream had not: resent in order */
-	SINK_ERR_FOREIGN, /* the watermark belongs to another database: permanent */
-	SINK_ERR_LOST,    /* Redis lost writes it had acknowledged: permanent */
-	SINK_ERR_TOO_BIG, /* a value over the server's proto-max-bulk-len (sink_redis_refused_value) */
-	SINK_ERR_NOPERM   /* the ACL user may not run a command: permanent (configuration) */
-};
-
-/* Failures no retry can fix: the relay stops (see relay.c). */
-static inline bool sink_error_is_fatal(enum sink_error_kind k)
-{
-	return k == SINK_ERR_FOREIGN || k == SINK_ERR_LOST || k == SINK_ERR_NOPERM ||
-	       k == SINK_ERR_TOO_BIG;
-}
 
 struct sink_stats {
 	uint64_t published;     /* new stream entries */
@@ -259,8 +232,5 @@ bool sink_redis_queue_record(struct sink_redis *s, lsn_t confirmed, lsn_t commit
  * unless its id is inside the dedup window. Set before the first publish.
  */
 void sink_redis_set_republish(struct sink_redis *s);
-
-/* Lua source of the publish function (FUNCTION LOAD body), for docs and tests. */
-extern const char sink_redis_function_library[];
 
 #endif

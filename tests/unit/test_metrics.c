@@ -185,7 +185,9 @@ TEST(render_values)
 	m->duplicates_skipped = 3;
 	m->dead_lettered[DEAD_TOO_LARGE] = 4;
 	m->ignored[IGN_MESSAGE] = 6;
-	m->redis_errors[RERR_TIMEOUT] = 7;
+	m->redis_errors[SINK_ERR_TIMEOUT] = 7;
+	m->redis_errors[SINK_ERR_FOREIGN] = 1; /* kinds that share a label are summed */
+	m->redis_errors[SINK_ERR_LOST] = 2;
 	m->pg_reconnects = 8;
 	m->redis_reconnects = 9;
 	m->transactions = 10;
@@ -224,6 +226,11 @@ TEST(render_values)
 	CHECK_LINE(text, "outbox_relay_redis_errors_total{slot=\"s1\",kind=\"oom\"} 0");
 	CHECK_LINE(text, "outbox_relay_redis_errors_total{slot=\"s1\",kind=\"busy\"} 0");
 	CHECK_LINE(text, "outbox_relay_redis_errors_total{slot=\"s1\",kind=\"timeout\"} 7");
+	CHECK_LINE(text, "outbox_relay_redis_errors_total{slot=\"s1\",kind=\"state\"} 3");
+	CHECK(
+	    strstr(text,
+	           "kind=\"order\"} 0\noutbox_relay_redis_errors_total{slot=\"s1\",kind=\"state\"}") !=
+	    NULL);
 	CHECK_LINE(text, "outbox_relay_reconnects_total{slot=\"s1\",target=\"postgresql\"} 8");
 	CHECK_LINE(text, "outbox_relay_reconnects_total{slot=\"s1\",target=\"redis\"} 9");
 	CHECK_LINE(text, "outbox_relay_transactions_total{slot=\"s1\"} 10");

@@ -1,0 +1,309 @@
+/*
+ * sink_script.c - the Lua source the relay loads into Redis: the function
+ * library (FUNCTION LOAD, Redis 7+) with outbox_relay_publish and
+ * outbox_relay_trim, and the same bodies as EVAL scripts for older servers.
+ * Only text: the bytes are what Redis hashes (the EVALSHA digest), so any
+ * change here changes the library every relay loads.
+ */
+#include "sink_script.h"
+
+/*
+ * One call publishes a batch: consecutive events of one stream.
+ * KEYS: stream, watermark, legacy watermark (the pre-0.2 per-hash-tag key, or
+ * the watermark again), dead-letter stream, dedup base (see below); all in
+ * the stream's cluster slot.
+ * ARGV: dedup window seconds ("0": no dedup), MAXLEN ("0": no trimming), owner
+ * ("<system id>/<database>" of the PostgreSQL database the relay streams
+ * from), expect (the position the previous call of this relay for this
+ * stream left the watermark at, "" for none), slot name, the old layout's
+ * dedup key prefix ("<prefix>:dedup:{tag}...:"), then per event: position
+ * "<commit lsn hex16>:<index hex8>", dedup field (dedup_field()), field
+ * count N, and N field/value pairs.
+ *
+ * The watermark's value is "<position> <owner>". The call refuses, writing
+ * nothing, when the watermark belongs to another database (OUTBOX_FOREIGN) or
+ * is behind expect (OUTBOX_BEHIND: an earlier call did not run, or Redis lost
+ * it). Returns one result per event, in order: 0 for a replay (the watermark
+ * is at or past its position), 1 for a duplicate id inside the window, 2 for
+ * an entry the stream key cannot take (WRONGTYPE), written instead to the
+ * dead-letter stream in the same call, or the new entry's id.
+ *
+ * Dedup state, per stream: ids seen within the window W, by Redis's clock
+ * (TIME; functions replicate as effects, so AOF and replicas get the keys
+ * written, not the clock). Time buckets of W seconds: bucket b = now / W is
+ * K hashes "<base>:<b>:<j>" (field: dedup_field() of an id, value: seconds
+ * since the bucket began), all expiring at the bucket's end + W (EXPIREAT),
+ * so at most two are live; an id is looked up (HGET, then the value's age
+ * is compared with W: exact to the second) in the previous bucket and
+ * inserted with HSETNX (0: a duplicate) into the current one. K grows by
+ * linear hashing (shard j = h mod 2^L, or h mod 2^(L+1) for the shards
+ * already split; h from the field's first and last 4 bytes), one split per
+ * 40 ids, so each hash stays far below hash-max-listpack-entries (128 by
+ * default) in the compact listpack encoding. A new bucket starts with the K
+ * the previous one ended with; its shards are created (holding an empty
+ * field "", with their expiry) up to 256 per call, and an id inserted into a
+ * shard not created yet sets that shard's expiry itself. The hash "<base>"
+ * (no TTL) holds per live bucket "<K> <count> <shards created>", and
+ * "legacy": until when the old layout (one string key "<old prefix><id>"
+ * with a TTL per id) may still hold ids (its first call's time + W when the
+ * stream had a watermark, else 0), which are then looked up too (EXISTS).
+ * Those keys are in the stream's slot (its hash tag) but not in KEYS: a
+ * cluster node that cannot serve one (slot migration) fails the call at
+ * that command; every event before it is complete (XADD and its entry), so
+ * the retry finds them as duplicates and publishes the rest. A split
+ * copies first, records the new K, and only then deletes the moved ids
+ * from the old shard, so an id is always where the recorded K says.
+ * An entry whose XADD fails (or is dead-lettered) is removed again (HDEL;
+ * every call first runs a no-op HDEL, so a user without that permission
+ * fails the call before it wrote anything), so a failing XADD leaves nothing
+ * behind: the watermark then covers the
+ * events before it and the error is returned; a retry publishes exactly
+ * what is missing.
+ * The watermark is written by every call, so each call replicates a write
+ * that WAIT can wait for even when all its events were replays.
+ * expect "R" (outbox-relay republish): the watermark is neither read nor
+ * written; only the dedup window drops what was published before.
+ */
+#define PUBLISH_BODY                                                                               \
+	"local function fhash(f)\n"                                                                    \
+	"  if #f < 4 then return #f end\n"                                                             \
+	"  local a, b, c, d = string.byte(f, 1, 4)\n"                                                  \
+	"  local e, g, i, j = string.byte(f, -4, -1)\n"                                                \
+	"  return (((a + e) * 256 + b + g) * 256 + c + i) * 256 + d + j\n"                             \
+	"end\n"                                                                                        \
+	"local function setk(bk, k)\n"                                                                 \
+	"  local m = 1\n"                                                                              \
+	"  while m * 2 <= k do m = m * 2 end\n"                                                        \
+	"  bk.k, bk.m = k, m\n"                                                                        \
+	"end\n"                                                                                        \
+	"local JS = {}\n"                                                                              \
+	"local function shard(h, bk)\n"                                                                \
+	"  local j = h % bk.m\n"                                                                       \
+	"  if j < bk.k - bk.m then j = h % (2 * bk.m) end\n"                                           \
+	"  local s = JS[j]\n"                                                                          \
+	"  if not s then\n"                                                                            \
+	"    s = tostring(j)\n"                                                                        \
+	"    JS[j] = s\n"                                                                              \
+	"  end\n"                                                                                      \
+	"  return s, j\n"                                                                              \
+	"end\n"                                                                                        \
+	"local function idtext(f)\n"                                                                   \
+	"  if #f == 16 then\n"                                                                         \
+	"    return "                                                                                  \
+	"string.format('%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x',\n"      \
+	"      string.byte(f, 1, 16))\n"                                                               \
+	"  end\n"                                                                                      \
+	"  local r = string.sub(f, 5)\n"                                                               \
+	"  if #r >= 13 and string.byte(r, -1) == 0 then r = string.sub(r, 1, -2) end\n"                \
+	"  return r\n"                                                                                 \
+	"end\n"                                                                                        \
+	"local function publish(keys, args)\n"                                                         \
+	"  local ttl, maxlen, owner, expect = args[1], args[2], args[3], args[4]\n"                    \
+	"  local rep = expect == 'R'\n"                                                                \
+	"  local raw = not rep and redis.call('GET', keys[2])\n"                                       \
+	"  if not rep and not raw and keys[3] ~= keys[2] then raw = redis.call('GET', keys[3]) end\n"  \
+	"  local wm = ''\n"                                                                            \
+	"  if raw then\n"                                                                              \
+	"    wm = string.sub(raw, 1, 25)\n"                                                            \
+	"    local o = string.sub(raw, 27)\n"                                                          \
+	"    if o ~= '' and o ~= owner then\n"                                                         \
+	"      return redis.error_reply('OUTBOX_FOREIGN ' .. keys[2] .. ' belongs to ' .. o)\n"        \
+	"    end\n"                                                                                    \
+	"  end\n"                                                                                      \
+	"  if not rep and wm < expect then\n"                                                          \
+	"    return redis.error_reply('OUTBOX_BEHIND ' .. keys[2] .. ' is at ' ..\n"                   \
+	"      (wm == '' and 'nothing' or wm) .. ', expected ' .. expect)\n"                           \
+	"  end\n"                                                                                      \
+	"  local win, base, LOAD = tonumber(ttl), keys[5], 40\n"                                       \
+	"  local now, span, cur, bks, curb, c0, prevb, legacy, mset, stale, exp, cpre, off\n"          \
+	"  if win > 0 then\n"                                                                          \
+	"    now = tonumber(redis.call('TIME')[1])\n"                                                  \
+	"    span = win\n"                                                                             \
+	"    cur = math.floor(now / span)\n"                                                           \
+	"    exp = (cur + 1) * span + win\n"                                                           \
+	"    cpre, off = base .. ':' .. cur .. ':', tostring(now - cur * span)\n"                      \
+	"    bks, mset, stale = {}, {}, {}\n"                                                          \
+	"    local m = redis.call('HGETALL', base)\n"                                                  \
+	"    redis.call('HDEL', base, '\\0')\n"                                                        \
+	"    for i = 1, #m, 2 do\n"                                                                    \
+	"      local f = m[i]\n"                                                                       \
+	"      if f == 'legacy' then\n"                                                                \
+	"        legacy = tonumber(m[i + 1])\n"                                                        \
+	"      else\n"                                                                                 \
+	"        local b = tonumber(f)\n"                                                              \
+	"        local k, c, made = string.match(m[i + 1], '^(%d+) (%d+) (%d+)$')\n"                   \
+	"        local bk = {b = b, c = tonumber(c), made = tonumber(made), old = b * span < now - "   \
+	"win,\n"                                                                                       \
+	"                    pre = base .. ':' .. f .. ':', age = now - b * span}\n"                   \
+	"        setk(bk, tonumber(k))\n"                                                              \
+	"        if b == cur then\n"                                                                   \
+	"          curb, c0 = bk, bk.c\n"                                                              \
+	"        elseif (b + 1) * span <= now - win then\n"                                            \
+	"          stale[#stale + 1] = f\n"                                                            \
+	"        else\n"                                                                               \
+	"          if b == cur - 1 then prevb = bk end\n"                                              \
+	"          bks[#bks + 1] = bk\n"                                                               \
+	"        end\n"                                                                                \
+	"      end\n"                                                                                  \
+	"    end\n"                                                                                    \
+	"    if #bks > 1 then table.sort(bks, function(x, y) return x.b > y.b end) end\n"              \
+	"    if not legacy then\n"                                                                     \
+	"      legacy = (rep or raw) and now + win or 0\n"                                             \
+	"      mset[#mset + 1], mset[#mset + 2] = 'legacy', legacy\n"                                  \
+	"    end\n"                                                                                    \
+	"  end\n"                                                                                      \
+	"  local function finish(top)\n"                                                               \
+	"    if win > 0 then\n"                                                                        \
+	"      if curb and curb.c ~= c0 then\n"                                                        \
+	"        mset[#mset + 1], mset[#mset + 2] = cur, curb.k .. ' ' .. curb.c .. ' ' .. "           \
+	"curb.made\n"                                                                                  \
+	"      end\n"                                                                                  \
+	"      if #mset > 0 then redis.call('HSET', base, unpack(mset)) end\n"                         \
+	"      if #stale > 0 then redis.call('HDEL', base, unpack(stale)) end\n"                       \
+	"    end\n"                                                                                    \
+	"    if not rep and top then redis.call('SET', keys[2], top .. ' ' .. owner) end\n"            \
+	"  end\n"                                                                                      \
+	"  local res, top, a, chunk = {}, wm, 6, nil\n"                                                \
+	"  while a < #args do\n"                                                                       \
+	"    local pos, f, first = args[a + 1], args[a + 2], a + 4\n"                                  \
+	"    a = a + 3 + 2 * tonumber(args[a + 3])\n"                                                  \
+	"    local key, dup\n"                                                                         \
+	"    if not rep and wm >= pos then\n"                                                          \
+	"      res[#res + 1] = 0\n"                                                                    \
+	"    else\n"                                                                                   \
+	"      if win > 0 then\n"                                                                      \
+	"        local h = fhash(f)\n"                                                                 \
+	"        for i = 1, #bks do\n"                                                                 \
+	"          local bk = bks[i]\n"                                                                \
+	"          if bk.old then\n"                                                                   \
+	"            local v = redis.call('HGET', bk.pre .. shard(h, bk), f)\n"                        \
+	"            dup = v and bk.age - tonumber(v) <= win\n"                                        \
+	"          else\n"                                                                             \
+	"            dup = redis.call('HEXISTS', bk.pre .. shard(h, bk), f) == 1\n"                    \
+	"          end\n"                                                                              \
+	"          if dup then break end\n"                                                            \
+	"        end\n"                                                                                \
+	"        if not dup and now <= legacy then\n"                                                  \
+	"          dup = redis.call('EXISTS', args[6] .. idtext(f)) == 1\n"                            \
+	"        end\n"                                                                                \
+	"        if not dup then\n"                                                                    \
+	"          if not curb then\n"                                                                 \
+	"            curb, c0 = {b = cur, c = 0, made = 0}, -1\n"                                      \
+	"            setk(curb, prevb and math.max(1, math.min(1048576, math.ceil(prevb.c / LOAD))) "  \
+	"or 1)\n"                                                                                      \
+	"          end\n"                                                                              \
+	"          if not chunk then\n"                                                                \
+	"            chunk = math.min(curb.k, curb.made + 256)\n"                                      \
+	"            for j = curb.made, chunk - 1 do\n"                                                \
+	"              redis.call('HSET', cpre .. j, '', '')\n"                                        \
+	"              redis.call('EXPIREAT', cpre .. j, exp)\n"                                       \
+	"            end\n"                                                                            \
+	"            if chunk > curb.made then curb.made, c0 = chunk, -1 end\n"                        \
+	"          end\n"                                                                              \
+	"          local s, j = shard(h, curb)\n"                                                      \
+	"          key = cpre .. s\n"                                                                  \
+	"          dup = redis.call('HSETNX', key, f, off) == 0\n"                                     \
+	"          if not dup and j >= curb.made then redis.call('EXPIREAT', key, exp) end\n"          \
+	"        end\n"                                                                                \
+	"      end\n"                                                                                  \
+	"      if dup then\n"                                                                          \
+	"        res[#res + 1] = 1\n"                                                                  \
+	"        top = pos\n"                                                                          \
+	"      else\n"                                                                                 \
+	"        local id\n"                                                                           \
+	"        if maxlen ~= '0' then\n"                                                              \
+	"          id = redis.pcall('XADD', keys[1], 'MAXLEN', '~', maxlen, '*', unpack(args, first, " \
+	"a))\n"                                                                                        \
+	"        else\n"                                                                               \
+	"          id = redis.pcall('XADD', keys[1], '*', unpack(args, first, a))\n"                   \
+	"        end\n"                                                                                \
+	"        if type(id) == 'table' and id.err and string.sub(id.err, 1, 9) == 'WRONGTYPE' then\n" \
+	"          local fs = {}\n"                                                                    \
+	"          for j = first, a, 2 do fs[args[j]] = args[j + 1] end\n"                             \
+	"          id = redis.pcall('XADD', keys[4], '*', 'reason', 'redis rejected the entry: ' ..\n" \
+	"            id.err, 'stream', keys[1], 'slot', args[5], 'raw', cjson.encode(fs))\n"           \
+	"          if type(id) ~= 'table' or not id.err then id = 2 end\n"                             \
+	"        end\n"                                                                                \
+	"        local failed = type(id) == 'table' and id.err\n"                                      \
+	"        if key and (failed or id == 2) then\n"                                                \
+	"          redis.call('HDEL', key, f)\n"                                                       \
+	"        elseif key then\n"                                                                    \
+	"          curb.c = curb.c + 1\n"                                                              \
+	"        end\n"                                                                                \
+	"        if failed then\n"                                                                     \
+	"          finish(top ~= wm and top)\n"                                                        \
+	"          return id\n"                                                                        \
+	"        end\n"                                                                                \
+	"        res[#res + 1] = id\n"                                                                 \
+	"        top = pos\n"                                                                          \
+	"      end\n"                                                                                  \
+	"    end\n"                                                                                    \
+	"  end\n"                                                                                      \
+	"  while curb and curb.c > LOAD * curb.k do\n"                                                 \
+	"    local p = curb.k - curb.m\n"                                                              \
+	"    local src, dst = cpre .. p, cpre .. curb.k\n"                                             \
+	"    local all, mv, del = redis.call('HGETALL', src), {'', ''}, {}\n"                          \
+	"    for i = 1, #all, 2 do\n"                                                                  \
+	"      local f = all[i]\n"                                                                     \
+	"      if f ~= '' and fhash(f) % (2 * curb.m) ~= p then\n"                                     \
+	"        mv[#mv + 1], mv[#mv + 2] = f, all[i + 1]\n"                                           \
+	"        del[#del + 1] = f\n"                                                                  \
+	"      end\n"                                                                                  \
+	"    end\n"                                                                                    \
+	"    redis.call('HSET', dst, unpack(mv))\n"                                                    \
+	"    redis.call('EXPIREAT', dst, exp)\n"                                                       \
+	"    if curb.made == curb.k then curb.made = curb.k + 1 end\n"                                 \
+	"    setk(curb, curb.k + 1)\n"                                                                 \
+	"    redis.call('HSET', base, cur, curb.k .. ' ' .. curb.c .. ' ' .. curb.made)\n"             \
+	"    if #del > 0 then redis.call('HDEL', src, unpack(del)) end\n"                              \
+	"  end\n"                                                                                      \
+	"  finish(top)\n"                                                                              \
+	"  return res\n"                                                                               \
+	"end\n"
+
+/*
+ * --trim acked, on one stream (KEYS[1]): remove the entries no consumer group
+ * needs any more. A group needs every entry after its last-delivered-id (all
+ * of them when that is 0-0) and every entry still pending (the XPENDING
+ * summary's smallest id), so the stream keeps everything from the smallest of
+ * those over all groups on (XTRIM MINID ~: whole macro nodes only, never
+ * past that id). A stream without groups, or no stream, is left alone.
+ * XTRIM, unlike XDEL, leaves XINFO's entries-read and lag exact. Returns the
+ * number of entries removed. allow-oom: trimming is what frees memory.
+ */
+#define TRIM_BODY                                                                                  \
+	"local function idlt(a, b)\n"                                                                  \
+	"  local am, as = string.match(a, '^(%d+)-(%d+)$')\n"                                          \
+	"  local bm, bs = string.match(b, '^(%d+)-(%d+)$')\n"                                          \
+	"  if #am ~= #bm then return #am < #bm end\n"                                                  \
+	"  if am ~= bm then return am < bm end\n"                                                      \
+	"  if #as ~= #bs then return #as < #bs end\n"                                                  \
+	"  return as < bs\n"                                                                           \
+	"end\n"                                                                                        \
+	"local function trim(keys, args)\n"                                                            \
+	"  if redis.call('EXISTS', keys[1]) == 0 then return 0 end\n"                                  \
+	"  local keep\n"                                                                               \
+	"  for _, g in ipairs(redis.call('XINFO', 'GROUPS', keys[1])) do\n"                            \
+	"    local name, need\n"                                                                       \
+	"    for i = 1, #g, 2 do\n"                                                                    \
+	"      if g[i] == 'name' then name = g[i + 1]\n"                                               \
+	"      elseif g[i] == 'last-delivered-id' then need = g[i + 1] end\n"                          \
+	"    end\n"                                                                                    \
+	"    local ms, seq = string.match(need, '^(%d+)-(%d+)$')\n"                                    \
+	"    if #seq < 15 then need = ms .. '-' .. string.format('%d', tonumber(seq) + 1) end\n"       \
+	"    local p = redis.call('XPENDING', keys[1], name)\n"                                        \
+	"    if p[1] > 0 and idlt(p[2], need) then need = p[2] end\n"                                  \
+	"    if not keep or idlt(need, keep) then keep = need end\n"                                   \
+	"  end\n"                                                                                      \
+	"  if not keep then return 0 end\n"                                                            \
+	"  return redis.call('XTRIM', keys[1], 'MINID', '~', keep)\n"                                  \
+	"end\n"
+
+const char sink_script_library[] =
+    "#!lua name=outbox_relay\n" PUBLISH_BODY TRIM_BODY
+    "redis.register_function('" SINK_SCRIPT_PUBLISH "', publish)\n"
+    "redis.register_function{function_name='" SINK_SCRIPT_TRIM "', callback=trim, "
+    "flags={'allow-oom'}}\n";
+
+const char sink_script_eval_publish[] = PUBLISH_BODY "return publish(KEYS, ARGV)\n";
+const char sink_script_eval_trim[] = TRIM_BODY "return trim(KEYS, ARGV)\n";
