@@ -36,72 +36,16 @@
 #include "cluster_slots.h"
 #include "redis_sentinel.h"
 #include "redis_tls.h"
+#include "sink_queue.h"
 #include "sink_script.h"
 
 #define MAX_NODES CLUSTER_SLOTS_MAX_NODES
 #define CLUSTER_SLOTS CLUSTER_SLOTS_COUNT
-_Static_assert(MAX_NODES <= INT8_MAX, "node indexes are int8_t (slot_node, qent.node)");
+_Static_assert(MAX_NODES <= INT8_MAX, "node indexes are int8_t (slot_node, sq_ent.node)");
 #define WBUF_FILL (256 * 1024) /* bytes staged per write round */
-/* Field values at least this large are sent from the event's memory, not copied. */
-#define EXT_MIN_BYTES (64 * 1024)
-#define EXT_MAX_SEGS 8
 
-enum qkind { Q_PUBLISH, Q_DEAD, Q_GROUP, Q_RECORD, Q_GETREC };
-enum qstate { QS_QUEUED = 0, QS_ROUTED, QS_EXECUTED, QS_DONE };
-
-/* Most events in one function call, and the size at which a batch is closed. */
-#define BATCH_MAX_EVENTS 128
 /* Calls awaiting replies below which an open batch is sent at once. */
 #define BATCH_PIPELINE_DEPTH 2
-#define BATCH_MAX_BYTES (256 * 1024)
-
-struct qent {
-	uint64_t seq;
-	uint64_t off;       /* absolute offset of its bytes (see out_base) */
-	size_t len;         /* encoded bytes */
-	int64_t commit_us;  /* commit time, for the latency histogram (0: unknown) */
-	uint32_t nevents;   /* events in a publish batch; 0 for XGROUP */
-	uint32_t stream_id; /* metrics label id */
-	uint16_t slot;      /* cluster hash slot of its stream */
-	int8_t node;        /* connection it is routed to, -1 none */
-	uint8_t kind;       /* enum qkind */
-	uint8_t state;      /* enum qstate */
-	uint8_t dead_reason;
-	bool asking;       /* send ASKING first (after an ASK redirect) */
-	uint64_t prev_seq; /* this relay's previous call for the same stream, 0 none */
-	struct ext *ext;   /* large values sent from the event's own memory, NULL none */
-	size_t max_value;  /* its largest field value, for messages */
-};
-
-/*
- * A command whose large field values are not copied into out: its bytes are
- * out[off, off + len) with seg[i].len bytes from seg[i].p inserted at offset
- * seg[i].at (ascending). hold is the memory the segments point into (the
- * relay's copy of the WAL message), released with hold_free once the command
- * is acknowledged.
- */
-struct ext {
-	void *hold;
-	void (*hold_free)(void *);
-	size_t total; /* sum of seg[].len */
-	size_t nseg;
-	struct {
-		size_t at;
-		const char *p;
-		size_t len;
-	} seg[EXT_MAX_SEGS];
-};
-
-/* A FIFO of 64-bit values: sequence numbers, or the markers below. */
-struct u64q {
-	uint64_t *v;
-	size_t cap, head, len;
-};
-
-#define WAIT_MARK UINT64_MAX         /* the reply answers WAIT / WAITAOF */
-#define ASKING_MARK (UINT64_MAX - 1) /* the reply answers ASKING */
-#define INFO_MARK (UINT64_MAX - 2)   /* the reply answers INFO memory */
-#define TRIM_MARK (UINT64_MAX - 3)   /* the reply answers a --trim acked call */
 
 /* One connection: the single server, or one cluster master. */
 struct node {
@@ -109,13 +53,13 @@ struct node {
 	int port;
 	char *unix_path;
 	redisContext *c;
-	struct u64q sendq; /* seqs routed here, not yet staged */
+	struct ring sendq; /* seqs routed here, not yet staged */
 	struct buf wbuf;   /* staged bytes, written from wsent */
 	size_t wsent;
 	uint64_t part_seq; /* command staged only up to part_off (0: none) */
 	size_t part_off;
-	struct u64q waitq;   /* what each coming reply answers */
-	struct u64q durable; /* executed seqs that the next WAIT must cover */
+	struct ring waitq;   /* what each coming reply answers (a seq or an SQ_*_MARK) */
+	struct ring durable; /* executed seqs that the next WAIT must cover */
 	bool staged_publish; /* a publish was staged since the last WAIT */
 	bool wblocked;       /* the socket was full: write again only after POLLOUT */
 	void *ssl;           /* TLS session (owned by c), NULL for plain sockets */
@@ -137,26 +81,6 @@ struct strset {
 	size_t used;
 };
 
-/*
- * Per stream: where this relay's last queued call for it leaves the
- * watermark, and that call's seq. The next call for the stream states that
- * position as the watermark it expects, so a call that runs while an earlier
- * one for the same stream was rejected (OOM, BUSY, a cluster redirect) is
- * refused instead of moving the watermark past events never written.
- */
-struct lastpos {
-	char *stream; /* NULL: free */
-	size_t len;
-	uint64_t seq;
-	char pos[26]; /* "<lsn hex16>:<index hex8>" */
-};
-
-struct posmap {
-	struct lastpos *v;
-	size_t cap; /* power of two */
-	size_t used;
-};
-
 struct sink_redis {
 	const struct relay_config *cf;
 	struct metrics *m;
@@ -173,46 +97,10 @@ struct sink_redis {
 	int poll_node[MAX_NODES]; /* node of each pollfd handed out */
 	int npoll;
 
-	/* Encoded commands in seq order; out.data[0] is absolute offset out_base. */
-	struct buf out;
-	uint64_t out_base;
-
-	/* Ring of commands by seq, oldest (lowest seq) at q_head. */
-	struct qent *q;
-	size_t q_cap, q_head, q_len;
-
-	uint64_t next_seq;        /* seq of the next command */
-	uint64_t acked_seq;       /* every command up to here is done */
-	uint64_t inflight_events; /* events queued (open batch included), not yet done */
-
-	/*
-	 * The open batch: consecutive events for one stream, not yet encoded into
-	 * out. It takes its seq when opened; any other command closes it first,
-	 * so seqs in the ring stay consecutive.
-	 */
-	bool b_open;
-	bool b_dead;
-	uint64_t b_seq;
-	uint32_t b_n;
-	struct buf b_stream;
-	struct buf b_args; /* RESP bulk strings: pos, nfields, fields per event */
-	int64_t b_commit_us;
-	uint32_t b_stream_id;
-	uint8_t b_dead_reason;
-	uint64_t b_args_count;  /* ARGV entries after ttl and maxlen */
-	struct ext *b_ext;      /* segments of the open batch (at: offsets in b_args) */
+	struct sink_queue q;    /* the command ring, the open batch (sink_queue.h) */
 	uint64_t refused_value; /* SINK_ERR_TOO_BIG: the largest value of the refused call */
 	uint64_t max_value;     /* sink_redis_max_value(), 0 while disconnected */
-	size_t b_max_value;     /* largest field value in the open batch */
-	uint64_t ext_bytes;     /* bytes of live commands' segments */
-	struct buf b_prefix;    /* old-layout dedup key prefix of the open batch */
-	uint64_t b_prev_seq;    /* previous call for the batch's stream, 0 none */
-	char b_expect[26];      /* where that call leaves the watermark, "" none */
-	char b_last[26];        /* position of the batch's last event */
-	struct posmap last_pos;
-	char owner[160];  /* "<system id>/<database>": whose positions the watermarks hold */
-	bool republish;   /* sink_redis_set_republish */
-	bool record_read; /* the slot record was read (first connect) */
+	bool record_read;       /* the slot record was read (first connect) */
 	bool record_found;
 	struct slot_record record;
 	uint64_t record_gen; /* counts record reads */
@@ -233,17 +121,6 @@ struct sink_redis {
 };
 
 /* ---- small string set (streams already given their consumer groups) ---- */
-
-static uint64_t hash_bytes(const char *s, size_t n)
-{
-	uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-
-	for (size_t i = 0; i < n; i++) {
-		h ^= (unsigned char)s[i];
-		h *= 1099511628211ULL;
-	}
-	return h;
-}
 
 static void strset_clear(struct strset *set)
 {
@@ -286,7 +163,7 @@ static int strset_add(struct strset *set, const char *s, size_t n)
 			strset_clear(set);
 		}
 	}
-	i = hash_bytes(s, n) & (set->cap - 1);
+	i = sq_hash(s, n) & (set->cap - 1);
 	while (set->slots[i]) {
 		if (strlen(set->slots[i]) == n && memcmp(set->slots[i], s, n) == 0)
 			return 0;
@@ -299,255 +176,15 @@ static int strset_add(struct strset *set, const char *s, size_t n)
 	return 1;
 }
 
-/* ---- last position per stream ---- */
-
-#define POSMAP_MAX 65536 /* streams remembered before done ones are forgotten */
-
-static struct lastpos *posmap_find(const struct posmap *pm, const char *s, size_t n)
-{
-	size_t i;
-
-	if (!pm->v)
-		return NULL;
-	for (i = hash_bytes(s, n) & (pm->cap - 1); pm->v[i].stream; i = (i + 1) & (pm->cap - 1))
-		if (pm->v[i].len == n && memcmp(pm->v[i].stream, s, n) == 0)
-			return &pm->v[i];
-	return NULL;
-}
-
-static void posmap_finish(struct posmap *pm)
-{
-	for (size_t i = 0; i < pm->cap; i++)
-		free(pm->v[i].stream);
-	free(pm->v);
-	*pm = (struct posmap){0};
-}
-
-/*
- * Rebuild into cap slots, keeping the entries whose call is not yet done
- * (seq > acked), or all of them when acked is UINT64_MAX. Forgetting a done
- * call is safe: Redis already moved the watermark to its position, so the
- * next call for that stream simply states no expectation.
- */
-static bool posmap_rebuild(struct posmap *pm, size_t cap, uint64_t acked)
-{
-	struct posmap n = {calloc(cap, sizeof(struct lastpos)), cap, 0};
-
-	if (!n.v)
-		return false;
-	for (size_t i = 0; i < pm->cap; i++) {
-		struct lastpos *e = &pm->v[i];
-		size_t j;
-
-		if (!e->stream)
-			continue;
-		if (acked != UINT64_MAX && e->seq <= acked) {
-			free(e->stream);
-			continue;
-		}
-		for (j = hash_bytes(e->stream, e->len) & (cap - 1); n.v[j].stream; j = (j + 1) & (cap - 1))
-			;
-		n.v[j] = *e;
-		n.used++;
-	}
-	free(pm->v);
-	*pm = n;
-	return true;
-}
-
-/* The entry for stream s, created empty when absent; NULL when out of memory. */
-static struct lastpos *posmap_get(struct posmap *pm, const char *s, size_t n, uint64_t acked)
-{
-	struct lastpos *e = posmap_find(pm, s, n);
-	size_t i;
-
-	if (e)
-		return e;
-	if (!pm->v && !posmap_rebuild(pm, 1024, UINT64_MAX))
-		return NULL;
-	if ((pm->used + 1) * 2 > pm->cap) {
-		size_t cap = pm->cap < POSMAP_MAX ? pm->cap * 2 : pm->cap;
-
-		if (!posmap_rebuild(pm, cap, pm->cap < POSMAP_MAX ? UINT64_MAX : acked))
-			return NULL;
-		if ((pm->used + 1) * 2 > pm->cap && !posmap_rebuild(pm, pm->cap * 2, UINT64_MAX))
-			return NULL;
-	}
-	for (i = hash_bytes(s, n) & (pm->cap - 1); pm->v[i].stream; i = (i + 1) & (pm->cap - 1))
-		;
-	pm->v[i].stream = malloc(n ? n : 1);
-	if (!pm->v[i].stream)
-		return NULL;
-	memcpy(pm->v[i].stream, s, n);
-	pm->v[i].len = n;
-	pm->v[i].seq = 0;
-	pm->v[i].pos[0] = '\0';
-	pm->used++;
-	return &pm->v[i];
-}
-
-/* ---- RESP encoding ---- */
-
-static void resp_array(struct buf *b, size_t n)
-{
-	buf_putc(b, '*');
-	buf_put_u64(b, n);
-	buf_append(b, "\r\n", 2);
-}
-
-static void resp_bulk(struct buf *b, const char *s, size_t n)
-{
-	buf_putc(b, '$');
-	buf_put_u64(b, n);
-	buf_append(b, "\r\n", 2);
-	buf_append(b, s, n);
-	buf_append(b, "\r\n", 2);
-}
-
-static void resp_str(struct buf *b, const char *s)
-{
-	resp_bulk(b, s, strlen(s));
-}
-
-/* ---- u64 FIFO ---- */
-
-static bool u64q_push(struct u64q *q, uint64_t v)
-{
-	if (q->len == q->cap) {
-		size_t cap = q->cap ? q->cap * 2 : 64;
-		uint64_t *n = malloc(cap * sizeof(*n));
-
-		if (!n)
-			return false;
-		for (size_t i = 0; i < q->len; i++)
-			n[i] = q->v[(q->head + i) % q->cap];
-		free(q->v);
-		q->v = n;
-		q->cap = cap;
-		q->head = 0;
-	}
-	q->v[(q->head + q->len) % q->cap] = v;
-	q->len++;
-	return true;
-}
-
-static uint64_t u64q_pop(struct u64q *q)
-{
-	uint64_t v = q->v[q->head];
-
-	q->head = (q->head + 1) % q->cap;
-	q->len--;
-	return v;
-}
-
-static void u64q_finish(struct u64q *q)
-{
-	free(q->v);
-	*q = (struct u64q){0};
-}
-
-/* ---- the command ring ---- */
-
-static struct qent *ent_of(struct sink_redis *s, uint64_t seq)
-{
-	uint64_t first;
-
-	if (s->q_len == 0)
-		return NULL;
-	first = s->q[s->q_head].seq;
-	if (seq < first || seq >= first + s->q_len)
-		return NULL;
-	return &s->q[(s->q_head + (size_t)(seq - first)) % s->q_cap];
-}
-
-static const char *ent_bytes(const struct sink_redis *s, const struct qent *e)
-{
-	return s->out.data + (e->off - s->out_base);
-}
-
-static bool queue_push(struct sink_redis *s, const struct qent *ent)
-{
-	if (s->q_len == s->q_cap) {
-		size_t cap = s->q_cap ? s->q_cap * 2 : 1024;
-		struct qent *q = malloc(cap * sizeof(*q));
-
-		if (!q)
-			return false;
-		for (size_t i = 0; i < s->q_len; i++)
-			q[i] = s->q[(s->q_head + i) % s->q_cap];
-		free(s->q);
-		s->q = q;
-		s->q_cap = cap;
-		s->q_head = 0;
-	}
-	s->q[(s->q_head + s->q_len) % s->q_cap] = *ent;
-	s->q_len++;
-	return true;
-}
-
-static void ext_free(struct sink_redis *s, struct ext **x)
-{
-	if (!*x)
-		return;
-	if ((*x)->hold_free)
-		(*x)->hold_free((*x)->hold);
-	s->ext_bytes -= (*x)->total;
-	free(*x);
-	*x = NULL;
-}
-
-/* Bytes on the wire: out's plus the segments'. */
-static size_t cmd_len(const struct qent *e)
-{
-	return e->len + (e->ext ? e->ext->total : 0);
-}
-
-/* Pop the done prefix: it is acknowledged. Reclaim its bytes now and then. */
-static void advance_head(struct sink_redis *s)
-{
-	while (s->q_len > 0 && s->q[s->q_head].state == QS_DONE) {
-		struct qent *e = &s->q[s->q_head];
-
-		ext_free(s, &e->ext);
-		s->acked_seq = e->seq;
-		s->inflight_events -= e->nevents;
-		s->q_head = (s->q_head + 1) % s->q_cap;
-		s->q_len--;
-	}
-	if (s->q_len == 0) {
-		s->out_base += s->out.len;
-		s->out.len = 0;
-	} else {
-		size_t dead = (size_t)(s->q[s->q_head].off - s->out_base);
-
-		if (dead > (1u << 20) && dead * 2 > s->out.len) {
-			memmove(s->out.data, s->out.data + dead, s->out.len - dead);
-			s->out.len -= dead;
-			s->out_base += dead;
-		}
-	}
-}
-
 /* ---- cluster hash slots ---- */
 
-/* Slot of stream s: stream_hash_tag() gives "{x}" where x is what Redis hashes. */
+/* Cluster hash slot of stream s. */
 static uint16_t stream_slot(struct sink_redis *s, const char *stream, size_t len)
 {
-	if (!stream_hash_tag(stream, len, &s->tag) || s->tag.len < 2)
-		return (uint16_t)(cluster_slots_crc16(stream, len) & (CLUSTER_SLOTS - 1));
-	return (uint16_t)(cluster_slots_crc16(s->tag.data + 1, s->tag.len - 2) & (CLUSTER_SLOTS - 1));
+	return sq_stream_slot(stream, len, &s->tag);
 }
 
 /* ---- lifecycle ---- */
-
-/* "<key-prefix>:slot:<slot>": the slot record's key (no hash tag: its own cluster slot). */
-static void record_key(const struct relay_config *cf, struct buf *b)
-{
-	buf_reset(b);
-	buf_puts(b, cf->key_prefix);
-	buf_puts(b, ":slot:");
-	buf_puts(b, cf->slot);
-}
 
 bool slot_record_parse(const char *v, size_t len, struct slot_record *rec)
 {
@@ -571,6 +208,8 @@ bool slot_record_parse(const char *v, size_t len, struct slot_record *rec)
 	return true;
 }
 
+static void route_new(void *ctx, struct sq_ent *e);
+
 struct sink_redis *sink_redis_create(const struct relay_config *cf, struct metrics *m)
 {
 	struct sink_redis *s = calloc(1, sizeof(*s));
@@ -581,7 +220,11 @@ struct sink_redis *sink_redis_create(const struct relay_config *cf, struct metri
 	s->m = m;
 	s->use_functions = cf->redis_functions;
 	s->trim = cf->trim && strcmp(cf->trim, "acked") == 0;
-	s->next_seq = 1;
+	sq_init(&s->q, cf, cf->redis.cluster);
+	s->q.use_functions = &s->use_functions;
+	s->q.sha = s->sha;
+	s->q.on_push = route_new;
+	s->q.ctx = s;
 	s->wait_mode = cf->wait_replicas > 0 || (cf->wait_aof && strcmp(cf->wait_aof, "none") != 0);
 	if (s->wait_mode) {
 		char n[24], t[24];
@@ -646,9 +289,9 @@ static const char *node_addr(const struct node *n, char *buf, size_t len)
 static void node_finish(struct node *n)
 {
 	node_close(n);
-	u64q_finish(&n->sendq);
-	u64q_finish(&n->waitq);
-	u64q_finish(&n->durable);
+	ring_finish(&n->sendq);
+	ring_finish(&n->waitq);
+	ring_finish(&n->durable);
 	buf_finish(&n->wbuf);
 	buf_finish(&n->trimq);
 	free(n->host);
@@ -662,29 +305,21 @@ void sink_redis_destroy(struct sink_redis *s)
 		return;
 	for (int i = 0; i < s->nnodes; i++)
 		node_finish(&s->nodes[i]);
-	for (size_t i = 0; i < s->q_len; i++)
-		ext_free(s, &s->q[(s->q_head + i) % s->q_cap].ext);
-	ext_free(s, &s->b_ext);
+	sq_finish(&s->q);
 	free(s->slot_node);
-	buf_finish(&s->out);
 	buf_finish(&s->key);
 	buf_finish(&s->tag);
 	buf_finish(&s->wait_cmd);
-	buf_finish(&s->b_stream);
-	buf_finish(&s->b_args);
-	buf_finish(&s->b_prefix);
 	strset_finish(&s->streams);
 	strset_finish(&s->trim_streams);
-	posmap_finish(&s->last_pos);
-	free(s->q);
 	free(s);
 }
 
 bool sink_redis_set_owner(struct sink_redis *s, const char *system_id, const char *dbname)
 {
-	int n = snprintf(s->owner, sizeof(s->owner), "%s/%s", system_id, dbname);
+	int n = snprintf(s->q.owner, sizeof(s->q.owner), "%s/%s", system_id, dbname);
 
-	return n > 0 && (size_t)n < sizeof(s->owner);
+	return n > 0 && (size_t)n < sizeof(s->q.owner);
 }
 
 const char *sink_redis_errmsg(const struct sink_redis *s)
@@ -787,19 +422,19 @@ static const char *kind_name(unsigned k);
  * for (Redis does not say which of its keys it refused) and the patterns to
  * grant. No retry can get past it.
  */
-static void key_noperm_message(struct sink_redis *s, const struct qent *e, const char *msg)
+static void key_noperm_message(struct sink_redis *s, const struct sq_ent *e, const char *msg)
 {
 	size_t klen = 0;
-	const char *key = resp_arg(ent_bytes(s, e), e->len,
-	                           e->kind == Q_PUBLISH || e->kind == Q_DEAD ? 3
-	                           : e->kind == Q_GROUP                      ? 2
-	                                                                     : 1,
+	const char *key = resp_arg(sq_bytes(&s->q, e), e->len,
+	                           e->kind == SQ_PUBLISH || e->kind == SQ_DEAD ? 3
+	                           : e->kind == SQ_GROUP                       ? 2
+	                                                                       : 1,
 	                           &klen);
 
 	s->errkind = SINK_ERR_NOPERM;
 	if (!key)
 		key = "?";
-	if (e->kind == Q_PUBLISH || e->kind == Q_DEAD)
+	if (e->kind == SQ_PUBLISH || e->kind == SQ_DEAD)
 		snprintf(s->errmsg, sizeof(s->errmsg),
 		         "%s to stream \"%.*s\" refused by the Redis ACL (%s): the relay's Redis "
 		         "user may not access a key of this call (the stream, the dead-letter stream "
@@ -900,32 +535,30 @@ int sink_redis_pollfds(struct sink_redis *s, struct pollfd *pfd, int max)
 
 bool sink_redis_full(const struct sink_redis *s)
 {
-	if (s->inflight_events == 0)
+	if (s->q.inflight_events == 0)
 		return false; /* always admit one event, however large */
-	return (int64_t)s->inflight_events >= s->cf->max_inflight_events ||
+	return (int64_t)s->q.inflight_events >= s->cf->max_inflight_events ||
 	       (int64_t)sink_redis_inflight_bytes(s) >= s->cf->max_inflight_bytes;
 }
 
 uint64_t sink_redis_acked_seq(const struct sink_redis *s)
 {
-	return s->acked_seq;
+	return s->q.acked_seq;
 }
 
 uint64_t sink_redis_last_seq(const struct sink_redis *s)
 {
-	return s->next_seq - 1;
+	return s->q.next_seq - 1;
 }
 
 uint64_t sink_redis_inflight_events(const struct sink_redis *s)
 {
-	return s->inflight_events;
+	return s->q.inflight_events;
 }
 
 uint64_t sink_redis_inflight_bytes(const struct sink_redis *s)
 {
-	size_t live = s->q_len ? s->out.len - (size_t)(s->q[s->q_head].off - s->out_base) : 0;
-
-	return live + s->ext_bytes + (s->b_open ? s->b_args.len : 0);
+	return sq_inflight_bytes(&s->q);
 }
 
 const struct sink_stats *sink_redis_stats(const struct sink_redis *s)
@@ -938,15 +571,7 @@ void sink_redis_disconnect(struct sink_redis *s)
 	for (int i = 0; i < s->nnodes; i++)
 		node_close(&s->nodes[i]);
 	/* Everything not done is routed and sent again after the next connect. */
-	for (size_t i = 0; i < s->q_len; i++) {
-		struct qent *e = &s->q[(s->q_head + i) % s->q_cap];
-
-		if (e->state != QS_DONE) {
-			e->state = QS_QUEUED;
-			e->node = -1;
-			e->asking = false;
-		}
-	}
+	sq_requeue(&s->q);
 	s->trim_pending = 0; /* an unfinished trim round is dropped */
 	s->max_value = 0;
 	s->connected = false;
@@ -1025,7 +650,7 @@ static enum sink_status read_record(struct sink_redis *s, struct node *n)
 	char what[260];
 	redisReply *r;
 
-	record_key(s->cf, &s->key);
+	sq_record_key(s->cf, &s->key);
 	if (s->record_read || s->key.failed ||
 	    (s->slot_node && s->slot_node[stream_slot(s, s->key.data, s->key.len)] != n - s->nodes))
 		return s->key.failed ? SINK_RETRY : SINK_OK;
@@ -1053,7 +678,7 @@ static enum sink_status read_record(struct sink_redis *s, struct node *n)
 
 void sink_redis_set_republish(struct sink_redis *s)
 {
-	s->republish = true;
+	s->q.republish = true;
 }
 
 uint64_t sink_redis_record_gen(const struct sink_redis *s)
@@ -1200,12 +825,7 @@ static enum sink_status read_bulk_limit(struct sink_redis *s, struct node *n)
 
 void sink_redis_void_record(struct sink_redis *s, uint64_t seq)
 {
-	struct qent *e = ent_of(s, seq);
-
-	if (!e || e->kind != Q_RECORD || e->state == QS_DONE)
-		return;
-	e->state = QS_DONE;
-	advance_head(s);
+	(void)sq_void_record(&s->q, seq);
 }
 
 uint64_t sink_redis_refused_value(const struct sink_redis *s)
@@ -1572,7 +1192,7 @@ static enum sink_status discover_cluster(struct sink_redis *s)
 }
 
 /* Route e to the connection of its slot and queue it there for writing. */
-static bool route(struct sink_redis *s, struct qent *e)
+static bool route(struct sink_redis *s, struct sq_ent *e)
 {
 	int idx = s->slot_node ? s->slot_node[e->slot] : 0;
 
@@ -1582,19 +1202,26 @@ static bool route(struct sink_redis *s, struct qent *e)
 		s->errkind = SINK_ERR_CLUSTER;
 		return false;
 	}
-	if (!u64q_push(&s->nodes[idx].sendq, e->seq)) {
+	if (!sq_route(&s->q, e, &s->nodes[idx].sendq, idx, false)) {
 		snprintf(s->errmsg, sizeof(s->errmsg), "out of memory");
 		return false;
 	}
-	e->node = (int8_t)idx;
-	e->state = QS_ROUTED;
 	return true;
+}
+
+/* A command just queued: routed at once when connected (sink_queue's on_push). */
+static void route_new(void *ctx, struct sq_ent *e)
+{
+	struct sink_redis *s = ctx;
+
+	if (s->connected && !route(s, e))
+		s->connected = false; /* no master for the slot right now: reconnect and route it */
 }
 
 enum sink_status sink_redis_connect(struct sink_redis *s)
 {
 	const struct redis_target *t = &s->cf->redis;
-	bool first = s->stats.reconnects == 0 && s->acked_seq == 0 && s->inflight_events == 0;
+	bool first = s->stats.reconnects == 0 && s->q.acked_seq == 0 && s->q.inflight_events == 0;
 	enum sink_status st;
 
 	sink_redis_disconnect(s);
@@ -1626,10 +1253,10 @@ enum sink_status sink_redis_connect(struct sink_redis *s)
 		}
 	}
 	strset_clear(&s->streams); /* groups are created again on this connection set */
-	for (size_t i = 0; i < s->q_len; i++) {
-		struct qent *e = &s->q[(s->q_head + i) % s->q_cap];
+	for (size_t i = 0; i < s->q.q.len; i++) {
+		struct sq_ent *e = ring_at(&s->q.q, i);
 
-		if (e->state == QS_QUEUED && !route(s, e)) {
+		if (e->state == SQ_QUEUED && !route(s, e)) {
 			sink_redis_disconnect(s);
 			return SINK_RETRY;
 		}
@@ -1645,141 +1272,6 @@ enum sink_status sink_redis_connect(struct sink_redis *s)
 	if (!first)
 		s->stats.reconnects++;
 	return SINK_OK;
-}
-
-/* Append the decimal or fixed-width hex rendering of v (no printf on the hot path). */
-static void put_hex(char *out, uint64_t v, int width)
-{
-	static const char hex[] = "0123456789ABCDEF";
-
-	for (int i = width - 1; i >= 0; i--, v >>= 4)
-		out[i] = hex[v & 0xf];
-}
-
-static void resp_u64(struct buf *b, uint64_t v)
-{
-	char tmp[20];
-	char *d = u64_to_dec(tmp + sizeof(tmp), v);
-
-	resp_bulk(b, d, (size_t)(tmp + sizeof(tmp) - d));
-}
-
-/* Queue a command whose bytes are out[start..], and route it when connected. */
-static bool push_command(struct sink_redis *s, struct qent *ent, size_t start)
-{
-	struct qent *e;
-
-	ent->off = s->out_base + start;
-	ent->len = s->out.len - start;
-	ent->node = -1;
-	ent->state = QS_QUEUED;
-	if (s->out.failed || !queue_push(s, ent)) {
-		ext_free(s, &ent->ext);
-		return false;
-	}
-	e = ent_of(s, ent->seq);
-	if (s->connected && !route(s, e)) {
-		/* No master for the slot right now: the caller reconnects and routes it. */
-		s->connected = false;
-	}
-	return true;
-}
-
-/* Encode the open batch as one function call into s->out and queue it. */
-static bool close_batch(struct sink_redis *s)
-{
-	const struct relay_config *cf = s->cf;
-	struct buf *b = &s->out;
-	size_t start = b->len, dl_len = strlen(cf->dead_letter_stream);
-	uint16_t slot;
-	struct lastpos *lp;
-	struct qent ent;
-
-	if (!s->b_open)
-		return true;
-	s->b_open = false;
-	(void)stream_hash_tag(s->b_stream.data, s->b_stream.len, &s->tag); /* checked when opened */
-	slot = stream_slot(s, s->b_stream.data, s->b_stream.len);
-	/* FCALL name numkeys | stream wm legacy-wm dead-letter dedup-base |
-	 * ttl maxlen owner expect slot old-dedup-prefix args... */
-	resp_array(b, 3 + 5 + 6 + s->b_args_count);
-	if (s->use_functions) {
-		resp_str(b, "FCALL");
-		resp_str(b, SINK_SCRIPT_PUBLISH);
-	} else {
-		resp_str(b, "EVALSHA");
-		resp_str(b, s->sha);
-	}
-	resp_u64(b, 5);
-	resp_bulk(b, s->b_stream.data, s->b_stream.len);
-	buf_reset(&s->key); /* watermark: <prefix>:wm:{tag}[#<len>:<stream>]:<slot> */
-	(void)stream_key_base(&s->key, cf->key_prefix, "wm", s->b_stream.data, s->b_stream.len, true,
-	                      &s->tag);
-	buf_putc(&s->key, ':');
-	buf_puts(&s->key, cf->slot);
-	resp_bulk(b, s->key.data, s->key.len);
-	buf_reset(&s->key); /* legacy (per tag) watermark: <prefix>:wm:{tag}:<slot> */
-	(void)stream_key_base(&s->key, cf->key_prefix, "wm", s->b_stream.data, s->b_stream.len, false,
-	                      &s->tag);
-	buf_putc(&s->key, ':');
-	buf_puts(&s->key, cf->slot);
-	resp_bulk(b, s->key.data, s->key.len);
-	/* Where entries the stream key refuses go, in the same call: the
-	 * dead-letter stream, or in a cluster where that lives in another slot,
-	 * "<dead-letter stream>{tag}" beside the stream ("{tag}<dead-letter
-	 * stream>" when that name carries a tag of its own). */
-	buf_reset(&s->key);
-	if (s->slot_node && stream_slot(s, cf->dead_letter_stream, dl_len) != slot) {
-		bool own_tag = !(s->tag.len == dl_len + 2 &&
-		                 memcmp(s->tag.data + 1, cf->dead_letter_stream, dl_len) == 0);
-
-		(void)stream_hash_tag(s->b_stream.data, s->b_stream.len, &s->tag);
-		if (own_tag)
-			buf_append(&s->key, s->tag.data, s->tag.len);
-		buf_append(&s->key, cf->dead_letter_stream, dl_len);
-		if (!own_tag)
-			buf_append(&s->key, s->tag.data, s->tag.len);
-	} else {
-		buf_append(&s->key, cf->dead_letter_stream, dl_len);
-	}
-	resp_bulk(b, s->key.data, s->key.len);
-	buf_reset(&s->key); /* dedup state: <prefix>:dd:{tag}[#<len>:<stream>] */
-	(void)stream_key_base(&s->key, cf->key_prefix, "dd", s->b_stream.data, s->b_stream.len, true,
-	                      &s->tag);
-	resp_bulk(b, s->key.data, s->key.len);
-	resp_u64(b, s->b_dead ? 0 : (uint64_t)cf->dedup_window_s);
-	resp_u64(b, s->b_dead ? 0 : (uint64_t)cf->maxlen);
-	resp_str(b, s->owner);
-	resp_str(b, s->b_expect);
-	resp_str(b, cf->slot);
-	resp_bulk(b, s->b_prefix.data, s->b_prefix.len);
-	if (s->b_ext) /* segment offsets: from b_args to the command */
-		for (size_t i = 0; i < s->b_ext->nseg; i++)
-			s->b_ext->seg[i].at += b->len - start;
-	buf_append(b, s->b_args.data, s->b_args.len);
-	if (s->key.failed || s->tag.failed)
-		return false;
-	if (!s->republish) {
-		lp = posmap_get(&s->last_pos, s->b_stream.data, s->b_stream.len, s->acked_seq);
-		if (!lp)
-			return false;
-		memcpy(lp->pos, s->b_last, sizeof(lp->pos));
-		lp->seq = s->b_seq;
-	}
-	ent = (struct qent){
-	    .seq = s->b_seq,
-	    .nevents = s->b_n,
-	    .commit_us = s->b_commit_us,
-	    .stream_id = s->b_stream_id,
-	    .slot = slot,
-	    .kind = s->b_dead ? Q_DEAD : Q_PUBLISH,
-	    .dead_reason = s->b_dead_reason,
-	    .prev_seq = s->b_prev_seq,
-	    .ext = s->b_ext,
-	    .max_value = s->b_max_value,
-	};
-	s->b_ext = NULL;
-	return push_command(s, &ent, start);
 }
 
 /* Calls sent or routed but not yet answered, over every connection. */
@@ -1802,56 +1294,12 @@ bool sink_redis_flush(struct sink_redis *s, bool force)
 	 */
 	if (!force && s->connected && calls_pending(s) >= BATCH_PIPELINE_DEPTH)
 		return true;
-	return close_batch(s);
-}
-
-/* Queue XGROUP CREATE <stream> <group> 0 MKSTREAM for every --group. */
-static bool queue_groups(struct sink_redis *s, const char *stream, size_t len)
-{
-	uint16_t slot = stream_slot(s, stream, len);
-
-	for (size_t g = 0; g < s->cf->ngroups; g++) {
-		size_t start = s->out.len;
-		struct qent ent = {.seq = s->next_seq++, .slot = slot, .kind = Q_GROUP};
-
-		resp_array(&s->out, 6);
-		resp_str(&s->out, "XGROUP");
-		resp_str(&s->out, "CREATE");
-		resp_bulk(&s->out, stream, len);
-		resp_str(&s->out, s->cf->groups[g]);
-		resp_str(&s->out, "0");
-		resp_str(&s->out, "MKSTREAM");
-		if (!push_command(s, &ent, start))
-			return false;
-	}
-	return true;
-}
-
-/* Queue GET (val NULL) or SET val of the slot record's key as a command of kind k. */
-static bool queue_record_cmd(struct sink_redis *s, enum qkind k, const char *val, size_t vlen)
-{
-	size_t start;
-	struct qent ent = {.kind = k};
-
-	if (!close_batch(s))
-		return false;
-	record_key(s->cf, &s->key);
-	if (s->key.failed)
-		return false;
-	start = s->out.len;
-	ent.seq = s->next_seq++;
-	ent.slot = stream_slot(s, s->key.data, s->key.len);
-	resp_array(&s->out, val ? 3 : 2);
-	resp_str(&s->out, val ? "SET" : "GET");
-	resp_bulk(&s->out, s->key.data, s->key.len);
-	if (val)
-		resp_bulk(&s->out, val, vlen);
-	return push_command(s, &ent, start);
+	return sq_close_batch(&s->q);
 }
 
 bool sink_redis_queue_record_read(struct sink_redis *s)
 {
-	return queue_record_cmd(s, Q_GETREC, NULL, 0);
+	return sq_queue_record(&s->q, SQ_GETREC, NULL, 0);
 }
 
 bool sink_redis_queue_record(struct sink_redis *s, lsn_t confirmed, lsn_t commit_lsn,
@@ -1859,83 +1307,9 @@ bool sink_redis_queue_record(struct sink_redis *s, lsn_t confirmed, lsn_t commit
 {
 	char val[256];
 	int n = snprintf(val, sizeof(val), "%016llX %016llX %lld %s", (unsigned long long)confirmed,
-	                 (unsigned long long)commit_lsn, (long long)commit_us, s->owner);
+	                 (unsigned long long)commit_lsn, (long long)commit_us, s->q.owner);
 
-	return n > 0 && (size_t)n < sizeof(val) && queue_record_cmd(s, Q_RECORD, val, (size_t)n);
-}
-
-/* Does ev have a value worth sending from its own memory (see struct ext)? */
-static bool has_large_value(const struct event *ev)
-{
-	for (size_t i = 0; i < ev->nfields; i++)
-		if (ev->fields[i].value_len >= EXT_MIN_BYTES)
-			return true;
-	return false;
-}
-
-/* Whether id[0..len) is a UUID in PostgreSQL's output form (lowercase, 8-4-4-4-12). */
-static bool uuid_canonical(const char *id, size_t len)
-{
-	if (len != 36)
-		return false;
-	for (size_t i = 0; i < 36; i++) {
-		unsigned char c = (unsigned char)id[i];
-
-		if (i == 8 || i == 13 || i == 18 || i == 23) {
-			if (c != '-')
-				return false;
-		} else if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
-			return false;
-		}
-	}
-	return true;
-}
-
-static unsigned hexval(char c)
-{
-	return c <= '9' ? (unsigned)(c - '0') : (unsigned)(c - 'a' + 10);
-}
-
-/*
- * Append the dedup field of event id[0..len) as a RESP bulk string: a UUID
- * in PostgreSQL's form packs to its 16 bytes; any other id is 4 bytes of
- * FNV-1a of it (the shard hash), the id, and a 0 byte when the id is 12
- * bytes long or (at least 12 bytes long and) ends in a 0 byte. So no other
- * id gives 16 bytes, and the mapping is one-to-one: two different ids never
- * share a field (an uppercase UUID is another id, as it always was).
- */
-static void put_dedup_field(struct buf *b, const char *id, size_t len)
-{
-	unsigned char f[16];
-	uint32_t h = 2166136261u;
-	bool esc;
-
-	if (uuid_canonical(id, len)) {
-		for (size_t i = 0, o = 0; i < 36; i++) {
-			if (id[i] == '-')
-				continue;
-			f[o / 2] = (unsigned char)(o % 2 ? f[o / 2] | hexval(id[i]) : hexval(id[i]) << 4);
-			o++;
-		}
-		resp_bulk(b, (const char *)f, 16);
-		return;
-	}
-	for (size_t i = 0; i < len; i++)
-		h = (h ^ (unsigned char)id[i]) * 16777619u;
-	esc = len == 12 || (len > 12 && id[len - 1] == '\0');
-	buf_putc(b, '$');
-	buf_put_u64(b, 4 + len + esc);
-	buf_append(b, "\r\n", 2);
-	f[0] = (unsigned char)(h >> 24);
-	f[1] = (unsigned char)(h >> 16);
-	f[2] = (unsigned char)(h >> 8);
-	f[3] = (unsigned char)h;
-	buf_append(b, (const char *)f, 4);
-	if (len)
-		buf_append(b, id, len);
-	if (esc)
-		buf_putc(b, '\0');
-	buf_append(b, "\r\n", 2);
+	return n > 0 && (size_t)n < sizeof(val) && sq_queue_record(&s->q, SQ_RECORD, val, (size_t)n);
 }
 
 bool sink_redis_publish(struct sink_redis *s, const struct event *ev, bool dead_letter)
@@ -1946,113 +1320,40 @@ bool sink_redis_publish(struct sink_redis *s, const struct event *ev, bool dead_
 bool sink_redis_publish_held(struct sink_redis *s, const struct event *ev, bool dead_letter,
                              struct sink_hold *hold)
 {
-	struct lastpos *lp;
-	char pos[26];
-	bool large = hold && hold->p && !dead_letter && has_large_value(ev);
+	bool large = hold && hold->p && !dead_letter && sq_has_large_value(ev);
 
-	if (s->b_open &&
-	    (large || dead_letter || s->b_dead || s->b_n >= BATCH_MAX_EVENTS ||
-	     s->b_args.len >= BATCH_MAX_BYTES || s->b_stream.len != ev->stream_len ||
-	     memcmp(s->b_stream.data, ev->stream, ev->stream_len) != 0) &&
-	    !close_batch(s))
+	if (sq_batch_breaks(&s->q, ev, dead_letter, large) && !sq_close_batch(&s->q))
 		return false;
 	if (!dead_letter && s->cf->ngroups > 0) {
 		int added = strset_add(&s->streams, ev->stream, ev->stream_len);
 
-		if (added < 0 ||
-		    (added == 1 && (!close_batch(s) || !queue_groups(s, ev->stream, ev->stream_len))))
+		if (added < 0 || (added == 1 && (!sq_close_batch(&s->q) ||
+		                                 !sq_queue_groups(&s->q, ev->stream, ev->stream_len))))
 			return false;
 	}
-	if (!s->b_open) {
-		s->b_open = true;
-		s->b_dead = dead_letter;
-		s->b_seq = s->next_seq++;
-		s->b_n = 0;
-		s->b_args_count = 0;
-		s->b_max_value = 0;
-		buf_reset(&s->b_stream);
-		buf_append(&s->b_stream, ev->stream, ev->stream_len);
-		buf_reset(&s->b_args);
-		s->b_commit_us = ev->committed_unix_us;
-		s->b_dead_reason = (uint8_t)ev->dead_reason;
-		s->b_stream_id =
+	if (!s->q.b_open) {
+		uint32_t id =
 		    !dead_letter && s->m ? metrics_stream_id(s->m, ev->stream, ev->stream_len) : 0;
+
+		if (!sq_batch_open(&s->q, ev, dead_letter, id))
+			return false;
 		if (s->trim && !dead_letter && strset_add(&s->trim_streams, ev->stream, ev->stream_len) < 0)
 			return false;
-		/* old-layout dedup key prefix: <prefix>:dedup:{tag}[#<len>:<stream>]: */
-		buf_reset(&s->b_prefix);
-		if (!stream_key_base(&s->b_prefix, s->cf->key_prefix, "dedup", ev->stream, ev->stream_len,
-		                     true, &s->tag))
-			return false;
-		buf_putc(&s->b_prefix, ':');
-		lp = s->republish ? NULL : posmap_find(&s->last_pos, ev->stream, ev->stream_len);
-		s->b_prev_seq = lp ? lp->seq : 0;
-		if (s->republish)
-			memcpy(s->b_expect, "R", 2);
-		else
-			memcpy(s->b_expect, lp ? lp->pos : "", lp ? sizeof(s->b_expect) : 1);
 	}
-	/* ARGV: position, dedup field, field count, fields. */
-	put_hex(pos, ev->commit_lsn, 16);
-	pos[16] = ':';
-	put_hex(pos + 17, ev->index, 8);
-	pos[25] = '\0';
-	memcpy(s->b_last, pos, sizeof(s->b_last));
-	resp_bulk(&s->b_args, pos, 25);
-	put_dedup_field(&s->b_args, ev->id, ev->id ? ev->id_len : 0);
-	resp_u64(&s->b_args, ev->nfields);
-	if (large && !(s->b_ext = calloc(1, sizeof(*s->b_ext))))
-		return false;
-	for (size_t i = 0; i < ev->nfields; i++) {
-		const struct event_field *f = &ev->fields[i];
-		struct ext *x = s->b_ext;
-
-		resp_bulk(&s->b_args, f->name, f->name_len);
-		if (f->value_len > s->b_max_value)
-			s->b_max_value = f->value_len;
-		if (large && f->value_len >= EXT_MIN_BYTES && x->nseg < EXT_MAX_SEGS) {
-			/* Header and trailer here, the value itself from the event's memory. */
-			buf_putc(&s->b_args, '$');
-			buf_put_u64(&s->b_args, f->value_len);
-			buf_append(&s->b_args, "\r\n", 2);
-			x->seg[x->nseg].at = s->b_args.len;
-			x->seg[x->nseg].p = f->value;
-			x->seg[x->nseg].len = f->value_len;
-			x->nseg++;
-			x->total += f->value_len;
-			buf_append(&s->b_args, "\r\n", 2);
-		} else {
-			resp_bulk(&s->b_args, f->value, f->value_len);
-		}
-	}
-	s->b_args_count += 3 + 2 * ev->nfields;
-	s->b_n++;
-	s->inflight_events++;
-	if (s->b_args.failed || s->b_stream.failed || s->b_prefix.failed)
-		return false;
-	if (large) {
-		/* The call now owns the event's memory; it goes out alone. */
-		s->b_ext->hold = hold->p;
-		s->b_ext->hold_free = hold->free_fn;
-		s->ext_bytes += s->b_ext->total;
-		hold->p = NULL;
-		return close_batch(s);
-	}
-	/* Dead letters are rare and each has its own reason: one per call. */
-	return dead_letter ? close_batch(s) : true;
+	return sq_batch_add(&s->q, ev, dead_letter, large ? hold : NULL);
 }
 
 static const char *kind_name(unsigned k)
 {
-	return k == Q_GROUP    ? "XGROUP CREATE"
-	       : k == Q_DEAD   ? "dead-letter publish"
-	       : k == Q_RECORD ? "slot record write"
-	       : k == Q_GETREC ? "slot record read"
-	                       : "publish";
+	return k == SQ_GROUP    ? "XGROUP CREATE"
+	       : k == SQ_DEAD   ? "dead-letter publish"
+	       : k == SQ_RECORD ? "slot record write"
+	       : k == SQ_GETREC ? "slot record read"
+	                        : "publish";
 }
 
 /* Count one event's result from a publish reply (0 replay, 1 duplicate, entry id). */
-static void count_result(struct sink_redis *s, const struct qent *e, const redisReply *r,
+static void count_result(struct sink_redis *s, const struct sq_ent *e, const redisReply *r,
                          int64_t now_us)
 {
 	_Atomic uint64_t *c = NULL;
@@ -2069,7 +1370,7 @@ static void count_result(struct sink_redis *s, const struct qent *e, const redis
 	} else if (r->type == REDIS_REPLY_INTEGER) {
 		s->stats.duplicates++;
 		c = s->m ? &s->m->duplicates_skipped : NULL;
-	} else if (e->kind == Q_DEAD) {
+	} else if (e->kind == SQ_DEAD) {
 		s->stats.dead_lettered++;
 		c = s->m && e->dead_reason < DEAD_NREASONS ? &s->m->dead_lettered[e->dead_reason] : NULL;
 	} else {
@@ -2083,23 +1384,8 @@ static void count_result(struct sink_redis *s, const struct qent *e, const redis
 		atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
 }
 
-/* An executed command: done now, or when the connection's next WAIT succeeds. */
-static bool executed(struct sink_redis *s, struct node *n, struct qent *e)
-{
-	if (s->wait_mode && e->kind != Q_GROUP) {
-		e->state = QS_EXECUTED;
-		if (!u64q_push(&n->durable, e->seq)) {
-			snprintf(s->errmsg, sizeof(s->errmsg), "out of memory");
-			return false;
-		}
-		return true;
-	}
-	e->state = QS_DONE;
-	return true;
-}
-
 /* "ASK <slot> <host>:<port>": resend e to that master after ASKING. */
-static bool follow_ask(struct sink_redis *s, struct qent *e, const char *msg)
+static bool follow_ask(struct sink_redis *s, struct sq_ent *e, const char *msg)
 {
 	const char *addr = strrchr(msg, ' ');
 	const char *colon = addr ? strrchr(addr, ':') : NULL;
@@ -2115,12 +1401,7 @@ static bool follow_ask(struct sink_redis *s, struct qent *e, const char *msg)
 	}
 	if (idx < 0)
 		return false; /* unknown target: refresh everything instead */
-	if (!u64q_push(&s->nodes[idx].sendq, e->seq))
-		return false;
-	e->asking = true;
-	e->node = (int8_t)idx;
-	e->state = QS_ROUTED;
-	return true;
+	return sq_route(&s->q, e, &s->nodes[idx].sendq, idx, true);
 }
 
 /*
@@ -2129,11 +1410,9 @@ static bool follow_ask(struct sink_redis *s, struct qent *e, const char *msg)
  * is not done (rejected, or not yet run), resending everything in order
  * fixes it. When it is done, Redis acknowledged writes it no longer has.
  */
-static bool refused_behind(struct sink_redis *s, const struct qent *e, const char *msg)
+static bool refused_behind(struct sink_redis *s, const struct sq_ent *e, const char *msg)
 {
-	const struct qent *prev = e->prev_seq ? ent_of(s, e->prev_seq) : NULL;
-
-	if (e->prev_seq && e->prev_seq > s->acked_seq && (!prev || prev->state != QS_DONE)) {
+	if (sq_prev_pending(&s->q, e)) {
 		snprintf(s->errmsg, sizeof(s->errmsg),
 		         "%s refused (%s): an earlier call for the same stream did not run; sending "
 		         "both again in order",
@@ -2178,28 +1457,56 @@ static bool trim_reply(struct sink_redis *s, const redisReply *r)
 	return true;
 }
 
-/* Match one reply against what n's oldest outstanding request was. */
-static bool handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
+/* The reply to WAIT / WAITAOF: every command in n->durable is done, or nothing is. */
+static bool wait_reply(struct sink_redis *s, struct node *n, const redisReply *r)
 {
-	uint64_t what;
-	struct qent *e;
+	bool aof = s->cf->wait_aof && strcmp(s->cf->wait_aof, "none") != 0;
+	long long want = aof ? 1 : s->cf->wait_replicas, got = -1, got_repl = -1;
 
-	if (n->waitq.len == 0) {
-		snprintf(s->errmsg, sizeof(s->errmsg),
-		         "unexpected reply from Redis with nothing in flight");
+	if (r->type == REDIS_REPLY_ERROR && noperm_reply(r->str)) {
+		/* Not a shortfall: no retry gets past the ACL. */
+		noperm_message(s, aof ? "WAITAOF" : "WAIT", aof ? "waitaof" : "wait", r->str);
 		return false;
 	}
-	what = u64q_pop(&n->waitq);
-	n->wait_since_us = time_mono_us();
-	if (what == INFO_MARK) {
+	if (r->type == REDIS_REPLY_INTEGER)
+		got = r->integer;
+	else if (r->type == REDIS_REPLY_ARRAY && r->elements == 2) {
+		got = r->element[0]->integer;
+		got_repl = r->element[1]->integer;
+	}
+	if (got < want || (aof && strcmp(s->cf->wait_aof, "local,replicas") == 0 &&
+	                   got_repl < s->cf->wait_replicas)) {
+		s->errkind = SINK_ERR_WAIT;
+		if (r->type == REDIS_REPLY_ERROR)
+			snprintf(s->errmsg, sizeof(s->errmsg), "%s failed: %s", aof ? "WAITAOF" : "WAIT",
+			         r->str);
+		else if (aof)
+			snprintf(s->errmsg, sizeof(s->errmsg),
+			         "WAITAOF: %lld local and %lld replica fsync(s) within %d ms, fewer "
+			         "than asked",
+			         got, got_repl, s->cf->wait_timeout_ms);
+		else
+			snprintf(s->errmsg, sizeof(s->errmsg),
+			         "WAIT: %lld of %lld replica(s) acknowledged within %d ms", got, want,
+			         s->cf->wait_timeout_ms);
+		return false;
+	}
+	sq_wait_done(&s->q, &n->durable);
+	return true;
+}
+
+/* The reply to a mark (see sink_queue.h): not a command of the ring. */
+static bool mark_reply(struct sink_redis *s, struct node *n, uint64_t what, const redisReply *r)
+{
+	if (what == SQ_INFO_MARK) {
 		n->info_sent = false;
 		if (r->type == REDIS_REPLY_STRING)
 			read_memory(n, r->str);
 		return true; /* only for the metrics: an error changes nothing */
 	}
-	if (what == TRIM_MARK)
+	if (what == SQ_TRIM_MARK)
 		return trim_reply(s, r);
-	if (what == ASKING_MARK) {
+	if (what == SQ_ASKING_MARK) {
 		if (r->type == REDIS_REPLY_ERROR && noperm_reply(r->str)) {
 			noperm_message(s, "ASKING", "asking", r->str);
 			return false;
@@ -2211,55 +1518,105 @@ static bool handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 		}
 		return true;
 	}
-	if (what == WAIT_MARK) {
-		bool aof = s->cf->wait_aof && strcmp(s->cf->wait_aof, "none") != 0;
-		long long want = aof ? 1 : s->cf->wait_replicas, got = -1, got_repl = -1;
+	return wait_reply(s, n, r);
+}
 
-		if (r->type == REDIS_REPLY_ERROR && noperm_reply(r->str)) {
-			/* Not a shortfall: no retry gets past the ACL. */
-			noperm_message(s, aof ? "WAITAOF" : "WAIT", aof ? "waitaof" : "wait", r->str);
-			return false;
-		}
-		if (r->type == REDIS_REPLY_INTEGER)
-			got = r->integer;
-		else if (r->type == REDIS_REPLY_ARRAY && r->elements == 2) {
-			got = r->element[0]->integer;
-			got_repl = r->element[1]->integer;
-		}
-		if (got < want || (aof && strcmp(s->cf->wait_aof, "local,replicas") == 0 &&
-		                   got_repl < s->cf->wait_replicas)) {
-			s->errkind = SINK_ERR_WAIT;
-			if (r->type == REDIS_REPLY_ERROR)
-				snprintf(s->errmsg, sizeof(s->errmsg), "%s failed: %s", aof ? "WAITAOF" : "WAIT",
-				         r->str);
-			else if (aof)
-				snprintf(s->errmsg, sizeof(s->errmsg),
-				         "WAITAOF: %lld local and %lld replica fsync(s) within %d ms, fewer "
-				         "than asked",
-				         got, got_repl, s->cf->wait_timeout_ms);
-			else
-				snprintf(s->errmsg, sizeof(s->errmsg),
-				         "WAIT: %lld of %lld replica(s) acknowledged within %d ms", got, want,
-				         s->cf->wait_timeout_ms);
-			return false;
-		}
-		while (n->durable.len > 0) {
-			e = ent_of(s, u64q_pop(&n->durable));
-			if (e && e->state == QS_EXECUTED)
-				e->state = QS_DONE;
-		}
-		return true;
-	}
-	e = ent_of(s, what);
-	if (!e) {
-		snprintf(s->errmsg, sizeof(s->errmsg), "reply for an unknown command");
+/* An error reply to e: why, in errkind and errmsg (always false: the connection fails). */
+static bool error_reply(struct sink_redis *s, const struct sq_ent *e, const char *msg)
+{
+	s->stats.error_replies++;
+	s->errkind = classify_reply_error(msg);
+	if (strstr(msg, "Protocol error") && e->max_value >= 1024 * 1024) {
+		/* The server drops the connection: the same call would fail forever. */
+		s->errkind = SINK_ERR_TOO_BIG;
+		s->refused_value = e->max_value;
+		snprintf(s->errmsg, sizeof(s->errmsg),
+		         "%s refused (%s): a value of %zu bytes in it is over the server's "
+		         "proto-max-bulk-len",
+		         kind_name(e->kind), msg, e->max_value);
 		return false;
 	}
-	e->asking = false;
-	if (r->type == REDIS_REPLY_ERROR) {
-		if (e->kind == Q_GROUP && strncmp(r->str, "BUSYGROUP", 9) == 0)
-			return executed(s, n, e);
-		if (strncmp(r->str, "ASK ", 4) == 0 && follow_ask(s, e, r->str)) {
+	if (s->errkind == SINK_ERR_ORDER)
+		return refused_behind(s, e, msg);
+	if (s->errkind == SINK_ERR_NOPERM && key_refusal(msg)) {
+		key_noperm_message(s, e, msg);
+		return false;
+	}
+	if (s->errkind == SINK_ERR_NOPERM) {
+		noperm_message(s, kind_name(e->kind),
+		               e->kind == SQ_GROUP    ? "xgroup|create"
+		               : e->kind == SQ_RECORD ? "set"
+		               : e->kind == SQ_GETREC ? "get"
+		               : s->use_functions     ? "fcall"
+		                                      : "evalsha",
+		               msg);
+		return false;
+	}
+	if (s->errkind == SINK_ERR_FOREIGN)
+		snprintf(s->errmsg, sizeof(s->errmsg),
+		         "%s refused: the watermark %s, not to this database (%s): another "
+		         "database publishes through this Redis with the same --slot and "
+		         "--key-prefix; give this relay its own --key-prefix or --slot (if this "
+		         "database replaced that one on purpose, delete that database's "
+		         "\"%s:wm:*\" keys)",
+		         kind_name(e->kind), msg + strlen("OUTBOX_FOREIGN "), s->q.owner,
+		         s->cf->key_prefix);
+	else if (s->errkind == SINK_ERR_WRONGTYPE)
+		snprintf(s->errmsg, sizeof(s->errmsg),
+		         "%s failed: %s (a watermark, dedup or dead-letter key the relay writes "
+		         "holds another type: rename or delete it; the relay retries until then)",
+		         kind_name(e->kind), msg);
+	else
+		snprintf(s->errmsg, sizeof(s->errmsg), "%s failed: %s", kind_name(e->kind), msg);
+	return false;
+}
+
+/* A slot record read answered (nil or a record): the record as Redis has it now. */
+static bool record_reply(struct sink_redis *s, struct sq_ent *e, const redisReply *r)
+{
+	struct slot_record rec;
+
+	if (r->type == REDIS_REPLY_STRING && !slot_record_parse(r->str, r->len, &rec)) {
+		snprintf(s->errmsg, sizeof(s->errmsg),
+		         "the slot record key of --slot %s does not hold a slot record of "
+		         "outbox-relay",
+		         s->cf->slot);
+		return false;
+	}
+	s->record_found = r->type == REDIS_REPLY_STRING;
+	if (s->record_found)
+		s->record = rec;
+	s->record_read = true;
+	s->record_gen++;
+	e->state = SQ_DONE;
+	return true;
+}
+
+/* Match one reply against what n's oldest outstanding request was. */
+static bool handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
+{
+	uint64_t what = 0;
+	struct sq_ent *e;
+	enum sq_answer a;
+
+	if (n->waitq.len == 0) {
+		snprintf(s->errmsg, sizeof(s->errmsg),
+		         "unexpected reply from Redis with nothing in flight");
+		return false;
+	}
+	a = sq_take_reply(&s->q, &n->waitq, &n->durable, s->wait_mode, r, &what, &e);
+	n->wait_since_us = time_mono_us();
+	switch (a) {
+	case SQ_A_MARK:
+		return mark_reply(s, n, what, r);
+	case SQ_A_UNKNOWN:
+		snprintf(s->errmsg, sizeof(s->errmsg), "reply for an unknown command");
+		return false;
+	case SQ_A_NOMEM:
+		snprintf(s->errmsg, sizeof(s->errmsg), "out of memory");
+		return false;
+	case SQ_A_ASK:
+		if (follow_ask(s, e, r->str)) {
 			s->stats.error_replies++;
 			s->stats.ask_redirects++;
 			if (s->m)
@@ -2267,176 +1624,45 @@ static bool handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 				                          memory_order_relaxed);
 			return true;
 		}
-		s->stats.error_replies++;
-		s->errkind = classify_reply_error(r->str);
-		if (strstr(r->str, "Protocol error") && e->max_value >= 1024 * 1024) {
-			/* The server drops the connection: the same call would fail forever. */
-			s->errkind = SINK_ERR_TOO_BIG;
-			s->refused_value = e->max_value;
-			snprintf(s->errmsg, sizeof(s->errmsg),
-			         "%s refused (%s): a value of %zu bytes in it is over the server's "
-			         "proto-max-bulk-len",
-			         kind_name(e->kind), r->str, e->max_value);
-			return false;
-		}
-		if (s->errkind == SINK_ERR_ORDER)
-			return refused_behind(s, e, r->str);
-		if (s->errkind == SINK_ERR_NOPERM && key_refusal(r->str)) {
-			key_noperm_message(s, e, r->str);
-			return false;
-		}
-		if (s->errkind == SINK_ERR_NOPERM) {
-			noperm_message(s, kind_name(e->kind),
-			               e->kind == Q_GROUP    ? "xgroup|create"
-			               : e->kind == Q_RECORD ? "set"
-			               : e->kind == Q_GETREC ? "get"
-			               : s->use_functions    ? "fcall"
-			                                     : "evalsha",
-			               r->str);
-			return false;
-		}
-		if (s->errkind == SINK_ERR_FOREIGN)
-			snprintf(s->errmsg, sizeof(s->errmsg),
-			         "%s refused: the watermark %s, not to this database (%s): another "
-			         "database publishes through this Redis with the same --slot and "
-			         "--key-prefix; give this relay its own --key-prefix or --slot (if this "
-			         "database replaced that one on purpose, delete that database's "
-			         "\"%s:wm:*\" keys)",
-			         kind_name(e->kind), r->str + strlen("OUTBOX_FOREIGN "), s->owner,
-			         s->cf->key_prefix);
-		else if (s->errkind == SINK_ERR_WRONGTYPE)
-			snprintf(s->errmsg, sizeof(s->errmsg),
-			         "%s failed: %s (a watermark, dedup or dead-letter key the relay writes "
-			         "holds another type: rename or delete it; the relay retries until then)",
-			         kind_name(e->kind), r->str);
+		return error_reply(s, e, r->str);
+	case SQ_A_ERROR:
+		return error_reply(s, e, r->str);
+	case SQ_A_MALFORMED:
+		if (e->kind == SQ_RECORD || e->kind == SQ_GETREC)
+			snprintf(s->errmsg, sizeof(s->errmsg), "unexpected reply to %s: type %d",
+			         kind_name(e->kind), r->type);
 		else
-			snprintf(s->errmsg, sizeof(s->errmsg), "%s failed: %s", kind_name(e->kind), r->str);
-		return false;
-	}
-	if ((e->kind == Q_RECORD && r->type != REDIS_REPLY_STATUS) ||
-	    (e->kind == Q_GETREC && r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_NIL)) {
-		snprintf(s->errmsg, sizeof(s->errmsg), "unexpected reply to %s: type %d",
-		         kind_name(e->kind), r->type);
-		return false;
-	}
-	if (e->kind == Q_GETREC) {
-		struct slot_record rec;
-
-		if (r->type == REDIS_REPLY_STRING && !slot_record_parse(r->str, r->len, &rec)) {
-			snprintf(s->errmsg, sizeof(s->errmsg),
-			         "the slot record key of --slot %s does not hold a slot record of "
-			         "outbox-relay",
-			         s->cf->slot);
-			return false;
-		}
-		s->record_found = r->type == REDIS_REPLY_STRING;
-		if (s->record_found)
-			s->record = rec;
-		s->record_read = true;
-		s->record_gen++;
-		e->state = QS_DONE; /* a read: nothing for WAIT to make durable */
-		return true;
-	}
-	if (e->kind != Q_GROUP && e->kind != Q_RECORD) {
-		int64_t now = time_now_us();
-
-		if (r->type != REDIS_REPLY_ARRAY || r->elements != e->nevents) {
 			snprintf(s->errmsg, sizeof(s->errmsg),
 			         "unexpected reply to %s: type %d with %zu element(s) for %u event(s)",
 			         kind_name(e->kind), r->type,
 			         r->type == REDIS_REPLY_ARRAY ? (size_t)r->elements : (size_t)0, e->nevents);
-			return false;
-		}
+		return false;
+	case SQ_A_READ:
+		return record_reply(s, e, r);
+	case SQ_A_EXECUTED:
+		break;
+	}
+	if (e->kind == SQ_PUBLISH || e->kind == SQ_DEAD) {
+		int64_t now = time_now_us();
+
 		for (size_t i = 0; i < r->elements; i++)
 			count_result(s, e, r->element[i], now);
 	}
-	return executed(s, n, e);
-}
-
-/* Stage commands from n's send queue (ASKING and WAIT included) into its write buffer. */
-/*
- * Append the part of p[0..len) that lies in the command's window: *pos is
- * where p starts in the command, *cur the next byte wanted, *left how many
- * more fit.
- */
-static void stage_piece(struct buf *dst, const char *p, size_t len, size_t *pos, size_t *cur,
-                        size_t *left)
-{
-	if (*left > 0 && *cur < *pos + len) {
-		size_t skip = *cur - *pos, take = len - skip;
-
-		if (take > *left)
-			take = *left;
-		buf_append(dst, p + skip, take);
-		*cur += take;
-		*left -= take;
-	}
-	*pos += len;
-}
-
-/*
- * Stage e's bytes from offset from into n->wbuf until WBUF_FILL: a large
- * command goes out in slices, never copied whole. n->part_seq says where the
- * next round resumes.
- */
-static void stage_cmd(const struct sink_redis *s, struct node *n, const struct qent *e, size_t from)
-{
-	const char *base = ent_bytes(s, e);
-	size_t nseg = e->ext ? e->ext->nseg : 0, pos = 0, raw = 0, cur = from;
-	size_t left = n->wbuf.len < WBUF_FILL ? WBUF_FILL - n->wbuf.len : 0;
-
-	for (size_t i = 0; i <= nseg && left > 0; i++) {
-		size_t at = i < nseg ? e->ext->seg[i].at : e->len;
-
-		stage_piece(&n->wbuf, base + raw, at - raw, &pos, &cur, &left);
-		raw = at;
-		if (i < nseg)
-			stage_piece(&n->wbuf, e->ext->seg[i].p, e->ext->seg[i].len, &pos, &cur, &left);
-	}
-	if (cur < cmd_len(e)) {
-		n->part_seq = e->seq;
-		n->part_off = cur;
-	} else {
-		n->part_seq = 0;
-		n->part_off = 0;
-	}
+	return true;
 }
 
 static bool stage(struct sink_redis *s, struct node *n)
 {
-	static const char asking[] = "*1\r\n$6\r\nASKING\r\n";
-
 	buf_reset(&n->wbuf);
 	n->wsent = 0;
-	if (n->part_seq) {
-		/* Not done before its reply, and the connection it is on is open. */
-		const struct qent *e = ent_of(s, n->part_seq);
-
-		if (!e)
-			return false;
-		stage_cmd(s, n, e, n->part_off);
-	}
-	while (!n->part_seq && n->sendq.len > 0 && n->wbuf.len < WBUF_FILL) {
-		struct qent *e = ent_of(s, u64q_pop(&n->sendq));
-
-		if (!e || e->state != QS_ROUTED)
-			continue; /* re-routed meanwhile */
-		if (e->asking) {
-			buf_append(&n->wbuf, asking, sizeof(asking) - 1);
-			if (!u64q_push(&n->waitq, ASKING_MARK))
-				return false;
-		}
-		if (!u64q_push(&n->waitq, e->seq))
-			return false;
-		stage_cmd(s, n, e, 0);
-		if (e->kind != Q_GROUP)
-			n->staged_publish = true;
-	}
+	if (!sq_stage(&s->q, &n->sendq, &n->waitq, &n->wbuf, WBUF_FILL, &n->part_seq, &n->part_off,
+	              &n->staged_publish))
+		return false;
 	if (n->part_seq)
 		return !n->wbuf.failed; /* WAIT and INFO only between commands */
 	if (s->wait_mode && n->staged_publish) {
 		buf_append(&n->wbuf, s->wait_cmd.data, s->wait_cmd.len);
-		if (!u64q_push(&n->waitq, WAIT_MARK))
+		if (!ring_push_u64(&n->waitq, SQ_WAIT_MARK))
 			return false;
 		n->staged_publish = false;
 	}
@@ -2444,7 +1670,7 @@ static bool stage(struct sink_redis *s, struct node *n)
 		static const char info[] = "*2\r\n$4\r\nINFO\r\n$6\r\nmemory\r\n";
 
 		buf_append(&n->wbuf, info, sizeof(info) - 1);
-		if (!u64q_push(&n->waitq, INFO_MARK))
+		if (!ring_push_u64(&n->waitq, SQ_INFO_MARK))
 			return false;
 		n->info_due = false;
 		n->info_sent = true;
@@ -2452,7 +1678,7 @@ static bool stage(struct sink_redis *s, struct node *n)
 	if (n->trimq_n) {
 		buf_append(&n->wbuf, n->trimq.data, n->trimq.len);
 		for (; n->trimq_n > 0; n->trimq_n--)
-			if (!u64q_push(&n->waitq, TRIM_MARK))
+			if (!ring_push_u64(&n->waitq, SQ_TRIM_MARK))
 				return false;
 		buf_reset(&n->trimq);
 	}
@@ -2548,9 +1774,9 @@ static bool node_read(struct sink_redis *s, struct node *n)
 			if (!ok)
 				return false;
 		}
-		advance_head(s);
+		sq_advance(&s->q);
 		/* Replies came back: send what accumulated meanwhile. */
-		if (s->b_open && calls_pending(s) < BATCH_PIPELINE_DEPTH && !close_batch(s)) {
+		if (s->q.b_open && calls_pending(s) < BATCH_PIPELINE_DEPTH && !sq_close_batch(&s->q)) {
 			snprintf(s->errmsg, sizeof(s->errmsg), "out of memory");
 			return false;
 		}
@@ -2585,7 +1811,7 @@ bool sink_redis_io(struct sink_redis *s, const struct pollfd *pfd, int npfd)
 	for (int i = 0; i < s->nnodes; i++)
 		if (s->nodes[i].c && !s->nodes[i].wblocked && !node_write(s, &s->nodes[i]))
 			return false;
-	advance_head(s);
+	sq_advance(&s->q);
 	return true;
 }
 

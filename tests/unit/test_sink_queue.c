@@ -1,0 +1,631 @@
+/*
+ * test_sink_queue.c - unit tests for lib/sink_queue.c, the sink's command
+ * ring, batch encoder and reply bookkeeping.
+ *
+ * Each case is a script of what the sink does (events queued, commands
+ * routed to one of two connections, staged, replies arriving, a lost
+ * connection) with what must hold after each step: the acknowledged
+ * sequence, the events in flight, the flush position lib/confirm.c derives
+ * from the acknowledged sequence and the marks, and what must be sent again.
+ * Replies are RESP bytes parsed by hiredis's reader, and the staged bytes
+ * are parsed back the same way, so the commands are checked as Redis would
+ * read them. Covers the rules of README's "Guarantees" that the queue
+ * carries, including orders the integration tests cannot force: a MOVED
+ * between two marks, a reply to a command sent again after a reconnect, an
+ * ASK redirect, a dead letter inside a transaction, WAIT.
+ */
+#include <hiredis/hiredis.h>
+
+#include "confirm.h"
+#include "sink_queue.h"
+#include "sink_redis.h"
+#include "test.h"
+
+enum op {
+	EV,      /* an event: stream s, commit lsn a, index b */
+	DL,      /* a dead-letter event: stream s, commit lsn a, index b */
+	HOLD,    /* an event with a 64 KiB value sent from its own memory: stream s, lsn a, index b */
+	FLUSH,   /* close the open batch */
+	MARK,    /* a commit mark at the last seq: lsn a */
+	RECORD,  /* a slot record write */
+	ROUTE,   /* every queued command (b = 0) or seq b to connection a */
+	STAGE,   /* stage connection a's commands: s = their names and first arguments, one a line */
+	REPLY,   /* RESP bytes s arrive on connection a: s2 = the answers (see answer_code) */
+	ADVANCE, /* pop the done prefix and tell the confirm rule */
+	WAITOK,  /* WAIT answered enough on connection a */
+	LOST,    /* every connection lost: s = the seqs queued again */
+	ARG,     /* argument b of the a-th command last staged (from 0) is s */
+	BEHIND,  /* the function refused seq a as behind: b = 1 when resending both fixes it */
+	FREED,   /* a held events' memory was released so far */
+	END
+};
+
+struct step {
+	enum op op;
+	const char *s;
+	uint64_t a, b;
+	const char *s2;
+	int64_t want_acked;  /* -1: not checked */
+	int64_t want_flight; /* events in flight; -1: not checked */
+	int64_t want_flush;  /* -1: not checked */
+};
+
+#define NLINKS 2
+
+struct link {
+	struct ring sendq, waitq, durable;
+	struct buf wbuf;
+	uint64_t part_seq;
+	size_t part_off;
+	bool staged_publish;
+	redisReader *rd;
+};
+
+struct rig {
+	struct relay_config cf;
+	bool use_functions;
+	struct sink_queue q;
+	struct link l[NLINKS];
+	struct confirm c;
+	bool wait_mode;
+	redisReply *staged[64]; /* the last STAGE's commands, parsed */
+	size_t nstaged;
+	int held_freed;
+};
+
+static const char *groups_none[] = {NULL};
+
+static void rig_init(struct rig *r, bool cluster, bool wait_mode)
+{
+	memset(r, 0, sizeof(*r));
+	r->cf.key_prefix = "outbox-relay";
+	r->cf.slot = "s1";
+	r->cf.dead_letter_stream = "outbox:dead-letter";
+	r->cf.dedup_window_s = 3600;
+	r->cf.maxlen = 0;
+	r->cf.groups = (char **)groups_none;
+	r->cf.ngroups = 0;
+	r->use_functions = true;
+	r->wait_mode = wait_mode;
+	sq_init(&r->q, &r->cf, cluster);
+	r->q.use_functions = &r->use_functions;
+	r->q.sha = "0123456789012345678901234567890123456789";
+	memcpy(r->q.owner, "7000000000000000001/app", 24);
+	for (int i = 0; i < NLINKS; i++)
+		r->l[i].rd = redisReaderCreate();
+	confirm_record_read(&r->c, 1000000, 0, 0); /* no slot record bound in these cases */
+}
+
+static void free_staged(struct rig *r)
+{
+	for (size_t i = 0; i < r->nstaged; i++)
+		freeReplyObject(r->staged[i]);
+	r->nstaged = 0;
+}
+
+static void link_reset(struct link *l)
+{
+	l->sendq.len = l->waitq.len = l->durable.len = 0;
+	buf_reset(&l->wbuf);
+	l->part_seq = 0;
+	l->part_off = 0;
+	l->staged_publish = false;
+	redisReaderFree(l->rd);
+	l->rd = redisReaderCreate();
+}
+
+static void rig_finish(struct rig *r)
+{
+	free_staged(r);
+	for (int i = 0; i < NLINKS; i++) {
+		ring_finish(&r->l[i].sendq);
+		ring_finish(&r->l[i].waitq);
+		ring_finish(&r->l[i].durable);
+		buf_finish(&r->l[i].wbuf);
+		redisReaderFree(r->l[i].rd);
+	}
+	sq_finish(&r->q);
+	confirm_finish(&r->c);
+}
+
+static void count_free(void *p)
+{
+	(*(int *)p)++;
+}
+
+/* Queue one event as sink_redis_publish_held does (no consumer groups, no metrics). */
+static bool publish(struct rig *r, const char *stream, lsn_t lsn, uint32_t index, bool dead,
+                    bool held)
+{
+	static char big[SQ_EXT_MIN_BYTES];
+	char id[40];
+	struct event_field f[2] = {
+	    {"type", 4, "created", 7},
+	    {"payload", 7, held ? big : "{\"n\":1}", held ? sizeof(big) : 7},
+	};
+	struct event ev = {
+	    .stream = stream,
+	    .stream_len = strlen(stream),
+	    .id = id,
+	    .id_len = (size_t)snprintf(id, sizeof(id), "ev-%llu-%u", (unsigned long long)lsn, index),
+	    .commit_lsn = lsn,
+	    .index = index,
+	    .fields = f,
+	    .nfields = 2,
+	    .dead_reason = dead ? DEAD_NOT_JSON : DEAD_ID_MISSING,
+	};
+	struct sink_hold hold = {&r->held_freed, count_free};
+	bool large = held && sq_has_large_value(&ev);
+
+	memset(big, 'x', sizeof(big));
+	if (dead) {
+		ev.id = NULL; /* dead letters skip dedup */
+		ev.id_len = 0;
+	}
+	if (sq_batch_breaks(&r->q, &ev, dead, large) && !sq_close_batch(&r->q))
+		return false;
+	if (!r->q.b_open && !sq_batch_open(&r->q, &ev, dead, 0))
+		return false;
+	return sq_batch_add(&r->q, &ev, dead, large ? &hold : NULL) && (!large || hold.p == NULL);
+}
+
+/* One letter per answer: M mark, X executed, R read, A ask, E error, F malformed, U unknown. */
+static char answer_code(enum sq_answer a)
+{
+	static const char codes[] = "MXRAEFUN";
+
+	return codes[a];
+}
+
+/* Feed bytes to connection a; handle each reply as sink_redis's handle_reply does. */
+static bool reply(struct rig *r, int a, const char *bytes, int ask_to, char *got, size_t gotlen)
+{
+	struct link *l = &r->l[a];
+	void *rep;
+	size_t n = 0;
+
+	if (redisReaderFeed(l->rd, bytes, strlen(bytes)) != REDIS_OK)
+		return false;
+	while (redisReaderGetReply(l->rd, &rep) == REDIS_OK && rep) {
+		redisReply *rr = rep;
+		uint64_t what = 0;
+		struct sq_ent *e;
+		enum sq_answer ans =
+		    sq_take_reply(&r->q, &l->waitq, &l->durable, r->wait_mode, rr, &what, &e);
+
+		if (ans == SQ_A_MARK && what == SQ_WAIT_MARK && rr->type == REDIS_REPLY_INTEGER &&
+		    rr->integer >= 1)
+			sq_wait_done(&r->q, &l->durable);
+		if (ans == SQ_A_ASK && !sq_route(&r->q, e, &r->l[ask_to].sendq, ask_to, true))
+			ans = SQ_A_NOMEM;
+		if (ans == SQ_A_READ)
+			e->state = SQ_DONE;
+		if (n + 2 < gotlen)
+			got[n++] = answer_code(ans);
+		freeReplyObject(rr);
+	}
+	got[n] = '\0';
+	return true;
+}
+
+/* Stage connection a and parse what was staged back into commands. */
+static void stage(struct rig *r, int a, char *got, size_t gotlen)
+{
+	struct link *l = &r->l[a];
+	redisReader *rd = redisReaderCreate();
+	void *rep;
+	size_t n = 0;
+
+	free_staged(r);
+	buf_reset(&l->wbuf);
+	got[0] = '\0';
+	if (!sq_stage(&r->q, &l->sendq, &l->waitq, &l->wbuf, 1u << 20, &l->part_seq, &l->part_off,
+	              &l->staged_publish)) {
+		redisReaderFree(rd);
+		return;
+	}
+	if (l->wbuf.len)
+		(void)redisReaderFeed(rd, l->wbuf.data, l->wbuf.len);
+	while (redisReaderGetReply(rd, &rep) == REDIS_OK && rep && r->nstaged < 64) {
+		redisReply *c = rep;
+
+		r->staged[r->nstaged++] = c;
+		n +=
+		    (size_t)snprintf(got + n, gotlen - n, "%s%s%s%s", n ? "\n" : "", c->element[0]->str,
+		                     c->elements > 1 ? " " : "", c->elements > 1 ? c->element[1]->str : "");
+		if (c->elements > 3 && strcmp(c->element[0]->str, "FCALL") == 0)
+			n += (size_t)snprintf(got + n, gotlen - n, " %s", c->element[3]->str);
+	}
+	redisReaderFree(rd);
+}
+
+static bool run(const struct step *steps, const char *name, bool cluster, bool wait_mode)
+{
+	struct rig r;
+	bool good = true;
+	uint64_t prev_acked = 0;
+	lsn_t prev_flush = 0;
+
+	rig_init(&r, cluster, wait_mode);
+	for (int i = 0; steps[i].op != END; i++) {
+		const struct step *s = &steps[i];
+		char got[1024] = "";
+		const char *want = NULL;
+		bool ok = true;
+
+		switch (s->op) {
+		case EV:
+		case DL:
+		case HOLD:
+			ok = publish(&r, s->s, s->a, (uint32_t)s->b, s->op == DL, s->op == HOLD);
+			break;
+		case FLUSH:
+			ok = sq_close_batch(&r.q);
+			break;
+		case MARK:
+			ok = confirm_mark(&r.c, r.q.next_seq - 1, s->a, s->a, 0);
+			break;
+		case RECORD:
+			ok = sq_queue_record(&r.q, SQ_RECORD, "0 0 0 x", 7);
+			break;
+		case ROUTE:
+			for (size_t k = 0; k < r.q.q.len; k++) {
+				struct sq_ent *e = ring_at(&r.q.q, k);
+
+				if (e->state == SQ_QUEUED && (!s->b || e->seq == s->b))
+					ok = ok && sq_route(&r.q, e, &r.l[s->a].sendq, (int)s->a, false);
+			}
+			break;
+		case STAGE:
+			stage(&r, (int)s->a, got, sizeof(got));
+			want = s->s;
+			break;
+		case REPLY:
+			ok = reply(&r, (int)s->a, s->s, (int)s->b, got, sizeof(got));
+			want = s->s2;
+			break;
+		case ADVANCE:
+			sq_advance(&r.q);
+			(void)confirm_acked(&r.c, r.q.acked_seq);
+			break;
+		case WAITOK:
+			sq_wait_done(&r.q, &r.l[s->a].durable);
+			break;
+		case LOST: {
+			size_t n = 0;
+
+			for (int k = 0; k < NLINKS; k++)
+				link_reset(&r.l[k]);
+			sq_requeue(&r.q);
+			for (size_t k = 0; k < r.q.q.len; k++) {
+				const struct sq_ent *e = ring_at(&r.q.q, k);
+
+				if (e->state == SQ_QUEUED)
+					n += (size_t)snprintf(got + n, sizeof(got) - n, "%s%llu", n ? " " : "",
+					                      (unsigned long long)e->seq);
+			}
+			want = s->s;
+			break;
+		}
+		case ARG: {
+			const redisReply *c = s->a < r.nstaged ? r.staged[s->a] : NULL;
+
+			if (c && s->b < c->elements)
+				snprintf(got, sizeof(got), "%.*s", (int)c->element[s->b]->len,
+				         c->element[s->b]->str);
+			want = s->s;
+			break;
+		}
+		case BEHIND: {
+			const struct sq_ent *e = sq_ent(&r.q, s->a);
+
+			ok = e && sq_prev_pending(&r.q, e) == (s->b == 1);
+			break;
+		}
+		case FREED:
+			ok = r.held_freed == (int)s->a;
+			break;
+		case END:
+			break;
+		}
+		if (!ok || (want && strcmp(got, want) != 0) ||
+		    (s->want_acked >= 0 && r.q.acked_seq != (uint64_t)s->want_acked) ||
+		    (s->want_flight >= 0 && r.q.inflight_events != (uint64_t)s->want_flight) ||
+		    (s->want_flush >= 0 && confirm_flush(&r.c) != (lsn_t)s->want_flush) ||
+		    r.q.acked_seq < prev_acked || confirm_flush(&r.c) < prev_flush) {
+			printf("# %s, step %d: ok %d, got \"%s\" (want \"%s\"), acked %llu (want %lld), "
+			       "in flight %llu (want %lld), flush %llu (want %lld)\n",
+			       name, i, ok, got, want ? want : "", (unsigned long long)r.q.acked_seq,
+			       (long long)s->want_acked, (unsigned long long)r.q.inflight_events,
+			       (long long)s->want_flight, (unsigned long long)confirm_flush(&r.c),
+			       (long long)s->want_flush);
+			good = false;
+		}
+		prev_acked = r.q.acked_seq;
+		prev_flush = confirm_flush(&r.c);
+	}
+	free_staged(&r);
+	rig_finish(&r);
+	return good;
+}
+
+#define NO -1, -1, -1
+#define OK_ARRAY1 "*1\r\n$3\r\n1-1\r\n"
+#define OK_ARRAY2 "*2\r\n$3\r\n1-1\r\n$3\r\n1-2\r\n"
+
+/* Consecutive events of one stream share a call; acks move in order across calls. */
+TEST(batches_and_in_order_acks)
+{
+	static const struct step s[] = {
+	    {EV, "orders", 100, 0, NULL, 0, 1, 0},
+	    {EV, "orders", 100, 1, NULL, 0, 2, 0},
+	    {EV, "payments", 100, 2, NULL, 0, 3, 0}, /* another stream closes the batch */
+	    {FLUSH, NULL, 0, 0, NULL, NO},
+	    {MARK, NULL, 100, 0, NULL, NO},
+	    {EV, "payments", 200, 0, NULL, NO},
+	    {FLUSH, NULL, 0, 0, NULL, NO},
+	    {MARK, NULL, 200, 0, NULL, 0, 4, 0},
+	    {ROUTE, NULL, 0, 0, NULL, NO},
+	    {STAGE,
+	     "FCALL outbox_relay_publish orders\nFCALL outbox_relay_publish payments\nFCALL "
+	     "outbox_relay_publish payments",
+	     0, 0, NULL, NO},
+	    /* keys, then ttl maxlen owner expect slot prefix, then per event: position, dedup
+	     * field, field count, fields */
+	    {ARG, "outbox-relay:wm:{orders}:s1", 0, 4, NULL, NO},
+	    {ARG, "3600", 0, 8, NULL, NO},
+	    {ARG, "7000000000000000001/app", 0, 10, NULL, NO},
+	    {ARG, "", 0, 11, NULL, NO}, /* the stream's first call: no expectation */
+	    {ARG, "0000000000000064:00000000", 0, 14, NULL, NO},
+	    {ARG, "2", 0, 16, NULL, NO},
+	    {ARG, "0000000000000064:00000001", 0, 21, NULL, NO},
+	    {ARG, "0000000000000064:00000002", 1, 14, NULL, NO},
+	    {ARG, "0000000000000064:00000002", 2, 11, NULL, NO}, /* where the previous call ends */
+	    {ARG, "00000000000000C8:00000000", 2, 14, NULL, NO},
+	    {REPLY, OK_ARRAY2, 0, 0, "X", NO},
+	    {ADVANCE, NULL, 0, 0, NULL, 1, 2, 0}, /* payments' event of lsn 100 is not acked */
+	    {REPLY, OK_ARRAY1, 0, 0, "X", NO},
+	    {ADVANCE, NULL, 0, 0, NULL, 2, 1, 100},
+	    {REPLY, OK_ARRAY1, 0, 0, "X", NO},
+	    {ADVANCE, NULL, 0, 0, NULL, 3, 0, 200},
+	    {END, NULL, 0, 0, NULL, NO},
+	};
+	CHECK(run(s, "batches_and_in_order_acks", false, false));
+}
+
+/* The 129th event of a stream opens a second call; its expectation is the first call's end. */
+TEST(batch_limit)
+{
+	struct step s[140 + 8];
+	int n = 0;
+
+	for (int i = 0; i < 130; i++)
+		s[n++] = (struct step){EV, "orders", 100, (uint64_t)i, NULL, 0, i + 1, 0};
+	s[n++] = (struct step){FLUSH, NULL, 0, 0, NULL, NO};
+	s[n++] = (struct step){ROUTE, NULL, 0, 0, NULL, NO};
+	s[n++] = (struct step){
+	    STAGE, "FCALL outbox_relay_publish orders\nFCALL outbox_relay_publish orders", 0, 0, NULL,
+	    NO};
+	s[n++] = (struct step){ARG, "0000000000000064:0000007F", 1, 11, NULL, NO};
+	s[n++] = (struct step){REPLY, "*2\r\n:0\r\n:0\r\n", 0, 0, "F", NO}; /* 2 of 128: malformed */
+	s[n++] = (struct step){ADVANCE, NULL, 0, 0, NULL, 0, 130, 0};
+	s[n++] = (struct step){END, NULL, 0, 0, NULL, NO};
+	CHECK(run(s, "batch_limit", false, false));
+}
+
+/*
+ * Two cluster masters: the second call's reply comes first; the first call
+ * meets MOVED. The acknowledged sequence stays before the moved call, so the
+ * mark between them is not confirmed; after the reconnect only the moved
+ * call is sent again, and its reply maps to its own sequence.
+ */
+TEST(moved_between_two_marks)
+{
+	static const struct step s[] = {
+	    {EV, "orders", 100, 0, NULL, NO},
+	    {FLUSH, NULL, 0, 0, NULL, NO},
+	    {MARK, NULL, 100, 0, NULL, NO},
+	    {EV, "payments", 200, 0, NULL, NO},
+	    {FLUSH, NULL, 0, 0, NULL, NO},
+	    {MARK, NULL, 200, 0, NULL, NO},
+	    {ROUTE, NULL, 0, 1, NULL, NO},
+	    {ROUTE, NULL, 1, 2, NULL, NO},
+	    {STAGE, "FCALL outbox_relay_publish orders", 0, 0, NULL, NO},
+	    {STAGE, "FCALL outbox_relay_publish payments", 1, 0, NULL, NO},
+	    {REPLY, OK_ARRAY1, 1, 0, "X", NO},
+	    {ADVANCE, NULL, 0, 0, NULL, 0, 2, 0},
+	    {REPLY, "-MOVED 3000 127.0.0.1:7001\r\n", 0, 0, "E", NO},
+	    {ADVANCE, NULL, 0, 0, NULL, 0, 2, 0},
+	    {LOST, "1", 0, 0, NULL, 0, 2, 0}, /* seq 2 is done: not sent again */
+	    {ROUTE, NULL, 1, 0, NULL, NO},
+	    {STAGE, "FCALL outbox_relay_publish orders", 1, 0, NULL, NO},
+	    {REPLY, "*1\r\n:0\r\n", 1, 0, "X", NO}, /* a replay: it ran before the MOVED? still done */
+	    {ADVANCE, NULL, 0, 0, NULL, 2, 0, 200},
+	    {END, NULL, 0, 0, NULL, NO},
+	};
+	CHECK(run(s, "moved_between_two_marks", true, false));
+}
+
+/*
+ * A lost connection with replies outstanding: everything not done is sent
+ * again in sequence order on the new connection, and the replies there map
+ * to the resent sequences; one reply per command, events counted out once.
+ */
+TEST(resend_after_reconnect)
+{
+	static const struct step s[] = {
+	    {EV, "orders", 100, 0, NULL, NO},
+	    {FLUSH, NULL, 0, 0, NULL, NO},
+	    {EV, "payments", 100, 1, NULL, NO},
+	    {FLUSH, NULL, 0, 0, NULL, NO},
+	    {MARK, NULL, 100, 0, NULL, NO},
+	    {EV, "orders", 200, 0, NULL, NO},
+	    {FLUSH, NULL, 0, 0, NULL, NO},
+	    {MARK, NULL, 200, 0, NULL, 0, 3, 0},
+	    {ROUTE, NULL, 0, 0, NULL, NO},
+	    {STAGE,
+	     "FCALL outbox_relay_publish orders\nFCALL outbox_relay_publish payments\nFCALL "
+	     "outbox_relay_publish orders",
+	     0, 0, NULL, NO},
+	    {REPLY, OK_ARRAY1, 0, 0, "X", NO},
+	    {ADVANCE, NULL, 0, 0, NULL, 1, 2, 0},
+	    /* half of the second reply, then the connection is gone */
+	    {REPLY, "*1\r\n$3\r\n1-", 0, 0, "", NO},
+	    {LOST, "2 3", 0, 0, NULL, 1, 2, 0},
+	    {ROUTE, NULL, 0, 0, NULL, NO},
+	    {STAGE, "FCALL outbox_relay_publish payments\nFCALL outbox_relay_publish orders", 0, 0,
+	     NULL, NO},
+	    {ARG, "0000000000000064:00000000", 1, 11, NULL, NO}, /* still expects seq 1's position */
+	    {REPLY, "*1\r\n:0\r\n", 0, 0, "X", NO},
+	    {ADVANCE, NULL, 0, 0, NULL, 2, 1, 100},
+	    {REPLY, "*1\r\n$3\r\n1-3\r\n", 0, 0, "X", NO},
+	    {ADVANCE, NULL, 0, 0, NULL, 3, 0, 200},
+	    {REPLY, "*1\r\n:0\r\n", 0, 0, "U", NO}, /* nothing more in flight: not counted */
+	    {ADVANCE, NULL, 0, 0, NULL, 3, 0, 200},
+	    {END, NULL, 0, 0, NULL, NO},
+	};
+	CHECK(run(s, "resend_after_reconnect", false, false));
+}
+
+/* ASK: the call goes to the named master after ASKING; nothing else moves. */
+TEST(ask_redirect)
+{
+	static const struct step s[] = {
+	    {EV, "orders", 100, 0, NULL, NO},
+	    {FLUSH, NULL, 0, 0, NULL, NO},
+	    {MARK, NULL, 100, 0, NULL, NO},
+	    {ROUTE, NULL, 0, 0, NULL, NO},
+	    {STAGE, "FCALL outbox_relay_publish orders", 0, 0, NULL, NO},
+	    {REPLY, "-ASK 3000 127.0.0.1:7001\r\n", 0, 1, "A", NO},
+	    {ADVANCE, NULL, 0, 0, NULL, 0, 1, 0},
+	    {STAGE, "", 0, 0, NULL, NO}, /* not on the first master any more */
+	    {STAGE, "ASKING\nFCALL outbox_relay_publish orders", 1, 0, NULL, NO},
+	    {REPLY, "+OK\r\n" OK_ARRAY1, 1, 0, "MX", NO},
+	    {ADVANCE, NULL, 0, 0, NULL, 1, 0, 100},
+	    {END, NULL, 0, 0, NULL, NO},
+	};
+	CHECK(run(s, "ask_redirect", true, false));
+}
+
+/*
+ * A dead-lettered event inside a transaction is a call of its own between
+ * the batches around it; the commit is confirmed only when all three are
+ * acknowledged, and the dead letter skips dedup and trimming.
+ */
+TEST(dead_letter_inside_transaction)
+{
+	static const struct step s[] = {
+	    {EV, "orders", 100, 0, NULL, NO},
+	    {EV, "orders", 100, 1, NULL, NO},
+	    {DL, "outbox:dead-letter", 100, 2, NULL, 0, 3, 0},
+	    {EV, "orders", 100, 3, NULL, NO},
+	    {FLUSH, NULL, 0, 0, NULL, NO},
+	    {MARK, NULL, 100, 0, NULL, 0, 4, 0},
+	    {ROUTE, NULL, 0, 0, NULL, NO},
+	    {STAGE,
+	     "FCALL outbox_relay_publish orders\nFCALL outbox_relay_publish "
+	     "outbox:dead-letter\nFCALL outbox_relay_publish orders",
+	     0, 0, NULL, NO},
+	    {ARG, "0", 1, 8, NULL, NO}, /* no dedup window */
+	    {ARG, "0", 1, 9, NULL, NO}, /* no MAXLEN */
+	    {ARG, "0000000000000064:00000001", 2, 11, NULL, NO},
+	    {REPLY, OK_ARRAY2 OK_ARRAY1, 0, 0, "XX", NO},
+	    {ADVANCE, NULL, 0, 0, NULL, 2, 1, 0},
+	    {REPLY, "*1\r\n:2\r\n", 0, 0, "X", NO}, /* rejected by the key, dead-lettered by Redis */
+	    {ADVANCE, NULL, 0, 0, NULL, 3, 0, 100},
+	    {END, NULL, 0, 0, NULL, NO},
+	};
+	CHECK(run(s, "dead_letter_inside_transaction", false, false));
+}
+
+/* A refusal as behind the watermark: resent in order while the earlier call is undone. */
+TEST(behind_the_watermark)
+{
+	static const struct step s[] = {
+	    {EV, "orders", 100, 0, NULL, NO},
+	    {FLUSH, NULL, 0, 0, NULL, NO},
+	    {EV, "orders", 200, 0, NULL, NO},
+	    {FLUSH, NULL, 0, 0, NULL, NO},
+	    {ROUTE, NULL, 0, 1, NULL, NO},
+	    {ROUTE, NULL, 1, 2, NULL, NO},
+	    {STAGE, "FCALL outbox_relay_publish orders", 1, 0, NULL, NO},
+	    {REPLY, "-ERR OUTBOX_BEHIND x is at nothing, expected y\r\n", 1, 0, "E", NO},
+	    {BEHIND, NULL, 2, 1, NULL, NO}, /* seq 1 has not run: send both again */
+	    {LOST, "1 2", 0, 0, NULL, NO},
+	    {ROUTE, NULL, 0, 0, NULL, NO},
+	    {STAGE, "FCALL outbox_relay_publish orders\nFCALL outbox_relay_publish orders", 0, 0, NULL,
+	     NO},
+	    {REPLY, OK_ARRAY1, 0, 0, "X", NO},
+	    {ADVANCE, NULL, 0, 0, NULL, 1, 1, -1},
+	    {REPLY, "-ERR OUTBOX_BEHIND x is at nothing, expected y\r\n", 0, 0, "E", NO},
+	    {BEHIND, NULL, 2, 0, NULL, NO}, /* seq 1 is done: Redis lost it */
+	    {END, NULL, 0, 0, NULL, NO},
+	};
+	CHECK(run(s, "behind_the_watermark", false, false));
+}
+
+/*
+ * --wait-replicas: an executed call is done only when the WAIT after it
+ * answers; a connection lost before that sends it again.
+ */
+TEST(wait_before_done)
+{
+	static const struct step s[] = {
+	    {EV, "orders", 100, 0, NULL, NO},
+	    {FLUSH, NULL, 0, 0, NULL, NO},
+	    {MARK, NULL, 100, 0, NULL, NO},
+	    {RECORD, NULL, 0, 0, NULL, NO},
+	    {ROUTE, NULL, 0, 0, NULL, NO},
+	    {STAGE, "FCALL outbox_relay_publish orders\nSET outbox-relay:slot:s1", 0, 0, NULL, NO},
+	    {REPLY, OK_ARRAY1 "+OK\r\n", 0, 0, "XX", NO},
+	    {ADVANCE, NULL, 0, 0, NULL, 0, 1, 0},
+	    {LOST, "1 2", 0, 0, NULL, 0, 1, 0},
+	    {ROUTE, NULL, 1, 0, NULL, NO},
+	    {STAGE, "FCALL outbox_relay_publish orders\nSET outbox-relay:slot:s1", 1, 0, NULL, NO},
+	    {REPLY, "*1\r\n:0\r\n+OK\r\n", 1, 0, "XX", NO},
+	    {ADVANCE, NULL, 0, 0, NULL, 0, 1, 0},
+	    {WAITOK, NULL, 1, 0, NULL, NO},
+	    {ADVANCE, NULL, 0, 0, NULL, 2, 0, 100},
+	    {END, NULL, 0, 0, NULL, NO},
+	};
+	CHECK(run(s, "wait_before_done", false, true));
+}
+
+/* A large value goes out from the event's own memory, alone, and is released once acked. */
+TEST(held_value)
+{
+	static const struct step s[] = {
+	    {EV, "orders", 100, 0, NULL, NO},
+	    {HOLD, "orders", 100, 1, NULL, 0, 2, 0}, /* closes the open batch and itself */
+	    {EV, "orders", 100, 2, NULL, NO},
+	    {FLUSH, NULL, 0, 0, NULL, NO},
+	    {MARK, NULL, 100, 0, NULL, NO},
+	    {ROUTE, NULL, 0, 0, NULL, NO},
+	    {STAGE,
+	     "FCALL outbox_relay_publish orders\nFCALL outbox_relay_publish orders\nFCALL "
+	     "outbox_relay_publish orders",
+	     0, 0, NULL, NO},
+	    {ARG, "payload", 1, 19, NULL, NO},
+	    {FREED, NULL, 0, 0, NULL, NO},
+	    {REPLY, OK_ARRAY1 OK_ARRAY1 OK_ARRAY1, 0, 0, "XXX", NO},
+	    {FREED, NULL, 0, 0, NULL, NO}, /* done, but still in the ring */
+	    {ADVANCE, NULL, 0, 0, NULL, 3, 0, 100},
+	    {FREED, NULL, 1, 0, NULL, NO},
+	    {END, NULL, 0, 0, NULL, NO},
+	};
+	CHECK(run(s, "held_value", false, false));
+}
+
+int main(void)
+{
+	RUN(batches_and_in_order_acks);
+	RUN(batch_limit);
+	RUN(moved_between_two_marks);
+	RUN(resend_after_reconnect);
+	RUN(ask_redirect);
+	RUN(dead_letter_inside_transaction);
+	RUN(behind_the_watermark);
+	RUN(wait_before_done);
+	RUN(held_value);
+	return test_done();
+}
