@@ -7,6 +7,7 @@
 #define RELAY_SINK_ERROR_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 /* Kind of the last failure, for metrics and the retry rule (see README). */
 enum sink_error_kind {
@@ -37,5 +38,22 @@ static inline bool sink_error_is_fatal(enum sink_error_kind k)
 	return k == SINK_ERR_FOREIGN || k == SINK_ERR_LOST || k == SINK_ERR_NOPERM ||
 	       k == SINK_ERR_TOO_BIG;
 }
+
+/*
+ * An ACL refusal: "NOPERM ..." for a command the relay sends, "ERR The user
+ * executing the script can't ..." for one the function or script sends.
+ */
+bool sink_error_noperm(const char *msg);
+/* An ACL refusal of a key (not of a command). */
+bool sink_error_key_refusal(const char *msg);
+/* The kind of error reply msg (its first word, or what the function raised). */
+enum sink_error_kind sink_error_classify(const char *msg);
+/*
+ * One line for an ACL refusal msg of what into buf: the permission to grant,
+ * from the reply's "'wait' command" when it names one, else fix (NULL: say
+ * which keys and commands).
+ */
+void sink_error_noperm_text(char *buf, size_t len, const char *what, const char *fix,
+                            const char *msg);
 
 #endif

@@ -248,6 +248,42 @@ bool sq_prev_pending(struct sink_queue *q, const struct sq_ent *e)
 	return e->prev_seq && e->prev_seq > q->acked_seq && (!prev || prev->state != SQ_DONE);
 }
 
+const char *sq_arg(const struct sink_queue *q, const struct sq_ent *e, size_t idx, size_t *len)
+{
+	const char *p = sq_bytes(q, e);
+	size_t n = e->len;
+	const char *end = p + n;
+	size_t argc = 0;
+
+	if (n < 4 || p[0] != '*')
+		return NULL;
+	argc = strtoul(p + 1, NULL, 10);
+	if (idx >= argc || !(p = memchr(p, '\n', n)))
+		return NULL;
+	for (size_t i = 0; ++p < end && *p == '$'; i++) {
+		size_t l = strtoul(p + 1, NULL, 10);
+		const char *d = memchr(p, '\n', (size_t)(end - p));
+
+		if (!d || (size_t)(end - d - 1) < l)
+			return NULL;
+		if (i == idx) {
+			*len = l;
+			return d + 1;
+		}
+		p = d + 1 + l + 1; /* past the data's \r\n */
+	}
+	return NULL;
+}
+
+const char *sq_kind_name(unsigned k)
+{
+	return k == SQ_GROUP    ? "XGROUP CREATE"
+	       : k == SQ_DEAD   ? "dead-letter publish"
+	       : k == SQ_RECORD ? "slot record write"
+	       : k == SQ_GETREC ? "slot record read"
+	                        : "publish";
+}
+
 /* ---- the batch encoder ---- */
 
 void sq_record_key(const struct relay_config *cf, struct buf *b)

@@ -199,6 +199,14 @@ bool sq_void_record(struct sink_queue *q, uint64_t seq);
  */
 bool sq_prev_pending(struct sink_queue *q, const struct sq_ent *e);
 
+/*
+ * The idx-th argument of e's encoded bytes (in out: large values excepted):
+ * its length in *len, or NULL when the command has fewer arguments.
+ */
+const char *sq_arg(const struct sink_queue *q, const struct sq_ent *e, size_t idx, size_t *len);
+/* What a command of kind k is, for messages ("publish", "XGROUP CREATE", ...). */
+const char *sq_kind_name(unsigned k);
+
 /* ---- the batch encoder ---- */
 
 /* Whether ev (large: sent from its own memory) must go into a new batch. */

@@ -341,81 +341,12 @@ size_t sink_redis_event_size(const struct event *ev)
 	return n;
 }
 
-/*
- * An ACL refusal: "NOPERM ..." for a command the relay sends, "ERR The user
- * executing the script can't ..." for one the function or script sends.
- */
-static bool noperm_reply(const char *msg)
-{
-	return strncmp(msg, "NOPERM", 6) == 0 || strstr(msg, "user executing the script can't");
-}
-
-/*
- * One line for an ACL refusal of what: the permission to grant, from the
- * reply's "'wait' command" when it names one, else fix (NULL: say which keys).
- */
+/* errmsg for an ACL refusal of what (see sink_error_noperm_text). */
 static void noperm_message(struct sink_redis *s, const char *what, const char *fix, const char *msg)
 {
-	const char *q = strchr(msg, '\'');
-	const char *e = q ? strchr(q + 1, '\'') : NULL;
-	char perm[64];
-
 	s->errkind = SINK_ERR_NOPERM;
-	if (strncmp(msg, "NOPERM", 6) != 0 || !strstr(msg, "command"))
-		fix = NULL; /* a key, or a command the function sends */
-	if (q && e && e > q + 1 && (size_t)(e - q - 1) < sizeof(perm)) {
-		snprintf(perm, sizeof(perm), "%.*s", (int)(e - q - 1), q + 1);
-		fix = perm;
-	}
-	if (fix)
-		snprintf(s->errmsg, sizeof(s->errmsg),
-		         "%s refused by the Redis ACL (%s): grant +%s to the relay's Redis user "
-		         "(see deploy/redis/users.acl)",
-		         what, msg, fix);
-	else
-		snprintf(s->errmsg, sizeof(s->errmsg),
-		         "%s refused by the Redis ACL (%s): grant the relay's Redis user the commands "
-		         "and key patterns of deploy/redis/users.acl (~outbox:* ~outbox-relay:*, or "
-		         "your --key-prefix and stream names)",
-		         what, msg);
+	sink_error_noperm_text(s->errmsg, sizeof(s->errmsg), what, fix, msg);
 }
-
-/* An ACL refusal of a key (not of a command). */
-static bool key_refusal(const char *msg)
-{
-	return noperm_reply(msg) && strstr(msg, "access") && strstr(msg, "key");
-}
-
-/*
- * The idx-th argument of an encoded command (RESP array of bulk strings):
- * its length in *len, or NULL when the command has fewer arguments.
- */
-static const char *resp_arg(const char *p, size_t n, size_t idx, size_t *len)
-{
-	const char *end = p + n;
-	size_t argc = 0;
-
-	if (n < 4 || p[0] != '*')
-		return NULL;
-	argc = strtoul(p + 1, NULL, 10);
-	if (idx >= argc || !(p = memchr(p, '\n', n)))
-		return NULL;
-	for (size_t i = 0; ++p < end && *p == '$'; i++) {
-		size_t l = strtoul(p + 1, NULL, 10);
-		const char *d = memchr(p, '\n', (size_t)(end - p));
-
-		if (!d || (size_t)(end - d - 1) < l)
-			return NULL;
-		if (i == idx) {
-			*len = l;
-			return d + 1;
-		}
-		p = d + 1 + l + 1; /* past the data's \r\n */
-	}
-	return NULL;
-}
-
-static const char *kind_name(unsigned k);
 
 /*
  * One line for an ACL refusal of a key of e's call: which key the call was
@@ -425,11 +356,11 @@ static const char *kind_name(unsigned k);
 static void key_noperm_message(struct sink_redis *s, const struct sq_ent *e, const char *msg)
 {
 	size_t klen = 0;
-	const char *key = resp_arg(sq_bytes(&s->q, e), e->len,
-	                           e->kind == SQ_PUBLISH || e->kind == SQ_DEAD ? 3
-	                           : e->kind == SQ_GROUP                       ? 2
-	                                                                       : 1,
-	                           &klen);
+	const char *key = sq_arg(&s->q, e,
+	                         e->kind == SQ_PUBLISH || e->kind == SQ_DEAD ? 3
+	                         : e->kind == SQ_GROUP                       ? 2
+	                                                                     : 1,
+	                         &klen);
 
 	s->errkind = SINK_ERR_NOPERM;
 	if (!key)
@@ -441,53 +372,14 @@ static void key_noperm_message(struct sink_redis *s, const struct sq_ent *e, con
 		         "\"%s\", or the \"%s:*\" watermark and dedup keys): add their patterns to "
 		         "its ACL (~outbox:* ~outbox-relay:* in deploy/redis/users.acl, or your "
 		         "stream names and --key-prefix)",
-		         kind_name(e->kind), (int)(klen < 200 ? klen : 200), key, msg,
+		         sq_kind_name(e->kind), (int)(klen < 200 ? klen : 200), key, msg,
 		         s->cf->dead_letter_stream, s->cf->key_prefix);
 	else
 		snprintf(s->errmsg, sizeof(s->errmsg),
 		         "%s of key \"%.*s\" refused by the Redis ACL (%s): add the key's pattern to "
 		         "the relay's Redis user (~outbox:* ~outbox-relay:* in deploy/redis/users.acl, "
 		         "or your stream names and --key-prefix)",
-		         kind_name(e->kind), (int)(klen < 200 ? klen : 200), key, msg);
-}
-
-/* Classify an error reply by its first word. */
-static enum sink_error_kind classify_reply_error(const char *msg)
-{
-	if (noperm_reply(msg))
-		return SINK_ERR_NOPERM;
-
-	static const struct {
-		const char *prefix;
-		enum sink_error_kind kind;
-	} map[] = {
-	    {"OOM", SINK_ERR_OOM},
-	    {"WRONGTYPE", SINK_ERR_WRONGTYPE},
-	    {"NOSCRIPT", SINK_ERR_NOSCRIPT},
-	    {"READONLY", SINK_ERR_READONLY},
-	    {"BUSY", SINK_ERR_BUSY},
-	    {"LOADING", SINK_ERR_BUSY},
-	    {"MASTERDOWN", SINK_ERR_BUSY},
-	    {"TRYAGAIN", SINK_ERR_CLUSTER},
-	    {"MOVED", SINK_ERR_CLUSTER},
-	    {"ASK", SINK_ERR_CLUSTER},
-	    {"CLUSTERDOWN", SINK_ERR_CLUSTER},
-	};
-
-	for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
-		if (strncmp(msg, map[i].prefix, strlen(map[i].prefix)) == 0)
-			return map[i].kind;
-	if (strstr(msg, "OUTBOX_BEHIND"))
-		return SINK_ERR_ORDER;
-	if (strstr(msg, "OUTBOX_FOREIGN"))
-		return SINK_ERR_FOREIGN;
-	if (strstr(msg, "Function not found") || strstr(msg, "NOSCRIPT"))
-		return SINK_ERR_NOSCRIPT;
-	if (strstr(msg, "WRONGTYPE"))
-		return SINK_ERR_WRONGTYPE; /* raised inside the function: "... script: ..." */
-	if (strstr(msg, "OOM command not allowed"))
-		return SINK_ERR_OOM;
-	return SINK_ERR_OTHER;
+		         sq_kind_name(e->kind), (int)(klen < 200 ? klen : 200), key, msg);
 }
 
 bool sink_redis_connected(const struct sink_redis *s)
@@ -602,7 +494,7 @@ static redisReply *setup_command(struct sink_redis *s, struct node *n, enum sink
 	}
 	if (r->type == REDIS_REPLY_ERROR) {
 		*status = permanent_error(r->str) ? SINK_FATAL : SINK_RETRY;
-		if (noperm_reply(r->str)) {
+		if (sink_error_noperm(r->str)) {
 			*status = SINK_FATAL;
 			noperm_message(s, what, NULL, r->str);
 			return r;
@@ -1343,15 +1235,6 @@ bool sink_redis_publish_held(struct sink_redis *s, const struct event *ev, bool 
 	return sq_batch_add(&s->q, ev, dead_letter, large ? hold : NULL);
 }
 
-static const char *kind_name(unsigned k)
-{
-	return k == SQ_GROUP    ? "XGROUP CREATE"
-	       : k == SQ_DEAD   ? "dead-letter publish"
-	       : k == SQ_RECORD ? "slot record write"
-	       : k == SQ_GETREC ? "slot record read"
-	                        : "publish";
-}
-
 /* Count one event's result from a publish reply (0 replay, 1 duplicate, entry id). */
 static void count_result(struct sink_redis *s, const struct sq_ent *e, const redisReply *r,
                          int64_t now_us)
@@ -1416,7 +1299,7 @@ static bool refused_behind(struct sink_redis *s, const struct sq_ent *e, const c
 		snprintf(s->errmsg, sizeof(s->errmsg),
 		         "%s refused (%s): an earlier call for the same stream did not run; sending "
 		         "both again in order",
-		         kind_name(e->kind), msg);
+		         sq_kind_name(e->kind), msg);
 		return false;
 	}
 	s->errkind = SINK_ERR_LOST;
@@ -1434,7 +1317,7 @@ static bool trim_reply(struct sink_redis *s, const redisReply *r)
 {
 	struct sink_trim_result *t = &s->trim_res;
 
-	if (r->type == REDIS_REPLY_ERROR && noperm_reply(r->str)) {
+	if (r->type == REDIS_REPLY_ERROR && sink_error_noperm(r->str)) {
 		s->errkind = SINK_ERR_NOPERM;
 		snprintf(s->errmsg, sizeof(s->errmsg),
 		         "--trim acked refused by the Redis ACL (%s): grant +xinfo|groups +xpending "
@@ -1463,7 +1346,7 @@ static bool wait_reply(struct sink_redis *s, struct node *n, const redisReply *r
 	bool aof = s->cf->wait_aof && strcmp(s->cf->wait_aof, "none") != 0;
 	long long want = aof ? 1 : s->cf->wait_replicas, got = -1, got_repl = -1;
 
-	if (r->type == REDIS_REPLY_ERROR && noperm_reply(r->str)) {
+	if (r->type == REDIS_REPLY_ERROR && sink_error_noperm(r->str)) {
 		/* Not a shortfall: no retry gets past the ACL. */
 		noperm_message(s, aof ? "WAITAOF" : "WAIT", aof ? "waitaof" : "wait", r->str);
 		return false;
@@ -1507,7 +1390,7 @@ static bool mark_reply(struct sink_redis *s, struct node *n, uint64_t what, cons
 	if (what == SQ_TRIM_MARK)
 		return trim_reply(s, r);
 	if (what == SQ_ASKING_MARK) {
-		if (r->type == REDIS_REPLY_ERROR && noperm_reply(r->str)) {
+		if (r->type == REDIS_REPLY_ERROR && sink_error_noperm(r->str)) {
 			noperm_message(s, "ASKING", "asking", r->str);
 			return false;
 		}
@@ -1525,7 +1408,7 @@ static bool mark_reply(struct sink_redis *s, struct node *n, uint64_t what, cons
 static bool error_reply(struct sink_redis *s, const struct sq_ent *e, const char *msg)
 {
 	s->stats.error_replies++;
-	s->errkind = classify_reply_error(msg);
+	s->errkind = sink_error_classify(msg);
 	if (strstr(msg, "Protocol error") && e->max_value >= 1024 * 1024) {
 		/* The server drops the connection: the same call would fail forever. */
 		s->errkind = SINK_ERR_TOO_BIG;
@@ -1533,17 +1416,17 @@ static bool error_reply(struct sink_redis *s, const struct sq_ent *e, const char
 		snprintf(s->errmsg, sizeof(s->errmsg),
 		         "%s refused (%s): a value of %zu bytes in it is over the server's "
 		         "proto-max-bulk-len",
-		         kind_name(e->kind), msg, e->max_value);
+		         sq_kind_name(e->kind), msg, e->max_value);
 		return false;
 	}
 	if (s->errkind == SINK_ERR_ORDER)
 		return refused_behind(s, e, msg);
-	if (s->errkind == SINK_ERR_NOPERM && key_refusal(msg)) {
+	if (s->errkind == SINK_ERR_NOPERM && sink_error_key_refusal(msg)) {
 		key_noperm_message(s, e, msg);
 		return false;
 	}
 	if (s->errkind == SINK_ERR_NOPERM) {
-		noperm_message(s, kind_name(e->kind),
+		noperm_message(s, sq_kind_name(e->kind),
 		               e->kind == SQ_GROUP    ? "xgroup|create"
 		               : e->kind == SQ_RECORD ? "set"
 		               : e->kind == SQ_GETREC ? "get"
@@ -1559,15 +1442,15 @@ static bool error_reply(struct sink_redis *s, const struct sq_ent *e, const char
 		         "--key-prefix; give this relay its own --key-prefix or --slot (if this "
 		         "database replaced that one on purpose, delete that database's "
 		         "\"%s:wm:*\" keys)",
-		         kind_name(e->kind), msg + strlen("OUTBOX_FOREIGN "), s->q.owner,
+		         sq_kind_name(e->kind), msg + strlen("OUTBOX_FOREIGN "), s->q.owner,
 		         s->cf->key_prefix);
 	else if (s->errkind == SINK_ERR_WRONGTYPE)
 		snprintf(s->errmsg, sizeof(s->errmsg),
 		         "%s failed: %s (a watermark, dedup or dead-letter key the relay writes "
 		         "holds another type: rename or delete it; the relay retries until then)",
-		         kind_name(e->kind), msg);
+		         sq_kind_name(e->kind), msg);
 	else
-		snprintf(s->errmsg, sizeof(s->errmsg), "%s failed: %s", kind_name(e->kind), msg);
+		snprintf(s->errmsg, sizeof(s->errmsg), "%s failed: %s", sq_kind_name(e->kind), msg);
 	return false;
 }
 
@@ -1630,11 +1513,11 @@ static bool handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 	case SQ_A_MALFORMED:
 		if (e->kind == SQ_RECORD || e->kind == SQ_GETREC)
 			snprintf(s->errmsg, sizeof(s->errmsg), "unexpected reply to %s: type %d",
-			         kind_name(e->kind), r->type);
+			         sq_kind_name(e->kind), r->type);
 		else
 			snprintf(s->errmsg, sizeof(s->errmsg),
 			         "unexpected reply to %s: type %d with %zu element(s) for %u event(s)",
-			         kind_name(e->kind), r->type,
+			         sq_kind_name(e->kind), r->type,
 			         r->type == REDIS_REPLY_ARRAY ? (size_t)r->elements : (size_t)0, e->nevents);
 		return false;
 	case SQ_A_READ:

@@ -616,6 +616,47 @@ TEST(held_value)
 	CHECK(run(s, "held_value", false, false));
 }
 
+/* Error replies by kind: which are retried, which stop the relay. */
+TEST(error_kinds)
+{
+	static const struct {
+		const char *msg;
+		enum sink_error_kind kind;
+	} t[] = {
+	    {"OOM command not allowed when used memory > 'maxmemory'.", SINK_ERR_OOM},
+	    {"WRONGTYPE Operation against a key holding the wrong kind of value", SINK_ERR_WRONGTYPE},
+	    {"ERR user_script:1: WRONGTYPE Operation against a key script: publish",
+	     SINK_ERR_WRONGTYPE},
+	    {"NOSCRIPT No matching script.", SINK_ERR_NOSCRIPT},
+	    {"ERR Function not found", SINK_ERR_NOSCRIPT},
+	    {"READONLY You can't write against a read only replica.", SINK_ERR_READONLY},
+	    {"BUSY Redis is busy running a script.", SINK_ERR_BUSY},
+	    {"LOADING Redis is loading the dataset in memory", SINK_ERR_BUSY},
+	    {"MASTERDOWN Link with MASTER is down", SINK_ERR_BUSY},
+	    {"MOVED 3999 127.0.0.1:6381", SINK_ERR_CLUSTER},
+	    {"ASK 3999 127.0.0.1:6381", SINK_ERR_CLUSTER},
+	    {"TRYAGAIN Multiple keys request during rehashing of slot", SINK_ERR_CLUSTER},
+	    {"CLUSTERDOWN The cluster is down", SINK_ERR_CLUSTER},
+	    {"OUTBOX_BEHIND k is at nothing, expected x", SINK_ERR_ORDER},
+	    {"OUTBOX_FOREIGN k belongs to 1/db", SINK_ERR_FOREIGN},
+	    {"NOPERM this user has no permissions to run the 'waitaof' command", SINK_ERR_NOPERM},
+	    {"ERR The user executing the script can't run this command or subcommand", SINK_ERR_NOPERM},
+	    {"ERR Protocol error: invalid bulk length", SINK_ERR_OTHER},
+	};
+	char text[512];
+
+	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		enum sink_error_kind k = sink_error_classify(t[i].msg);
+
+		CHECK_INT(k, t[i].kind);
+		CHECK(sink_error_is_fatal(k) == (k == SINK_ERR_FOREIGN || k == SINK_ERR_NOPERM));
+	}
+	sink_error_noperm_text(text, sizeof(text), "WAITAOF", "waitaof", t[15].msg);
+	CHECK(strstr(text, "grant +waitaof to the relay's Redis user") != NULL);
+	CHECK(!sink_error_key_refusal(t[15].msg));
+	CHECK(sink_error_key_refusal("NOPERM No permissions to access a key"));
+}
+
 int main(void)
 {
 	RUN(batches_and_in_order_acks);
@@ -627,5 +668,6 @@ int main(void)
 	RUN(behind_the_watermark);
 	RUN(wait_before_done);
 	RUN(held_value);
+	RUN(error_kinds);
 	return test_done();
 }
