@@ -209,6 +209,28 @@ static inline void ring_pop(struct ring *r)
 	r->len--;
 }
 
+/* A ring of uint64_t (item set by the first push): push v (false when out of memory), or pop
+ * the oldest (len > 0). */
+static inline bool ring_push_u64(struct ring *r, uint64_t v)
+{
+	uint64_t *p;
+
+	r->item = sizeof(uint64_t);
+	p = ring_push(r);
+	if (!p)
+		return false;
+	*p = v;
+	return true;
+}
+
+static inline uint64_t ring_pop_u64(struct ring *r)
+{
+	uint64_t v = *(const uint64_t *)ring_at(r, 0);
+
+	ring_pop(r);
+	return v;
+}
+
 static inline void ring_finish(struct ring *r)
 {
 	free(r->v);

@@ -274,25 +274,4 @@ enum sq_answer sq_take_reply(struct sink_queue *q, struct ring *waitq, struct ri
 /* WAIT answered with enough replicas: every command in durable is done. */
 void sq_wait_done(struct sink_queue *q, struct ring *durable);
 
-/* A u64 FIFO entry: push v (false when out of memory) or pop the oldest (len > 0). */
-static inline bool ring_push_u64(struct ring *r, uint64_t v)
-{
-	uint64_t *p;
-
-	r->item = sizeof(uint64_t);
-	p = ring_push(r);
-	if (!p)
-		return false;
-	*p = v;
-	return true;
-}
-
-static inline uint64_t ring_pop_u64(struct ring *r)
-{
-	uint64_t v = *(const uint64_t *)ring_at(r, 0);
-
-	ring_pop(r);
-	return v;
-}
-
 #endif

@@ -4,12 +4,13 @@
  *
  * Every command the relay queues (a batch of events for one stream, or an
  * XGROUP CREATE) gets a sequence number and keeps its RESP bytes in one
- * resend buffer until it is done. A command is routed to the connection of
- * the master owning its stream's hash slot (one connection when standalone),
- * written with write(2) from the poll loop, and its reply is matched in order
- * on that connection by hiredis's reader. acked_seq is the end of the done
- * prefix, so acknowledgements stay in sequence order however the masters
- * interleave their answers.
+ * resend buffer until it is done (the ring, the batch encoder and which
+ * command a reply answers: lib/sink_queue.c). A command is routed to the
+ * connection of the master owning its stream's hash slot (one connection
+ * when standalone), written with write(2) from the poll loop, and its reply
+ * is matched in order on that connection by hiredis's reader. acked_seq is
+ * the end of the done prefix, so acknowledgements stay in sequence order
+ * however the masters interleave their answers.
  *
  * Failures: ASK sends that command to the named master after ASKING; any
  * other error or I/O failure drops every connection (the caller backs off),

@@ -100,6 +100,23 @@ TEST(ring_fifo)
 	CHECK(r.v == NULL && r.len == 0);
 }
 
+/* The uint64_t helpers on a zeroed ring, and a ring emptied by len = 0 (a closed connection). */
+TEST(ring_u64)
+{
+	struct ring r = {0};
+
+	for (uint64_t v = 1; v <= 100; v++)
+		CHECK(ring_push_u64(&r, v));
+	for (uint64_t v = 1; v <= 60; v++)
+		CHECK_INT(ring_pop_u64(&r), v);
+	CHECK_INT(r.len, 40);
+	r.len = 0;
+	CHECK(ring_push_u64(&r, UINT64_MAX));
+	CHECK_INT(r.len, 1);
+	CHECK(ring_pop_u64(&r) == UINT64_MAX);
+	ring_finish(&r);
+}
+
 int main(void)
 {
 	alarm(20); /* the old doubling loop never ended */
@@ -108,5 +125,6 @@ int main(void)
 	RUN(doubling_wraps);
 	RUN(printf_appends);
 	RUN(ring_fifo);
+	RUN(ring_u64);
 	return test_done();
 }
