@@ -26,6 +26,7 @@
 #include "event.h"
 #include "lsn.h"
 #include "pgrepl.h"
+#include "redis_conn.h"
 #include "redis_sentinel.h"
 #include "redis_tls.h"
 
@@ -95,12 +96,14 @@ void preflight_finish(struct preflight *pf)
 
 /* ---- Redis ---- */
 
-/* Is this error reply one that no retry can fix (credentials)? As the sink judges it. */
+/*
+ * Is this error reply one that no retry can fix (credentials, a database the
+ * server lacks)? As the sink judges it (redis_conn.h); an ACL refusal is a
+ * problem too, but the other checks still run.
+ */
 static bool redis_auth_error(const char *msg)
 {
-	return strncmp(msg, "WRONGPASS", 9) == 0 || strncmp(msg, "NOAUTH", 6) == 0 ||
-	       strstr(msg, "invalid password") != NULL ||
-	       strstr(msg, "invalid username-password") != NULL;
+	return redis_conn_error_permanent(msg) && strncmp(msg, "NOPERM", 6) != 0;
 }
 
 /*
@@ -122,11 +125,13 @@ static redisReply *rcmd(redisContext *c, struct preflight *pf, const char *where
 	if (r->type == REDIS_REPLY_ERROR) {
 		bool auth = redis_auth_error(r->str);
 
-		add(pf, PREFLIGHT_PROBLEM, "Redis at %s: %s failed: %s%s", where, what, r->str,
+		add(pf, PREFLIGHT_PROBLEM, "Redis at %s: %s failed: %s%s%s%s", where, what, r->str,
 		    strncmp(r->str, "NOPERM", 6) == 0
-		        ? " (the Redis ACL user lacks a permission: see deploy/redis/users.acl)"
-		    : auth ? " (check the user and password in --redis-url or --redis-password-file)"
-		           : "");
+		        ? " (the Redis ACL user lacks a permission: see deploy/redis/users.acl"
+		    : auth ? " ("
+		           : "",
+		    auth ? redis_conn_error_hint(r->str) : "",
+		    auth || strncmp(r->str, "NOPERM", 6) == 0 ? ")" : "");
 		*fatal = auth;
 		freeReplyObject(r);
 		return NULL;
@@ -151,10 +156,8 @@ static int redis_has(redisContext *c, struct preflight *pf, const char *where, c
 		return -1;
 	}
 	if (r->type == REDIS_REPLY_ERROR && redis_auth_error(r->str)) {
-		add(pf, PREFLIGHT_PROBLEM,
-		    "Redis at %s: COMMAND INFO failed: %s (check the user and password in "
-		    "--redis-url or --redis-password-file)",
-		    where, r->str);
+		add(pf, PREFLIGHT_PROBLEM, "Redis at %s: COMMAND INFO failed: %s (%s)", where, r->str,
+		    redis_conn_error_hint(r->str));
 		*fatal = true;
 		freeReplyObject(r);
 		return -1;

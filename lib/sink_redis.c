@@ -34,6 +34,7 @@
 
 #include "buf.h"
 #include "cluster_slots.h"
+#include "redis_conn.h"
 #include "redis_sentinel.h"
 #include "redis_tls.h"
 
@@ -410,6 +411,7 @@ struct node {
 	char *host;
 	int port;
 	char *unix_path;
+	const struct redis_conn_ops *io; /* plain or TLS reads and writes, chosen at connect */
 	redisContext *c;
 	struct u64q sendq; /* seqs routed here, not yet staged */
 	struct buf wbuf;   /* staged bytes, written from wsent */
@@ -929,6 +931,7 @@ static void node_close(struct node *n)
 	n->staged_publish = false;
 	n->wblocked = false;
 	n->ssl = NULL;
+	n->io = NULL;
 	n->w_wants_read = n->r_wants_write = false;
 	n->info_due = n->info_sent = n->mem_known = false;
 	buf_reset(&n->trimq);
@@ -1254,14 +1257,6 @@ void sink_redis_disconnect(struct sink_redis *s)
 	s->connected = false;
 }
 
-/* Is this error reply one that no retry can fix (credentials, ACLs)? */
-static bool permanent_error(const char *msg)
-{
-	return strncmp(msg, "WRONGPASS", 9) == 0 || strncmp(msg, "NOAUTH", 6) == 0 ||
-	       strncmp(msg, "NOPERM", 6) == 0 || strstr(msg, "invalid password") != NULL ||
-	       strstr(msg, "invalid username-password") != NULL;
-}
-
 /*
  * Run one setup command synchronously on n. Returns the reply (caller frees)
  * or NULL with errmsg set; *status says whether retrying can help.
@@ -1278,16 +1273,16 @@ static redisReply *setup_command(struct sink_redis *s, struct node *n, enum sink
 		return NULL;
 	}
 	if (r->type == REDIS_REPLY_ERROR) {
-		*status = permanent_error(r->str) ? SINK_FATAL : SINK_RETRY;
+		*status = redis_conn_error_permanent(r->str) ? SINK_FATAL : SINK_RETRY;
 		if (noperm_reply(r->str)) {
 			*status = SINK_FATAL;
 			noperm_message(s, what, NULL, r->str);
 			return r;
 		}
-		snprintf(s->errmsg, sizeof(s->errmsg), "%s failed: %s%s", what, r->str,
-		         *status == SINK_FATAL
-		             ? " (check the user and password in --redis-url or --redis-password-file)"
-		             : "");
+		snprintf(s->errmsg, sizeof(s->errmsg), "%s failed: %s%s%s%s", what, r->str,
+		         *status == SINK_FATAL ? " (" : "",
+		         *status == SINK_FATAL ? redis_conn_error_hint(r->str) : "",
+		         *status == SINK_FATAL ? ")" : "");
 		return r;
 	}
 	return r;
@@ -1568,20 +1563,6 @@ static enum sink_status check_memory(struct sink_redis *s, struct node *n)
 	return SINK_OK;
 }
 
-/* TLS on a fresh connection to host:port; false with errmsg and *st set. */
-static bool start_tls(struct sink_redis *s, redisContext *c, const char *host, int port, void **ssl,
-                      enum sink_status *st)
-{
-	char why[700];
-	bool permanent;
-
-	if (redis_tls_start(c, &s->cf->redis, host, ssl, &permanent, why, sizeof(why)))
-		return true;
-	snprintf(s->errmsg, sizeof(s->errmsg), "TLS to %s:%d: %s", host, port, why);
-	*st = permanent ? SINK_FATAL : SINK_RETRY;
-	return false;
-}
-
 /*
  * Sentinel mode: the address a Sentinel gave must be the master now (it
  * may be a demoted one, or the failover may not have finished): ROLE.
@@ -1589,29 +1570,20 @@ static bool start_tls(struct sink_redis *s, redisContext *c, const char *host, i
  */
 static enum sink_status check_role(struct sink_redis *s, struct node *n)
 {
-	const char *argv[] = {"ROLE"};
-	enum sink_status st = SINK_OK;
-	redisReply *r = setup_command(s, n, &st, "ROLE", 1, argv);
-	char role[64], a[300];
+	struct redis_conn rc = {n->c, n->ssl, n->io};
+	char a[300];
 
-	if (!r)
-		return st;
-	if (r->type == REDIS_REPLY_ERROR) {
-		freeReplyObject(r);
-		return st == SINK_OK ? SINK_RETRY : st;
+	switch (redis_conn_check_master(&rc, &s->cf->redis, node_addr(n, a, sizeof(a)), s->errmsg,
+	                                sizeof(s->errmsg))) {
+	case REDIS_CONN_OK:
+		return SINK_OK;
+	case REDIS_CONN_PERMANENT:
+		return SINK_FATAL;
+	case REDIS_CONN_RETRY:
+		break;
 	}
-	if (!redis_sentinel_parse_role(r, role, sizeof(role))) {
-		snprintf(s->errmsg, sizeof(s->errmsg),
-		         "the Sentinels named %s as master \"%s\", but its ROLE is \"%s\" (a failover "
-		         "in progress?): asking the Sentinels again",
-		         node_addr(n, a, sizeof(a)), s->cf->redis.master_name, role);
-		s->errkind = SINK_ERR_READONLY;
-		redis_sentinel_distrust_first(&s->cf->redis);
-		freeReplyObject(r);
-		return SINK_RETRY;
-	}
-	freeReplyObject(r);
-	return SINK_OK;
+	s->errkind = SINK_ERR_READONLY;
+	return SINK_RETRY;
 }
 
 static int add_node(struct sink_redis *s, const char *host, int port, const char *unix_path);
@@ -1648,60 +1620,32 @@ static enum sink_status discover_master(struct sink_redis *s)
 	return SINK_OK;
 }
 
-/* Connect n and prepare it: AUTH, SELECT, checks, function library, non-blocking. */
+/*
+ * Connect n (redis_conn.h: keepalive, TLS, AUTH, SELECT) and prepare it:
+ * checks, function library, the slot record, non-blocking.
+ */
 static enum sink_status node_connect(struct sink_redis *s, struct node *n)
 {
 	const struct redis_target *t = &s->cf->redis;
-	struct timeval tv = {s->cf->redis_timeout_ms / 1000, (s->cf->redis_timeout_ms % 1000) * 1000};
 	enum sink_status st = SINK_OK;
-	redisReply *r;
-	int flags;
+	struct redis_conn rc;
+	enum redis_conn_status cst;
+	char why[700], a[300];
 
 	node_close(n);
-	if (n->unix_path)
-		n->c = redisConnectUnixWithTimeout(n->unix_path, tv);
-	else
-		n->c = redisConnectWithTimeout(n->host, n->port, tv);
-	if (!n->c) {
-		snprintf(s->errmsg, sizeof(s->errmsg), "could not allocate a Redis context");
-		return SINK_RETRY;
+	cst = redis_conn_open(&rc, t, n->host, n->port, n->unix_path, s->cf->redis_timeout_ms, why,
+	                      sizeof(why));
+	if (cst != REDIS_CONN_OK) {
+		/* A cluster node or the master a Sentinel named: say which server. */
+		if (t->cluster || t->sentinel)
+			snprintf(s->errmsg, sizeof(s->errmsg), "%s: %s", node_addr(n, a, sizeof(a)), why);
+		else
+			snprintf(s->errmsg, sizeof(s->errmsg), "%s", why);
+		return cst == REDIS_CONN_PERMANENT ? SINK_FATAL : SINK_RETRY;
 	}
-	if (n->c->err) {
-		char a[300];
-
-		snprintf(s->errmsg, sizeof(s->errmsg), "could not connect to %s: %s",
-		         node_addr(n, a, sizeof(a)), n->c->errstr);
-		goto fail;
-	}
-	if (redisSetTimeout(n->c, tv) != REDIS_OK ||
-	    (!n->unix_path && redisEnableKeepAlive(n->c) != REDIS_OK)) {
-		snprintf(s->errmsg, sizeof(s->errmsg), "could not set socket options: %s", n->c->errstr);
-		goto fail;
-	}
-	if (t->tls && !start_tls(s, n->c, n->host, n->port, &n->ssl, &st))
-		goto fail;
-	if (t->password) {
-		const char *argv[] = {"AUTH", t->user ? t->user : t->password, t->password};
-
-		r = setup_command(s, n, &st, "AUTH", t->user ? 3 : 2, argv);
-		if (!r)
-			goto fail;
-		freeReplyObject(r);
-		if (st != SINK_OK)
-			goto fail;
-	}
-	if (t->db != 0) {
-		char db[16];
-		const char *argv[] = {"SELECT", db};
-
-		snprintf(db, sizeof(db), "%d", t->db);
-		r = setup_command(s, n, &st, "SELECT", 2, argv);
-		if (!r)
-			goto fail;
-		freeReplyObject(r);
-		if (st != SINK_OK)
-			goto fail;
-	}
+	n->c = rc.c;
+	n->ssl = rc.ssl;
+	n->io = rc.ops;
 	if (t->sentinel) {
 		st = check_role(s, n);
 		if (st != SINK_OK)
@@ -1724,14 +1668,11 @@ static enum sink_status node_connect(struct sink_redis *s, struct node *n)
 		goto fail;
 
 	/* From here on the relay's poll loop drives the socket. */
-	flags = fcntl(n->c->fd, F_GETFL);
-	if (flags < 0 || fcntl(n->c->fd, F_SETFL, flags | O_NONBLOCK) < 0) {
-		snprintf(s->errmsg, sizeof(s->errmsg), "could not make the socket non-blocking: %s",
-		         strerror(errno));
+	rc = (struct redis_conn){n->c, n->ssl, n->io};
+	if (!redis_conn_set_nonblocking(&rc, s->errmsg, sizeof(s->errmsg))) {
 		st = SINK_RETRY;
 		goto fail;
 	}
-	n->c->flags &= ~REDIS_BLOCK;
 	n->wait_since_us = time_mono_us();
 	return SINK_OK;
 fail:
@@ -1809,39 +1750,23 @@ static enum sink_status discover_cluster(struct sink_redis *s)
 	for (size_t k = 0; k < t->nseeds; k++) {
 		struct node seed = {.host = t->seeds[k].host, .port = t->seeds[k].port};
 		const char *argv[] = {"CLUSTER", "SLOTS"};
-		struct timeval tv = {s->cf->redis_timeout_ms / 1000,
-		                     (s->cf->redis_timeout_ms % 1000) * 1000};
+		struct redis_conn rc;
+		enum redis_conn_status cst;
+		char cwhy[900];
 		redisReply *r;
 
-		seed.c = redisConnectWithTimeout(seed.host, seed.port, tv);
-		if (!seed.c || seed.c->err) {
-			snprintf(s->errmsg, sizeof(s->errmsg), "could not connect to cluster seed %s:%d: %s",
-			         seed.host, seed.port, seed.c ? seed.c->errstr : "out of memory");
-			if (seed.c)
-				redisFree(seed.c);
+		cst = redis_conn_open(&rc, t, seed.host, seed.port, NULL, s->cf->redis_timeout_ms, cwhy,
+		                      sizeof(cwhy));
+		if (cst != REDIS_CONN_OK) {
+			snprintf(s->errmsg, sizeof(s->errmsg), "cluster seed %s:%d: %s", seed.host, seed.port,
+			         cwhy);
+			if (cst == REDIS_CONN_PERMANENT)
+				return SINK_FATAL;
 			if (!first_err[0])
 				snprintf(first_err, sizeof(first_err), "%s", s->errmsg);
 			continue;
 		}
-		(void)redisSetTimeout(seed.c, tv);
-		if (t->tls && !start_tls(s, seed.c, seed.host, seed.port, &seed.ssl, &st)) {
-			redisFree(seed.c);
-			if (st == SINK_FATAL)
-				return st;
-			continue;
-		}
-		if (t->password) {
-			const char *av[] = {"AUTH", t->user ? t->user : t->password, t->password};
-
-			r = setup_command(s, &seed, &st, "AUTH", t->user ? 3 : 2, av);
-			freeReplyObject(r);
-			if (st == SINK_FATAL || !r) {
-				redisFree(seed.c);
-				if (st == SINK_FATAL)
-					return st;
-				continue;
-			}
-		}
+		seed.c = rc.c;
 		r = setup_command(s, &seed, &st, "CLUSTER SLOTS", 2, argv);
 		if (r && r->type == REDIS_REPLY_ARRAY) {
 			char why[256];
