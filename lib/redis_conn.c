@@ -104,10 +104,24 @@ static ssize_t plain_write(const struct redis_conn *rc, const void *buf, size_t 
 	return w;
 }
 
+/* A socket error under TLS (not a TLS error, which err names already), as plain sockets say it. */
+static void tls_socket_error(const char *what, char *err, size_t errlen)
+{
+	int e = errno;
+
+	if (e != EIO && e != EINTR && e != EAGAIN && e != EWOULDBLOCK)
+		msg_set(err, errlen, "could not %s Redis: %s", what, strerror(e));
+	errno = e;
+}
+
 static ssize_t tls_read(const struct redis_conn *rc, void *buf, size_t len, bool *want_other,
                         char *err, size_t errlen)
 {
-	return redis_tls_read(rc->ssl, buf, len, want_other, err, errlen);
+	ssize_t got = redis_tls_read(rc->ssl, buf, len, want_other, err, errlen);
+
+	if (got < 0)
+		tls_socket_error("read from", err, errlen);
+	return got;
 }
 
 static ssize_t tls_write(const struct redis_conn *rc, const void *buf, size_t len, bool *want_other,
@@ -115,6 +129,8 @@ static ssize_t tls_write(const struct redis_conn *rc, const void *buf, size_t le
 {
 	ssize_t w = redis_tls_write(rc->ssl, buf, len, want_other, err, errlen);
 
+	if (w < 0)
+		tls_socket_error("send to", err, errlen);
 	if (w == 0) {
 		msg_set(err, errlen, "could not send to Redis: short write");
 		errno = EIO;

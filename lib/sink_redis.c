@@ -938,6 +938,12 @@ static void node_close(struct node *n)
 	n->trimq_n = 0;
 }
 
+/* n's connection as redis_conn.h has it (n->io reads and writes through it). */
+static struct redis_conn node_conn(const struct node *n)
+{
+	return (struct redis_conn){.c = n->c, .ssl = n->ssl, .ops = n->io};
+}
+
 /* "host:port" or the unix socket path, for messages. */
 static const char *node_addr(const struct node *n, char *buf, size_t len)
 {
@@ -1570,7 +1576,7 @@ static enum sink_status check_memory(struct sink_redis *s, struct node *n)
  */
 static enum sink_status check_role(struct sink_redis *s, struct node *n)
 {
-	struct redis_conn rc = {n->c, n->ssl, n->io};
+	struct redis_conn rc = node_conn(n);
 	char a[300];
 
 	switch (redis_conn_check_master(&rc, &s->cf->redis, node_addr(n, a, sizeof(a)), s->errmsg,
@@ -1668,7 +1674,7 @@ static enum sink_status node_connect(struct sink_redis *s, struct node *n)
 		goto fail;
 
 	/* From here on the relay's poll loop drives the socket. */
-	rc = (struct redis_conn){n->c, n->ssl, n->io};
+	rc = node_conn(n);
 	if (!redis_conn_set_nonblocking(&rc, s->errmsg, sizeof(s->errmsg))) {
 		st = SINK_RETRY;
 		goto fail;
@@ -2688,6 +2694,8 @@ static bool stage(struct sink_redis *s, struct node *n)
 
 static bool node_write(struct sink_redis *s, struct node *n)
 {
+	const struct redis_conn rc = node_conn(n);
+
 	for (;;) {
 		ssize_t w;
 
@@ -2705,11 +2713,8 @@ static bool node_write(struct sink_redis *s, struct node *n)
 			if (n->wbuf.len == 0)
 				return true;
 		}
-		if (n->ssl)
-			w = redis_tls_write(n->ssl, n->wbuf.data + n->wsent, n->wbuf.len - n->wsent,
-			                    &n->w_wants_read, s->errmsg, sizeof(s->errmsg));
-		else
-			w = write(n->c->fd, n->wbuf.data + n->wsent, n->wbuf.len - n->wsent);
+		w = n->io->write(&rc, n->wbuf.data + n->wsent, n->wbuf.len - n->wsent, &n->w_wants_read,
+		                 s->errmsg, sizeof(s->errmsg));
 		if (w > 0) {
 			n->wsent += (size_t)w;
 			continue;
@@ -2720,26 +2725,20 @@ static bool node_write(struct sink_redis *s, struct node *n)
 			n->wblocked = true; /* poll() says when there is room again */
 			return true;
 		}
-		if (n->ssl && w < 0 && errno == EIO)
-			return false; /* errmsg names the TLS error */
-		snprintf(s->errmsg, sizeof(s->errmsg), "could not send to Redis: %s",
-		         w == 0 ? "short write" : strerror(errno));
-		return false;
+		return false; /* errmsg says why */
 	}
 }
 
 static bool node_read(struct sink_redis *s, struct node *n)
 {
+	const struct redis_conn rc = node_conn(n);
+
 	for (;;) {
 		char rbuf[65536];
 		ssize_t got;
 		void *reply;
 
-		if (n->ssl)
-			got = redis_tls_read(n->ssl, rbuf, sizeof(rbuf), &n->r_wants_write, s->errmsg,
-			                     sizeof(s->errmsg));
-		else
-			got = read(n->c->fd, rbuf, sizeof(rbuf));
+		got = n->io->read(&rc, rbuf, sizeof(rbuf), &n->r_wants_write, s->errmsg, sizeof(s->errmsg));
 
 		if (got == 0) {
 			snprintf(s->errmsg, sizeof(s->errmsg), "connection closed by Redis");
@@ -2750,10 +2749,7 @@ static bool node_read(struct sink_redis *s, struct node *n)
 				continue;
 			if (errno == EAGAIN || errno == EWOULDBLOCK)
 				return true;
-			if (!n->ssl || errno != EIO)
-				snprintf(s->errmsg, sizeof(s->errmsg), "could not read from Redis: %s",
-				         strerror(errno));
-			return false;
+			return false; /* errmsg says why */
 		}
 		if (redisReaderFeed(n->c->reader, rbuf, (size_t)got) != REDIS_OK) {
 			snprintf(s->errmsg, sizeof(s->errmsg), "Redis protocol error: %s",
@@ -2782,7 +2778,7 @@ static bool node_read(struct sink_redis *s, struct node *n)
 			return false;
 		}
 		/* TLS hands out one record per read: read on until it would block. */
-		if (!n->ssl && (size_t)got < sizeof(rbuf))
+		if (n->io->short_read_drains && (size_t)got < sizeof(rbuf))
 			return true;
 	}
 }
