@@ -37,6 +37,7 @@
 #include "redis_conn.h"
 #include "redis_sentinel.h"
 #include "redis_tls.h"
+#include "sink_cluster.h"
 
 #define FUNCTION_NAME "outbox_relay_publish"
 #define TRIM_FUNCTION_NAME "outbox_relay_trim"
@@ -1739,69 +1740,26 @@ static bool use_map(struct sink_redis *s, const struct cluster_slots_map *map, c
 }
 
 /*
- * Ask one seed for CLUSTER SLOTS and rebuild the node list and slot map from
- * the first reply that passes cluster_slots_parse(). An empty (or nil) host
- * means "the address you reached me at": the seed's.
+ * Rebuild the node list and slot map from the seeds' CLUSTER SLOTS
+ * (sink_cluster.c).
  */
 static enum sink_status discover_cluster(struct sink_redis *s)
 {
-	const struct redis_target *t = &s->cf->redis;
-	enum sink_status st = SINK_RETRY;
-	char first_err[sizeof(s->errmsg)] = "";
+	struct cluster_slots_map *map = NULL;
+	enum redis_conn_status st;
+	bool ok;
 
 	for (int i = 0; i < s->nnodes; i++)
 		node_finish(&s->nodes[i]);
 	s->nnodes = 0;
 	memset(s->slot_node, -1, CLUSTER_SLOTS);
-	for (size_t k = 0; k < t->nseeds; k++) {
-		struct node seed = {.host = t->seeds[k].host, .port = t->seeds[k].port};
-		const char *argv[] = {"CLUSTER", "SLOTS"};
-		struct redis_conn rc;
-		enum redis_conn_status cst;
-		char cwhy[900];
-		redisReply *r;
-
-		cst = redis_conn_open(&rc, t, seed.host, seed.port, NULL, s->cf->redis_timeout_ms, cwhy,
-		                      sizeof(cwhy));
-		if (cst != REDIS_CONN_OK) {
-			snprintf(s->errmsg, sizeof(s->errmsg), "cluster seed %s:%d: %s", seed.host, seed.port,
-			         cwhy);
-			if (cst == REDIS_CONN_PERMANENT)
-				return SINK_FATAL;
-			if (!first_err[0])
-				snprintf(first_err, sizeof(first_err), "%s", s->errmsg);
-			continue;
-		}
-		seed.c = rc.c;
-		r = setup_command(s, &seed, &st, "CLUSTER SLOTS", 2, argv);
-		if (r && r->type == REDIS_REPLY_ARRAY) {
-			char why[256];
-			struct cluster_slots_map *map = cluster_slots_parse(r, seed.host, why, sizeof(why));
-
-			freeReplyObject(r);
-			redisFree(seed.c);
-			if (map && use_map(s, map, why, sizeof(why))) {
-				cluster_slots_map_free(map);
-				return SINK_OK;
-			}
-			cluster_slots_map_free(map);
-			snprintf(s->errmsg, sizeof(s->errmsg), "CLUSTER SLOTS from %s:%d is unusable: %s",
-			         t->seeds[k].host, t->seeds[k].port, why);
-			continue;
-		}
-		if (r && r->type == REDIS_REPLY_ERROR && strstr(r->str, "cluster support disabled"))
-			snprintf(s->errmsg, sizeof(s->errmsg),
-			         "%s:%d is not a Redis Cluster node (cluster support disabled): use "
-			         "redis:// for a single server",
-			         t->seeds[k].host, t->seeds[k].port);
-		freeReplyObject(r);
-		redisFree(seed.c);
-		if (st == SINK_FATAL)
-			return st;
-	}
-	if (!s->errmsg[0])
-		snprintf(s->errmsg, sizeof(s->errmsg), "%s", first_err);
-	return SINK_RETRY;
+	st = sink_cluster_discover(&s->cf->redis, s->cf->redis_timeout_ms, &map, s->errmsg,
+	                           sizeof(s->errmsg));
+	if (st != REDIS_CONN_OK)
+		return st == REDIS_CONN_PERMANENT ? SINK_FATAL : SINK_RETRY;
+	ok = use_map(s, map, s->errmsg, sizeof(s->errmsg));
+	cluster_slots_map_free(map);
+	return ok ? SINK_OK : SINK_RETRY;
 }
 
 /* Route e to the connection of its slot and queue it there for writing. */
