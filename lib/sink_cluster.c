@@ -12,7 +12,8 @@
 
 /*
  * CLUSTER SLOTS on one seed that answered. OK with *ret_map, or err and RETRY
- * (try the next seed) or PERMANENT.
+ * (try the next seed) or PERMANENT. An empty (or nil) host in the reply means
+ * "the address you reached me at": cluster_slots_parse() puts the seed's.
  */
 static enum redis_conn_status ask_seed(const struct redis_conn *rc, const struct redis_seed *seed,
                                        struct cluster_slots_map **ret_map, char *err, size_t errlen)
