@@ -57,6 +57,7 @@
 #include "exitcode.h"
 #include "log.h"
 #include "lsn.h"
+#include "redis_conn.h"
 #include "redis_sentinel.h"
 #include "redis_tls.h"
 #include "relay_build.h"
@@ -1043,154 +1044,6 @@ bool consumer_fmt_line(struct consumer_fmt *f, const char *stream, size_t stream
 }
 
 /* ====================================================================== */
-/* Redis connection (shared with status.c)                                */
-/* ====================================================================== */
-
-/* See consumer.h. */
-bool consumer_redis_auth_error(const char *msg)
-{
-	return strncmp(msg, "WRONGPASS", 9) == 0 || strncmp(msg, "NOAUTH", 6) == 0 ||
-	       strncmp(msg, "NOPERM", 6) == 0 || strstr(msg, "invalid password") != NULL ||
-	       strstr(msg, "invalid username-password") != NULL ||
-	       strstr(msg, "without any password configured") != NULL;
-}
-
-/*
- * redis-sentinel://: ask the Sentinels for the master, connect to it as to
- * a single server, check ROLE (a stale answer during a failover is retried
- * by the caller, which asks the Sentinels again).
- */
-static redisContext *sentinel_connect(const struct redis_target *t, int timeout_ms, void **ret_ssl,
-                                      bool *ret_permanent, char *err, size_t errlen)
-{
-	struct redis_target m;
-	char *host = NULL, role[64];
-	int port = 0;
-	redisContext *c;
-	redisReply *r;
-
-	if (!redis_sentinel_discover(t, timeout_ms, &host, &port, ret_permanent, err, errlen))
-		return NULL;
-	redis_sentinel_master_target(t, host, port, &m);
-	c = consumer_redis_connect(&m, timeout_ms, ret_ssl, ret_permanent, err, errlen);
-	if (c) {
-		r = redisCommand(c, "ROLE");
-		if (!redis_sentinel_parse_role(r, role, sizeof(role))) {
-			if (!r)
-				msg_set(err, errlen, "ROLE on Redis at %s:%d failed: %s", host, port,
-				        c->errstr[0] ? c->errstr : "connection lost");
-			else
-				msg_set(err, errlen,
-				        "the Sentinels named %s:%d as master \"%s\", but its ROLE is "
-				        "\"%s\"%s",
-				        host, port, t->master_name, role,
-				        r->type == REDIS_REPLY_ERROR
-				            ? " (grant +role to this Redis user: see deploy/redis/users.acl)"
-				            : " (a failover in progress?)");
-			*ret_permanent = r && r->type == REDIS_REPLY_ERROR && consumer_redis_auth_error(r->str);
-			if (r && r->type != REDIS_REPLY_ERROR)
-				redis_sentinel_distrust_first(t);
-			redisFree(c);
-			c = NULL;
-			if (ret_ssl)
-				*ret_ssl = NULL;
-		}
-		freeReplyObject(r);
-	}
-	free(host);
-	return c;
-}
-
-/* See consumer.h. */
-redisContext *consumer_redis_connect(const struct redis_target *t, int timeout_ms, void **ret_ssl,
-                                     bool *ret_permanent, char *err, size_t errlen)
-{
-	struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
-	char desc[300];
-	char why[600];
-	redisContext *c;
-	redisReply *r;
-	void *ssl = NULL; /* owned by c; hiredis's own reads and writes use it */
-
-	*ret_permanent = false;
-	if (ret_ssl)
-		*ret_ssl = NULL;
-	(void)redis_target_describe(t, desc, sizeof(desc));
-	if (t->tls && !redis_tls_available()) {
-		(void)redis_tls_start(NULL, t, t->host, &ssl, ret_permanent, err, errlen);
-		return NULL;
-	}
-	if (t->sentinel)
-		return sentinel_connect(t, timeout_ms, ret_ssl, ret_permanent, err, errlen);
-	if (t->unix_path)
-		c = redisConnectUnixWithTimeout(t->unix_path, tv);
-	else
-		c = redisConnectWithTimeout(t->host, t->port, tv);
-	if (!c) {
-		msg_set(err, errlen, "could not allocate a Redis context");
-		return NULL;
-	}
-	if (c->err) {
-		msg_set(err, errlen, "could not connect to Redis at %s: %s", desc, c->errstr);
-		goto fail;
-	}
-	if (redisSetTimeout(c, tv) != REDIS_OK ||
-	    (!t->unix_path && redisEnableKeepAlive(c) != REDIS_OK)) {
-		msg_set(err, errlen, "could not set socket options for Redis at %s: %s", desc, c->errstr);
-		goto fail;
-	}
-	if (t->tls && !redis_tls_start(c, t, t->host, &ssl, ret_permanent, why, sizeof(why))) {
-		msg_set(err, errlen, "TLS to Redis at %s: %s", desc, why);
-		goto fail;
-	}
-	if (t->password) {
-		const char *argv[3] = {"AUTH", t->user ? t->user : t->password, t->password};
-
-		r = redisCommandArgv(c, t->user ? 3 : 2, argv, NULL);
-		if (!r) {
-			msg_set(err, errlen, "AUTH to Redis at %s failed: %s", desc,
-			        c->errstr[0] ? c->errstr : "connection lost");
-			goto fail;
-		}
-		if (r->type == REDIS_REPLY_ERROR) {
-			msg_set(err, errlen, "Redis at %s rejected AUTH%s%s: %s", desc,
-			        t->user ? " as user " : "", t->user ? t->user : "", r->str);
-			*ret_permanent = consumer_redis_auth_error(r->str) ||
-			                 strstr(r->str, "wrong number of arguments") != NULL;
-			freeReplyObject(r);
-			goto fail;
-		}
-		freeReplyObject(r);
-	}
-	if (t->db != 0) {
-		char db[16];
-		const char *argv[2] = {"SELECT", db};
-
-		(void)snprintf(db, sizeof(db), "%d", t->db);
-		r = redisCommandArgv(c, 2, argv, NULL);
-		if (!r) {
-			msg_set(err, errlen, "SELECT %d on Redis at %s failed: %s", t->db, desc,
-			        c->errstr[0] ? c->errstr : "connection lost");
-			goto fail;
-		}
-		if (r->type == REDIS_REPLY_ERROR) {
-			msg_set(err, errlen, "Redis at %s rejected SELECT %d: %s", desc, t->db, r->str);
-			*ret_permanent =
-			    consumer_redis_auth_error(r->str) || strstr(r->str, "out of range") != NULL;
-			freeReplyObject(r);
-			goto fail;
-		}
-		freeReplyObject(r);
-	}
-	if (ret_ssl)
-		*ret_ssl = ssl;
-	return c;
-fail:
-	redisFree(c);
-	return NULL;
-}
-
-/* ====================================================================== */
 /* The loop                                                               */
 /* ====================================================================== */
 
@@ -1494,7 +1347,7 @@ static redisReply *command(struct consumer *c, int argc, const char **argv, cons
 /* Classify an unexpected error reply to `what` on stream key. */
 static enum step error_reply(struct consumer *c, const char *what, const char *key, const char *msg)
 {
-	if (consumer_redis_auth_error(msg))
+	if (redis_conn_error_permanent(msg))
 		return fail(c, STEP_FATAL, EXIT_REDIS_SETUP, "Redis at %s refused %s: %s", c->desc, what,
 		            msg);
 	if (strstr(msg, "unknown command") || strstr(msg, "unknown subcommand") ||
@@ -2325,9 +2178,14 @@ int consumer_run(const struct consumer_config *cf)
 
 			if (c.cl)
 				(void)connect_cluster(&c, &permanent, err, sizeof(err));
-			else
-				c.ctx = consumer_redis_connect(&cf->redis, CMD_TIMEOUT_MS, &c.ssl, &permanent, err,
-				                               sizeof(err));
+			else {
+				struct redis_conn one;
+
+				permanent = redis_conn_connect(&one, &cf->redis, CMD_TIMEOUT_MS, err,
+				                               sizeof(err)) == REDIS_CONN_PERMANENT;
+				c.ctx = one.c;
+				c.ssl = one.ssl;
+			}
 			if (!c.ctx) {
 				if (permanent) {
 					log_error("%s", err);

@@ -113,27 +113,6 @@ bool consumer_fmt_line(struct consumer_fmt *f, const char *stream, size_t stream
                        const struct consumer_field *fields, size_t nfields, const char **ret_line,
                        size_t *ret_len);
 
-/* ---- Redis ---- */
-
-struct redisContext;
-
-/*
- * Connect to t with hiredis's blocking API: connect within timeout_ms, set
- * timeout_ms as the socket read/write timeout, TCP keepalive, then AUTH and
- * SELECT as t asks. Returns the context (free with redisFree) or NULL with a
- * one-line reason in err (never the password); *ret_permanent says whether
- * retrying cannot help (rejected credentials or ACL, TLS requested from a
- * build without TLS). *ret_ssl (when not NULL) is the TLS session or NULL:
- * a caller that polls the socket must first ask redis_tls_pending() for bytes
- * TLS already took off it. Shared with status.c.
- */
-struct redisContext *consumer_redis_connect(const struct redis_target *t, int timeout_ms,
-                                            void **ret_ssl, bool *ret_permanent, char *err,
-                                            size_t errlen);
-
-/* True for error replies that no retry fixes: credentials and ACL denials. */
-bool consumer_redis_auth_error(const char *msg);
-
 /* ---- Main loop ---- */
 
 /*

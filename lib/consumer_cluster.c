@@ -2,7 +2,7 @@
  * consumer_cluster.c - Redis Cluster connections for outbox-consume and
  * `outbox-relay status` (see consumer_cluster.h). The slot map comes from
  * cluster_slots_parse(), key slots from cluster_slots_key_slot(), and every
- * node connection from consumer_redis_connect() with the seed target's
+ * node connection from redis_conn_connect() with the seed target's
  * credentials and TLS settings and the node's address.
  */
 #include "consumer_cluster.h"
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "consumer.h"
+#include "redis_conn.h"
 #include "msg.h"
 
 struct ccluster {
@@ -116,12 +116,16 @@ static bool conn_up(struct ccluster *cc, struct ccluster_conn *n, bool *ret_perm
                     size_t errlen)
 {
 	struct redis_target nt;
+	struct redis_conn rc;
 
 	*ret_permanent = false;
 	if (n->c)
 		return true;
 	node_target(cc, n, &nt);
-	n->c = consumer_redis_connect(&nt, cc->timeout_ms, &n->ssl, ret_permanent, err, errlen);
+	*ret_permanent =
+	    redis_conn_connect(&rc, &nt, cc->timeout_ms, err, errlen) == REDIS_CONN_PERMANENT;
+	n->c = rc.c;
+	n->ssl = rc.ssl;
 	return n->c != NULL;
 }
 
@@ -191,7 +195,7 @@ static int slots_from(struct ccluster *cc, struct ccluster_conn *n, char *err, s
 			rc = -1;
 		} else {
 			msg_set(err, errlen, "Redis at %s refused CLUSTER SLOTS: %s", n->desc, r->str);
-			rc = consumer_redis_auth_error(r->str) ? -1 : 0;
+			rc = redis_conn_error_permanent(r->str) ? -1 : 0;
 		}
 		freeReplyObject(r);
 		return rc;

@@ -2,7 +2,7 @@
  * consumer_cluster.h - the Redis Cluster connections of outbox-consume and
  * `outbox-relay status`: the slot map (CLUSTER SLOTS, read with
  * cluster_slots.h), one blocking connection per node made with
- * consumer_redis_connect() (so AUTH, TLS and timeouts are the single-node
+ * redis_conn_connect() (so AUTH, TLS and timeouts are the single-node
  * ones), and the route of a key to the master of its hash slot.
  *
  * The relay's sink has its own pipelined cluster client (sink_redis.c);
@@ -31,7 +31,7 @@ struct ccluster_conn {
 	char host[CLUSTER_SLOTS_HOST_MAX + 1];
 	int port;
 	struct redisContext *c; /* NULL while not connected */
-	void *ssl;              /* c's TLS session (see consumer_redis_connect), or NULL */
+	void *ssl;              /* c's TLS session (see redis_conn.h), or NULL */
 	char desc[300];         /* "host:port/0", for messages */
 };
 

@@ -26,6 +26,7 @@
 #include "event.h"
 #include "lsn.h"
 #include "pgrepl.h"
+#include "redis_conn.h"
 #include "redis_sentinel.h"
 #include "redis_tls.h"
 
@@ -95,43 +96,14 @@ void preflight_finish(struct preflight *pf)
 
 /* ---- Redis ---- */
 
-/* Is this error reply one that no retry can fix (credentials)? As the sink judges it. */
+/*
+ * Is this error reply one that no retry can fix (credentials, a database the
+ * server lacks)? As the sink judges it (redis_conn.h); an ACL refusal is a
+ * problem too, but the other checks still run.
+ */
 static bool redis_auth_error(const char *msg)
 {
-	return strncmp(msg, "WRONGPASS", 9) == 0 || strncmp(msg, "NOAUTH", 6) == 0 ||
-	       strstr(msg, "invalid password") != NULL ||
-	       strstr(msg, "invalid username-password") != NULL;
-}
-
-/*
- * Run a command; on an error reply or a failed connection add a problem
- * (the sink's wording and hints) and return NULL. *fatal says the remaining
- * checks cannot run (credentials, a lost connection).
- */
-static redisReply *rcmd(redisContext *c, struct preflight *pf, const char *where, const char *what,
-                        int argc, const char **argv, bool *fatal)
-{
-	redisReply *r = redisCommandArgv(c, argc, argv, NULL);
-
-	if (!r) {
-		add(pf, PREFLIGHT_PROBLEM, "Redis at %s: %s failed: %s", where, what,
-		    c->errstr[0] ? c->errstr : "connection lost");
-		*fatal = true;
-		return NULL;
-	}
-	if (r->type == REDIS_REPLY_ERROR) {
-		bool auth = redis_auth_error(r->str);
-
-		add(pf, PREFLIGHT_PROBLEM, "Redis at %s: %s failed: %s%s", where, what, r->str,
-		    strncmp(r->str, "NOPERM", 6) == 0
-		        ? " (the Redis ACL user lacks a permission: see deploy/redis/users.acl)"
-		    : auth ? " (check the user and password in --redis-url or --redis-password-file)"
-		           : "");
-		*fatal = auth;
-		freeReplyObject(r);
-		return NULL;
-	}
-	return r;
+	return redis_conn_error_permanent(msg) && strncmp(msg, "NOPERM", 6) != 0;
 }
 
 /* Is the command known to the server? 1 yes, 0 no, -1 could not tell (problem added when fatal). */
@@ -151,10 +123,8 @@ static int redis_has(redisContext *c, struct preflight *pf, const char *where, c
 		return -1;
 	}
 	if (r->type == REDIS_REPLY_ERROR && redis_auth_error(r->str)) {
-		add(pf, PREFLIGHT_PROBLEM,
-		    "Redis at %s: COMMAND INFO failed: %s (check the user and password in "
-		    "--redis-url or --redis-password-file)",
-		    where, r->str);
+		add(pf, PREFLIGHT_PROBLEM, "Redis at %s: COMMAND INFO failed: %s (%s)", where, r->str,
+		    redis_conn_error_hint(r->str));
 		*fatal = true;
 		freeReplyObject(r);
 		return -1;
@@ -188,72 +158,32 @@ static void redis_info(redisContext *c, const char *section, char *buf, size_t l
 static void check_redis_at(const struct relay_config *cf, const struct redis_target *t,
                            struct preflight *pf)
 {
-	struct timeval tv = {cf->redis_timeout_ms / 1000, (cf->redis_timeout_ms % 1000) * 1000};
 	static const char *const needed[] = {"XADD", "XGROUP", "EVALSHA", "WAITAOF"};
 	bool want_aof = cf->wait_aof && strcmp(cf->wait_aof, "none") != 0;
 	bool fatal = false, functions = false;
-	char where[300], info[8192], v[64], v2[64];
+	char where[300], info[8192], v[64], v2[64], err[1024];
 	const char *skip = "the other Redis checks (commands, role, eviction policy)";
+	struct redis_conn rc;
+	enum redis_conn_status st;
 	redisContext *c;
-	redisReply *r;
 	size_t nbad = pf->nproblems;
 
 	redis_target_describe(t, where, sizeof(where));
-	if (t->unix_path)
-		c = redisConnectUnixWithTimeout(t->unix_path, tv);
-	else
-		c = redisConnectWithTimeout(t->host, t->port, tv);
-	if (!c) {
-		add(pf, PREFLIGHT_PROBLEM, "Redis at %s: could not allocate a Redis context", where);
+	/* Connect, TLS, AUTH, SELECT as the relay does (redis_conn.h). */
+	st = redis_conn_open(&rc, t, t->host, t->port, t->unix_path, cf->redis_timeout_ms, err,
+	                     sizeof(err));
+	if (st != REDIS_CONN_OK) {
+		add(pf, PREFLIGHT_PROBLEM, "Redis at %s: %s%s", where, err,
+		    st == REDIS_CONN_RETRY ? "; start Redis or fix --redis-url (the relay would keep "
+		                             "retrying)"
+		                           : "");
+		add(pf, PREFLIGHT_SKIPPED, "%s need %s", skip,
+		    strncmp(err, "AUTH", 4) == 0  ? "a successful AUTH"
+		    : strncmp(err, "TLS", 3) == 0 ? "a TLS session"
+		                                  : "a connection");
 		return;
 	}
-	if (c->err) {
-		add(pf, PREFLIGHT_PROBLEM,
-		    "Redis at %s: could not connect: %s; start Redis or fix --redis-url (the relay "
-		    "would keep retrying)",
-		    where, c->errstr);
-		add(pf, PREFLIGHT_SKIPPED, "%s need a connection", skip);
-		redisFree(c);
-		return;
-	}
-	(void)redisSetTimeout(c, tv);
-	if (t->tls) {
-		char why[700];
-		void *ssl;
-		bool permanent;
-
-		if (!redis_tls_start(c, t, t->host, &ssl, &permanent, why, sizeof(why))) {
-			add(pf, PREFLIGHT_PROBLEM, "Redis at %s: TLS to %s:%d: %s", where, t->host, t->port,
-			    why);
-			add(pf, PREFLIGHT_SKIPPED, "%s need a TLS session", skip);
-			redisFree(c);
-			return;
-		}
-	}
-	if (t->password) {
-		const char *argv[] = {"AUTH", t->user ? t->user : t->password, t->password};
-
-		r = rcmd(c, pf, where, "AUTH", t->user ? 3 : 2, argv, &fatal);
-		if (!r) {
-			add(pf, PREFLIGHT_SKIPPED, "%s need a successful AUTH", skip);
-			redisFree(c);
-			return;
-		}
-		freeReplyObject(r);
-	}
-	if (t->db != 0) {
-		char db[16];
-		const char *argv[] = {"SELECT", db};
-
-		snprintf(db, sizeof(db), "%d", t->db);
-		r = rcmd(c, pf, where, "SELECT", 2, argv, &fatal);
-		freeReplyObject(r);
-		if (fatal) {
-			add(pf, PREFLIGHT_SKIPPED, "%s need a connection", skip);
-			redisFree(c);
-			return;
-		}
-	}
+	c = rc.c;
 	for (size_t i = 0; i < (want_aof ? 4u : 3u) && !fatal; i++) {
 		int has = redis_has(c, pf, where, needed[i], &fatal);
 

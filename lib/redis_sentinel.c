@@ -12,6 +12,7 @@
 #include <hiredis/hiredis.h>
 
 #include "msg.h"
+#include "redis_conn.h"
 #include "redis_tls.h"
 
 /* See redis_sentinel.h. */
@@ -96,12 +97,10 @@ void redis_sentinel_distrust_first(const struct redis_target *t)
 	t->seeds[t->nseeds - 1] = first;
 }
 
+/* A refusal no retry fixes: the rule of redis_conn.h. */
 static bool is_auth_refusal(const char *msg)
 {
-	return strncmp(msg, "WRONGPASS", 9) == 0 || strncmp(msg, "NOAUTH", 6) == 0 ||
-	       strncmp(msg, "NOPERM", 6) == 0 || strstr(msg, "invalid password") != NULL ||
-	       strstr(msg, "invalid username-password") != NULL ||
-	       strstr(msg, "without any password configured") != NULL;
+	return redis_conn_error_permanent(msg);
 }
 
 /* What one Sentinel said. */

@@ -35,8 +35,10 @@
 
 #include "buf.h"
 #include "cluster_slots.h"
+#include "redis_conn.h"
 #include "redis_sentinel.h"
 #include "redis_tls.h"
+#include "sink_cluster.h"
 #include "sink_queue.h"
 #include "sink_script.h"
 
@@ -53,6 +55,7 @@ struct node {
 	char *host;
 	int port;
 	char *unix_path;
+	const struct redis_conn_ops *io; /* plain or TLS reads and writes, chosen at connect */
 	redisContext *c;
 	struct ring sendq; /* seqs routed here, not yet staged */
 	struct buf wbuf;   /* staged bytes, written from wsent */
@@ -271,10 +274,17 @@ static void node_close(struct node *n)
 	n->staged_publish = false;
 	n->wblocked = false;
 	n->ssl = NULL;
+	n->io = NULL;
 	n->w_wants_read = n->r_wants_write = false;
 	n->info_due = n->info_sent = n->mem_known = false;
 	buf_reset(&n->trimq);
 	n->trimq_n = 0;
+}
+
+/* n's connection as redis_conn.h has it (n->io reads and writes through it). */
+static struct redis_conn node_conn(const struct node *n)
+{
+	return (struct redis_conn){.c = n->c, .ssl = n->ssl, .ops = n->io};
 }
 
 /* "host:port" or the unix socket path, for messages. */
@@ -470,14 +480,6 @@ void sink_redis_disconnect(struct sink_redis *s)
 	s->connected = false;
 }
 
-/* Is this error reply one that no retry can fix (credentials, ACLs)? */
-static bool permanent_error(const char *msg)
-{
-	return strncmp(msg, "WRONGPASS", 9) == 0 || strncmp(msg, "NOAUTH", 6) == 0 ||
-	       strncmp(msg, "NOPERM", 6) == 0 || strstr(msg, "invalid password") != NULL ||
-	       strstr(msg, "invalid username-password") != NULL;
-}
-
 /*
  * Run one setup command synchronously on n. Returns the reply (caller frees)
  * or NULL with errmsg set; *status says whether retrying can help.
@@ -494,16 +496,16 @@ static redisReply *setup_command(struct sink_redis *s, struct node *n, enum sink
 		return NULL;
 	}
 	if (r->type == REDIS_REPLY_ERROR) {
-		*status = permanent_error(r->str) ? SINK_FATAL : SINK_RETRY;
+		*status = redis_conn_error_permanent(r->str) ? SINK_FATAL : SINK_RETRY;
 		if (sink_error_noperm(r->str)) {
 			*status = SINK_FATAL;
 			noperm_message(s, what, NULL, r->str);
 			return r;
 		}
-		snprintf(s->errmsg, sizeof(s->errmsg), "%s failed: %s%s", what, r->str,
-		         *status == SINK_FATAL
-		             ? " (check the user and password in --redis-url or --redis-password-file)"
-		             : "");
+		snprintf(s->errmsg, sizeof(s->errmsg), "%s failed: %s%s%s%s", what, r->str,
+		         *status == SINK_FATAL ? " (" : "",
+		         *status == SINK_FATAL ? redis_conn_error_hint(r->str) : "",
+		         *status == SINK_FATAL ? ")" : "");
 		return r;
 	}
 	return r;
@@ -779,20 +781,6 @@ static enum sink_status check_memory(struct sink_redis *s, struct node *n)
 	return SINK_OK;
 }
 
-/* TLS on a fresh connection to host:port; false with errmsg and *st set. */
-static bool start_tls(struct sink_redis *s, redisContext *c, const char *host, int port, void **ssl,
-                      enum sink_status *st)
-{
-	char why[700];
-	bool permanent;
-
-	if (redis_tls_start(c, &s->cf->redis, host, ssl, &permanent, why, sizeof(why)))
-		return true;
-	snprintf(s->errmsg, sizeof(s->errmsg), "TLS to %s:%d: %s", host, port, why);
-	*st = permanent ? SINK_FATAL : SINK_RETRY;
-	return false;
-}
-
 /*
  * Sentinel mode: the address a Sentinel gave must be the master now (it
  * may be a demoted one, or the failover may not have finished): ROLE.
@@ -800,29 +788,20 @@ static bool start_tls(struct sink_redis *s, redisContext *c, const char *host, i
  */
 static enum sink_status check_role(struct sink_redis *s, struct node *n)
 {
-	const char *argv[] = {"ROLE"};
-	enum sink_status st = SINK_OK;
-	redisReply *r = setup_command(s, n, &st, "ROLE", 1, argv);
-	char role[64], a[300];
+	struct redis_conn rc = node_conn(n);
+	char a[300];
 
-	if (!r)
-		return st;
-	if (r->type == REDIS_REPLY_ERROR) {
-		freeReplyObject(r);
-		return st == SINK_OK ? SINK_RETRY : st;
+	switch (redis_conn_check_master(&rc, &s->cf->redis, node_addr(n, a, sizeof(a)), s->errmsg,
+	                                sizeof(s->errmsg))) {
+	case REDIS_CONN_OK:
+		return SINK_OK;
+	case REDIS_CONN_PERMANENT:
+		return SINK_FATAL;
+	case REDIS_CONN_RETRY:
+		break;
 	}
-	if (!redis_sentinel_parse_role(r, role, sizeof(role))) {
-		snprintf(s->errmsg, sizeof(s->errmsg),
-		         "the Sentinels named %s as master \"%s\", but its ROLE is \"%s\" (a failover "
-		         "in progress?): asking the Sentinels again",
-		         node_addr(n, a, sizeof(a)), s->cf->redis.master_name, role);
-		s->errkind = SINK_ERR_READONLY;
-		redis_sentinel_distrust_first(&s->cf->redis);
-		freeReplyObject(r);
-		return SINK_RETRY;
-	}
-	freeReplyObject(r);
-	return SINK_OK;
+	s->errkind = SINK_ERR_READONLY;
+	return SINK_RETRY;
 }
 
 static int add_node(struct sink_redis *s, const char *host, int port, const char *unix_path);
@@ -859,60 +838,32 @@ static enum sink_status discover_master(struct sink_redis *s)
 	return SINK_OK;
 }
 
-/* Connect n and prepare it: AUTH, SELECT, checks, function library, non-blocking. */
+/*
+ * Connect n (redis_conn.h: keepalive, TLS, AUTH, SELECT) and prepare it:
+ * checks, function library, the slot record, non-blocking.
+ */
 static enum sink_status node_connect(struct sink_redis *s, struct node *n)
 {
 	const struct redis_target *t = &s->cf->redis;
-	struct timeval tv = {s->cf->redis_timeout_ms / 1000, (s->cf->redis_timeout_ms % 1000) * 1000};
 	enum sink_status st = SINK_OK;
-	redisReply *r;
-	int flags;
+	struct redis_conn rc;
+	enum redis_conn_status cst;
+	char why[700], a[300];
 
 	node_close(n);
-	if (n->unix_path)
-		n->c = redisConnectUnixWithTimeout(n->unix_path, tv);
-	else
-		n->c = redisConnectWithTimeout(n->host, n->port, tv);
-	if (!n->c) {
-		snprintf(s->errmsg, sizeof(s->errmsg), "could not allocate a Redis context");
-		return SINK_RETRY;
+	cst = redis_conn_open(&rc, t, n->host, n->port, n->unix_path, s->cf->redis_timeout_ms, why,
+	                      sizeof(why));
+	if (cst != REDIS_CONN_OK) {
+		/* A cluster node or the master a Sentinel named: say which server. */
+		if (t->cluster || t->sentinel)
+			snprintf(s->errmsg, sizeof(s->errmsg), "%s: %s", node_addr(n, a, sizeof(a)), why);
+		else
+			snprintf(s->errmsg, sizeof(s->errmsg), "%s", why);
+		return cst == REDIS_CONN_PERMANENT ? SINK_FATAL : SINK_RETRY;
 	}
-	if (n->c->err) {
-		char a[300];
-
-		snprintf(s->errmsg, sizeof(s->errmsg), "could not connect to %s: %s",
-		         node_addr(n, a, sizeof(a)), n->c->errstr);
-		goto fail;
-	}
-	if (redisSetTimeout(n->c, tv) != REDIS_OK ||
-	    (!n->unix_path && redisEnableKeepAlive(n->c) != REDIS_OK)) {
-		snprintf(s->errmsg, sizeof(s->errmsg), "could not set socket options: %s", n->c->errstr);
-		goto fail;
-	}
-	if (t->tls && !start_tls(s, n->c, n->host, n->port, &n->ssl, &st))
-		goto fail;
-	if (t->password) {
-		const char *argv[] = {"AUTH", t->user ? t->user : t->password, t->password};
-
-		r = setup_command(s, n, &st, "AUTH", t->user ? 3 : 2, argv);
-		if (!r)
-			goto fail;
-		freeReplyObject(r);
-		if (st != SINK_OK)
-			goto fail;
-	}
-	if (t->db != 0) {
-		char db[16];
-		const char *argv[] = {"SELECT", db};
-
-		snprintf(db, sizeof(db), "%d", t->db);
-		r = setup_command(s, n, &st, "SELECT", 2, argv);
-		if (!r)
-			goto fail;
-		freeReplyObject(r);
-		if (st != SINK_OK)
-			goto fail;
-	}
+	n->c = rc.c;
+	n->ssl = rc.ssl;
+	n->io = rc.ops;
 	if (t->sentinel) {
 		st = check_role(s, n);
 		if (st != SINK_OK)
@@ -935,14 +886,11 @@ static enum sink_status node_connect(struct sink_redis *s, struct node *n)
 		goto fail;
 
 	/* From here on the relay's poll loop drives the socket. */
-	flags = fcntl(n->c->fd, F_GETFL);
-	if (flags < 0 || fcntl(n->c->fd, F_SETFL, flags | O_NONBLOCK) < 0) {
-		snprintf(s->errmsg, sizeof(s->errmsg), "could not make the socket non-blocking: %s",
-		         strerror(errno));
+	rc = node_conn(n);
+	if (!redis_conn_set_nonblocking(&rc, s->errmsg, sizeof(s->errmsg))) {
 		st = SINK_RETRY;
 		goto fail;
 	}
-	n->c->flags &= ~REDIS_BLOCK;
 	n->wait_since_us = time_mono_us();
 	return SINK_OK;
 fail:
@@ -1003,85 +951,26 @@ static bool use_map(struct sink_redis *s, const struct cluster_slots_map *map, c
 }
 
 /*
- * Ask one seed for CLUSTER SLOTS and rebuild the node list and slot map from
- * the first reply that passes cluster_slots_parse(). An empty (or nil) host
- * means "the address you reached me at": the seed's.
+ * Rebuild the node list and slot map from the seeds' CLUSTER SLOTS
+ * (sink_cluster.c).
  */
 static enum sink_status discover_cluster(struct sink_redis *s)
 {
-	const struct redis_target *t = &s->cf->redis;
-	enum sink_status st = SINK_RETRY;
-	char first_err[sizeof(s->errmsg)] = "";
+	struct cluster_slots_map *map = NULL;
+	enum redis_conn_status st;
+	bool ok;
 
 	for (int i = 0; i < s->nnodes; i++)
 		node_finish(&s->nodes[i]);
 	s->nnodes = 0;
 	memset(s->slot_node, -1, CLUSTER_SLOTS);
-	for (size_t k = 0; k < t->nseeds; k++) {
-		struct node seed = {.host = t->seeds[k].host, .port = t->seeds[k].port};
-		const char *argv[] = {"CLUSTER", "SLOTS"};
-		struct timeval tv = {s->cf->redis_timeout_ms / 1000,
-		                     (s->cf->redis_timeout_ms % 1000) * 1000};
-		redisReply *r;
-
-		seed.c = redisConnectWithTimeout(seed.host, seed.port, tv);
-		if (!seed.c || seed.c->err) {
-			snprintf(s->errmsg, sizeof(s->errmsg), "could not connect to cluster seed %s:%d: %s",
-			         seed.host, seed.port, seed.c ? seed.c->errstr : "out of memory");
-			if (seed.c)
-				redisFree(seed.c);
-			if (!first_err[0])
-				snprintf(first_err, sizeof(first_err), "%s", s->errmsg);
-			continue;
-		}
-		(void)redisSetTimeout(seed.c, tv);
-		if (t->tls && !start_tls(s, seed.c, seed.host, seed.port, &seed.ssl, &st)) {
-			redisFree(seed.c);
-			if (st == SINK_FATAL)
-				return st;
-			continue;
-		}
-		if (t->password) {
-			const char *av[] = {"AUTH", t->user ? t->user : t->password, t->password};
-
-			r = setup_command(s, &seed, &st, "AUTH", t->user ? 3 : 2, av);
-			freeReplyObject(r);
-			if (st == SINK_FATAL || !r) {
-				redisFree(seed.c);
-				if (st == SINK_FATAL)
-					return st;
-				continue;
-			}
-		}
-		r = setup_command(s, &seed, &st, "CLUSTER SLOTS", 2, argv);
-		if (r && r->type == REDIS_REPLY_ARRAY) {
-			char why[256];
-			struct cluster_slots_map *map = cluster_slots_parse(r, seed.host, why, sizeof(why));
-
-			freeReplyObject(r);
-			redisFree(seed.c);
-			if (map && use_map(s, map, why, sizeof(why))) {
-				cluster_slots_map_free(map);
-				return SINK_OK;
-			}
-			cluster_slots_map_free(map);
-			snprintf(s->errmsg, sizeof(s->errmsg), "CLUSTER SLOTS from %s:%d is unusable: %s",
-			         t->seeds[k].host, t->seeds[k].port, why);
-			continue;
-		}
-		if (r && r->type == REDIS_REPLY_ERROR && strstr(r->str, "cluster support disabled"))
-			snprintf(s->errmsg, sizeof(s->errmsg),
-			         "%s:%d is not a Redis Cluster node (cluster support disabled): use "
-			         "redis:// for a single server",
-			         t->seeds[k].host, t->seeds[k].port);
-		freeReplyObject(r);
-		redisFree(seed.c);
-		if (st == SINK_FATAL)
-			return st;
-	}
-	if (!s->errmsg[0])
-		snprintf(s->errmsg, sizeof(s->errmsg), "%s", first_err);
-	return SINK_RETRY;
+	st = sink_cluster_discover(&s->cf->redis, s->cf->redis_timeout_ms, &map, s->errmsg,
+	                           sizeof(s->errmsg));
+	if (st != REDIS_CONN_OK)
+		return st == REDIS_CONN_PERMANENT ? SINK_FATAL : SINK_RETRY;
+	ok = use_map(s, map, s->errmsg, sizeof(s->errmsg));
+	cluster_slots_map_free(map);
+	return ok ? SINK_OK : SINK_RETRY;
 }
 
 /* Route e to the connection of its slot and queue it there for writing. */
@@ -1571,6 +1460,8 @@ static bool stage(struct sink_redis *s, struct node *n)
 
 static bool node_write(struct sink_redis *s, struct node *n)
 {
+	const struct redis_conn rc = node_conn(n);
+
 	for (;;) {
 		ssize_t w;
 
@@ -1588,11 +1479,8 @@ static bool node_write(struct sink_redis *s, struct node *n)
 			if (n->wbuf.len == 0)
 				return true;
 		}
-		if (n->ssl)
-			w = redis_tls_write(n->ssl, n->wbuf.data + n->wsent, n->wbuf.len - n->wsent,
-			                    &n->w_wants_read, s->errmsg, sizeof(s->errmsg));
-		else
-			w = write(n->c->fd, n->wbuf.data + n->wsent, n->wbuf.len - n->wsent);
+		w = n->io->write(&rc, n->wbuf.data + n->wsent, n->wbuf.len - n->wsent, &n->w_wants_read,
+		                 s->errmsg, sizeof(s->errmsg));
 		if (w > 0) {
 			n->wsent += (size_t)w;
 			continue;
@@ -1603,26 +1491,20 @@ static bool node_write(struct sink_redis *s, struct node *n)
 			n->wblocked = true; /* poll() says when there is room again */
 			return true;
 		}
-		if (n->ssl && w < 0 && errno == EIO)
-			return false; /* errmsg names the TLS error */
-		snprintf(s->errmsg, sizeof(s->errmsg), "could not send to Redis: %s",
-		         w == 0 ? "short write" : strerror(errno));
-		return false;
+		return false; /* errmsg says why */
 	}
 }
 
 static bool node_read(struct sink_redis *s, struct node *n)
 {
+	const struct redis_conn rc = node_conn(n);
+
 	for (;;) {
 		char rbuf[65536];
 		ssize_t got;
 		void *reply;
 
-		if (n->ssl)
-			got = redis_tls_read(n->ssl, rbuf, sizeof(rbuf), &n->r_wants_write, s->errmsg,
-			                     sizeof(s->errmsg));
-		else
-			got = read(n->c->fd, rbuf, sizeof(rbuf));
+		got = n->io->read(&rc, rbuf, sizeof(rbuf), &n->r_wants_write, s->errmsg, sizeof(s->errmsg));
 
 		if (got == 0) {
 			snprintf(s->errmsg, sizeof(s->errmsg), "connection closed by Redis");
@@ -1633,10 +1515,7 @@ static bool node_read(struct sink_redis *s, struct node *n)
 				continue;
 			if (errno == EAGAIN || errno == EWOULDBLOCK)
 				return true;
-			if (!n->ssl || errno != EIO)
-				snprintf(s->errmsg, sizeof(s->errmsg), "could not read from Redis: %s",
-				         strerror(errno));
-			return false;
+			return false; /* errmsg says why */
 		}
 		if (redisReaderFeed(n->c->reader, rbuf, (size_t)got) != REDIS_OK) {
 			snprintf(s->errmsg, sizeof(s->errmsg), "Redis protocol error: %s",
@@ -1665,7 +1544,7 @@ static bool node_read(struct sink_redis *s, struct node *n)
 			return false;
 		}
 		/* TLS hands out one record per read: read on until it would block. */
-		if (!n->ssl && (size_t)got < sizeof(rbuf))
+		if (n->io->short_read_drains && (size_t)got < sizeof(rbuf))
 			return true;
 	}
 }

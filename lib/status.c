@@ -37,6 +37,7 @@
 #include "event.h"
 #include "exitcode.h"
 #include "lsn.h"
+#include "redis_conn.h"
 #include "relay_build.h"
 #include "sink_redis.h"
 
@@ -762,8 +763,10 @@ static int redis_section(const struct relay_config *cf, const char *pattern,
 		}
 		fprintf(out, "  cluster: %d masters\n", ccluster_nmasters(conn.cl));
 	} else {
-		conn.c = consumer_redis_connect(&cf->redis, cf->redis_timeout_ms, NULL, &permanent, err,
-		                                sizeof(err));
+		struct redis_conn one;
+
+		(void)redis_conn_connect(&one, &cf->redis, cf->redis_timeout_ms, err, sizeof(err));
+		conn.c = one.c;
 		if (!conn.c) {
 			fprintf(out, "  error: %s\n", err);
 			return EXIT_REDIS_SETUP;

@@ -1,8 +1,11 @@
 #!/bin/bash
 # 16_setup_errors: permanent setup failures map to their exit codes:
 # 6 outbox table missing, 3 role without REPLICATION, 5 Redis refuses auth,
-# 3 wal_level below logical. Each is bounded by a 30 s timeout (124 = the
-# relay kept retrying a permanent error).
+# 5 a password sent to a Redis that has none, 5 a database number the Redis
+# does not have (SELECT out of range; each with one error line naming
+# --redis-url and the fix, before any slot is created), 3 wal_level below
+# logical. Each is bounded by a 30 s timeout (124 = the relay kept retrying a
+# permanent error).
 RELAY_TIMEOUT=${RELAY_TIMEOUT:-30}
 . "$(dirname "$0")/lib.sh"
 setup_tmp
@@ -27,6 +30,28 @@ relay_run --slot s_auth || true
 assert_eq 5 "$RELAY_RC" "Redis requires a password we do not send: exit code"
 redis_stop
 redis_start
+
+# redis_refused SLOT WHAT REPLY FIX: the relay exited 5 with one error line
+# that quotes REPLY and names --redis-url and FIX, and created no slot.
+redis_refused() {
+	local line
+	assert_eq 5 "$RELAY_RC" "$2: exit code (124 = retried a permanent error)"
+	assert_eq 1 "$(grep -c ' error: ' "$RELAY_LOG")" "$2: one error line"
+	line=$(grep ' error: ' "$RELAY_LOG")
+	log "relay: ${line#* error: }"
+	assert_contains "$line" "$3" "$2: the line quotes Redis's reply"
+	assert_contains "$line" "--redis-url" "$2: the line names --redis-url"
+	assert_contains "$line" "$4" "$2: the line says the fix"
+	assert_eq 0 "$(psql_q "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '$1'")" \
+		"$2: no slot created"
+}
+REDIS_URL="unix://:n0-such-pw@$REDIS_SOCK" relay_run --slot s_nopw || true
+redis_refused s_nopw "a password for a Redis without one" "without any password configured" \
+	"drop the password"
+assert_not_contains "$(cat "$RELAY_LOG")" "n0-such-pw" "a password for a Redis without one: no password in the log"
+REDIS_URL="unix://$REDIS_SOCK?db=99" relay_run --slot s_db99 || true
+redis_refused s_db99 "database 99 (the server has 16)" "DB index is out of range" \
+	"raise \"databases\" in redis.conf"
 
 psql_q "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots" >/dev/null
 pg_stop fast

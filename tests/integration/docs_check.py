@@ -17,9 +17,10 @@ if there was any, else prints what it checked and exits 0.
       snprintf(rp->err, ...) text followed within 8 lines by "return EXIT_"
       other than EXIT_OK; in lib/sink_redis.c
       every snprintf(s->errmsg, ...) text followed within 8 lines by
-      "return SINK_FATAL", the suffixes setup_command() appends to permanent
-      errors, and the OUTBOX_FOREIGN and lost-writes texts (SINK_ERR_FOREIGN,
-      SINK_ERR_LOST);
+      "return SINK_FATAL", and the OUTBOX_FOREIGN and lost-writes texts
+      (SINK_ERR_FOREIGN, SINK_ERR_LOST); in lib/redis_conn.c every fix of
+      the permanent_replies table (the hints of permanent Redis errors the
+      relay, outbox-consume and status append);
     - the required text: the constant part before the first conversion
       ('%' and its flags, width, length and letter), blanks trimmed; when that
       is shorter than 12 characters (e.g. "Redis at " or a format that starts
@@ -162,10 +163,17 @@ for m in re.finditer(r"\bsnprintf\(s->errmsg, sizeof\(s->errmsg\),", src):
         r"SINK_ERR_(FOREIGN|LOST)", pre.split("snprintf")[-1] if "snprintf" in pre else pre
     ):
         messages.append(("lib/sink_redis.c:%d" % line_of(src, m.start()), literals_at(src, m.end())))
-m = re.search(r"static redisReply \*setup_command\(.*?\n}\n", src, re.S)
-if m:
-    for lit in re.findall(r'\?\s*"( \((?:[^"\\]|\\.)*\))"', m.group(0)):
-        messages.append(("lib/sink_redis.c setup_command", lit))
+src = read("lib/redis_conn.c")
+m = re.search(r"permanent_replies\[\] = \{(.*?)\n\};", src, re.S)
+if not m:
+    fail("lib/redis_conn.c: no permanent_replies table")
+else:
+    for row in re.finditer(r"\{[^{}]*\}", m.group(1)):
+        lits = re.findall(LIT, row.group(0))
+        # the hint: the literals after the last NULL or prefix/text field
+        hint = literals_at(row.group(0), re.search(r"(NULL|\"[^\"]*\"),\s*(NULL|\"[^\"]*\"),", row.group(0)).end())
+        if hint:
+            messages.append(("lib/redis_conn.c permanent_replies", hint))
 
 for where, fmt in messages:
     reqs = required_texts(fmt)
