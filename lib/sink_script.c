@@ -35,11 +35,14 @@
  * since the bucket began), all expiring at the bucket's end + W (EXPIREAT),
  * so at most two are live; an id is looked up (HGET, then the value's age
  * is compared with W: exact to the second) in the previous bucket and
- * inserted with HSETNX (0: a duplicate) into the current one. K grows by
- * linear hashing (shard j = h mod 2^L, or h mod 2^(L+1) for the shards
- * already split; h from the field's first and last 4 bytes), one split per
- * 40 ids, so each hash stays far below hash-max-listpack-entries (128 by
- * default) in the compact listpack encoding. A new bucket starts with the K
+ * written with HSET into the current one (0: the id was there, a duplicate;
+ * its second becomes this one, so a window runs from an id's latest
+ * sighting; one listpack scan where HSETNX makes two). K grows by linear
+ * hashing (shard j = h mod 2^L, or h mod 2^(L+1) for the shards already
+ * split; h from the field's first and last 4 bytes), one split per 24 ids,
+ * so each hash stays far below hash-max-listpack-entries (128 by default)
+ * in the compact listpack encoding (tests/bench/dedup_instr.sh: splits per
+ * 16 to 32 ids cost the same, 40 more). A new bucket starts with the K
  * the previous one ended with; its shards are created (holding an empty
  * field "", with their expiry) up to 256 per call, and an id inserted into a
  * shard not created yet sets that shard's expiry itself. The hash "<base>"
@@ -114,7 +117,7 @@
 	"    return redis.error_reply('OUTBOX_BEHIND ' .. keys[2] .. ' is at ' ..\n"                   \
 	"      (wm == '' and 'nothing' or wm) .. ', expected ' .. expect)\n"                           \
 	"  end\n"                                                                                      \
-	"  local win, base, LOAD = tonumber(ttl), keys[5], 40\n"                                       \
+	"  local win, base, LOAD = tonumber(ttl), keys[5], 24\n"                                       \
 	"  local now, span, cur, bks, curb, c0, prevb, legacy, mset, stale, exp, cpre, off\n"          \
 	"  if win > 0 then\n"                                                                          \
 	"    now = tonumber(redis.call('TIME')[1])\n"                                                  \
@@ -164,12 +167,14 @@
 	"    if not rep and top then redis.call('SET', keys[2], top .. ' ' .. owner) end\n"            \
 	"  end\n"                                                                                      \
 	"  local res, top, a, chunk = {}, wm, 6, nil\n"                                                \
-	"  while a < #args do\n"                                                                       \
+	"  local nargs, nres = #args, 0\n"                                                             \
+	"  while a < nargs do\n"                                                                       \
 	"    local pos, f, first = args[a + 1], args[a + 2], a + 4\n"                                  \
 	"    a = a + 3 + 2 * tonumber(args[a + 3])\n"                                                  \
 	"    local key, dup\n"                                                                         \
 	"    if not rep and wm >= pos then\n"                                                          \
-	"      res[#res + 1] = 0\n"                                                                    \
+	"      nres = nres + 1\n"                                                                      \
+	"      res[nres] = 0\n"                                                                        \
 	"    else\n"                                                                                   \
 	"      if win > 0 then\n"                                                                      \
 	"        local h = fhash(f)\n"                                                                 \
@@ -202,12 +207,13 @@
 	"          end\n"                                                                              \
 	"          local s, j = shard(h, curb)\n"                                                      \
 	"          key = cpre .. s\n"                                                                  \
-	"          dup = redis.call('HSETNX', key, f, off) == 0\n"                                     \
+	"          dup = redis.call('HSET', key, f, off) == 0\n"                                       \
 	"          if not dup and j >= curb.made then redis.call('EXPIREAT', key, exp) end\n"          \
 	"        end\n"                                                                                \
 	"      end\n"                                                                                  \
 	"      if dup then\n"                                                                          \
-	"        res[#res + 1] = 1\n"                                                                  \
+	"        nres = nres + 1\n"                                                                    \
+	"        res[nres] = 1\n"                                                                      \
 	"        top = pos\n"                                                                          \
 	"      else\n"                                                                                 \
 	"        local id\n"                                                                           \
@@ -234,7 +240,8 @@
 	"          finish(top ~= wm and top)\n"                                                        \
 	"          return id\n"                                                                        \
 	"        end\n"                                                                                \
-	"        res[#res + 1] = id\n"                                                                 \
+	"        nres = nres + 1\n"                                                                    \
+	"        res[nres] = id\n"                                                                     \
 	"        top = pos\n"                                                                          \
 	"      end\n"                                                                                  \
 	"    end\n"                                                                                    \
@@ -242,12 +249,14 @@
 	"  while curb and curb.c > LOAD * curb.k do\n"                                                 \
 	"    local p = curb.k - curb.m\n"                                                              \
 	"    local src, dst = cpre .. p, cpre .. curb.k\n"                                             \
-	"    local all, mv, del = redis.call('HGETALL', src), {'', ''}, {}\n"                          \
+	"    local all, mv, del, nm, nd = redis.call('HGETALL', src), {'', ''}, {}, 2, 0\n"            \
+	"    local mod = 2 * curb.m\n"                                                                 \
 	"    for i = 1, #all, 2 do\n"                                                                  \
 	"      local f = all[i]\n"                                                                     \
-	"      if f ~= '' and fhash(f) % (2 * curb.m) ~= p then\n"                                     \
-	"        mv[#mv + 1], mv[#mv + 2] = f, all[i + 1]\n"                                           \
-	"        del[#del + 1] = f\n"                                                                  \
+	"      if f ~= '' and fhash(f) % mod ~= p then\n"                                              \
+	"        mv[nm + 1], mv[nm + 2] = f, all[i + 1]\n"                                             \
+	"        nm, nd = nm + 2, nd + 1\n"                                                            \
+	"        del[nd] = f\n"                                                                        \
 	"      end\n"                                                                                  \
 	"    end\n"                                                                                    \
 	"    redis.call('HSET', dst, unpack(mv))\n"                                                    \
@@ -255,7 +264,7 @@
 	"    if curb.made == curb.k then curb.made = curb.k + 1 end\n"                                 \
 	"    setk(curb, curb.k + 1)\n"                                                                 \
 	"    redis.call('HSET', base, cur, curb.k .. ' ' .. curb.c .. ' ' .. curb.made)\n"             \
-	"    if #del > 0 then redis.call('HDEL', src, unpack(del)) end\n"                              \
+	"    if nd > 0 then redis.call('HDEL', src, unpack(del)) end\n"                                \
 	"  end\n"                                                                                      \
 	"  finish(top)\n"                                                                              \
 	"  return res\n"                                                                               \
