@@ -333,7 +333,7 @@ static void scrub_raw(const struct copt *o, char *value)
 		if (n > 3)
 			memset(value + 3, 0, n - 3);
 	} else {
-		config_scrub_secret(value);
+		opt_scrub_secret(value);
 	}
 }
 
@@ -378,7 +378,7 @@ static bool parse_ms(const char *s, int64_t *ret)
 {
 	if (parse_int64(s, ret))
 		return true;
-	return config_parse_duration_ms(s, ret);
+	return opt_parse_duration_ms(s, ret);
 }
 
 static bool list_append(struct consumer_config *cf, const struct copt *o, const char *item,
@@ -395,7 +395,7 @@ static bool list_append(struct consumer_config *cf, const struct copt *o, const 
 		if (strlen((*items)[i]) == len && memcmp((*items)[i], item, len) == 0)
 			return true; /* listed twice: read it once */
 	}
-	return config_strv_push(items, count, item, len) || msg_oom(err, errlen);
+	return opt_strv_push(items, count, item, len) || msg_oom(err, errlen);
 }
 
 /* COPT_LIST: every flag occurrence, else the variable's comma-separated list. */
@@ -414,7 +414,7 @@ static bool apply_list(struct consumer_config *cf, const struct copt *o,
 	}
 	if (!list || list[strspn(list, " \t")] == '\0')
 		return true;
-	for (const char *cursor = list, *item; config_list_next(&cursor, &item, &len);)
+	for (const char *cursor = list, *item; opt_list_next(&cursor, &item, &len);)
 		if (!list_append(cf, o, item, len, true, err, errlen))
 			return false;
 	return true;
@@ -475,7 +475,7 @@ static bool apply_option(struct consumer_config *cf, const struct copt *o,
 	case COPT_BOOL: {
 		bool b;
 
-		if (!config_parse_bool(v, &b)) {
+		if (!opt_parse_bool(v, &b)) {
 			bad_value(err, errlen, o, from_env, v,
 			          "expected true or false (or 1/0, yes/no, on/off)");
 			return false;
@@ -646,7 +646,7 @@ static bool finish_config(struct consumer_config *cf, char *err, size_t errlen)
 	if (cf->redis_password_file) {
 		char *pw = NULL;
 
-		if (!config_read_secret("redis-password-file", cf->redis_password_file, &pw,
+		if (!opt_read_secret("redis-password-file", cf->redis_password_file, &pw,
 		                        cf->warnings[cf->nwarnings], sizeof(cf->warnings[0]), err, errlen))
 			return false;
 		if (cf->warnings[cf->nwarnings][0])
@@ -660,7 +660,7 @@ static bool finish_config(struct consumer_config *cf, char *err, size_t errlen)
 	if (cf->redis_sentinel_password_file) {
 		char *pw = NULL;
 
-		if (!config_read_secret("redis-sentinel-password-file", cf->redis_sentinel_password_file,
+		if (!opt_read_secret("redis-sentinel-password-file", cf->redis_sentinel_password_file,
 		                        &pw, cf->warnings[cf->nwarnings], sizeof(cf->warnings[0]), err,
 		                        errlen))
 			return false;
