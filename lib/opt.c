@@ -307,14 +307,18 @@ static const struct opt_def *row_named(const struct opt_spec *spec, const char *
 	return NULL;
 }
 
+/* Whether o is an option of the command loading (OPT_F_ONLY rows are not everyone's). */
+static bool accepts(const struct opt_spec *spec, const struct opt_def *o)
+{
+	return o->kind != OPT_GROUP && (!(o->flags & OPT_F_ONLY) || (o->cmds & spec->cmd));
+}
+
 /* The option called name that spec->cmd accepts, or NULL. */
 static const struct opt_def *find_option(const struct opt_spec *spec, const char *name, size_t len)
 {
 	const struct opt_def *o = row_named(spec, name, len);
 
-	if (o && (o->flags & OPT_F_ONLY) && !(o->cmds & spec->cmd))
-		return NULL;
-	return o;
+	return o && accepts(spec, o) ? o : NULL;
 }
 
 /* ---- Conversion of one winning value ---- */
@@ -811,7 +815,7 @@ static void scan_env(struct load *ld, char **envp)
 		for (size_t i = 0; i < spec->nrows; i++) {
 			const struct opt_def *o = &spec->rows[i];
 
-			if (o->kind == OPT_GROUP || ((o->flags & OPT_F_ONLY) && !(o->cmds & spec->cmd)))
+			if (!accepts(spec, o))
 				continue;
 			opt_env_name(spec, o, env, sizeof(env));
 			if (strlen(env) == (size_t)(eq - *e) && memcmp(env, *e, strlen(env)) == 0) {
@@ -840,7 +844,7 @@ enum opt_result opt_load(const struct opt_spec *spec, void *cf, int argc, char *
 	if (r == OPT_OK) {
 		scan_env(&ld, envp);
 		for (size_t i = 0; i < spec->nrows && r == OPT_OK; i++) {
-			if (spec->rows[i].kind != OPT_GROUP && !apply_option(&ld, &spec->rows[i]))
+			if (accepts(spec, &spec->rows[i]) && !apply_option(&ld, &spec->rows[i]))
 				r = OPT_ERROR;
 		}
 	}

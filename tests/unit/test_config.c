@@ -1452,6 +1452,52 @@ TEST(redis_user_without_password)
 	config_finish(&cf);
 }
 
+static void status_usage_stub(FILE *out)
+{
+	(void)out;
+}
+
+/*
+ * One table, three commands: --stream-pattern is a row only `status`
+ * accepts (unknown to the relay, its variable ignored there), and errors
+ * name the command that was run.
+ */
+TEST(command_rows)
+{
+	struct relay_config cf;
+	char *argv[] = {"status", "--pg-dsn", DSN, "--stream-pattern", "orders:*", NULL};
+	char *bad[] = {"status", "--slot", "s1", "extra", NULL};
+	char *env[] = {"OUTBOX_RELAY_STREAM_PATTERN=env:*", NULL};
+	char err[512];
+
+	CHECK(load_fails(ARGS("--pg-dsn", DSN, "--stream-pattern", "x"), NOENV,
+	                 "unknown option \"--stream-pattern\"; run outbox-relay --help", NULL));
+	CHECK_INT(load(&cf, ARGS("--pg-dsn", DSN), ARGS("OUTBOX_RELAY_STREAM_PATTERN=x")), CONFIG_OK);
+	CHECK(cf.stream_pattern == NULL);
+	config_finish(&cf);
+
+	CHECK_INT(config_load_as(&cf, CONFIG_CMD_STATUS, "outbox-relay status", status_usage_stub, 5,
+	                         argv, env, err, sizeof(err)),
+	          CONFIG_OK);
+	CHECK_STR(cf.stream_pattern, "orders:*");
+	config_finish(&cf);
+	CHECK_INT(config_load_as(&cf, CONFIG_CMD_STATUS, "outbox-relay status", status_usage_stub, 3,
+	                         argv, env, err, sizeof(err)),
+	          CONFIG_OK);
+	CHECK_STR(cf.stream_pattern, "env:*");
+	config_finish(&cf);
+	CHECK_INT(config_load_as(&cf, CONFIG_CMD_STATUS, "outbox-relay status", status_usage_stub, 3,
+	                         argv, NULL, err, sizeof(err)),
+	          CONFIG_OK);
+	CHECK_STR(cf.stream_pattern, "outbox:*");
+	config_finish(&cf);
+	CHECK_INT(config_load_as(&cf, CONFIG_CMD_STATUS, "outbox-relay status", status_usage_stub, 4,
+	                         bad, NULL, err, sizeof(err)),
+	          CONFIG_ERROR);
+	CHECK(strstr(err, "outbox-relay status takes no positional arguments, run outbox-relay "
+	                  "status --help"));
+}
+
 int main(void)
 {
 	RUN(defaults);
@@ -1489,5 +1535,6 @@ int main(void)
 	RUN(password_file_long);
 	RUN(password_file_mode_warning);
 	RUN(redis_user_without_password);
+	RUN(command_rows);
 	return test_done();
 }
