@@ -37,6 +37,7 @@
 #include "event.h"
 #include "exitcode.h"
 #include "lsn.h"
+#include "relay_build.h"
 #include "sink_redis.h"
 
 #define PROGNAME "outbox-relay status"
