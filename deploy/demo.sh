@@ -52,7 +52,7 @@ echo "5 events committed, 1 rolled back (never published)"
 say "reading them back with XREADGROUP (group demo) and XACK"
 if [ -x "$CONSUME" ]; then
 	"$CONSUME" --redis-url "unix://$REDIS_SOCK" --stream outbox:order --stream outbox:user \
-		--group demo --consumer demo-1 --count 5 --block 10000
+		--group demo --consumer demo-1 --count 5 --block-timeout 10s
 else
 	for s in outbox:order outbox:user; do
 		redis_cli XREADGROUP GROUP demo demo-1 COUNT 10 BLOCK 10000 STREAMS "$s" '>'

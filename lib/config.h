@@ -1,6 +1,8 @@
 /*
- * config.h - outbox-relay configuration: one table drives parsing of flags
- * and OUTBOX_RELAY_* environment variables, range checks, defaults and --help.
+ * config.h - outbox-relay configuration: one table of rows for the option
+ * engine (opt.h) drives parsing of flags and OUTBOX_RELAY_* environment
+ * variables, range checks, defaults and --help, for the relay, `status`
+ * and `republish`.
  *
  * Precedence: built-in default < environment variable < command-line flag.
  */
@@ -13,14 +15,17 @@
 #include <stdio.h>
 
 #include "log.h"
+#include "opt.h"
 #include "lsn.h"
 #include "redis_url.h"
 
 /* Warnings config_load has for cmd/ to log (the library never logs). */
 #define CONFIG_WARNINGS_MAX 4
 #define CONFIG_WARNING_LEN 512
-/* Longest file a --*-password-file may name, in bytes. */
-#define CONFIG_SECRET_FILE_MAX (64 * 1024)
+/* The commands that take these options (struct opt_def's cmds). */
+#define CONFIG_CMD_RELAY 0x1u
+#define CONFIG_CMD_STATUS 0x2u    /* outbox-relay status */
+#define CONFIG_CMD_REPUBLISH 0x4u /* outbox-relay republish */
 
 struct relay_config {
 	/* PostgreSQL */
@@ -78,6 +83,9 @@ struct relay_config {
 	char *time_column;  /* --time-column, default "created_at" */
 	int64_t fetch_size; /* --fetch-size, default 1000 */
 
+	/* outbox-relay status */
+	char *stream_pattern; /* --stream-pattern GLOB, default "outbox:*" */
+
 	/* Secrets from files (read by config_load; the file wins over the DSN/URL). */
 	char *pg_password_file;    /* --pg-password-file */
 	char *pg_password;         /* its content (first line), NULL when unset */
@@ -102,10 +110,10 @@ struct relay_config {
 };
 
 enum config_result {
-	CONFIG_OK = 0,  /* cf filled, run */
-	CONFIG_HELP,    /* --help printed to stdout, exit 0 */
-	CONFIG_VERSION, /* --version printed to stdout, exit 0 */
-	CONFIG_ERROR    /* err holds one line naming the option and the fix; exit 2 */
+	CONFIG_OK = OPT_OK,           /* cf filled, run */
+	CONFIG_HELP = OPT_HELP,       /* --help printed to stdout, exit 0 */
+	CONFIG_VERSION = OPT_VERSION, /* --version printed to stdout, exit 0 */
+	CONFIG_ERROR = OPT_ERROR      /* err holds one line naming the option and the fix; exit 2 */
 };
 
 /*
@@ -114,14 +122,24 @@ enum config_result {
  * (to stdout). On CONFIG_ERROR, err holds one line such as
  * `invalid value "abc" for --dedup-window: expected a duration like 3600, 90s or 1h`.
  * Secrets never appear in err. Passwords in the argv values of --pg-dsn and
- * --redis-url are overwritten in place (config_scrub_secret) once copied, so
+ * --redis-url are overwritten in place (opt_scrub_secret) once copied, so
  * argv must be writable; cf keeps its own copies. cf->warnings holds lines
  * for the caller to log.
  */
 enum config_result config_load(struct relay_config *cf, int argc, char **argv, char **envp,
                                char *err, size_t errlen);
+/*
+ * config_load() for command cmd (CONFIG_CMD_*): the options only it takes
+ * (OPT_F_ONLY rows) are known, errors name prog ("run PROG --help"), and
+ * --help calls usage.
+ */
+enum config_result config_load_as(struct relay_config *cf, unsigned cmd, const char *prog,
+                                  void (*usage)(FILE *), int argc, char **argv, char **envp,
+                                  char *err, size_t errlen);
 /* Print the usage text (every option, its env var and default) to out. */
 void config_usage(FILE *out);
+/* Print the options the --help of command cmd lists, by section. */
+void config_print_options(unsigned cmd, FILE *out);
 
 /*
  * Print what --version prints: the relay's version, then the libraries it
@@ -132,45 +150,5 @@ void config_usage(FILE *out);
 void config_print_version(FILE *out);
 /* Free everything config_load allocated; NULL-safe; zeroes *cf. */
 void config_finish(struct relay_config *cf);
-
-/*
- * Parse a duration: "250ms", "10s", "5m", "1h", or a bare integer meaning
- * seconds. Returns false on junk, negative or overflowing values.
- */
-bool config_parse_duration_ms(const char *s, int64_t *ret_ms);
-
-/* true/false, 1/0, yes/no, on/off (any case). False on anything else. */
-bool config_parse_bool(const char *s, bool *ret);
-
-/*
- * Comma-separated lists as the environment gives them ("a, b,c"): each call
- * yields the next item of *cursor with blanks around it trimmed (possibly
- * empty) and advances *cursor; false when the list is exhausted. Start with
- * *cursor = the list.
- */
-bool config_list_next(const char **cursor, const char **item, size_t *len);
-
-/* Append a copy of item[0..len) to the string vector *items (*count entries); false on OOM. */
-bool config_strv_push(char ***items, size_t *count, const char *item, size_t len);
-
-/*
- * Read the first line of path into *ret (malloc'd, CR/LF removed) for option
- * --opt. The whole file is read; over CONFIG_SECRET_FILE_MAX bytes, an empty
- * first line or a NUL byte in it is an error. The one-line error names the
- * option and the file, never the content. warn (may be NULL) gets one line,
- * or "", when the file is open to its group or others (mode & 077), unless it
- * is a Kubernetes Secret volume file (a "..data/" symlink, 0644 by default).
- */
-bool config_read_secret(const char *opt, const char *path, char **ret, char *warn, size_t warnlen,
-                        char *err, size_t errlen);
-
-/*
- * Overwrite in place the passwords in the value of --pg-dsn or --redis-url
- * (conninfo password=/sslpassword=, URI user:PASSWORD@, postgresql URI
- * ?password=): each becomes "***" (shorter if it was), the rest moves up and
- * the freed bytes at the end become NUL. For argv, so /proc/PID/cmdline and
- * ps show no password. NULL is a no-op; a value without one is unchanged.
- */
-void config_scrub_secret(char *value);
 
 #endif

@@ -49,9 +49,9 @@ struct consumer_config {
 	char *group;              /* --group NAME (required) */
 	char *consumer;           /* --consumer NAME, default "<hostname>-<pid>" */
 	int64_t count;            /* --count N: exit 0 after N events; 0 = unlimited */
-	int64_t block_ms;         /* --block MS, default 5000 */
+	int64_t block_ms;         /* --block-timeout (old: --block), default 5s, in ms */
 	int64_t batch;            /* --batch N (XREADGROUP COUNT), default 100 */
-	int64_t claim_idle_ms;    /* --claim-idle MS, default 60000; 0 disables */
+	int64_t claim_idle_ms;    /* --claim-min-idle (old: --claim-idle), 1m, in ms; 0 off */
 	bool create_group;        /* --create-group */
 	/* Lines for cmd/ to log (a password file open to others); see config.h. */
 	char warnings[CONFIG_WARNINGS_MAX][CONFIG_WARNING_LEN];

@@ -541,6 +541,22 @@ static int republish_run(struct republish *rp)
 	return interrupted ? EXIT_FAILURE_RUNTIME : EXIT_OK;
 }
 
+/* See republish.h. */
+void republish_usage(FILE *out)
+{
+	fprintf(out, "Usage: outbox-relay republish --since TIME [OPTIONS]\n"
+	             "Publish the outbox rows of a time range again, deduplicated by event id: the\n"
+	             "gap the relay refused to stream over (see README, \"Gaps\"). It takes the\n"
+	             "relay's options and variables; the Republish section's are its own.\n");
+	config_print_options(CONFIG_CMD_REPUBLISH, out);
+	fprintf(out, "\n"
+	             "Other:\n"
+	             "  -h, --help\n"
+	             "      print this help and exit\n"
+	             "  -V, --version\n"
+	             "      print the version and exit\n");
+}
+
 int republish_main(const struct relay_config *cf)
 {
 	struct republish rp = {.cf = cf};

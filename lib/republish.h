@@ -5,6 +5,8 @@
 #ifndef RELAY_REPUBLISH_H
 #define RELAY_REPUBLISH_H
 
+#include <stdio.h>
+
 #include "config.h"
 
 /*
@@ -16,5 +18,8 @@
  * 5 Redis, 6 table or column missing.
  */
 int republish_main(const struct relay_config *cf);
+
+/* `outbox-relay republish --help`: what it does, then the options it takes. */
+void republish_usage(FILE *out);
 
 #endif

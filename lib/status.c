@@ -2,11 +2,11 @@
  * status.c - `outbox-relay status`: report the replication slot and the
  * Redis streams, then exit.
  *
- * Options go through config_load(), the relay's own parser, so the status
- * command takes the relay's flags and OUTBOX_RELAY_* environment unchanged
- * (`kubectl exec deploy/outbox-relay -- outbox-relay status` just works);
- * only --stream-pattern is its own, taken out of argv before the relay's
- * parser sees the rest.
+ * Options are the relay's rows on the option engine (config_load_as() with
+ * CONFIG_CMD_STATUS), so the status command takes the relay's flags and
+ * OUTBOX_RELAY_* environment unchanged (`kubectl exec deploy/outbox-relay --
+ * outbox-relay status` just works); --stream-pattern is a row only this
+ * command accepts.
  *
  * PostgreSQL is asked through a normal (non-replication) connection, so the
  * report works while the relay is streaming from the slot. Redis streams are
@@ -42,9 +42,6 @@
 #include "sink_redis.h"
 
 #define PROGNAME "outbox-relay status"
-#define PATTERN_FLAG "--stream-pattern"
-#define PATTERN_ENV "OUTBOX_RELAY_STREAM_PATTERN"
-#define PATTERN_DEFAULT "outbox:*"
 #define SCAN_COUNT "1000"
 #define CELL_MAX 256 /* longest value shown in a table cell */
 
@@ -54,24 +51,16 @@ static void usage(FILE *out)
 	             "Show the replication slot and the Redis streams of an outbox-relay deployment,\n"
 	             "then exit.\n"
 	             "\n"
-	             "Options (each also as its environment variable; flags win):\n"
-	             "  --pg-dsn CONNINFO           OUTBOX_RELAY_PG_DSN (required)\n"
-	             "  --pg-password-file PATH     OUTBOX_RELAY_PG_PASSWORD_FILE\n"
-	             "  --slot NAME                 OUTBOX_RELAY_SLOT (default: outbox_relay)\n"
-	             "  --redis-url URL             OUTBOX_RELAY_REDIS_URL "
-	             "(default: redis://127.0.0.1:6379);\n"
-	             "                              redis-cluster://host:port[,host:port...] (or\n"
-	             "                              --redis-cluster) for a Redis Cluster\n"
-	             "  --redis-password-file PATH  OUTBOX_RELAY_REDIS_PASSWORD_FILE\n"
-	             "  --redis-sentinel-password-file PATH\n"
-	             "                              OUTBOX_RELAY_REDIS_SENTINEL_PASSWORD_FILE\n"
-	             "                              (or --redis-sentinel-password)\n"
-	             "  --redis-sentinel-user NAME  OUTBOX_RELAY_REDIS_SENTINEL_USER\n"
-	             "  --stream-pattern GLOB       " PATTERN_ENV " (default: " PATTERN_DEFAULT ")\n"
-	             "  --key-prefix PREFIX         OUTBOX_RELAY_KEY_PREFIX (default: outbox-relay)\n"
-	             "  -h, --help                  print this help and exit\n"
-	             "Every other outbox-relay option is accepted and ignored, so the relay's own\n"
-	             "flags and environment can be reused as they are.\n"
+	             "Options (each also as its environment variable; flags win). Every other\n"
+	             "outbox-relay option is accepted too, and checked, so the relay's own flags and\n"
+	             "environment can be reused as they are.\n");
+	config_print_options(CONFIG_CMD_STATUS, out);
+	fprintf(out, "\n"
+	             "Other:\n"
+	             "  -h, --help\n"
+	             "      print this help and exit\n"
+	             "  -V, --version\n"
+	             "      print the version and exit\n"
 	             "\n"
 	             "Exit status: 0 all good, 2 bad options, 3 PostgreSQL unreachable, 4 the slot\n"
 	             "does not exist, 5 Redis unreachable (the first of these that applies).\n");
@@ -810,116 +799,28 @@ out:
 	return rc != EXIT_OK ? rc : rec_rc;
 }
 
-/* ---- Options ---- */
-
-/*
- * Take --stream-pattern out of argv into a new argv (*ret_argv, malloc'd,
- * strings borrowed) for config_load(). Returns false with err on a missing
- * value or out of memory.
- */
-static bool split_pattern(int argc, char **argv, int *ret_argc, char ***ret_argv,
-                          const char **pattern, char *err, size_t errlen)
-{
-	char **rest = calloc((size_t)argc + 1, sizeof(*rest));
-	int n = 0;
-
-	if (!rest) {
-		(void)snprintf(err, errlen, "out of memory");
-		return false;
-	}
-	for (int i = 0; i < argc; i++) {
-		const char *a = argv[i];
-
-		if (i > 0 && strcmp(a, PATTERN_FLAG) == 0) {
-			if (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0) {
-				(void)snprintf(err, errlen, "option %s needs a value", PATTERN_FLAG);
-				free(rest);
-				return false;
-			}
-			*pattern = argv[++i];
-		} else if (i > 0 && strncmp(a, PATTERN_FLAG "=", strlen(PATTERN_FLAG) + 1) == 0) {
-			*pattern = a + strlen(PATTERN_FLAG) + 1;
-		} else {
-			rest[n++] = argv[i];
-		}
-	}
-	*ret_argc = n;
-	*ret_argv = rest;
-	return true;
-}
-
-/* In err, replace the first from with to (bounded by errlen). */
-static void replace_once(char *err, size_t errlen, const char *from, const char *to)
-{
-	char *p = strstr(err, from);
-	char tmp[1024];
-
-	if (!p)
-		return;
-	(void)snprintf(tmp, sizeof(tmp), "%.*s%s%s", (int)(p - err), err, to, p + strlen(from));
-	(void)snprintf(err, errlen, "%s", tmp);
-}
-
-/* config_load()'s messages speak of the relay; make them speak of this command. */
-static void retarget_help(char *err, size_t errlen)
-{
-	replace_once(err, errlen, "outbox-relay --help", "outbox-relay status --help");
-	replace_once(err, errlen, "outbox-relay takes", "outbox-relay status takes");
-}
-
 /* See status.h. */
 int status_main(int argc, char **argv, char **envp)
 {
-	const char *pattern = PATTERN_DEFAULT;
 	struct relay_config cf;
-	char err[1024], **rest = NULL;
-	int nrest = 0, rc_pg, rc_redis;
+	char err[1024];
+	int rc_pg, rc_redis;
 	struct slot_view view = {0};
 
-	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-			usage(stdout);
-			return EXIT_OK;
-		}
-		if (strcmp(argv[i], "--version") == 0 || strcmp(argv[i], "-V") == 0) {
-			printf("outbox-relay %s\n", OUTBOX_RELAY_VERSION);
-			return EXIT_OK;
-		}
-	}
-	for (char **e = envp; e && *e; e++) {
-		if (strncmp(*e, PATTERN_ENV "=", strlen(PATTERN_ENV) + 1) == 0) {
-			pattern = *e + strlen(PATTERN_ENV) + 1;
-			break;
-		}
-	}
-	if (!split_pattern(argc, argv, &nrest, &rest, &pattern, err, sizeof(err))) {
-		fprintf(stderr, "%s: %s\n", PROGNAME, err);
-		return EXIT_USAGE;
-	}
-	if (!*pattern) {
-		free(rest);
-		fprintf(stderr, "%s: %s must not be empty; the default is \"%s\"\n", PROGNAME, PATTERN_FLAG,
-		        PATTERN_DEFAULT);
-		return EXIT_USAGE;
-	}
-	switch (config_load(&cf, nrest, rest, envp, err, sizeof(err))) {
+	switch (config_load_as(&cf, CONFIG_CMD_STATUS, PROGNAME, usage, argc, argv, envp, err,
+	                       sizeof(err))) {
 	case CONFIG_OK:
 		break;
 	case CONFIG_HELP:
 	case CONFIG_VERSION:
-		free(rest);
 		return EXIT_OK;
 	case CONFIG_ERROR:
 	default:
-		free(rest);
-		retarget_help(err, sizeof(err));
 		fprintf(stderr, "%s: %s\n", PROGNAME, err);
 		return EXIT_USAGE;
 	}
-	free(rest);
-
 	rc_pg = pg_section(&cf, stdout, &view);
-	rc_redis = redis_section(&cf, pattern, &view, stdout);
+	rc_redis = redis_section(&cf, cf.stream_pattern, &view, stdout);
 	(void)fflush(stdout);
 	config_finish(&cf);
 	/* A suspected gap outranks "the slot does not exist": it says why. */

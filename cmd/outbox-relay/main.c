@@ -32,7 +32,9 @@ int main(int argc, char **argv)
 		argc--;
 		argv++;
 	}
-	switch (config_load(&cf, argc, argv, environ, err, sizeof(err))) {
+	switch (republish ? config_load_as(&cf, CONFIG_CMD_REPUBLISH, "outbox-relay republish",
+	                                   republish_usage, argc, argv, environ, err, sizeof(err))
+	                  : config_load(&cf, argc, argv, environ, err, sizeof(err))) {
 	case CONFIG_OK:
 		break;
 	case CONFIG_HELP:
@@ -41,7 +43,7 @@ int main(int argc, char **argv)
 		return EXIT_OK;
 	case CONFIG_ERROR:
 	default:
-		fprintf(stderr, "outbox-relay: %s\n", err);
+		fprintf(stderr, "outbox-relay%s: %s\n", republish ? " republish" : "", err);
 		config_finish(&cf);
 		return EXIT_USAGE;
 	}

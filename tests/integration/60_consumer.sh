@@ -103,6 +103,7 @@ PY
 consume help --help
 assert_eq 0 "$RC" "--help exit code"
 assert_contains "$(cat "$T/help.out")" OUTBOX_CONSUME_CLAIM_IDLE "--help lists the environment variables"
+assert_contains "$(cat "$T/help.out")" OUTBOX_CONSUME_BLOCK_TIMEOUT "--help lists the renamed duration options"
 
 consume nogroupflag --stream outbox:order
 assert_eq 2 "$RC" "missing --group: exit code"
@@ -190,6 +191,8 @@ assert_eq 8 "$(wc -l <"$T/c1.ids")" "c1 took 8 entries"
 assert_eq 8 "$(pending_total)" "c1's 8 entries are pending"
 sleep 0.3 # idle longer than --claim-idle 100
 consume c2 --stream outbox:order --group workers --consumer c2 --claim-idle 100 --count 20 --block 500
+assert_contains "$(cat "$T/c2.err")" "--claim-idle 100: a bare number here still means milliseconds" \
+	"old --claim-idle: a bare number keeps its meaning, with a warning naming --claim-min-idle"
 assert_eq 0 "$RC" "c2 exit code"
 assert_eq 20 "$(wc -l <"$T/c2.out")" "c2 printed the 20 new events"
 check_lines "$T/c2.out"
@@ -208,7 +211,7 @@ redis-cli -s "$REDIS_SOCK" -2 --json XREADGROUP GROUP workers c3 COUNT 5 STREAMS
 		>"$T/c3.pending"
 emit order 76 80
 relay_drain --group workers
-consume c3 --stream outbox:order --group workers --consumer c3 --claim-idle 0 --count 10 --block 500
+consume c3 --stream outbox:order --group workers --consumer c3 --claim-min-idle 0 --count 10 --block-timeout 500ms
 assert_eq 10 "$(wc -l <"$T/c3.out")" "c3 printed 10 events"
 assert_eq "$(tr '\n' ' ' <"$T/c3.pending")" "$(ids_of "$T/c3.out" | head_n 5 | tr '\n' ' ')" \
 	"c3 printed its own 5 pending entries first, in order"

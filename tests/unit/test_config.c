@@ -383,7 +383,7 @@ TEST(parse_duration)
 	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
 		int64_t ms = -1;
 
-		CHECK(config_parse_duration_ms(good[i].s, &ms));
+		CHECK(opt_parse_duration_ms(good[i].s, &ms));
 		if (ms != good[i].ms)
 			printf("# \"%s\" -> %lld\n", good[i].s, (long long)ms);
 		CHECK(ms == good[i].ms);
@@ -391,12 +391,12 @@ TEST(parse_duration)
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		int64_t ms = 42;
 
-		if (config_parse_duration_ms(bad[i], &ms))
+		if (opt_parse_duration_ms(bad[i], &ms))
 			printf("# accepted \"%s\"\n", bad[i]);
-		CHECK(!config_parse_duration_ms(bad[i], &ms));
+		CHECK(!opt_parse_duration_ms(bad[i], &ms));
 		CHECK(ms == 42);
 	}
-	CHECK(!config_parse_duration_ms(NULL, &(int64_t){0}));
+	CHECK(!opt_parse_duration_ms(NULL, &(int64_t){0}));
 }
 
 TEST(duration_options)
@@ -785,11 +785,11 @@ TEST(list_helpers)
 	char **v = NULL;
 	size_t len, n = 0, k = 0;
 
-	while (config_list_next(&cursor, &item, &len)) {
+	while (opt_list_next(&cursor, &item, &len)) {
 		CHECK(k < 4);
 		if (k < 4)
 			CHECK(len == strlen(want[k]) && memcmp(item, want[k], len) == 0);
-		CHECK(config_strv_push(&v, &n, item, len));
+		CHECK(opt_strv_push(&v, &n, item, len));
 		k++;
 	}
 	CHECK_INT(k, 4);
@@ -800,8 +800,8 @@ TEST(list_helpers)
 		free(v[i]);
 	free(v);
 	cursor = "";
-	CHECK(config_list_next(&cursor, &item, &len) && len == 0); /* one empty item */
-	CHECK(!config_list_next(&cursor, &item, &len));
+	CHECK(opt_list_next(&cursor, &item, &len) && len == 0); /* one empty item */
+	CHECK(!opt_list_next(&cursor, &item, &len));
 }
 
 TEST(groups)
@@ -1209,7 +1209,7 @@ TEST(finish_is_safe)
 	CHECK(cf.groups == NULL && cf.ngroups == 0 && cf.pg_dsn == NULL);
 }
 
-/* config_scrub_secret on a copy of in; the result must be want. */
+/* opt_scrub_secret on a copy of in; the result must be want. */
 static bool scrubs_to(const char *in, const char *want)
 {
 	char buf[512];
@@ -1217,7 +1217,7 @@ static bool scrubs_to(const char *in, const char *want)
 
 	memset(buf, 'Z', sizeof(buf));
 	memcpy(buf, in, len + 1);
-	config_scrub_secret(buf);
+	opt_scrub_secret(buf);
 	if (strcmp(buf, want) != 0) {
 		printf("# scrub(\"%s\") = \"%s\", want \"%s\"\n", in, buf, want);
 		return false;
@@ -1268,7 +1268,7 @@ TEST(scrub_secret_forms)
 	CHECK(scrubs_to("redis://127.0.0.1:6379", "redis://127.0.0.1:6379"));
 	CHECK(scrubs_to("/tmp/redis.sock", "/tmp/redis.sock"));
 	CHECK(scrubs_to("", ""));
-	config_scrub_secret(NULL);
+	opt_scrub_secret(NULL);
 }
 
 /* /proc/PID/cmdline is argv: the passwords go once config_load copied them. */
@@ -1320,7 +1320,7 @@ TEST(password_file_long)
 {
 	struct relay_config cf;
 	char path[] = "/tmp/test_config_pw.XXXXXX";
-	static char big[CONFIG_SECRET_FILE_MAX + 1];
+	static char big[OPT_SECRET_FILE_MAX + 1];
 
 	/* 5000 bytes: the old reader kept the first 4095. */
 	memset(big, 'k', sizeof(big));
@@ -1337,15 +1337,15 @@ TEST(password_file_long)
 
 	/* Exactly the limit, CRLF: fine. */
 	strcpy(path, "/tmp/test_config_pw.XXXXXX");
-	CHECK(secret_file(path, big, CONFIG_SECRET_FILE_MAX - 2, "\r\n", 0600));
+	CHECK(secret_file(path, big, OPT_SECRET_FILE_MAX - 2, "\r\n", 0600));
 	CHECK_INT(load(&cf, ARGS("--pg-dsn", DSN, "--pg-password-file", path), NOENV), CONFIG_OK);
-	CHECK(cf.pg_password && strlen(cf.pg_password) == CONFIG_SECRET_FILE_MAX - 2);
+	CHECK(cf.pg_password && strlen(cf.pg_password) == OPT_SECRET_FILE_MAX - 2);
 	config_finish(&cf);
 	unlink(path);
 
 	/* One byte over: a clear error naming the option and the file, no content. */
 	strcpy(path, "/tmp/test_config_pw.XXXXXX");
-	CHECK(secret_file(path, big, CONFIG_SECRET_FILE_MAX + 1, "", 0600));
+	CHECK(secret_file(path, big, OPT_SECRET_FILE_MAX + 1, "", 0600));
 	CHECK(load_fails(ARGS("--pg-dsn", DSN, "--pg-password-file", path), NOENV, "--pg-password-file",
 	                 "kkkk"));
 	CHECK(strstr(errbuf, path) && strstr(errbuf, "larger than 64 KiB"));
@@ -1452,6 +1452,52 @@ TEST(redis_user_without_password)
 	config_finish(&cf);
 }
 
+static void status_usage_stub(FILE *out)
+{
+	(void)out;
+}
+
+/*
+ * One table, three commands: --stream-pattern is a row only `status`
+ * accepts (unknown to the relay, its variable ignored there), and errors
+ * name the command that was run.
+ */
+TEST(command_rows)
+{
+	struct relay_config cf;
+	char *argv[] = {"status", "--pg-dsn", DSN, "--stream-pattern", "orders:*", NULL};
+	char *bad[] = {"status", "--slot", "s1", "extra", NULL};
+	char *env[] = {"OUTBOX_RELAY_STREAM_PATTERN=env:*", NULL};
+	char err[512];
+
+	CHECK(load_fails(ARGS("--pg-dsn", DSN, "--stream-pattern", "x"), NOENV,
+	                 "unknown option \"--stream-pattern\"; run outbox-relay --help", NULL));
+	CHECK_INT(load(&cf, ARGS("--pg-dsn", DSN), ARGS("OUTBOX_RELAY_STREAM_PATTERN=x")), CONFIG_OK);
+	CHECK(cf.stream_pattern == NULL);
+	config_finish(&cf);
+
+	CHECK_INT(config_load_as(&cf, CONFIG_CMD_STATUS, "outbox-relay status", status_usage_stub, 5,
+	                         argv, env, err, sizeof(err)),
+	          CONFIG_OK);
+	CHECK_STR(cf.stream_pattern, "orders:*");
+	config_finish(&cf);
+	CHECK_INT(config_load_as(&cf, CONFIG_CMD_STATUS, "outbox-relay status", status_usage_stub, 3,
+	                         argv, env, err, sizeof(err)),
+	          CONFIG_OK);
+	CHECK_STR(cf.stream_pattern, "env:*");
+	config_finish(&cf);
+	CHECK_INT(config_load_as(&cf, CONFIG_CMD_STATUS, "outbox-relay status", status_usage_stub, 3,
+	                         argv, NULL, err, sizeof(err)),
+	          CONFIG_OK);
+	CHECK_STR(cf.stream_pattern, "outbox:*");
+	config_finish(&cf);
+	CHECK_INT(config_load_as(&cf, CONFIG_CMD_STATUS, "outbox-relay status", status_usage_stub, 4,
+	                         bad, NULL, err, sizeof(err)),
+	          CONFIG_ERROR);
+	CHECK(strstr(err, "outbox-relay status takes no positional arguments, run outbox-relay "
+	                  "status --help"));
+}
+
 int main(void)
 {
 	RUN(defaults);
@@ -1489,5 +1535,6 @@ int main(void)
 	RUN(password_file_long);
 	RUN(password_file_mode_warning);
 	RUN(redis_user_without_password);
+	RUN(command_rows);
 	return test_done();
 }

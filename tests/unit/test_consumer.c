@@ -421,7 +421,7 @@ TEST(config_errors)
 	CHECK(fails_with("missing --group", NULL, "--stream", "s", NULL));
 	CHECK(fails_with("missing --stream or --stream-pattern", NULL, "--group", "g", NULL));
 	CHECK(fails_with("--count", NULL, "--group", "g", "--stream", "s", "--count", "-1", NULL));
-	CHECK(fails_with("\"abc\" for OUTBOX_CONSUME_COUNT", env_bad, "--group", "g", "--stream", "s",
+	CHECK(fails_with("\"abc\" in OUTBOX_CONSUME_COUNT", env_bad, "--group", "g", "--stream", "s",
 	                 NULL));
 	CHECK(fails_with("--block", NULL, "--group", "g", "--stream", "s", "--block", "0", NULL));
 	CHECK(fails_with("--batch", NULL, "--group", "g", "--stream", "s", "--batch", "0", NULL));
@@ -434,10 +434,65 @@ TEST(config_errors)
 	CHECK(fails_with("needs a value", NULL, "--stream", "s", "--group", NULL));
 	CHECK(fails_with("no positional arguments", NULL, "--group", "g", "--stream", "s",
 	                 "redis://:" SECRET "@h", NULL));
+	/* The argument after a secret option's value may be the rest of the secret. */
+	CHECK(fails_with("argument #7 (not shown", NULL, "--group", "g", "--stream", "s",
+	                 "--redis-sentinel-password", "pass", SECRET, NULL));
+	CHECK(fails_with("unexpected argument \"extra\"", NULL, "--group", "g", "--stream", "s", "--",
+	                 "extra", NULL));
+	CHECK(fails_with("must be between 1ms and 1d", NULL, "--group", "g", "--stream", "s",
+	                 "--block-timeout", "0", NULL));
+	CHECK(fails_with("a bare number means seconds", NULL, "--group", "g", "--stream", "s",
+	                 "--claim-min-idle", "soon", NULL));
 	CHECK(fails_with("--redis-url", NULL, "--group", "g", "--stream", "s", "--redis-url",
 	                 "http://:" SECRET "@h", NULL));
 	CHECK(fails_with("--redis-password-file", NULL, "--group", "g", "--stream", "s",
 	                 "--redis-password-file", "/nonexistent/pw", NULL));
+}
+
+/*
+ * One rule for durations: a bare number means seconds (--block-timeout,
+ * --claim-min-idle). The old names still read a bare number as milliseconds,
+ * with one warning each; with a unit they mean the same; the new name wins.
+ */
+TEST(config_durations)
+{
+	struct consumer_config cf;
+	char err[512];
+	char *env_new[] = {"OUTBOX_CONSUME_BLOCK_TIMEOUT=2", "OUTBOX_CONSUME_CLAIM_IDLE=30000", NULL};
+
+	CHECK_INT(load(&cf, NULL, err, sizeof(err), "--group", "g", "--stream", "s", "--block-timeout",
+	               "2", "--claim-min-idle=90", "--", NULL),
+	          CONFIG_OK);
+	CHECK_INT(cf.block_ms, 2000);
+	CHECK_INT(cf.claim_idle_ms, 90000);
+	CHECK_INT(cf.nwarnings, 0);
+	consumer_config_finish(&cf);
+
+	CHECK_INT(load(&cf, NULL, err, sizeof(err), "--group", "g", "--stream", "s", "--block", "250",
+	               "--claim-idle", "2s", NULL),
+	          CONFIG_OK);
+	CHECK_INT(cf.block_ms, 250);
+	CHECK_INT(cf.claim_idle_ms, 2000);
+	CHECK_INT(cf.nwarnings, 1); /* "2s" means what it always did: no warning */
+	CHECK(strstr(cf.warnings[0], "--block 250: a bare number here still means milliseconds"));
+	CHECK(strstr(cf.warnings[0], "write --block-timeout 250ms"));
+	consumer_config_finish(&cf);
+
+	/* The new name wins over the old one from the same source; a flag over a variable. */
+	CHECK_INT(load(&cf, env_new, err, sizeof(err), "--group", "g", "--stream", "s",
+	               "--block-timeout", "3s", "--block", "100", NULL),
+	          CONFIG_OK);
+	CHECK_INT(cf.block_ms, 3000);
+	CHECK_INT(cf.claim_idle_ms, 30000);
+	CHECK_INT(cf.nwarnings, 1);
+	CHECK(strstr(cf.warnings[0], "OUTBOX_CONSUME_CLAIM_IDLE=30000:"));
+	CHECK(strstr(cf.warnings[0], "write OUTBOX_CONSUME_CLAIM_MIN_IDLE=30000ms"));
+	consumer_config_finish(&cf);
+	CHECK_INT(load(&cf, env_new, err, sizeof(err), "--group", "g", "--stream", "s", "--block",
+	               "100", NULL),
+	          CONFIG_OK);
+	CHECK_INT(cf.block_ms, 100);
+	consumer_config_finish(&cf);
 }
 
 TEST(config_password_file)
@@ -519,6 +574,7 @@ int main(void)
 	RUN(config_flags);
 	RUN(config_env_and_precedence);
 	RUN(config_errors);
+	RUN(config_durations);
 	RUN(config_password_file);
 	RUN(config_argv_scrubbed);
 	RUN(config_user_without_password_and_file_mode);
