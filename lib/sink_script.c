@@ -35,9 +35,7 @@
  * since the bucket began), all expiring at the bucket's end + W (EXPIREAT),
  * so at most two are live; an id is looked up (HGET, then the value's age
  * is compared with W: exact to the second) in the previous bucket and
- * written with HSET into the current one (0: the id was there, a duplicate;
- * its second becomes this one, so a window runs from an id's latest
- * sighting; one listpack scan where HSETNX makes two). K grows by linear
+ * inserted with HSETNX (0: a duplicate) into the current one. K grows by linear
  * hashing (shard j = h mod 2^L, or h mod 2^(L+1) for the shards already
  * split; h from the field's first and last 4 bytes), one split per 24 ids,
  * so each hash stays far below hash-max-listpack-entries (128 by default)
@@ -207,7 +205,7 @@
 	"          end\n"                                                                              \
 	"          local s, j = shard(h, curb)\n"                                                      \
 	"          key = cpre .. s\n"                                                                  \
-	"          dup = redis.call('HSET', key, f, off) == 0\n"                                       \
+	"          dup = redis.call('HSETNX', key, f, off) == 0\n"                                       \
 	"          if not dup and j >= curb.made then redis.call('EXPIREAT', key, exp) end\n"          \
 	"        end\n"                                                                                \
 	"      end\n"                                                                                  \
