@@ -556,6 +556,12 @@ void config_print_options(unsigned cmd, FILE *out)
 	struct opt_spec spec = spec_of(cmd, PROGNAME, config_usage);
 
 	opt_print_options(&spec, out);
+	fprintf(out, "\n"
+	             "Other:\n"
+	             "  -h, --help\n"
+	             "      print this help and exit\n"
+	             "  -V, --version\n"
+	             "      print the version and exit\n");
 }
 
 /* See config.h. */
@@ -573,12 +579,6 @@ void config_usage(FILE *out)
 	        "(all powers of 1024). Booleans: --name, --no-name, or true/false in variables.\n",
 	        PROGNAME);
 	config_print_options(CONFIG_CMD_RELAY, out);
-	fprintf(out, "\n"
-	             "Other:\n"
-	             "  -h, --help\n"
-	             "      print this help and exit\n"
-	             "  -V, --version\n"
-	             "      print the version and exit\n");
 }
 
 /* See config.h. */

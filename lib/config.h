@@ -138,7 +138,7 @@ enum config_result config_load_as(struct relay_config *cf, unsigned cmd, const c
                                   char *err, size_t errlen);
 /* Print the usage text (every option, its env var and default) to out. */
 void config_usage(FILE *out);
-/* Print the options the --help of command cmd lists, by section. */
+/* Print the options the --help of command cmd lists, by section, then -h and -V. */
 void config_print_options(unsigned cmd, FILE *out);
 
 /*

@@ -312,6 +312,23 @@ static bool has_column(const PGresult *res, const char *name)
 }
 
 /* The outbox table and the columns the relay maps, resolved as pgrepl.c does. */
+/*
+ * Run the query built in q (then freed) on c. NULL when building it ran out
+ * of memory (pf->oom set) or libpq had no memory for a result; a result of
+ * any status otherwise, for the caller to PQclear.
+ */
+static PGresult *exec_query(struct preflight *pf, PGconn *c, struct buf *q)
+{
+	PGresult *res = NULL;
+
+	if (!q->failed)
+		res = PQexec(c, q->data);
+	buf_finish(q);
+	if (!res)
+		pf->oom = true;
+	return res;
+}
+
 static void check_table(const struct relay_config *cf, struct preflight *pf, PGconn *c)
 {
 	struct buf q = {0};
@@ -328,13 +345,9 @@ static void check_table(const struct relay_config *cf, struct preflight *pf, PGc
 	             "a.attrelid = pg_catalog.to_regclass(");
 	buf_put_sql_literal(&q, cf->table);
 	buf_puts(&q, ") AND a.attnum > 0 AND NOT a.attisdropped ORDER BY 3");
-	if (q.failed) {
-		buf_finish(&q);
-		pf->oom = true;
+	res = exec_query(pf, c, &q);
+	if (!res)
 		return;
-	}
-	res = PQexec(c, q.data);
-	buf_finish(&q);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
 		const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
 
@@ -451,13 +464,9 @@ static void check_slot(const struct relay_config *cf, struct preflight *pf, PGco
 	buf_puts(&q, "SELECT plugin, slot_type, database, coalesce(wal_status, ''), active, "
 	             "confirmed_flush_lsn FROM pg_catalog.pg_replication_slots WHERE slot_name = ");
 	buf_put_sql_literal(&q, cf->slot);
-	if (q.failed) {
-		buf_finish(&q);
-		pf->oom = true;
+	res = exec_query(pf, c, &q);
+	if (!res)
 		return;
-	}
-	res = PQexec(c, q.data);
-	buf_finish(&q);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
 		add_command_problem(pf, c, res);
 		PQclear(res);

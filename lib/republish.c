@@ -549,12 +549,6 @@ void republish_usage(FILE *out)
 	             "gap the relay refused to stream over (see README, \"Gaps\"). It takes the\n"
 	             "relay's options and variables; the Republish section's are its own.\n");
 	config_print_options(CONFIG_CMD_REPUBLISH, out);
-	fprintf(out, "\n"
-	             "Other:\n"
-	             "  -h, --help\n"
-	             "      print this help and exit\n"
-	             "  -V, --version\n"
-	             "      print the version and exit\n");
 }
 
 int republish_main(const struct relay_config *cf)

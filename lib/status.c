@@ -56,12 +56,6 @@ static void usage(FILE *out)
 	             "environment can be reused as they are.\n");
 	config_print_options(CONFIG_CMD_STATUS, out);
 	fprintf(out, "\n"
-	             "Other:\n"
-	             "  -h, --help\n"
-	             "      print this help and exit\n"
-	             "  -V, --version\n"
-	             "      print the version and exit\n"
-	             "\n"
 	             "Exit status: 0 all good, 2 bad options, 3 PostgreSQL unreachable, 4 the slot\n"
 	             "does not exist, 5 Redis unreachable (the first of these that applies).\n");
 }
