@@ -117,10 +117,11 @@ static inline struct redis_conn sink_node_conn(const struct node *n)
 }
 
 /* sink_redis.c */
+/* Empty set (its table stays allocated). */
 void sink_strset_clear(struct strset *set);
 /* Close n's connection and forget what was staged or awaited on it. */
 void sink_node_close(struct node *n);
-/* sink_node_close(), then free n's address. */
+/* sink_node_close(), then free everything n holds and zero it. */
 void sink_node_finish(struct node *n);
 /* "host:port" or the unix socket path, for messages. */
 const char *sink_node_addr(const struct node *n, char *buf, size_t len);
