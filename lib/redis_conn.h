@@ -1,6 +1,6 @@
 /*
  * redis_conn.h - one way to reach a Redis server, for the relay's sink
- * (sink_redis.c), outbox-consume (consumer.c, consumer_cluster.c) and
+ * (sink_setup.c, sink_redis.c), outbox-consume (consumer.c, consumer_cluster.c) and
  * `outbox-relay status`: connect over TCP or a unix socket within a timeout,
  * the same timeout for every reply, TCP keepalive, TLS (redis_tls.h), AUTH
  * (user and password), SELECT; Sentinel discovery (redis_sentinel.h) with the

@@ -4,8 +4,8 @@
  *
  * Each seed in turn is connected through redis_conn.h (TLS, AUTH, timeouts)
  * and asked for CLUSTER SLOTS until a reply passes cluster_slots_parse().
- * The sink (sink_redis.c) turns the map into its connections and routes
- * commands by it; outbox-consume and status have their own client
+ * The sink turns the map into its connections (sink_setup.c) and routes
+ * commands by it (sink_redis.c); outbox-consume and status have their own client
  * (consumer_cluster.h). Blocking I/O; nothing here logs.
  */
 #ifndef RELAY_SINK_CLUSTER_H

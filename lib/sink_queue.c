@@ -2,8 +2,8 @@
  * sink_queue.c - the sink's command ring, batch encoder and reply
  * bookkeeping: which command a reply answers, when a command is done, how
  * far the done prefix (acked_seq) reaches, what is sent again after a lost
- * connection or an ASK redirect. No sockets: sink_redis.c does the I/O and
- * the messages; tests/unit/test_sink_queue.c drives this with replies parsed
+ * connection or an ASK redirect. No sockets: sink_redis.c does the I/O,
+ * sink_reply.c the messages; tests/unit/test_sink_queue.c drives this with replies parsed
  * by hiredis's reader.
  */
 #include "sink_queue.h"

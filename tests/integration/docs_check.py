@@ -15,7 +15,8 @@ if there was any, else prints what it checked and exits 0.
       lines by a "return" or "st =" statement naming PG_FATAL_, and the texts
       slot_gap() writes (the reasons of exit 8); in lib/republish.c every
       snprintf(rp->err, ...) text followed within 8 lines by "return EXIT_"
-      other than EXIT_OK; in lib/sink_redis.c
+      other than EXIT_OK; in the sink's files
+      (lib/sink_redis.c, sink_setup.c, sink_reply.c, sink_housekeeping.c)
       every snprintf(s->errmsg, ...) text followed within 8 lines by
       "return SINK_FATAL", and the OUTBOX_FOREIGN and lost-writes texts
       (SINK_ERR_FOREIGN, SINK_ERR_LOST); in lib/redis_conn.c every fix of
@@ -26,7 +27,7 @@ if there was any, else prints what it checked and exits 0.
       is shorter than 12 characters (e.g. "Redis at " or a format that starts
       with "%s"), also the first 40 characters of the first later constant run
       of at least 12 characters; a format with neither (e.g. "%s") passes
-      another module's text through, which the pgrepl.c / sink_redis.c lists
+      another module's text through, which the pgrepl.c / sink lists
       cover, and is not checked itself;
     - the text must occur in the Troubleshooting section (whitespace runs
       compared as one space, backticks ignored).
@@ -127,6 +128,10 @@ def required_texts(fmt):
     return out
 
 
+# The sink's files (lib/sink_int.h lists them): where its messages are written.
+SINK_FILES = ("lib/sink_redis.c", "lib/sink_setup.c", "lib/sink_reply.c", "lib/sink_housekeeping.c")
+
+
 def line_of(src, pos):
     return src.count("\n", 0, pos) + 1
 
@@ -156,13 +161,14 @@ src = read("lib/republish.c")
 for m in re.finditer(r"\bsnprintf\(rp->err, sizeof\(rp->err\),", src):
     if followed_by(src, m.end(), r"return EXIT_(?!OK)"):
         messages.append(("lib/republish.c:%d" % line_of(src, m.start()), literals_at(src, m.end())))
-src = read("lib/sink_redis.c")
-for m in re.finditer(r"\bsnprintf\(s->errmsg, sizeof\(s->errmsg\),", src):
-    pre = src[max(0, m.start() - 200):m.start()]
-    if followed_by(src, m.end(), r"return SINK_FATAL") or re.search(
-        r"SINK_ERR_(FOREIGN|LOST)", pre.split("snprintf")[-1] if "snprintf" in pre else pre
-    ):
-        messages.append(("lib/sink_redis.c:%d" % line_of(src, m.start()), literals_at(src, m.end())))
+for rel in SINK_FILES:
+    src = read(rel)
+    for m in re.finditer(r"\bsnprintf\(s->errmsg, sizeof\(s->errmsg\),", src):
+        pre = src[max(0, m.start() - 200):m.start()]
+        if followed_by(src, m.end(), r"return SINK_FATAL") or re.search(
+            r"SINK_ERR_(FOREIGN|LOST)", pre.split("snprintf")[-1] if "snprintf" in pre else pre
+        ):
+            messages.append(("%s:%d" % (rel, line_of(src, m.start())), literals_at(src, m.end())))
 src = read("lib/redis_conn.c")
 m = re.search(r"permanent_replies\[\] = \{(.*?)\n\};", src, re.S)
 if not m:

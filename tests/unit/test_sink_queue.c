@@ -177,7 +177,7 @@ static char answer_code(enum sq_answer a)
 	return codes[a];
 }
 
-/* Feed bytes to connection a; handle each reply as sink_redis's handle_reply does. */
+/* Feed bytes to connection a; handle each reply as sink_reply.c's sink_handle_reply does. */
 static bool reply(struct rig *r, int a, const char *bytes, int ask_to, char *got, size_t gotlen)
 {
 	struct link *l = &r->l[a];

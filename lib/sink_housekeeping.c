@@ -1,0 +1,139 @@
+/*
+ * sink_housekeeping.c - the sink's part of the relay's housekeeping step:
+ * INFO memory polling (the fullest node's used_memory and maxmemory, for the
+ * metrics) and --trim acked rounds (one outbox_relay_trim call per stream
+ * published to, on the master of its slot, removing the entries no consumer
+ * group still needs).
+ *
+ * Both are staged with a connection's next write round (sink_redis.c) and
+ * answered in order with the rest (sink_reply.c hands their replies here).
+ * An INFO error changes nothing and a failed trim call is tried again the
+ * next round; only an ACL refusal of --trim acked is fatal, like any NOPERM.
+ */
+#include "sink_redis.h"
+
+#include <hiredis/hiredis.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sink_int.h"
+#include "sink_script.h"
+
+/* used_memory and maxmemory from an INFO memory reply into n. */
+void sink_read_memory(struct node *n, const char *info)
+{
+	char used[32], max[32];
+
+	redis_info_field(info, "used_memory:", used, sizeof(used));
+	redis_info_field(info, "maxmemory:", max, sizeof(max));
+	if (!used[0] || !max[0])
+		return;
+	n->used_memory = strtoull(used, NULL, 10);
+	n->maxmemory = strtoull(max, NULL, 10);
+	n->mem_known = true;
+}
+
+void sink_redis_poll_memory(struct sink_redis *s)
+{
+	for (int i = 0; i < s->nnodes; i++) {
+		struct node *n = &s->nodes[i];
+
+		if (n->c && !n->info_sent)
+			n->info_due = true;
+	}
+}
+
+bool sink_redis_memory(const struct sink_redis *s, uint64_t *used, uint64_t *max)
+{
+	double best = 0;
+	bool found = false;
+
+	/* The node closest to its maxmemory; one without a limit scores -1. */
+	for (int i = 0; i < s->nnodes; i++) {
+		const struct node *n = &s->nodes[i];
+		double score;
+
+		if (!n->c || !n->mem_known)
+			continue;
+		score = n->maxmemory ? (double)n->used_memory / (double)n->maxmemory : -1.0;
+		if (!found || score > best || (score == best && n->used_memory > *used)) {
+			*used = n->used_memory;
+			*max = n->maxmemory;
+			best = score;
+			found = true;
+		}
+	}
+	return found;
+}
+
+/* The answer to one --trim acked call: entries removed, or why not. */
+bool sink_trim_reply(struct sink_redis *s, const redisReply *r)
+{
+	struct sink_trim_result *t = &s->trim_res;
+
+	if (r->type == REDIS_REPLY_ERROR && sink_error_noperm(r->str)) {
+		s->errkind = SINK_ERR_NOPERM;
+		snprintf(s->errmsg, sizeof(s->errmsg),
+		         "--trim acked refused by the Redis ACL (%s): grant +xinfo|groups +xpending "
+		         "+xtrim (and +%s) to the relay's Redis user (see deploy/redis/users.acl), or "
+		         "drop --trim acked",
+		         r->str, s->use_functions ? "fcall" : "evalsha");
+		return false;
+	}
+	if (r->type == REDIS_REPLY_INTEGER) {
+		t->removed += r->integer > 0 ? (uint64_t)r->integer : 0;
+		t->trimmed += r->integer > 0;
+	} else {
+		/* Not fatal: the stream keeps its entries until the next round. */
+		t->failed++;
+		snprintf(t->err, sizeof(t->err), "%s",
+		         r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply type");
+	}
+	if (s->trim_pending > 0 && --s->trim_pending == 0)
+		s->trim_done = true;
+	return true;
+}
+
+int sink_redis_trim_start(struct sink_redis *s)
+{
+	int queued = 0;
+
+	if (!s->trim || !s->connected || s->trim_pending > 0 || s->trim_done)
+		return 0;
+	s->trim_res = (struct sink_trim_result){0};
+	for (size_t i = 0; i < s->trim_streams.cap; i++) {
+		const char *stream = s->trim_streams.slots[i];
+		size_t len = stream ? strlen(stream) : 0;
+		struct node *n;
+		int idx;
+
+		if (!stream)
+			continue;
+		idx = s->slot_node ? s->slot_node[sink_stream_slot(s, stream, len)] : 0;
+		if (idx < 0 || idx >= s->nnodes || !s->nodes[idx].c)
+			continue; /* no master for the slot now: next round */
+		n = &s->nodes[idx];
+		resp_array(&n->trimq, 4);
+		resp_str(&n->trimq, s->use_functions ? "FCALL" : "EVALSHA");
+		resp_str(&n->trimq, s->use_functions ? SINK_SCRIPT_TRIM : s->trim_sha);
+		resp_str(&n->trimq, "1");
+		resp_bulk(&n->trimq, stream, len);
+		if (n->trimq.failed)
+			return -1;
+		n->trimq_n++;
+		queued++;
+	}
+	s->trim_res.streams = (uint32_t)queued;
+	s->trim_pending = (uint32_t)queued;
+	return queued;
+}
+
+bool sink_redis_trim_result(struct sink_redis *s, struct sink_trim_result *res)
+{
+	if (!s->trim_done)
+		return false;
+	*res = s->trim_res;
+	s->trim_done = false;
+	return true;
+}

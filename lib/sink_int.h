@@ -1,0 +1,143 @@
+/*
+ * sink_int.h - what the sink's own files share, and nothing else includes:
+ * struct sink_redis and its connections (struct node), and the few helpers
+ * one of them calls in another.
+ *
+ * The sink is one object spread over four files, each with one concern:
+ *   sink_redis.c        the object's life, publishing, routing, staging,
+ *                       the non-blocking reads and writes, the stall check
+ *   sink_setup.c        connecting: finding the servers (one, Sentinel's
+ *                       master, a cluster's masters) and preparing each
+ *                       fresh connection (checks, function, slot record)
+ *   sink_reply.c        what each reply means, in order, per connection
+ *   sink_housekeeping.c --trim acked rounds and INFO memory polling
+ * The public interface is sink_redis.h.
+ */
+#ifndef RELAY_SINK_INT_H
+#define RELAY_SINK_INT_H
+
+#include <hiredis/hiredis.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "cluster_slots.h"
+#include "redis_conn.h"
+#include "sink_queue.h"
+#include "sink_redis.h"
+
+#define MAX_NODES CLUSTER_SLOTS_MAX_NODES
+#define CLUSTER_SLOTS CLUSTER_SLOTS_COUNT
+_Static_assert(MAX_NODES <= INT8_MAX, "node indexes are int8_t (slot_node, sq_ent.node)");
+
+/* One connection: the single server, or one cluster master. */
+struct node {
+	char *host;
+	int port;
+	char *unix_path;
+	const struct redis_conn_ops *io; /* plain or TLS reads and writes, chosen at connect */
+	redisContext *c;
+	struct ring sendq; /* seqs routed here, not yet staged */
+	struct buf wbuf;   /* staged bytes, written from wsent */
+	size_t wsent;
+	uint64_t part_seq; /* command staged only up to part_off (0: none) */
+	size_t part_off;
+	struct ring waitq;   /* what each coming reply answers (a seq or an SQ_*_MARK) */
+	struct ring durable; /* executed seqs that the next WAIT must cover */
+	bool staged_publish; /* a publish was staged since the last WAIT */
+	bool wblocked;       /* the socket was full: write again only after POLLOUT */
+	void *ssl;           /* TLS session (owned by c), NULL for plain sockets */
+	bool w_wants_read;   /* TLS: the blocked write waits for the socket to be readable */
+	bool r_wants_write;  /* TLS: a read waits for the socket to be writable */
+	int64_t wait_since_us;
+	bool info_due;  /* stage INFO memory with the next write */
+	bool info_sent; /* its reply is still to come */
+	bool mem_known; /* used_memory and maxmemory were read */
+	uint64_t used_memory, maxmemory;
+	struct buf trimq; /* --trim acked calls to stage with the next write */
+	uint32_t trimq_n;
+	uint64_t max_bulk; /* proto-max-bulk-len, 0 unknown */
+};
+
+struct strset {
+	char **slots;
+	size_t cap; /* power of two */
+	size_t used;
+};
+
+struct sink_redis {
+	const struct relay_config *cf;
+	struct metrics *m;
+	bool use_functions;
+	char sha[41];    /* EVALSHA digest when functions are unavailable */
+	bool wait_mode;  /* --wait-replicas or --wait-aof */
+	char policy[32]; /* maxmemory-policy of the node connected last ("" unknown) */
+
+	struct node nodes[MAX_NODES];
+	int nnodes;
+	int8_t *slot_node; /* cluster: slot -> node, -1 unknown */
+	bool connected;
+	bool sentinel_found; /* Sentinel mode: a master was found once (later failures are retried) */
+	int poll_node[MAX_NODES]; /* node of each pollfd handed out */
+	int npoll;
+
+	struct sink_queue q;    /* the command ring, the open batch (sink_queue.h) */
+	uint64_t refused_value; /* SINK_ERR_TOO_BIG: the largest value of the refused call */
+	uint64_t max_value;     /* sink_redis_max_value(), 0 while disconnected */
+	bool record_read;       /* the slot record was read (first connect) */
+	bool record_found;
+	struct slot_record record;
+	uint64_t record_gen; /* counts record reads */
+
+	struct strset streams; /* streams that got XGROUP CREATE on this connection set */
+	bool trim;             /* --trim acked */
+	char trim_sha[41];     /* EVALSHA digest of the trim script when functions are unavailable */
+	struct strset trim_streams; /* streams published to, for --trim acked */
+	uint32_t trim_pending;      /* calls of the current round still to answer */
+	bool trim_done;             /* a round finished: trim_res is to be taken */
+	struct sink_trim_result trim_res;
+	struct buf key; /* scratch for key names */
+	struct buf tag;
+	struct buf wait_cmd; /* encoded WAIT or WAITAOF */
+	struct sink_stats stats;
+	enum sink_error_kind errkind;
+	char errmsg[1024];
+};
+
+/* Cluster hash slot of stream s. */
+static inline uint16_t sink_stream_slot(struct sink_redis *s, const char *stream, size_t len)
+{
+	return sq_stream_slot(stream, len, &s->tag);
+}
+
+/* n's connection as redis_conn.h has it (n->io reads and writes through it). */
+static inline struct redis_conn sink_node_conn(const struct node *n)
+{
+	return (struct redis_conn){.c = n->c, .ssl = n->ssl, .ops = n->io};
+}
+
+/* sink_redis.c */
+/* Empty set (its table stays allocated). */
+void sink_strset_clear(struct strset *set);
+/* Close n's connection and forget what was staged or awaited on it. */
+void sink_node_close(struct node *n);
+/* sink_node_close(), then free everything n holds and zero it. */
+void sink_node_finish(struct node *n);
+/* "host:port" or the unix socket path, for messages. */
+const char *sink_node_addr(const struct node *n, char *buf, size_t len);
+/* Route e to the connection of its slot and queue it there for writing. */
+bool sink_route(struct sink_redis *s, struct sq_ent *e);
+
+/* sink_reply.c */
+/* errmsg for an ACL refusal of what (see sink_error_noperm_text). */
+void sink_noperm_message(struct sink_redis *s, const char *what, const char *fix, const char *msg);
+/* Match one reply against what n's oldest outstanding request was. */
+bool sink_handle_reply(struct sink_redis *s, struct node *n, redisReply *r);
+
+/* sink_housekeeping.c */
+/* used_memory and maxmemory from an INFO memory reply into n. */
+void sink_read_memory(struct node *n, const char *info);
+/* The answer to one --trim acked call: entries removed, or why not. */
+bool sink_trim_reply(struct sink_redis *s, const redisReply *r);
+
+#endif
