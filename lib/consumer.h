@@ -9,10 +9,14 @@
  * is at-least-once.
  *
  * Three parts, usable on their own:
- *   - configuration: flags and OUTBOX_CONSUME_* environment variables;
- *   - rendering: one stream entry as one JSON line (pure, no I/O);
- *   - consumer_run(): the program's main loop. Like relay_run() it is the
- *     one part of this module that logs (to stderr, through log.h).
+ *   - configuration: flags and OUTBOX_CONSUME_* environment variables
+ *     (consumer_config.c);
+ *   - rendering: one stream entry as one JSON line (pure, no I/O;
+ *     consumer_render.c);
+ *   - consumer_run(): the program's main loop (consumer.c, with
+ *     consumer_read.c and consumer_command.c; their shared state is in
+ *     consumer_int.h). Like relay_run() it is the one part of this module
+ *     that logs (to stderr, through log.h).
  */
 #ifndef RELAY_CONSUMER_H
 #define RELAY_CONSUMER_H

@@ -38,7 +38,6 @@
 #include "exitcode.h"
 #include "lsn.h"
 #include "redis_conn.h"
-#include "relay_build.h"
 #include "sink_redis.h"
 
 #define PROGNAME "outbox-relay status"

@@ -247,7 +247,7 @@ assert_not_contains "$(cat "$T"/relay.*.log)" "$relaypw" "no relay log holds the
 OUTBOX_CONSUME_REDIS_SENTINEL_PASSWORD=$sentpw timeout 60 "$CONSUME_BIN" \
 	--redis-url "redis-sentinel://outbox-consume:@$SENTINEL_ADDRS#$SENTINEL_NAME" \
 	--redis-password-file "$T/consume-password" --stream outbox:order --group g-sentinel \
-	--create-group --count "$RESULT_EVENTS" --block 1000 >"$T/consumed.jsonl" 2>"$T/consume.log" ||
+	--create-group --count "$RESULT_EVENTS" --block-timeout 1s >"$T/consumed.jsonl" 2>"$T/consume.log" ||
 	fail "outbox-consume through the Sentinels exited with $? ($(tail -n 3 "$T/consume.log"))"
 python3 -c '
 import json, sys
@@ -428,7 +428,7 @@ check_stream async "stale Sentinel first in the URL"
 rc=0
 timeout 60 "$CONSUME_BIN" --redis-url "redis-sentinel://outbox-consume:@127.0.0.1:$SP,$SENTINEL_ADDRS#$SENTINEL_NAME" \
 	--redis-password-file "$T/consume-password" --stream outbox:order --group g-stale --create-group \
-	--count "$(wc -l <"$T/expected.async")" --block 1000 >"$T/consumed.stale" 2>"$T/consume.stale.log" || rc=$?
+	--count "$(wc -l <"$T/expected.async")" --block-timeout 1s >"$T/consumed.stale" 2>"$T/consume.stale.log" || rc=$?
 assert_eq 0 "$rc" "stale: outbox-consume exit code ($(tail -n 2 "$T/consume.stale.log" | tr '\n' ' '))"
 assert_eq "$(wc -l <"$T/expected.async")" "$(wc -l <"$T/consumed.stale")" "stale: outbox-consume read every event"
 assert_contains "$(cat "$T/consume.stale.log")" "ROLE is \"slave\"" "stale: outbox-consume saw ROLE slave and retried"

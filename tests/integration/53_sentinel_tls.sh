@@ -100,7 +100,7 @@ ids_exactly_once "$T/expected" "$T/got.2" "new master $RP, over TLS"
 cmp -s "$T/expected" "$T/got.2" || fail "outbox:order on the new master is not in commit order"
 ok "outbox:order in commit order"
 run_bin consume "$CONSUME_BIN" --redis-url "$URL" --redis-tls-ca-file "$TLS/ca.crt" --stream outbox:order \
-	--group g --create-group --count 400 --block 1000
+	--group g --create-group --count 400 --block-timeout 1s
 assert_eq 0 "$RC" "outbox-consume over rediss-sentinel://: exit code"
 assert_eq 400 "$(grep -c '"stream":"outbox:order"' "$T/consume.out")" "outbox-consume read the 400 events"
 

@@ -242,7 +242,7 @@ if [ -x "$CONSUME_BIN" ]; then
 	n=$(wc -l <"$T/expected") # --stream-pattern skips outbox:dead-letter
 	timeout 60 "$CONSUME_BIN" --redis-url "unix://outbox-consume:@$REDIS_SOCK" \
 		--redis-password-file <(printf '%s\n' "$conspw") --stream-pattern 'outbox:*' \
-		--group g3 --create-group --count "$n" --block 1000 >"$T/consumed.jsonl" 2>"$T/consume.log" ||
+		--group g3 --create-group --count "$n" --block-timeout 1s >"$T/consumed.jsonl" 2>"$T/consume.log" ||
 		fail "outbox-consume as outbox-consume exited with $? ($(tail -n 3 "$T/consume.log"))"
 	assert_eq "$n" "$(wc -l <"$T/consumed.jsonl")" "outbox-consume (ACL user) printed $n entries"
 	assert_not_contains "$(cat "$T/consumed.jsonl")" '"stream":"outbox:dead-letter"' "outbox-consume skipped the dead-letter stream"

@@ -1,9 +1,10 @@
 /*
- * test_consumer.c - unit tests for the pure parts of lib/consumer.c: the
- * JSON line of a stream entry (field order, payload and headers embedded
- * when they are JSON and kept as strings when not, escaping, UTF-8 repair,
- * exact numbers) and the option parser (defaults, environment vs flags,
- * milliseconds, errors that never show a password).
+ * test_consumer.c - unit tests for the pure parts of outbox-consume: the
+ * JSON line of a stream entry (lib/consumer_render.c: field order, payload
+ * and headers embedded when they are JSON and kept as strings when not,
+ * escaping, UTF-8 repair, exact numbers) and the option parser
+ * (lib/consumer_config.c: defaults, environment vs flags, milliseconds,
+ * errors that never show a password).
  */
 #include "consumer.h"
 
