@@ -205,7 +205,7 @@
 	"          end\n"                                                                              \
 	"          local s, j = shard(h, curb)\n"                                                      \
 	"          key = cpre .. s\n"                                                                  \
-	"          dup = redis.call('HSETNX', key, f, off) == 0\n"                                       \
+	"          dup = redis.call('HSETNX', key, f, off) == 0\n"                                     \
 	"          if not dup and j >= curb.made then redis.call('EXPIREAT', key, exp) end\n"          \
 	"        end\n"                                                                                \
 	"      end\n"                                                                                  \

@@ -1,0 +1,134 @@
+#!/bin/bash
+# dedup_instr.sh - Redis's CPU cost of the publish path per event, counted in
+# instructions (valgrind --tool=callgrind on redis-server), for a relay
+# "before" (OLD_REF, default cdfcce6: one string key with a TTL per event id)
+# and "after" (this tree: time buckets of listpack hashes). Instruction
+# counts are repeatable whatever else the machine runs, unlike the CPU
+# seconds dedup_mem.sh reads from INFO; use this one to compare changes to
+# the function on a busy machine, dedup_mem.sh for the real-time figure.
+#
+#   tests/bench/dedup_instr.sh [EVENTS]      (default 20000)
+#
+# Environment: OLD_REF, OLD_BIN / NEW_BIN (as dedup_mem.sh), WINDOW (the
+# --dedup-window of both runs, default 3600: every id of the burst in one
+# bucket, grown from one hash by splits). Two runs:
+#   burst: EVENTS rows (UUID ids, 1000 per transaction) drained into an
+#          empty Redis;
+#   again: EVENTS more rows with the ids of the burst's (deleted in between),
+#          drained into the Redis the burst left: every event is a duplicate
+#          inside the window (the lookup path).
+# Prints Redis instructions per event, in all and inside FCALL alone
+# (callgrind's inclusive cost of fcallCommand; evalShaCommand for a relay
+# using EVALSHA), and the ratio after / before.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+EVENTS=${1:-20000}
+OLD_REF=${OLD_REF:-cdfcce6}
+WINDOW=${WINDOW:-3600}
+
+command -v valgrind >/dev/null && command -v callgrind_annotate >/dev/null ||
+	{ echo "dedup_instr: needs valgrind (apt-get install valgrind)" >&2; exit 2; }
+
+build_old() {
+	local d
+	d=$(mktemp -d "${TMPDIR:-/tmp}/dedup-old.XXXXXXXX")
+	git -C "$ROOT" archive "$OLD_REF" | tar -x -C "$d"
+	meson setup "$d/build" "$d" -Dbuildtype=release -Dintegration_tests=false >/dev/null
+	ninja -C "$d/build" cmd/outbox-relay/outbox-relay >/dev/null
+	echo "$d/build/cmd/outbox-relay/outbox-relay"
+}
+. "$ROOT/tests/bench/lib.sh"
+[ -n "${NEW_BIN:-}" ] || NEW_BIN=$(bench_relay_bin)
+[ -n "${OLD_BIN:-}" ] || OLD_BIN=$(build_old)
+
+export TESTS_DIR=$ROOT/tests RELAY_LOG_LEVEL=info RELAY_TIMEOUT=900 RELAY_BIN=$NEW_BIN
+. "$ROOT/tests/integration/lib.sh"
+setup_tmp
+pg_start
+load_schema
+
+# redis-server under callgrind, in the foreground of a background job (a
+# daemonized child is out of callgrind_control's reach); its pidfile still
+# names it. Collection is zeroed before each run and dumped after it, to
+# $T/cg.<pid>.<n>.
+redis_server() {
+	valgrind --tool=callgrind --callgrind-out-file="$T/cg.%p" redis-server "$@" --daemonize no \
+		>>"$T/valgrind.log" 2>&1 &
+}
+
+# instr FILE: total instructions and fcall's (or evalsha's) inclusive share.
+instr() {
+	local total fc
+	total=$(sed -n 's/^summary: *\([0-9]*\).*/\1/p; s/^totals: *\([0-9]*\).*/\1/p' "$1" | tail -n 1)
+	fc=$(callgrind_annotate --inclusive=yes --threshold=100 "$1" 2>/dev/null |
+		sed -n 's/,//g; s/^ *\([0-9]*\) .*[^a-zA-Z_]\(fcallCommand\|evalShaCommand\)[^a-zA-Z_].*/\1/p' |
+		head -n 1)
+	echo "${total:-0} ${fc:-0}"
+}
+
+slot_create i_old
+slot_create i_new
+rows() {
+	psql_q "DO \$\$ BEGIN FOR i IN 0..$(((EVENTS - 1) / 1000)) LOOP
+	          INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload)
+	          SELECT $1, 'bench', g::text, 'created', jsonb_build_object('n', g)
+	          FROM generate_series(i * 1000 + 1, least($EVENTS, i * 1000 + 1000)) g;
+	          COMMIT; END LOOP; END \$\$" >/dev/null
+}
+# measure RUN WHO END: drain the slot of WHO to END into the running Redis
+# under callgrind, counting from zero; one result line.
+measure() {
+	local r=$1 who=$2 end=$3 bin=$OLD_BIN f tot fc
+	[ "$who" = new ] && bin=$NEW_BIN
+	callgrind_control -z "$REDIS_PID" >/dev/null
+	RELAY_BIN=$bin relay_run_until "$end" --slot "i_$who" --dedup-window "$WINDOW" ||
+		fail "relay ($who, $r) exit $RELAY_RC"
+	assert_eq "$EVENTS" "$(xlen outbox:bench)" "$who $r: every event published once"
+	rm -f "$T/cg.$REDIS_PID".*
+	callgrind_control -d "$r" "$REDIS_PID" >/dev/null
+	wait_for "ls '$T/cg.$REDIS_PID'.* >/dev/null 2>&1" 30 || fail "callgrind wrote no dump"
+	f=$(ls "$T/cg.$REDIS_PID".* | head -n 1)
+	read -r tot fc <<<"$(instr "$f")"
+	cp "$f" "$T/cg-$r-$who.out"
+	printf '%s\t%s\t%s\t%s\n' "$r" "$who" "$tot" "$fc" >>"$RESULTS"
+}
+RESULTS=$T/results.tsv
+: >"$RESULTS"
+
+# burst: each relay into an empty Redis; what it leaves is saved for "again".
+rows "md5(g::text)::uuid"
+end_burst=$(current_lsn)
+for who in old new; do
+	redis_stop
+	rm -rf "$T/redis"
+	redis_start
+	measure burst "$who" "$end_burst"
+	redis_cli SAVE >/dev/null
+	cp "$T/redis/dump.rdb" "$T/$who.rdb"
+done
+# again: the same ids in new rows (the old ones deleted), each relay into
+# the Redis its burst left (loaded from its RDB file).
+psql_q "DELETE FROM outbox" >/dev/null
+rows "md5(g::text)::uuid"
+end_again=$(current_lsn)
+for who in old new; do
+	redis_stop
+	rm -rf "$T/redis"
+	mkdir -p "$T/redis"
+	cp "$T/$who.rdb" "$T/redis/dump.rdb"
+	redis_start
+	measure again "$who" "$end_again"
+done
+
+echo
+echo "Redis instructions per event (callgrind, redis-server $(redis-server --version |
+	sed 's/.*v=\([^ ]*\).*/\1/')), $EVENTS events, --dedup-window $WINDOW; before = $OLD_REF, after = this tree"
+printf '%-7s %14s %14s %14s %14s %8s %8s\n' run "before total" "after total" "before fcall" "after fcall" ratio "fcall"
+for r in burst again; do
+	awk -F'\t' -v r="$r" -v n="$EVENTS" '
+		$1 == r && $2 == "old" { ot = $3; of = $4 }
+		$1 == r && $2 == "new" { nt = $3; nf = $4 }
+		END { printf "%-7s %14.0f %14.0f %14.0f %14.0f %8.3f %8.3f\n", r, ot / n, nt / n, of / n, nf / n,
+			nt / ot, (of > 0 ? nf / of : 0) }' "$RESULTS"
+done
+pass
