@@ -257,6 +257,25 @@ static const redisReply *single_stream_entries(const redisReply *r, bool *bad)
 }
 
 /*
+ * One round of a read command on s (argv, whose COUNT argument is the
+ * buffer count, 24 bytes): NULL with *st set when a stop was requested, the
+ * stream's node cannot be reached or the command failed; else the reply.
+ */
+static redisReply *stream_command(struct consumer *c, const struct cstream *s, int argc,
+                                  const char **argv, char *count, enum step *st)
+{
+	if (consumer_stop_requested) {
+		*st = STEP_STOP;
+		return NULL;
+	}
+	(void)snprintf(count, 24, "%" PRIu64, want(c));
+	*st = consumer_route_key(c, s->key);
+	if (*st != STEP_OK)
+		return NULL;
+	return consumer_command(c, argc, argv, NULL, CMD_TIMEOUT_MS, false, st);
+}
+
+/*
  * Read this consumer's own pending entries of s (delivered to this consumer
  * name earlier but never acknowledged): XREADGROUP with ID 0, then after the
  * last id seen, until none are left. Then s is live.
@@ -273,13 +292,7 @@ enum step consumer_read_own_pending(struct consumer *c, struct cstream *s)
 		redisReply *r;
 		bool bad;
 
-		if (consumer_stop_requested)
-			return STEP_STOP;
-		(void)snprintf(count, sizeof(count), "%" PRIu64, want(c));
-		st = consumer_route_key(c, s->key);
-		if (st != STEP_OK)
-			return st;
-		r = consumer_command(c, 9, argv, NULL, CMD_TIMEOUT_MS, false, &st);
+		r = stream_command(c, s, 9, argv, count, &st);
 		if (!r)
 			return st;
 		if (is_nogroup(r)) {
@@ -326,13 +339,7 @@ enum step consumer_claim_stream(struct consumer *c, struct cstream *s)
 		const redisReply *entries;
 		redisReply *r;
 
-		if (consumer_stop_requested)
-			return STEP_STOP;
-		(void)snprintf(count, sizeof(count), "%" PRIu64, want(c));
-		st = consumer_route_key(c, s->key);
-		if (st != STEP_OK)
-			return st;
-		r = consumer_command(c, 8, argv, NULL, CMD_TIMEOUT_MS, false, &st);
+		r = stream_command(c, s, 8, argv, count, &st);
 		if (!r)
 			return st;
 		if (is_nogroup(r)) {
