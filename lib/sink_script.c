@@ -41,7 +41,7 @@
  * 24 ids, so each hash stays far below hash-max-listpack-entries (128 by
  * default) in the compact listpack encoding (tests/bench/dedup_instr.sh:
  * one split per 16 to 32 ids costs Redis the same instructions, per 40
- * about 7 % more). redis.call, redis.pcall and string.byte are read once
+ * about 6 % more). redis.call, redis.pcall and string.byte are read once
  * per call into locals (each global read is a table lookup in Lua 5.1). A new bucket starts with
  * the K the previous one ended with; its shards are created (holding an empty field "", with their
  * expiry) up to 256 per call, and an id inserted into a shard not created yet sets that shard's
