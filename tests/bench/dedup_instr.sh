@@ -29,17 +29,9 @@ WINDOW=${WINDOW:-3600}
 command -v valgrind >/dev/null && command -v callgrind_annotate >/dev/null ||
 	{ echo "dedup_instr: needs valgrind (apt-get install valgrind)" >&2; exit 2; }
 
-build_old() {
-	local d
-	d=$(mktemp -d "${TMPDIR:-/tmp}/dedup-old.XXXXXXXX")
-	git -C "$ROOT" archive "$OLD_REF" | tar -x -C "$d"
-	meson setup "$d/build" "$d" -Dbuildtype=release -Dintegration_tests=false >/dev/null
-	ninja -C "$d/build" cmd/outbox-relay/outbox-relay >/dev/null
-	echo "$d/build/cmd/outbox-relay/outbox-relay"
-}
 . "$ROOT/tests/bench/lib.sh"
 [ -n "${NEW_BIN:-}" ] || NEW_BIN=$(bench_relay_bin)
-[ -n "${OLD_BIN:-}" ] || OLD_BIN=$(build_old)
+[ -n "${OLD_BIN:-}" ] || OLD_BIN=$(bench_old_relay_bin "$OLD_REF")
 
 export TESTS_DIR=$ROOT/tests RELAY_LOG_LEVEL=info RELAY_TIMEOUT=900 RELAY_BIN=$NEW_BIN
 . "$ROOT/tests/integration/lib.sh"

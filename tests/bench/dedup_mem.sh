@@ -36,17 +36,9 @@ RATE=${RATE:-5000}
 STEADY_SECS=${STEADY_SECS:-40}
 OLD_REF=${OLD_REF:-cdfcce6}
 
-build_old() {
-	local d
-	d=$(mktemp -d "${TMPDIR:-/tmp}/dedup-old.XXXXXXXX")
-	git -C "$ROOT" archive "$OLD_REF" | tar -x -C "$d"
-	meson setup "$d/build" "$d" -Dbuildtype=release -Dintegration_tests=false >/dev/null
-	ninja -C "$d/build" cmd/outbox-relay/outbox-relay >/dev/null
-	echo "$d/build/cmd/outbox-relay/outbox-relay"
-}
 . "$ROOT/tests/bench/lib.sh"
 [ -n "${NEW_BIN:-}" ] || NEW_BIN=$(bench_relay_bin)
-[ -n "${OLD_BIN:-}" ] || OLD_BIN=$(build_old)
+[ -n "${OLD_BIN:-}" ] || OLD_BIN=$(bench_old_relay_bin "$OLD_REF")
 
 export TESTS_DIR=$ROOT/tests RELAY_LOG_LEVEL=info RELAY_TIMEOUT=600 RELAY_BIN=$NEW_BIN
 . "$ROOT/tests/integration/lib.sh"
