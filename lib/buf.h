@@ -238,4 +238,23 @@ static inline void ring_finish(struct ring *r)
 	r->cap = r->head = r->len = 0;
 }
 
+/* FNV-1a of s[0..n): 32 bits (also on the wire: the dedup field's hash prefix) and 64. */
+static inline uint32_t fnv1a32(const char *s, size_t n)
+{
+	uint32_t h = 2166136261u;
+
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ (unsigned char)s[i]) * 16777619u;
+	return h;
+}
+
+static inline uint64_t fnv1a64(const char *s, size_t n)
+{
+	uint64_t h = 1469598103934665603ULL;
+
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ (unsigned char)s[i]) * 1099511628211ULL;
+	return h;
+}
+
 #endif

@@ -213,19 +213,6 @@ void metrics_destroy(struct metrics *m)
 	free(m);
 }
 
-/* FNV-1a: cheap, and good enough for a few hundred short stream names. */
-static uint32_t hash_name(const char *s, size_t len)
-{
-	uint32_t h = 2166136261u;
-	size_t i;
-
-	for (i = 0; i < len; i++) {
-		h ^= (unsigned char)s[i];
-		h *= 16777619u;
-	}
-	return h;
-}
-
 /*
  * Stream id for name[0..len) (need not be NUL-terminated): the id it got
  * when first seen, or the next free one. Returns METRICS_MAX_STREAMS
@@ -244,7 +231,7 @@ uint32_t metrics_stream_id(struct metrics *m, const char *name, size_t len)
 			return METRICS_MAX_STREAMS;
 		name = "";
 	}
-	h = hash_name(name, len);
+	h = fnv1a32(name, len); /* cheap, good enough for stream names */
 	(void)pthread_mutex_lock(&t->lock);
 	/* Terminates: at most METRICS_MAX_STREAMS of the STREAM_SLOTS slots are used. */
 	for (i = h & (STREAM_SLOTS - 1);; i = (i + 1) & (STREAM_SLOTS - 1)) {

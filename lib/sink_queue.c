@@ -19,24 +19,13 @@
 
 /* ---- last position per stream ---- */
 
-uint64_t sq_hash(const char *s, size_t n)
-{
-	uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-
-	for (size_t i = 0; i < n; i++) {
-		h ^= (unsigned char)s[i];
-		h *= 1099511628211ULL;
-	}
-	return h;
-}
-
 static struct sq_lastpos *posmap_find(const struct sq_posmap *pm, const char *s, size_t n)
 {
 	size_t i;
 
 	if (!pm->v)
 		return NULL;
-	for (i = sq_hash(s, n) & (pm->cap - 1); pm->v[i].stream; i = (i + 1) & (pm->cap - 1))
+	for (i = fnv1a64(s, n) & (pm->cap - 1); pm->v[i].stream; i = (i + 1) & (pm->cap - 1))
 		if (pm->v[i].len == n && memcmp(pm->v[i].stream, s, n) == 0)
 			return &pm->v[i];
 	return NULL;
@@ -72,7 +61,7 @@ static bool posmap_rebuild(struct sq_posmap *pm, size_t cap, uint64_t acked)
 			free(e->stream);
 			continue;
 		}
-		for (j = sq_hash(e->stream, e->len) & (cap - 1); n.v[j].stream; j = (j + 1) & (cap - 1))
+		for (j = fnv1a64(e->stream, e->len) & (cap - 1); n.v[j].stream; j = (j + 1) & (cap - 1))
 			;
 		n.v[j] = *e;
 		n.used++;
@@ -100,7 +89,7 @@ static struct sq_lastpos *posmap_get(struct sq_posmap *pm, const char *s, size_t
 		if ((pm->used + 1) * 2 > pm->cap && !posmap_rebuild(pm, pm->cap * 2, UINT64_MAX))
 			return NULL;
 	}
-	for (i = sq_hash(s, n) & (pm->cap - 1); pm->v[i].stream; i = (i + 1) & (pm->cap - 1))
+	for (i = fnv1a64(s, n) & (pm->cap - 1); pm->v[i].stream; i = (i + 1) & (pm->cap - 1))
 		;
 	pm->v[i].stream = malloc(n ? n : 1);
 	if (!pm->v[i].stream)
@@ -518,7 +507,7 @@ static unsigned hexval(char c)
 static void put_dedup_field(struct buf *b, const char *id, size_t len)
 {
 	unsigned char f[16];
-	uint32_t h = 2166136261u;
+	uint32_t h;
 	bool esc;
 
 	if (uuid_canonical(id, len)) {
@@ -531,8 +520,7 @@ static void put_dedup_field(struct buf *b, const char *id, size_t len)
 		resp_bulk(b, (const char *)f, 16);
 		return;
 	}
-	for (size_t i = 0; i < len; i++)
-		h = (h ^ (unsigned char)id[i]) * 16777619u;
+	h = fnv1a32(id, len);
 	esc = len == 12 || (len > 12 && id[len - 1] == '\0');
 	buf_putc(b, '$');
 	buf_put_u64(b, 4 + len + esc);

@@ -231,8 +231,6 @@ bool sq_queue_record(struct sink_queue *q, enum sq_kind k, const char *val, size
 /* Does ev have a value worth sending from its own memory (see struct sq_ext)? */
 bool sq_has_large_value(const struct event *ev);
 
-/* FNV-1a of s[0..n). */
-uint64_t sq_hash(const char *s, size_t n);
 /* "<key-prefix>:slot:<slot>": the slot record's key (no hash tag: its own slot). */
 void sq_record_key(const struct relay_config *cf, struct buf *b);
 /* Cluster hash slot of stream[0..len) (tag: scratch). */

@@ -86,7 +86,7 @@ static int strset_add(struct strset *set, const char *s, size_t n)
 			sink_strset_clear(set);
 		}
 	}
-	i = sq_hash(s, n) & (set->cap - 1);
+	i = fnv1a64(s, n) & (set->cap - 1);
 	while (set->slots[i]) {
 		if (strlen(set->slots[i]) == n && memcmp(set->slots[i], s, n) == 0)
 			return 0;
