@@ -60,13 +60,6 @@ instr() {
 
 slot_create i_old
 slot_create i_new
-rows() {
-	psql_q "DO \$\$ BEGIN FOR i IN 0..$(((EVENTS - 1) / 1000)) LOOP
-	          INSERT INTO outbox (id, aggregate_type, aggregate_id, event_type, payload)
-	          SELECT $1, 'bench', g::text, 'created', jsonb_build_object('n', g)
-	          FROM generate_series(i * 1000 + 1, least($EVENTS, i * 1000 + 1000)) g;
-	          COMMIT; END LOOP; END \$\$" >/dev/null
-}
 # measure RUN WHO END: drain the slot of WHO to END into the running Redis
 # under callgrind, counting from zero; one result line.
 measure() {
@@ -88,7 +81,7 @@ RESULTS=$T/results.tsv
 : >"$RESULTS"
 
 # burst: each relay into an empty Redis; what it leaves is saved for "again".
-rows "md5(g::text)::uuid"
+bench_outbox_rows "$EVENTS" "md5(g::text)::uuid"
 end_burst=$(current_lsn)
 for who in old new; do
 	redis_stop
@@ -101,7 +94,7 @@ done
 # again: the same ids in new rows (the old ones deleted), each relay into
 # the Redis its burst left (loaded from its RDB file).
 psql_q "DELETE FROM outbox" >/dev/null
-rows "md5(g::text)::uuid"
+bench_outbox_rows "$EVENTS" "md5(g::text)::uuid"
 end_again=$(current_lsn)
 for who in old new; do
 	redis_stop

@@ -92,11 +92,7 @@ for r in $(seq 1 "$ROUNDS"); do
 	slot_create "b_old_$r"
 	slot_create "b_new_$r"
 done
-psql_q "DO \$\$ BEGIN FOR i IN 0..$(((EVENTS - 1) / 1000)) LOOP
-          INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
-          SELECT 'bench', g::text, 'created', jsonb_build_object('n', g)
-          FROM generate_series(i * 1000 + 1, least($EVENTS, i * 1000 + 1000)) g;
-          COMMIT; END LOOP; END \$\$" >/dev/null
+bench_outbox_rows "$EVENTS"
 end=$(current_lsn)
 for r in $(seq 1 "$ROUNDS"); do
 	for who in old new; do
@@ -119,11 +115,7 @@ done
 LIFE_WINDOW=${LIFE_WINDOW:-20}
 slot_create l_old
 slot_create l_new
-psql_q "DO \$\$ BEGIN FOR i IN 0..$(((EVENTS - 1) / 1000)) LOOP
-          INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
-          SELECT 'bench', g::text, 'created', jsonb_build_object('n', g)
-          FROM generate_series(i * 1000 + 1, least($EVENTS, i * 1000 + 1000)) g;
-          COMMIT; END LOOP; END \$\$" >/dev/null
+bench_outbox_rows "$EVENTS"
 lend=$(current_lsn)
 for who in old new; do
 	bin=$OLD_BIN

@@ -20,3 +20,16 @@ bench_old_relay_bin() {
 	ninja -C "$d/build" cmd/outbox-relay/outbox-relay >/dev/null
 	echo "$d/build/cmd/outbox-relay/outbox-relay"
 }
+
+# bench_outbox_rows N [ID_EXPR]: N outbox rows of stream outbox:bench, 1000
+# per transaction; ID_EXPR (SQL over the row number g) sets their ids,
+# else the table's default (random UUIDs). Needs the integration harness.
+bench_outbox_rows() {
+	local idcol= idval=
+	[ -z "${2:-}" ] || { idcol="id, " idval="$2, "; }
+	psql_q "DO \$\$ BEGIN FOR i IN 0..$((($1 - 1) / 1000)) LOOP
+	          INSERT INTO outbox (${idcol}aggregate_type, aggregate_id, event_type, payload)
+	          SELECT ${idval}'bench', g::text, 'created', jsonb_build_object('n', g)
+	          FROM generate_series(i * 1000 + 1, least($1, i * 1000 + 1000)) g;
+	          COMMIT; END LOOP; END \$\$" >/dev/null
+}

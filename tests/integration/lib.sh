@@ -908,7 +908,7 @@ rnode_up() { [ "$(rcli "$1" ping 2>/dev/null)" = PONG ]; }
 # $T/rnode.PORT and ARGS; returns 1 when it does not come up (port taken).
 # The args are saved so rnode_start PORT can start the node again.
 _rnode_launch() {
-	local p=$1 d=$T/rnode.$1 pid
+	local p=$1 d=$T/rnode.$1
 	shift
 	mkdir -p "$d"
 	rm -f "$d/redis.pid"
@@ -917,13 +917,21 @@ _rnode_launch() {
 	redis_server --bind 127.0.0.1 --port "$p" --save '' --appendonly no --repl-diskless-sync-delay 0 --dir "$d" \
 		--daemonize yes --pidfile "$d/redis.pid" --logfile "$d/redis.log" "$@" ||
 		return 1
-	if ! wait_for "[ -s '$d/redis.pid' ]" 5; then
+	_daemon_up "$d/redis.pid" "rnode_up $p" || {
 		log "redis-server on port $p did not start: $(grep -m1 -iE 'error|in use' "$d/redis.log" 2>/dev/null || true)" >&2
 		return 1
-	fi
-	pid=$(cat "$d/redis.pid")
+	}
+}
+
+# _daemon_up PIDFILE CHECK: a daemonized redis-server (or Sentinel) wrote
+# PIDFILE within 5 s (its pid is then recorded for the cleanup) and CHECK
+# succeeds within 10 s; else it is killed and 1 returned.
+_daemon_up() {
+	local pid
+	wait_for "[ -s '$1' ]" 5 || return 1
+	pid=$(cat "$1")
 	echo "$pid" >>"$T/redis.pids"
-	wait_for "rnode_up $p" 10 || {
+	wait_for "$2" 10 || {
 		kill -9 "$pid" 2>/dev/null || true
 		return 1
 	}
@@ -1309,7 +1317,7 @@ scli() {
 # (redis-server --sentinel, which rewrites its own config file) in
 # $T/sentinel.PORT; returns 1 when it does not come up.
 _sentinel_launch() {
-	local p=$1 m=$2 d=$T/sentinel.$1 pid l di
+	local p=$1 m=$2 d=$T/sentinel.$1 l di
 	shift 2
 	di=${d#"${REDIS_CHROOT%/}"} # the directory as the server sees it
 	mkdir -p "$d"
@@ -1328,13 +1336,7 @@ _sentinel_launch() {
 		for l in "$@"; do echo "$l"; done
 	} >"$d/sentinel.conf"
 	redis_server "$d/sentinel.conf" --sentinel || return 1
-	wait_for "[ -s '$d/redis.pid' ]" 5 || return 1
-	pid=$(cat "$d/redis.pid")
-	echo "$pid" >>"$T/redis.pids"
-	wait_for "[ \"\$(scli $p ping 2>/dev/null)\" = PONG ]" 10 || {
-		kill -9 "$pid" 2>/dev/null || true
-		return 1
-	}
+	_daemon_up "$d/redis.pid" "[ \"\$(scli $p ping 2>/dev/null)\" = PONG ]"
 }
 
 # sentinel_field PORT FIELD: FIELD of SENTINEL MASTER $SENTINEL_NAME on PORT.
