@@ -25,6 +25,7 @@ struct pgrepl {
 	lsn_t slot_confirmed;    /* the slot's confirmed_flush_lsn when streaming started */
 	char system_id[32];      /* IDENTIFY_SYSTEM's systemid */
 	char dbname[128];        /* and dbname */
+	lsn_t xlogpos;           /* and xlogpos: the server's WAL end then */
 	char *tbl_schema;        /* the outbox table's real schema and name, as */
 	char *tbl_name;          /* PostgreSQL resolved --table (case folded, quotes gone) */
 	struct slot_guard guard; /* pgrepl_set_guard; guard.owner is copied to guard_owner */
@@ -96,6 +97,11 @@ bool pgrepl_altered_failover(const struct pgrepl *p)
 bool pgrepl_created_slot(const struct pgrepl *p)
 {
 	return p->created_slot;
+}
+
+lsn_t pgrepl_start_wal_end(const struct pgrepl *p)
+{
+	return p->xlogpos;
 }
 
 const char *pgrepl_system_id(const struct pgrepl *p)
@@ -673,6 +679,9 @@ enum pg_status pgrepl_start(struct pgrepl *p)
 	}
 	snprintf(p->system_id, sizeof(p->system_id), "%s", PQgetvalue(res, 0, 0));
 	snprintf(p->dbname, sizeof(p->dbname), "%s", PQgetvalue(res, 0, 3));
+	if (PQgetisnull(res, 0, 2) ||
+	    !lsn_parse(PQgetvalue(res, 0, 2), strlen(PQgetvalue(res, 0, 2)), &p->xlogpos))
+		p->xlogpos = 0;
 	PQclear(res);
 	st = check_owner(p);
 	if (st != PG_OK)

@@ -66,6 +66,9 @@ bool pgrepl_created_slot(const struct pgrepl *p);
 /* The slot's confirmed_flush_lsn as read before START_REPLICATION (a new slot: its consistent
  * point). */
 lsn_t pgrepl_slot_confirmed(const struct pgrepl *p);
+/* IDENTIFY_SYSTEM's WAL end (xlogpos) at the last start: where the backlog the slot holds
+ * then ends (0 before, or when the server did not say). */
+lsn_t pgrepl_start_wal_end(const struct pgrepl *p);
 /* IDENTIFY_SYSTEM's system identifier and database of the last start ("" before). */
 const char *pgrepl_system_id(const struct pgrepl *p);
 const char *pgrepl_dbname(const struct pgrepl *p);

@@ -151,6 +151,8 @@ int relay_try_pg(struct relay *r)
 			log_error("database name \"%s\" is too long", pgrepl_dbname(r->pg));
 			return EXIT_PG_SETUP;
 		}
+		sink_redis_backlog_start(r->sink, pgrepl_slot_confirmed(r->pg),
+		                         pgrepl_start_wal_end(r->pg));
 		if (pgrepl_gap_accepted(r->pg)[0] && !accept_gap(r)) {
 			log_error("out of memory");
 			return EXIT_FAILURE_RUNTIME;

@@ -162,6 +162,7 @@ bool relay_handle_xlogdata(struct relay *r, const struct pg_msg *m)
 
 	if (m->data_start > r->received)
 		r->received = m->data_start;
+	sink_redis_backlog_at(r->sink, m->data_start);
 	if ((int64_t)m->len > r->cf->max_event_bytes && r->in_txn && m->len > 14 &&
 	    memcmp(m->data, "{\"action\":\"I\"", 14) == 0) {
 		/* An outbox row (add-tables lets no other through) too big to publish:

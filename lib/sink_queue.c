@@ -98,6 +98,8 @@ static struct sq_lastpos *posmap_get(struct sq_posmap *pm, const char *s, size_t
 	pm->v[i].len = n;
 	pm->v[i].seq = 0;
 	pm->v[i].pos[0] = '\0';
+	pm->v[i].events = 0;
+	pm->v[i].bl_gen = 0;
 	pm->used++;
 	return &pm->v[i];
 }
@@ -327,23 +329,53 @@ static bool push_command(struct sink_queue *q, struct sq_ent *ent, size_t start)
 	return true;
 }
 
+void sq_backlog_start(struct sink_queue *q, lsn_t from, lsn_t end)
+{
+	q->bl_from = from;
+	q->bl_end = end;
+	q->bl_at = from;
+	q->bl_gen++;
+}
+
+uint64_t sq_backlog_hint(const struct sink_queue *q, uint64_t n, uint64_t events)
+{
+	double ahead, read;
+
+	if (!q->bl_end || q->bl_at >= q->bl_end || q->bl_at <= q->bl_from)
+		return n;
+	ahead = (double)(q->bl_end - q->bl_at);
+	read = (double)(q->bl_at - q->bl_from);
+	/* Capped far above the function's own cap (2^20 hashes of 24 ids). */
+	return n +
+	       (uint64_t)(ahead / read * (double)events < 1e12 ? ahead / read * (double)events : 1e12);
+}
+
 bool sq_close_batch(struct sink_queue *q)
 {
 	const struct relay_config *cf = q->cf;
 	struct buf *b = &q->out;
 	size_t start = b->len, dl_len = strlen(cf->dead_letter_stream);
 	uint16_t slot;
-	struct sq_lastpos *lp;
+	struct sq_lastpos *lp = NULL;
 	struct sq_ent ent;
+	uint64_t events = q->b_n;
 
 	if (!q->b_open)
 		return true;
 	q->b_open = false;
+	if (!q->republish) {
+		lp = posmap_get(&q->last_pos, q->b_stream.data, q->b_stream.len, q->acked_seq);
+		if (!lp)
+			return false;
+		if (lp->bl_gen != q->bl_gen)
+			lp->events = 0, lp->bl_gen = q->bl_gen;
+		events = lp->events += q->b_n;
+	}
 	(void)stream_hash_tag(q->b_stream.data, q->b_stream.len, &q->tag); /* checked when opened */
 	slot = sq_stream_slot(q->b_stream.data, q->b_stream.len, &q->tag);
 	/* FCALL name numkeys | stream wm legacy-wm dead-letter dedup-base |
-	 * ttl maxlen owner expect slot old-dedup-prefix args... */
-	resp_array(b, 3 + 5 + 6 + q->b_args_count);
+	 * ttl maxlen owner expect slot old-dedup-prefix ids-to-come args... */
+	resp_array(b, 3 + 5 + 7 + q->b_args_count);
 	if (*q->use_functions) {
 		resp_str(b, "FCALL");
 		resp_str(b, SINK_SCRIPT_PUBLISH);
@@ -394,16 +426,14 @@ bool sq_close_batch(struct sink_queue *q)
 	resp_str(b, q->b_expect);
 	resp_str(b, cf->slot);
 	resp_bulk(b, q->b_prefix.data, q->b_prefix.len);
+	resp_u64(b, sq_backlog_hint(q, q->b_n, events));
 	if (q->b_ext) /* segment offsets: from b_args to the command */
 		for (size_t i = 0; i < q->b_ext->nseg; i++)
 			q->b_ext->seg[i].at += b->len - start;
 	buf_append(b, q->b_args.data, q->b_args.len);
 	if (q->key.failed || q->tag.failed)
 		return false;
-	if (!q->republish) {
-		lp = posmap_get(&q->last_pos, q->b_stream.data, q->b_stream.len, q->acked_seq);
-		if (!lp)
-			return false;
+	if (lp) {
 		memcpy(lp->pos, q->b_last, sizeof(lp->pos));
 		lp->seq = q->b_seq;
 	}

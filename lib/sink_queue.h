@@ -90,7 +90,9 @@ struct sq_lastpos {
 	char *stream; /* NULL: free */
 	size_t len;
 	uint64_t seq;
-	char pos[26]; /* "<lsn hex16>:<index hex8>" */
+	char pos[26];    /* "<lsn hex16>:<index hex8>" */
+	uint64_t events; /* events of the stream queued since backlog_gen began */
+	uint64_t bl_gen; /* the backlog_gen events counts in */
 };
 
 struct sq_posmap {
@@ -107,6 +109,15 @@ struct sink_queue {
 	const char *sha;
 	char owner[160]; /* "<system id>/<database>": whose positions the watermarks hold */
 	bool republish;  /* calls neither read nor move the watermarks */
+	/*
+	 * The backlog the relay drains since it (re)started streaming: the slot's
+	 * position then (bl_from), the server's WAL end then (bl_end), the newest
+	 * position decoded since (bl_at). Each call tells the function how many
+	 * ids of its stream are still to come from it (backlog_hint()), so that a
+	 * new dedup bucket is made that large at once instead of growing by splits.
+	 */
+	lsn_t bl_from, bl_end, bl_at;
+	uint64_t bl_gen; /* bumped by sq_backlog_start: per-stream counts start again */
 	/* Called for every command queued (NULL: none), e.g. to route it at once. */
 	void (*on_push)(void *ctx, struct sq_ent *e);
 	void *ctx;
@@ -146,6 +157,22 @@ struct sink_queue {
 	struct buf key; /* scratch for key names */
 	struct buf tag;
 };
+
+/* The relay (re)started streaming at from, with the server's WAL end at end. */
+void sq_backlog_start(struct sink_queue *q, lsn_t from, lsn_t end);
+/* It decoded a message at position at. */
+static inline void sq_backlog_at(struct sink_queue *q, lsn_t at)
+{
+	if (at > q->bl_at)
+		q->bl_at = at;
+}
+/*
+ * The ids a call of n events for a stream of which `events` (these n
+ * included) were queued since the start can expect still to come: n, plus
+ * while the backlog lasts events * (WAL ahead) / (WAL read). An estimate:
+ * it only sizes a new dedup bucket.
+ */
+uint64_t sq_backlog_hint(const struct sink_queue *q, uint64_t n, uint64_t events);
 
 /* ---- RESP encoding ---- */
 

@@ -214,6 +214,16 @@ bool sink_redis_set_owner(struct sink_redis *s, const char *system_id, const cha
 	return n > 0 && (size_t)n < sizeof(s->q.owner);
 }
 
+void sink_redis_backlog_start(struct sink_redis *s, lsn_t from, lsn_t end)
+{
+	sq_backlog_start(&s->q, from, end);
+}
+
+void sink_redis_backlog_at(struct sink_redis *s, lsn_t at)
+{
+	sq_backlog_at(&s->q, at);
+}
+
 const char *sink_redis_errmsg(const struct sink_redis *s)
 {
 	return s->errmsg;

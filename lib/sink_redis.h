@@ -119,6 +119,13 @@ uint64_t sink_redis_inflight_events(const struct sink_redis *s);
 uint64_t sink_redis_inflight_bytes(const struct sink_redis *s);
 const struct sink_stats *sink_redis_stats(const struct sink_redis *s);
 
+/*
+ * Streaming (re)started at the slot's position from with the server's WAL end
+ * at end, and a message at position at was decoded: what sizes new dedup
+ * buckets for a backlog (sq_backlog_hint()).
+ */
+void sink_redis_backlog_start(struct sink_redis *s, lsn_t from, lsn_t end);
+void sink_redis_backlog_at(struct sink_redis *s, lsn_t at);
 const char *sink_redis_errmsg(const struct sink_redis *s);
 enum sink_error_kind sink_redis_errkind(const struct sink_redis *s);
 

@@ -16,7 +16,10 @@
  * ("<system id>/<database>" of the PostgreSQL database the relay streams
  * from), expect (the position the previous call of this relay for this
  * stream left the watermark at, "" for none), slot name, the old layout's
- * dedup key prefix ("<prefix>:dedup:{tag}...:"), then per event: position
+ * dedup key prefix ("<prefix>:dedup:{tag}...:"), ids to come (how many ids of
+ * this stream the relay expects to publish from this call on: the call's own,
+ * and while it drains a backlog its estimate of the rest, sq_backlog_hint()),
+ * then per event: position
  * "<commit lsn hex16>:<index hex8>", dedup field (dedup_field()), field
  * count N, and N field/value pairs.
  *
@@ -42,25 +45,27 @@
  * default) in the compact listpack encoding (tests/bench/dedup_instr.sh:
  * one split per 16 to 32 ids costs Redis the same instructions, per 40
  * about 6 % more). redis.call, redis.pcall and string.byte are read once
- * per call into locals (each global read is a table lookup in Lua 5.1). A new bucket starts with
- * the K the previous one ended with; its shards are created (holding an empty field "", with their
- * expiry) up to 256 per call, and an id inserted into a shard not created yet sets that shard's
- * expiry itself. The hash "<base>" (no TTL) holds per live bucket "<K> <count> <shards created>",
- * and "legacy": until when the old layout (one string key "<old prefix><id>" with a TTL per id) may
- * still hold ids (its first call's time + W when the stream had a watermark, else 0), which are
- * then looked up too (EXISTS). Those keys are in the stream's slot (its hash tag) but not in KEYS:
- * a cluster node that cannot serve one (slot migration) fails the call at that command; every event
- * before it is complete (XADD and its entry), so the retry finds them as duplicates and publishes
- * the rest. A split copies first, records the new K, and only then deletes the moved ids from the
- * old shard, so an id is always where the recorded K says. An entry whose XADD fails (or is
- * dead-lettered) is removed again (HDEL; every call first runs a no-op HDEL, so a user without that
- * permission fails the call before it wrote anything), so a failing XADD leaves nothing behind: the
- * watermark then covers the events before it and the error is returned; a retry publishes exactly
- * what is missing.
- * The watermark is written by every call, so each call replicates a write
- * that WAIT can wait for even when all its events were replays.
- * expect "R" (outbox-relay republish): the watermark is neither read nor
- * written; only the dedup window drops what was published before.
+ * per call into locals (each global read is a table lookup in Lua 5.1). A new bucket starts
+ * with the K that the larger of the previous bucket's count and the ids to come need, so a
+ * backlog drained into an empty window fills it without a split. Its shards are created
+ * (holding an empty field "", with their expiry) up to 256 per call, and beyond what the
+ * previous bucket's count needs only one per 4 ids in the bucket (plus 32), so ids to come
+ * that never come cost at most about 1.25 keys per id, as the old layout's one; an id inserted
+ * into a shard not created yet sets that shard's expiry itself. The hash "<base>" (no TTL) holds
+ * per live bucket "<K> <count> <shards created>", and "legacy": until when the old layout (one
+ * string key "<old prefix><id>" with a TTL per id) may still hold ids (its first call's time + W
+ * when the stream had a watermark, else 0), which are then looked up too (EXISTS). Those keys are
+ * in the stream's slot (its hash tag) but not in KEYS: a cluster node that cannot serve one (slot
+ * migration) fails the call at that command; every event before it is complete (XADD and its
+ * entry), so the retry finds them as duplicates and publishes the rest. A split copies first,
+ * records the new K, and only then deletes the moved ids from the old shard, so an id is always
+ * where the recorded K says. An entry whose XADD fails (or is dead-lettered) is removed again
+ * (HDEL; every call first runs a no-op HDEL, so a user without that permission fails the call
+ * before it wrote anything), so a failing XADD leaves nothing behind: the watermark then covers the
+ * events before it and the error is returned; a retry publishes exactly what is missing. The
+ * watermark is written by every call, so each call replicates a write that WAIT can wait for even
+ * when all its events were replays. expect "R" (outbox-relay republish): the watermark is neither
+ * read nor written; only the dedup window drops what was published before.
  */
 #define PUBLISH_BODY                                                                               \
 	"local byte\n"                                                                                 \
@@ -164,7 +169,7 @@
 	"    end\n"                                                                                    \
 	"    if not rep and top then rcall('SET', keys[2], top .. ' ' .. owner) end\n"                 \
 	"  end\n"                                                                                      \
-	"  local res, top, a, chunk = {}, wm, 6, nil\n"                                                \
+	"  local res, top, a, chunk = {}, wm, 7, nil\n"                                                \
 	"  local nargs, nres = #args, 0\n"                                                             \
 	"  while a < nargs do\n"                                                                       \
 	"    local pos, f, first = args[a + 1], args[a + 2], a + 4\n"                                  \
@@ -192,11 +197,13 @@
 	"        if not dup then\n"                                                                    \
 	"          if not curb then\n"                                                                 \
 	"            curb, c0 = {b = cur, c = 0, made = 0}, -1\n"                                      \
-	"            setk(curb, prevb and math.max(1, math.min(1048576, math.ceil(prevb.c / LOAD))) "  \
-	"or 1)\n"                                                                                      \
+	"            local n = math.max(prevb and prevb.c or 0, tonumber(args[7]) or 0)\n"             \
+	"            setk(curb, math.max(1, math.min(1048576, math.ceil(n / LOAD))))\n"                \
 	"          end\n"                                                                              \
 	"          if not chunk then\n"                                                                \
-	"            chunk = math.min(curb.k, curb.made + 256)\n"                                      \
+	"            local kp = prevb and math.ceil(prevb.c / LOAD) or 0\n"                            \
+	"            chunk = math.min(curb.k, curb.made + 256, math.max(kp, math.floor((curb.c + "     \
+	"128) / 4)))\n"                                                                                \
 	"            for j = curb.made, chunk - 1 do\n"                                                \
 	"              rcall('HSET', cpre .. j, '', '')\n"                                             \
 	"              rcall('EXPIREAT', cpre .. j, exp)\n"                                            \

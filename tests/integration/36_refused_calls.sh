@@ -88,7 +88,7 @@ if want a; then
 	call() { # POS EXPECT ID (the dedup field: 4 bytes of hash, then the id)
 		redis_cli FCALL outbox_relay_publish 5 outbox:order outbox-relay:wm:{outbox:order}:outbox_relay \
 			outbox-relay:wm:{outbox:order}:outbox_relay outbox:dead-letter "outbox-relay:dd:{outbox:order}" \
-			3600 0 "$owner" "$2" outbox_relay "outbox-relay:dedup:{outbox:order}:" "$1" "hhhh$3" 1 id "$3" 2>&1
+			3600 0 "$owner" "$2" outbox_relay "outbox-relay:dedup:{outbox:order}:" 1 "$1" "hhhh$3" 1 id "$3" 2>&1
 	}
 	out=$(call "$p2" "$p1" b2)
 	assert_contains "$out" "OUTBOX_BEHIND" "(a) B2 refused while B1 has not run"

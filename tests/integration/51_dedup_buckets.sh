@@ -9,9 +9,18 @@
 #   (b) The same ids more than the window after they were published are
 #       published again, while an id seen later within the window is still
 #       dropped (the oldest bucket is checked to the second).
-#   (c) 3000 ids in one transaction: the current bucket grows to enough
-#       shards, every one a listpack of at most 128 entries with a TTL; the
-#       same 3000 ids again are all dropped.
+#   (c) 3000 ids in one transaction committed while the relay streams: the
+#       current bucket grows by splits to enough shards, every one a listpack
+#       of at most 128 entries with a TTL; the same 3000 ids again are all
+#       dropped.
+#   (e) 3000 ids in one transaction committed while no relay runs: the relay
+#       that drains that backlog sizes the bucket from it (the calls' "ids to
+#       come") and never splits; every shard a listpack with a TTL; the same
+#       ids again all dropped.
+#   (f) 300 ids followed by 20 MB of other WAL: the relay expects far more ids
+#       than come (the WAL ahead is not outbox rows), sizes the bucket for
+#       them, yet creates at most about 1.25 shard keys per id; all are
+#       dropped when they come again.
 #   (d) Upgrade: old-layout keys (one string key per id with a TTL, as the
 #       previous release wrote, next to its watermark) for ids the new layout
 #       never saw: the new relay drops those ids (UUID, text, 12-byte text)
@@ -72,30 +81,79 @@ assert_eq 1 "$(count order "$U1")" "(a) $U1 after a Redis restart from AOF ($age
 assert_eq 1 "$(count order "$X12")" "(a) $X12 after a Redis restart from AOF: dropped"
 assert_eq 1 "$(count order n-1)" "(a) n-1 after a Redis restart from AOF: dropped"
 
-# (c) a burst into another stream while the window of (a) runs out.
+# Redis's count of calls of a command (functions' calls included).
+calls() { redis_cli INFO commandstats | sed -n "s/^cmdstat_$1:calls=\([0-9]*\),.*/\1/p" | grep . || echo 0; }
+# splits: HGETALLs beyond the one per call that reads the state's index.
+splits() { echo $(($(calls hgetall) - $(calls fcall))); }
+# shards STREAM IDS WHAT: every shard of the stream's state is a listpack of at
+# most 128 entries with a TTL within two windows, and they hold IDS ids.
+shards() {
+	local k n ids=0 maxlen=0 bad=
+	SHARDS=$(redis_cli --scan --pattern "outbox-relay:dd:{outbox:$1}:*")
+	NSHARDS=$(echo "$SHARDS" | wc -l)
+	for k in $SHARDS; do
+		n=$(redis_cli HLEN "$k")
+		ids=$((ids + n - $(redis_cli HEXISTS "$k" "")))
+		[ "$n" -le "$maxlen" ] || maxlen=$n
+		[ "$(redis_cli OBJECT ENCODING "$k")" = listpack ] || bad="$bad $k"
+		ttl=$(redis_cli TTL "$k")
+		[ "$ttl" -ge 1 ] && [ "$ttl" -le $((2 * W)) ] || bad="$bad $k(ttl $ttl)"
+	done
+	assert_eq "$2" "$ids" "$3 $2 ids in $NSHARDS shards"
+	assert_eq "" "$bad" "$3 every shard is a listpack with a TTL within two windows"
+	assert_ge 128 "$maxlen" "$3 largest shard: $maxlen entries (hash-max-listpack-entries 128)"
+}
+# k STREAM: the current bucket's number of hashes (its index entry "<K> <count> <made>").
+k() { redis_cli HGETALL "outbox-relay:dd:{outbox:$1}" | grep -E '^[0-9]+ [0-9]+ [0-9]+$' | sort -n | tail -n 1 | cut -d' ' -f1; }
+again() {
+	psql_q "INSERT INTO outbox_loose (id, aggregate_type, aggregate_id, event_type, payload)
+	        SELECT id, '$1', 'again', 'created', '{}' FROM outbox_loose WHERE aggregate_type = '$1'"
+}
+
+# (c) a burst into another stream while the window of (a) runs out, committed
+# while the relay streams: no backlog says how many ids come.
+relay_start --slot s1 --table public.outbox_loose --dedup-window $W
+wait_for "grep -q 'streaming slot' '$RELAY_LOG'" 30 || fail "(c) the relay did not start streaming"
+redis_cli CONFIG RESETSTAT >/dev/null
 psql_q "INSERT INTO outbox_loose (id, aggregate_type, aggregate_id, event_type, payload)
         SELECT gen_random_uuid()::text, 'burst', g::text, 'created', '{}' FROM generate_series(1, 3000) g"
-drain
-assert_eq 3000 "$(xlen outbox:burst)" "(c) 3000 ids published"
-shards=$(redis_cli --scan --pattern 'outbox-relay:dd:{outbox:burst}:*')
-nshards=$(echo "$shards" | wc -l)
-assert_ge "$nshards" $((3000 / 100)) "(c) the bucket grew to $nshards shards"
-ids=0 maxlen=0 bad=
-for k in $shards; do
-	n=$(redis_cli HLEN "$k")
-	ids=$((ids + n - 1))
-	[ "$n" -le "$maxlen" ] || maxlen=$n
-	[ "$(redis_cli OBJECT ENCODING "$k")" = listpack ] || bad="$bad $k"
-	ttl=$(redis_cli TTL "$k")
-	[ "$ttl" -ge 1 ] && [ "$ttl" -le $((2 * W)) ] || bad="$bad $k(ttl $ttl)"
-done
-assert_eq 3000 "$ids" "(c) 3000 ids in the shards"
-assert_eq "" "$bad" "(c) every shard is a listpack with a TTL within two windows"
-assert_ge 128 "$maxlen" "(c) largest shard: $maxlen entries (hash-max-listpack-entries 128)"
-psql_q "INSERT INTO outbox_loose (id, aggregate_type, aggregate_id, event_type, payload)
-        SELECT id, 'burst', 'again', 'created', '{}' FROM outbox_loose WHERE aggregate_type = 'burst'"
+wait_for '[ "$(xlen outbox:burst)" = 3000 ]' 60 || fail "(c) the burst was not published: $(xlen outbox:burst) of 3000"
+relay_stop
+assert_eq 0 "$RELAY_RC" "(c) the relay stopped cleanly"
+assert_ge "$(splits)" 100 "(c) the bucket grew by splits"
+assert_ge "$(k burst)" $((3000 / 100)) "(c) to $(k burst) hashes"
+shards burst 3000 "(c)"
+again burst
 drain
 assert_eq 3000 "$(xlen outbox:burst)" "(c) the same 3000 ids again: all dropped"
+
+# (e) the same burst as a backlog: committed before the relay starts.
+psql_q "INSERT INTO outbox_loose (id, aggregate_type, aggregate_id, event_type, payload)
+        SELECT gen_random_uuid()::text, 'backlog', g::text, 'created', '{}' FROM generate_series(1, 3000) g"
+redis_cli CONFIG RESETSTAT >/dev/null
+drain
+assert_eq 3000 "$(xlen outbox:backlog)" "(e) 3000 ids published"
+assert_eq 0 "$(splits)" "(e) the bucket was sized from the backlog: no split"
+assert_ge "$(k backlog)" $((3000 / 48)) "(e) $(k backlog) hashes"
+assert_ge $((3000 / 12)) "$(k backlog)" "(e) not too many"
+shards backlog 3000 "(e)"
+again backlog
+drain
+assert_eq 3000 "$(xlen outbox:backlog)" "(e) the same 3000 ids again: all dropped"
+
+# (f) 300 ids, then 20 MB of WAL that are no outbox rows.
+psql_q "CREATE TABLE filler (v text); ALTER TABLE filler ALTER v SET STORAGE EXTERNAL"
+psql_q "INSERT INTO outbox_loose (id, aggregate_type, aggregate_id, event_type, payload)
+        SELECT gen_random_uuid()::text, 'over', g::text, 'created', '{}' FROM generate_series(1, 300) g"
+psql_q "INSERT INTO filler SELECT repeat(md5(g::text), 32) FROM generate_series(1, 20000) g"
+drain
+assert_eq 300 "$(xlen outbox:over)" "(f) 300 ids published"
+assert_ge "$(k over)" $((10 * 300 / 24)) "(f) the relay expected far more ids than came"
+shards over 300 "(f)"
+assert_ge $((300 * 5 / 4 + 32)) "$NSHARDS" "(f) at most about 1.25 shard keys per id"
+again over
+drain
+assert_eq 300 "$(xlen outbox:over)" "(f) the same 300 ids again: all dropped"
 
 # (d) upgrade: the old layout's keys, as the previous release left them.
 owner=$(redis_cli GET "outbox-relay:wm:{outbox:order}:s1" | cut -d' ' -f2-)

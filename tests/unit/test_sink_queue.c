@@ -37,6 +37,8 @@ enum op {
 	ARG,     /* argument b of the a-th command last staged (from 0) is s */
 	BEHIND,  /* the function refused seq a as behind: b = 1 when resending both fixes it */
 	FREED,   /* a held events' memory was released so far */
+	BACKLOG, /* streaming (re)started at the slot's position a, the server's WAL end b */
+	AT,      /* a message at position a was decoded */
 	END
 };
 
@@ -325,6 +327,12 @@ static bool run(const struct step *steps, const char *name, bool cluster, bool w
 		case FREED:
 			ok = r.held_freed == (int)s->a;
 			break;
+		case BACKLOG:
+			sq_backlog_start(&r.q, s->a, s->b);
+			break;
+		case AT:
+			sq_backlog_at(&r.q, s->a);
+			break;
 		case END:
 			break;
 		}
@@ -370,18 +378,19 @@ TEST(batches_and_in_order_acks)
 	     "FCALL outbox_relay_publish orders\nFCALL outbox_relay_publish payments\nFCALL "
 	     "outbox_relay_publish payments",
 	     0, 0, NULL, NO},
-	    /* keys, then ttl maxlen owner expect slot prefix, then per event: position, dedup
-	     * field, field count, fields */
+	    /* keys, then ttl maxlen owner expect slot prefix ids-to-come, then per event: position,
+	     * dedup field, field count, fields */
 	    {ARG, "outbox-relay:wm:{orders}:s1", 0, 4, NULL, NO},
 	    {ARG, "3600", 0, 8, NULL, NO},
 	    {ARG, "7000000000000000001/app", 0, 10, NULL, NO},
-	    {ARG, "", 0, 11, NULL, NO}, /* the stream's first call: no expectation */
-	    {ARG, "0000000000000064:00000000", 0, 14, NULL, NO},
-	    {ARG, "2", 0, 16, NULL, NO},
-	    {ARG, "0000000000000064:00000001", 0, 21, NULL, NO},
-	    {ARG, "0000000000000064:00000002", 1, 14, NULL, NO},
+	    {ARG, "", 0, 11, NULL, NO},  /* the stream's first call: no expectation */
+	    {ARG, "2", 0, 14, NULL, NO}, /* ids to come: no backlog, the call's own */
+	    {ARG, "0000000000000064:00000000", 0, 15, NULL, NO},
+	    {ARG, "2", 0, 17, NULL, NO},
+	    {ARG, "0000000000000064:00000001", 0, 22, NULL, NO},
+	    {ARG, "0000000000000064:00000002", 1, 15, NULL, NO},
 	    {ARG, "0000000000000064:00000002", 2, 11, NULL, NO}, /* where the previous call ends */
-	    {ARG, "00000000000000C8:00000000", 2, 14, NULL, NO},
+	    {ARG, "00000000000000C8:00000000", 2, 15, NULL, NO},
 	    {REPLY, OK_ARRAY2, 0, 0, "X", NO},
 	    {ADVANCE, NULL, 0, 0, NULL, 1, 2, 0}, /* payments' event of lsn 100 is not acked */
 	    {REPLY, OK_ARRAY1, 0, 0, "X", NO},
@@ -411,6 +420,49 @@ TEST(batch_limit)
 	s[n++] = (struct step){ADVANCE, NULL, 0, 0, NULL, 0, 130, 0};
 	s[n++] = (struct step){END, NULL, 0, 0, NULL, NO};
 	CHECK(run(s, "batch_limit", false, false));
+}
+
+/*
+ * Each call says how many ids of its stream are still to come: its own
+ * events, plus while a backlog drains the stream's events so far scaled by
+ * the WAL ahead over the WAL read. Counts start again when streaming does.
+ */
+TEST(backlog_hint)
+{
+	static const struct step s[] = {
+	    {BACKLOG, NULL, 1000, 11000, NULL, NO},
+	    {AT, NULL, 2000, 0, NULL, NO},
+	    {EV, "orders", 2000, 0, NULL, NO},
+	    {EV, "orders", 2000, 1, NULL, NO},
+	    {FLUSH, NULL, 0, 0, NULL, NO},
+	    {AT, NULL, 3000, 0, NULL, NO},
+	    {AT, NULL, 2500, 0, NULL, NO}, /* positions are not monotonic: the newest counts */
+	    {EV, "orders", 3000, 0, NULL, NO},
+	    {EV, "orders", 3000, 1, NULL, NO},
+	    {EV, "orders", 3000, 2, NULL, NO},
+	    {EV, "payments", 3000, 3, NULL, NO},
+	    {FLUSH, NULL, 0, 0, NULL, NO},
+	    {AT, NULL, 11000, 0, NULL, NO}, /* the backlog is read */
+	    {EV, "orders", 11000, 0, NULL, NO},
+	    {FLUSH, NULL, 0, 0, NULL, NO},
+	    {BACKLOG, NULL, 20000, 22000, NULL, NO}, /* a reconnect */
+	    {AT, NULL, 21000, 0, NULL, NO},
+	    {EV, "orders", 21000, 0, NULL, NO},
+	    {FLUSH, NULL, 0, 0, NULL, NO},
+	    {ROUTE, NULL, 0, 0, NULL, NO},
+	    {STAGE,
+	     "FCALL outbox_relay_publish orders\nFCALL outbox_relay_publish orders\nFCALL "
+	     "outbox_relay_publish payments\nFCALL outbox_relay_publish orders\nFCALL "
+	     "outbox_relay_publish orders",
+	     0, 0, NULL, NO},
+	    {ARG, "20", 0, 14, NULL, NO}, /* 2 + 2 * 9000 / 1000 */
+	    {ARG, "23", 1, 14, NULL, NO}, /* 3 + 5 * 8000 / 2000 */
+	    {ARG, "5", 2, 14, NULL, NO},  /* 1 + 1 * 8000 / 2000 */
+	    {ARG, "1", 3, 14, NULL, NO},  /* nothing ahead */
+	    {ARG, "2", 4, 14, NULL, NO},  /* 1 + 1 * 1000 / 1000: counted from the reconnect */
+	    {END, NULL, 0, 0, NULL, NO},
+	};
+	CHECK(run(s, "backlog_hint", false, false));
 }
 
 /*
@@ -605,7 +657,7 @@ TEST(held_value)
 	     "FCALL outbox_relay_publish orders\nFCALL outbox_relay_publish orders\nFCALL "
 	     "outbox_relay_publish orders",
 	     0, 0, NULL, NO},
-	    {ARG, "payload", 1, 19, NULL, NO},
+	    {ARG, "payload", 1, 20, NULL, NO},
 	    {FREED, NULL, 0, 0, NULL, NO},
 	    {REPLY, OK_ARRAY1 OK_ARRAY1 OK_ARRAY1, 0, 0, "XXX", NO},
 	    {FREED, NULL, 0, 0, NULL, NO}, /* done, but still in the ring */
@@ -661,6 +713,7 @@ int main(void)
 {
 	RUN(batches_and_in_order_acks);
 	RUN(batch_limit);
+	RUN(backlog_hint);
 	RUN(moved_between_two_marks);
 	RUN(resend_after_reconnect);
 	RUN(ask_redirect);
