@@ -11,12 +11,15 @@
 #
 # Environment: OLD_REF, OLD_BIN / NEW_BIN (as dedup_mem.sh), WINDOW (the
 # --dedup-window of both runs, default 3600: every id of the burst in one
-# bucket, grown from one hash by splits). Two runs:
-#   burst: EVENTS rows (UUID ids, 1000 per transaction) drained into an
-#          empty Redis;
+# bucket). Three runs:
+#   burst: EVENTS rows (UUID ids, 1000 per transaction) committed, then
+#          drained into an empty Redis (the bucket sized at once from the
+#          backlog the relay found at start);
 #   again: EVENTS more rows with the ids of the burst's (deleted in between),
 #          drained into the Redis the burst left: every event is a duplicate
-#          inside the window (the lookup path).
+#          inside the window (the lookup path);
+#   live:  EVENTS rows committed while the relay streams into an empty Redis
+#          (no backlog at start: the bucket grows from one hash by splits).
 # Prints Redis instructions per event, in all and inside FCALL alone
 # (callgrind's inclusive cost of fcallCommand; evalShaCommand for a relay
 # using EVALSHA), and the ratio after / before.
@@ -63,12 +66,17 @@ slot_create i_new
 # measure RUN WHO END: drain the slot of WHO to END into the running Redis
 # under callgrind, counting from zero; one result line.
 measure() {
-	local r=$1 who=$2 end=$3 bin=$OLD_BIN f tot fc
+	local r=$1 who=$2 end=$3 bin=$OLD_BIN
 	[ "$who" = new ] && bin=$NEW_BIN
 	callgrind_control -z "$REDIS_PID" >/dev/null
 	RELAY_BIN=$bin relay_run_until "$end" --slot "i_$who" --dedup-window "$WINDOW" ||
 		fail "relay ($who, $r) exit $RELAY_RC"
 	assert_eq "$EVENTS" "$(xlen outbox:bench)" "$who $r: every event published once"
+	dump "$r" "$who"
+}
+# dump RUN WHO: callgrind's counts since the last zeroing, as one result line.
+dump() {
+	local r=$1 who=$2 f tot fc
 	rm -f "$T/cg.$REDIS_PID".*
 	callgrind_control -d "$r" "$REDIS_PID" >/dev/null
 	wait_for "ls '$T/cg.$REDIS_PID'.* >/dev/null 2>&1" 30 || fail "callgrind wrote no dump"
@@ -104,12 +112,29 @@ for who in old new; do
 	redis_start
 	measure again "$who" "$end_again"
 done
+# live: the rows committed while a relay streams, caught up, into an empty Redis.
+for who in old new; do
+	bin=$OLD_BIN
+	[ "$who" = new ] && bin=$NEW_BIN
+	redis_stop
+	rm -rf "$T/redis"
+	redis_start
+	slot_create "v_$who"
+	RELAY_BIN=$bin relay_start --slot "v_$who" --dedup-window "$WINDOW"
+	wait_for "slot_active v_$who" 30 || fail "relay ($who, live) does not stream"
+	callgrind_control -z "$REDIS_PID" >/dev/null
+	bench_outbox_rows "$EVENTS"
+	wait_for "[ \"\$(xlen outbox:bench)\" -ge $EVENTS ]" 600 || fail "live $who: not all published"
+	relay_stop 60
+	assert_eq "$EVENTS" "$(xlen outbox:bench)" "$who live: every event published once"
+	dump live "$who"
+done
 
 echo
 echo "Redis instructions per event (callgrind, redis-server $(redis-server --version |
 	sed 's/.*v=\([^ ]*\).*/\1/')), $EVENTS events, --dedup-window $WINDOW; before = $OLD_REF, after = this tree"
 printf '%-7s %14s %14s %14s %14s %8s %8s\n' run "before total" "after total" "before fcall" "after fcall" ratio "fcall"
-for r in burst again; do
+for r in burst again live; do
 	awk -F'\t' -v r="$r" -v n="$EVENTS" '
 		$1 == r && $2 == "old" { ot = $3; of = $4 }
 		$1 == r && $2 == "new" { nt = $3; nf = $4 }

@@ -10,13 +10,17 @@
 # (use these binaries instead of building), ROUNDS (default 3), RATE (events/s
 # of the steady run, default 5000), STEADY_SECS (its length, default 40).
 #
-# Two runs per relay, each on a fresh redis-server (unix socket, no persistence):
-#   burst:  EVENTS outbox rows (UUID ids, 1000 per transaction) drained with the
-#           default --dedup-window 1h: every id is inside the window (one
-#           bucket, grown from one hash by splits). bytes/event = (used_memory after - before - MEMORY
+# Four runs per relay, each on a fresh redis-server (unix socket, no persistence):
+#   burst:  EVENTS outbox rows (UUID ids, 1000 per transaction) committed, then
+#           drained with the default --dedup-window 1h: every id is inside the
+#           window (one bucket, sized at once from the backlog the relay
+#           found at start). bytes/event = (used_memory after - before - MEMORY
 #           USAGE of the stream) / EVENTS, i.e. the dedup state plus the
 #           watermark ("streams del": the same after DEL of the streams, without
 #           MEMORY USAGE's estimate). ROUNDS rounds.
+#   live:   the same rows committed (as fast as PostgreSQL takes them) while the
+#           relay streams: it has no backlog to size the bucket from, so the
+#           bucket grows from one hash by splits. ROUNDS rounds.
 #   steady: --dedup-window 8 (buckets of 8 s: each lookup reads the previous
 #           bucket, each new bucket starts at the size the last one ended
 #           with) while rows arrive at RATE/s for STEADY_SECS s, ids expiring
@@ -103,6 +107,24 @@ for r in $(seq 1 "$ROUNDS"); do
 		RELAY_BIN=$bin relay_run_until "$end" --slot "b_${who}_$r" || fail "relay ($who) exit $RELAY_RC"
 		assert_eq "$EVENTS" "$(xlen outbox:bench)" "burst $who round $r: every event published"
 		measure "burst-$who" "$EVENTS" "$EVENTS" >>"$RESULTS"
+	done
+done
+
+# live: the burst committed while a relay streams, caught up.
+for r in $(seq 1 "$ROUNDS"); do
+	for who in old new; do
+		bin=$OLD_BIN
+		[ "$who" = new ] && bin=$NEW_BIN
+		fresh_redis
+		slot_create "v_$who"
+		RELAY_BIN=$bin relay_start --slot "v_$who"
+		wait_for "slot_active v_$who" 20 || fail "relay ($who) does not stream"
+		start_measure
+		bench_outbox_rows "$EVENTS"
+		wait_for "[ \"\$(xlen outbox:bench)\" -ge $EVENTS ]" 120 || fail "live $who: not all published"
+		measure "live-$who" "$EVENTS" "$EVENTS" >>"$RESULTS"
+		relay_stop
+		psql_q "SELECT pg_drop_replication_slot('v_$who')" >/dev/null # max_replication_slots
 	done
 done
 
