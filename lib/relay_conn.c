@@ -143,7 +143,7 @@ static bool accept_gap(struct relay *r)
 int relay_try_pg(struct relay *r)
 {
 	enum pg_status st = pgrepl_start(r->pg);
-	char lsnbuf[LSN_STRLEN];
+	char lsnbuf[LSN_STRLEN], endbuf[LSN_STRLEN];
 
 	switch (st) {
 	case PG_OK:
@@ -182,10 +182,16 @@ int relay_try_pg(struct relay *r)
 		else if (r->pg_down && r->pg_ever_started)
 			log_info("PostgreSQL: reconnected, streaming slot \"%s\"", r->cf->slot);
 		else
-			log_info("streaming slot \"%s\"%s%s", r->cf->slot,
+			log_info("streaming slot \"%s\"%s%s; the server's WAL ends at %s, %llu bytes ahead",
+			         r->cf->slot,
 			         pgrepl_created_slot(r->pg) ? " (created it)" : " from its confirmed position ",
 			         pgrepl_created_slot(r->pg) ? ""
-			                                    : lsn_format(pgrepl_slot_confirmed(r->pg), lsnbuf));
+			                                    : lsn_format(pgrepl_slot_confirmed(r->pg), lsnbuf),
+			         lsn_format(pgrepl_start_wal_end(r->pg), endbuf),
+			         pgrepl_start_wal_end(r->pg) > pgrepl_slot_confirmed(r->pg)
+			             ? (unsigned long long)(pgrepl_start_wal_end(r->pg) -
+			                                    pgrepl_slot_confirmed(r->pg))
+			             : 0ULL);
 		if (r->pg_ever_started)
 			relay_count(&r->m->pg_reconnects);
 		r->pg_ever_started = true;

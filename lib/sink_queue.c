@@ -341,7 +341,8 @@ uint64_t sq_backlog_hint(const struct sink_queue *q, uint64_t n, uint64_t events
 {
 	double ahead, read;
 
-	if (!q->bl_end || q->bl_at >= q->bl_end || q->bl_at <= q->bl_from)
+	if (events < SQ_HINT_MIN_EVENTS || !q->bl_end || q->bl_at >= q->bl_end ||
+	    q->bl_at <= q->bl_from)
 		return n;
 	ahead = (double)(q->bl_end - q->bl_at);
 	read = (double)(q->bl_at - q->bl_from);

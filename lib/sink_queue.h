@@ -169,9 +169,13 @@ static inline void sq_backlog_at(struct sink_queue *q, lsn_t at)
 /*
  * The ids a call of n events for a stream of which `events` (these n
  * included) were queued since the start can expect still to come: n, plus
- * while the backlog lasts events * (WAL ahead) / (WAL read). An estimate:
- * it only sizes a new dedup bucket.
+ * while the backlog lasts and the stream has SQ_HINT_MIN_EVENTS events to
+ * go by, events * (WAL ahead) / (WAL read). An estimate (the first few
+ * records say little: a record at the slot's position has no WAL read
+ * before it): it only sizes a dedup bucket, which grows to later calls'
+ * estimates while it holds few ids.
  */
+#define SQ_HINT_MIN_EVENTS 64
 uint64_t sq_backlog_hint(const struct sink_queue *q, uint64_t n, uint64_t events);
 
 /* ---- RESP encoding ---- */

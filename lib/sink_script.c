@@ -47,25 +47,28 @@
  * about 6 % more). redis.call, redis.pcall and string.byte are read once
  * per call into locals (each global read is a table lookup in Lua 5.1). A new bucket starts
  * with the K that the larger of the previous bucket's count and the ids to come need, so a
- * backlog drained into an empty window fills it without a split. Its shards are created
+ * backlog drained into an empty window fills it without a split; and while a bucket holds
+ * at most 1024 ids, a call whose ids to come need more hashes first grows it to that many
+ * (by splits, up to 256 a call, cheap while few ids move), since the first calls' estimates
+ * are rough. A split creates the new hash only when ids move into it. Its shards are created
  * (holding an empty field "", with their expiry) up to 256 per call, and beyond what the
- * previous bucket's count needs only one per 4 ids in the bucket (plus 32), so ids to come
- * that never come cost at most about 1.25 keys per id, as the old layout's one; an id inserted
- * into a shard not created yet sets that shard's expiry itself. The hash "<base>" (no TTL) holds
- * per live bucket "<K> <count> <shards created>", and "legacy": until when the old layout (one
- * string key "<old prefix><id>" with a TTL per id) may still hold ids (its first call's time + W
- * when the stream had a watermark, else 0), which are then looked up too (EXISTS). Those keys are
- * in the stream's slot (its hash tag) but not in KEYS: a cluster node that cannot serve one (slot
- * migration) fails the call at that command; every event before it is complete (XADD and its
- * entry), so the retry finds them as duplicates and publishes the rest. A split copies first,
- * records the new K, and only then deletes the moved ids from the old shard, so an id is always
- * where the recorded K says. An entry whose XADD fails (or is dead-lettered) is removed again
- * (HDEL; every call first runs a no-op HDEL, so a user without that permission fails the call
- * before it wrote anything), so a failing XADD leaves nothing behind: the watermark then covers the
- * events before it and the error is returned; a retry publishes exactly what is missing. The
- * watermark is written by every call, so each call replicates a write that WAIT can wait for even
- * when all its events were replays. expect "R" (outbox-relay republish): the watermark is neither
- * read nor written; only the dedup window drops what was published before.
+ * previous bucket's count needs only one per 4 ids already in the bucket, so ids to come that
+ * never come (or a stream of one id) cost at most 1.25 keys per id, about the old layout's
+ * one; an id inserted into a shard not created yet sets that shard's expiry itself. The hash
+ * "<base>" (no TTL) holds per live bucket "<K> <count> <shards created>", and "legacy": until when
+ * the old layout (one string key "<old prefix><id>" with a TTL per id) may still hold ids (its
+ * first call's time + W when the stream had a watermark, else 0), which are then looked up too
+ * (EXISTS). Those keys are in the stream's slot (its hash tag) but not in KEYS: a cluster node that
+ * cannot serve one (slot migration) fails the call at that command; every event before it is
+ * complete (XADD and its entry), so the retry finds them as duplicates and publishes the rest. A
+ * split copies first, records the new K, and only then deletes the moved ids from the old shard, so
+ * an id is always where the recorded K says. An entry whose XADD fails (or is dead-lettered) is
+ * removed again (HDEL; every call first runs a no-op HDEL, so a user without that permission fails
+ * the call before it wrote anything), so a failing XADD leaves nothing behind: the watermark then
+ * covers the events before it and the error is returned; a retry publishes exactly what is missing.
+ * The watermark is written by every call, so each call replicates a write that WAIT can wait for
+ * even when all its events were replays. expect "R" (outbox-relay republish): the watermark is
+ * neither read nor written; only the dedup window drops what was published before.
  */
 #define PUBLISH_BODY                                                                               \
 	"local byte\n"                                                                                 \
@@ -122,6 +125,29 @@
 	"  end\n"                                                                                      \
 	"  local win, base, LOAD = tonumber(ttl), keys[5], 24\n"                                       \
 	"  local now, span, cur, bks, curb, c0, prevb, legacy, mset, stale, exp, cpre, off\n"          \
+	"  local hint = tonumber(args[7]) or 0\n"                                                      \
+	"  local function split()\n"                                                                   \
+	"    local p = curb.k - curb.m\n"                                                              \
+	"    local src, dst = cpre .. p, cpre .. curb.k\n"                                             \
+	"    local all, mv, del, nm, nd = rcall('HGETALL', src), {'', ''}, {}, 2, 0\n"                 \
+	"    local mod = 2 * curb.m\n"                                                                 \
+	"    for i = 1, #all, 2 do\n"                                                                  \
+	"      local f = all[i]\n"                                                                     \
+	"      if f ~= '' and fhash(f) % mod ~= p then\n"                                              \
+	"        mv[nm + 1], mv[nm + 2] = f, all[i + 1]\n"                                             \
+	"        nm, nd = nm + 2, nd + 1\n"                                                            \
+	"        del[nd] = f\n"                                                                        \
+	"      end\n"                                                                                  \
+	"    end\n"                                                                                    \
+	"    if nd > 0 then\n"                                                                         \
+	"      rcall('HSET', dst, unpack(mv))\n"                                                       \
+	"      rcall('EXPIREAT', dst, exp)\n"                                                          \
+	"      if curb.made == curb.k then curb.made = curb.k + 1 end\n"                               \
+	"    end\n"                                                                                    \
+	"    setk(curb, curb.k + 1)\n"                                                                 \
+	"    rcall('HSET', base, cur, curb.k .. ' ' .. curb.c .. ' ' .. curb.made)\n"                  \
+	"    if nd > 0 then rcall('HDEL', src, unpack(del)) end\n"                                     \
+	"  end\n"                                                                                      \
 	"  if win > 0 then\n"                                                                          \
 	"    now = tonumber(rcall('TIME')[1])\n"                                                       \
 	"    span = win\n"                                                                             \
@@ -153,6 +179,10 @@
 	"      end\n"                                                                                  \
 	"    end\n"                                                                                    \
 	"    if #bks > 1 then table.sort(bks, function(x, y) return x.b > y.b end) end\n"              \
+	"    if curb and curb.c <= 1024 then\n"                                                        \
+	"      local to = math.min(1048576, curb.k + 256, math.ceil((curb.c + hint) / LOAD))\n"        \
+	"      while curb.k < to do split() end\n"                                                     \
+	"    end\n"                                                                                    \
 	"    if not legacy then\n"                                                                     \
 	"      legacy = (rep or raw) and now + win or 0\n"                                             \
 	"      mset[#mset + 1], mset[#mset + 2] = 'legacy', legacy\n"                                  \
@@ -197,13 +227,13 @@
 	"        if not dup then\n"                                                                    \
 	"          if not curb then\n"                                                                 \
 	"            curb, c0 = {b = cur, c = 0, made = 0}, -1\n"                                      \
-	"            local n = math.max(prevb and prevb.c or 0, tonumber(args[7]) or 0)\n"             \
+	"            local n = math.max(prevb and prevb.c or 0, hint)\n"                               \
 	"            setk(curb, math.max(1, math.min(1048576, math.ceil(n / LOAD))))\n"                \
 	"          end\n"                                                                              \
 	"          if not chunk then\n"                                                                \
 	"            local kp = prevb and math.ceil(prevb.c / LOAD) or 0\n"                            \
-	"            chunk = math.min(curb.k, curb.made + 256, math.max(kp, math.floor((curb.c + "     \
-	"128) / 4)))\n"                                                                                \
+	"            chunk = math.min(curb.k, curb.made + 256, math.max(kp, math.floor(curb.c / "      \
+	"4)))\n"                                                                                       \
 	"            for j = curb.made, chunk - 1 do\n"                                                \
 	"              rcall('HSET', cpre .. j, '', '')\n"                                             \
 	"              rcall('EXPIREAT', cpre .. j, exp)\n"                                            \
@@ -251,26 +281,7 @@
 	"      end\n"                                                                                  \
 	"    end\n"                                                                                    \
 	"  end\n"                                                                                      \
-	"  while curb and curb.c > LOAD * curb.k do\n"                                                 \
-	"    local p = curb.k - curb.m\n"                                                              \
-	"    local src, dst = cpre .. p, cpre .. curb.k\n"                                             \
-	"    local all, mv, del, nm, nd = rcall('HGETALL', src), {'', ''}, {}, 2, 0\n"                 \
-	"    local mod = 2 * curb.m\n"                                                                 \
-	"    for i = 1, #all, 2 do\n"                                                                  \
-	"      local f = all[i]\n"                                                                     \
-	"      if f ~= '' and fhash(f) % mod ~= p then\n"                                              \
-	"        mv[nm + 1], mv[nm + 2] = f, all[i + 1]\n"                                             \
-	"        nm, nd = nm + 2, nd + 1\n"                                                            \
-	"        del[nd] = f\n"                                                                        \
-	"      end\n"                                                                                  \
-	"    end\n"                                                                                    \
-	"    rcall('HSET', dst, unpack(mv))\n"                                                         \
-	"    rcall('EXPIREAT', dst, exp)\n"                                                            \
-	"    if curb.made == curb.k then curb.made = curb.k + 1 end\n"                                 \
-	"    setk(curb, curb.k + 1)\n"                                                                 \
-	"    rcall('HSET', base, cur, curb.k .. ' ' .. curb.c .. ' ' .. curb.made)\n"                  \
-	"    if nd > 0 then rcall('HDEL', src, unpack(del)) end\n"                                     \
-	"  end\n"                                                                                      \
+	"  while curb and curb.c > LOAD * curb.k do split() end\n"                                     \
 	"  finish(top)\n"                                                                              \
 	"  return res\n"                                                                               \
 	"end\n"

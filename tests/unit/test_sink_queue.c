@@ -424,44 +424,55 @@ TEST(batch_limit)
 
 /*
  * Each call says how many ids of its stream are still to come: its own
- * events, plus while a backlog drains the stream's events so far scaled by
- * the WAL ahead over the WAL read. Counts start again when streaming does.
+ * events, plus while a backlog drains and the stream has 64 events to go by,
+ * the stream's events so far scaled by the WAL ahead over the WAL read.
+ * Counts start again when streaming does.
  */
 TEST(backlog_hint)
 {
-	static const struct step s[] = {
-	    {BACKLOG, NULL, 1000, 11000, NULL, NO},
-	    {AT, NULL, 2000, 0, NULL, NO},
-	    {EV, "orders", 2000, 0, NULL, NO},
-	    {EV, "orders", 2000, 1, NULL, NO},
-	    {FLUSH, NULL, 0, 0, NULL, NO},
-	    {AT, NULL, 3000, 0, NULL, NO},
-	    {AT, NULL, 2500, 0, NULL, NO}, /* positions are not monotonic: the newest counts */
-	    {EV, "orders", 3000, 0, NULL, NO},
-	    {EV, "orders", 3000, 1, NULL, NO},
-	    {EV, "orders", 3000, 2, NULL, NO},
-	    {EV, "payments", 3000, 3, NULL, NO},
-	    {FLUSH, NULL, 0, 0, NULL, NO},
-	    {AT, NULL, 11000, 0, NULL, NO}, /* the backlog is read */
-	    {EV, "orders", 11000, 0, NULL, NO},
-	    {FLUSH, NULL, 0, 0, NULL, NO},
-	    {BACKLOG, NULL, 20000, 22000, NULL, NO}, /* a reconnect */
-	    {AT, NULL, 21000, 0, NULL, NO},
-	    {EV, "orders", 21000, 0, NULL, NO},
-	    {FLUSH, NULL, 0, 0, NULL, NO},
-	    {ROUTE, NULL, 0, 0, NULL, NO},
-	    {STAGE,
-	     "FCALL outbox_relay_publish orders\nFCALL outbox_relay_publish orders\nFCALL "
-	     "outbox_relay_publish payments\nFCALL outbox_relay_publish orders\nFCALL "
-	     "outbox_relay_publish orders",
-	     0, 0, NULL, NO},
-	    {ARG, "20", 0, 14, NULL, NO}, /* 2 + 2 * 9000 / 1000 */
-	    {ARG, "23", 1, 14, NULL, NO}, /* 3 + 5 * 8000 / 2000 */
-	    {ARG, "5", 2, 14, NULL, NO},  /* 1 + 1 * 8000 / 2000 */
-	    {ARG, "1", 3, 14, NULL, NO},  /* nothing ahead */
-	    {ARG, "2", 4, 14, NULL, NO},  /* 1 + 1 * 1000 / 1000: counted from the reconnect */
-	    {END, NULL, 0, 0, NULL, NO},
+	static const struct {
+		enum op op;
+		const char *stream;
+		uint64_t a, b; /* BACKLOG: from, end; AT: position; EV: events */
+	} plan[] = {
+	    {BACKLOG, NULL, 1000, 101000},
+	    {AT, NULL, 2000, 0},
+	    {EV, "orders", 10, 0}, /* 10: too few to go by */
+	    {AT, NULL, 11000, 0},
+	    {AT, NULL, 10500, 0},    /* positions are not monotonic: the newest counts */
+	    {EV, "orders", 70, 0},   /* 70 + 80 * 90000 / 10000 = 790 */
+	    {EV, "payments", 64, 0}, /* 64 + 64 * 9 = 640 */
+	    {AT, NULL, 101000, 0},
+	    {EV, "orders", 1, 0},            /* the backlog is read: 1 */
+	    {BACKLOG, NULL, 200000, 300000}, /* a reconnect */
+	    {AT, NULL, 250000, 0},
+	    {EV, "orders", 64, 0}, /* counted from the reconnect: 64 + 64 * 1 = 128 */
 	};
+	static const char *want[] = {"10", "790", "640", "1", "128"};
+	struct step s[400];
+	int n = 0;
+
+	for (size_t i = 0; i < sizeof(plan) / sizeof(plan[0]); i++) {
+		if (plan[i].op != EV) {
+			s[n++] = (struct step){plan[i].op, NULL, plan[i].a, plan[i].b, NULL, NO};
+			continue;
+		}
+		for (uint64_t e = 0; e < plan[i].a; e++)
+			s[n++] = (struct step){EV, plan[i].stream, 5000, e, NULL, NO};
+		s[n++] = (struct step){FLUSH, NULL, 0, 0, NULL, NO};
+	}
+	s[n++] = (struct step){ROUTE, NULL, 0, 0, NULL, NO};
+	s[n++] = (struct step){STAGE,
+	                       "FCALL outbox_relay_publish orders\nFCALL outbox_relay_publish "
+	                       "orders\nFCALL outbox_relay_publish payments\nFCALL "
+	                       "outbox_relay_publish orders\nFCALL outbox_relay_publish orders",
+	                       0,
+	                       0,
+	                       NULL,
+	                       NO};
+	for (int c = 0; c < 5; c++)
+		s[n++] = (struct step){ARG, want[c], (uint64_t)c, 14, NULL, NO};
+	s[n++] = (struct step){END, NULL, 0, 0, NULL, NO};
 	CHECK(run(s, "backlog_hint", false, false));
 }
 
