@@ -144,6 +144,7 @@ int relay_try_pg(struct relay *r)
 {
 	enum pg_status st = pgrepl_start(r->pg);
 	char lsnbuf[LSN_STRLEN], endbuf[LSN_STRLEN];
+	lsn_t from, end;
 
 	switch (st) {
 	case PG_OK:
@@ -151,8 +152,9 @@ int relay_try_pg(struct relay *r)
 			log_error("database name \"%s\" is too long", pgrepl_dbname(r->pg));
 			return EXIT_PG_SETUP;
 		}
-		sink_redis_backlog_start(r->sink, pgrepl_slot_confirmed(r->pg),
-		                         pgrepl_start_wal_end(r->pg));
+		from = pgrepl_slot_confirmed(r->pg);
+		end = pgrepl_start_wal_end(r->pg);
+		sink_redis_backlog_start(r->sink, from, end);
 		if (pgrepl_gap_accepted(r->pg)[0] && !accept_gap(r)) {
 			log_error("out of memory");
 			return EXIT_FAILURE_RUNTIME;
@@ -185,13 +187,8 @@ int relay_try_pg(struct relay *r)
 			log_info("streaming slot \"%s\"%s%s; the server's WAL ends at %s, %llu bytes ahead",
 			         r->cf->slot,
 			         pgrepl_created_slot(r->pg) ? " (created it)" : " from its confirmed position ",
-			         pgrepl_created_slot(r->pg) ? ""
-			                                    : lsn_format(pgrepl_slot_confirmed(r->pg), lsnbuf),
-			         lsn_format(pgrepl_start_wal_end(r->pg), endbuf),
-			         pgrepl_start_wal_end(r->pg) > pgrepl_slot_confirmed(r->pg)
-			             ? (unsigned long long)(pgrepl_start_wal_end(r->pg) -
-			                                    pgrepl_slot_confirmed(r->pg))
-			             : 0ULL);
+			         pgrepl_created_slot(r->pg) ? "" : lsn_format(from, lsnbuf),
+			         lsn_format(end, endbuf), end > from ? (unsigned long long)(end - from) : 0ULL);
 		if (r->pg_ever_started)
 			relay_count(&r->m->pg_reconnects);
 		r->pg_ever_started = true;

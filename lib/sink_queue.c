@@ -99,7 +99,6 @@ static struct sq_lastpos *posmap_get(struct sq_posmap *pm, const char *s, size_t
 	pm->v[i].seq = 0;
 	pm->v[i].pos[0] = '\0';
 	pm->v[i].events = 0;
-	pm->v[i].bl_gen = 0;
 	pm->used++;
 	return &pm->v[i];
 }
@@ -334,21 +333,20 @@ void sq_backlog_start(struct sink_queue *q, lsn_t from, lsn_t end)
 	q->bl_from = from;
 	q->bl_end = end;
 	q->bl_at = from;
-	q->bl_gen++;
+	for (size_t i = 0; i < q->last_pos.cap; i++) /* per-stream counts start again */
+		q->last_pos.v[i].events = 0;
 }
 
 uint64_t sq_backlog_hint(const struct sink_queue *q, uint64_t n, uint64_t events)
 {
-	double ahead, read;
+	double more;
 
 	if (events < SQ_HINT_MIN_EVENTS || !q->bl_end || q->bl_at >= q->bl_end ||
 	    q->bl_at <= q->bl_from)
 		return n;
-	ahead = (double)(q->bl_end - q->bl_at);
-	read = (double)(q->bl_at - q->bl_from);
+	more = (double)events * (double)(q->bl_end - q->bl_at) / (double)(q->bl_at - q->bl_from);
 	/* Capped far above the function's own cap (2^20 hashes of 24 ids). */
-	return n +
-	       (uint64_t)(ahead / read * (double)events < 1e12 ? ahead / read * (double)events : 1e12);
+	return n + (uint64_t)(more < 1e12 ? more : 1e12);
 }
 
 bool sq_close_batch(struct sink_queue *q)
@@ -368,8 +366,6 @@ bool sq_close_batch(struct sink_queue *q)
 		lp = posmap_get(&q->last_pos, q->b_stream.data, q->b_stream.len, q->acked_seq);
 		if (!lp)
 			return false;
-		if (lp->bl_gen != q->bl_gen)
-			lp->events = 0, lp->bl_gen = q->bl_gen;
 		events = lp->events += q->b_n;
 	}
 	(void)stream_hash_tag(q->b_stream.data, q->b_stream.len, &q->tag); /* checked when opened */

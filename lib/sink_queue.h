@@ -91,8 +91,7 @@ struct sq_lastpos {
 	size_t len;
 	uint64_t seq;
 	char pos[26];    /* "<lsn hex16>:<index hex8>" */
-	uint64_t events; /* events of the stream queued since backlog_gen began */
-	uint64_t bl_gen; /* the backlog_gen events counts in */
+	uint64_t events; /* events of the stream queued since sq_backlog_start() */
 };
 
 struct sq_posmap {
@@ -113,11 +112,10 @@ struct sink_queue {
 	 * The backlog the relay drains since it (re)started streaming: the slot's
 	 * position then (bl_from), the server's WAL end then (bl_end), the newest
 	 * position decoded since (bl_at). Each call tells the function how many
-	 * ids of its stream are still to come from it (backlog_hint()), so that a
-	 * new dedup bucket is made that large at once instead of growing by splits.
+	 * ids of its stream are still to come from it (sq_backlog_hint()), so that
+	 * a new dedup bucket is made that large at once instead of growing by splits.
 	 */
 	lsn_t bl_from, bl_end, bl_at;
-	uint64_t bl_gen; /* bumped by sq_backlog_start: per-stream counts start again */
 	/* Called for every command queued (NULL: none), e.g. to route it at once. */
 	void (*on_push)(void *ctx, struct sq_ent *e);
 	void *ctx;
