@@ -54,6 +54,7 @@ if want a; then
 	relay_acl_user
 	REDIS_URL="unix://outbox-relay:$RELAY_PW@$REDIS_SOCK"
 	relay_start
+	wait_for "slot_active outbox_relay" 20 || fail "(a) relay did not start streaming"
 	emit_orders_customers 1 100
 	wait_confirmed outbox_relay "$(current_lsn)" 30 || fail "(a) first batch not confirmed"
 	# SET replaces the stream: the first 50 order events go with it (not checked).
