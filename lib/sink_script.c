@@ -45,7 +45,9 @@
  * default) in the compact listpack encoding (tests/bench/dedup_instr.sh:
  * one split per 16 to 32 ids costs Redis the same instructions, per 40
  * about 6 % more). redis.call, redis.pcall and string.byte are read once
- * per call into locals (each global read is a table lookup in Lua 5.1). A new bucket starts
+ * per call into locals (each global read is a table lookup in Lua 5.1), and numbers
+ * become text once: shard numbers through a cache, the bucket, its expiry and its count
+ * once per call (a Lua number passed to redis.call is printed with %.17g each time). A new bucket starts
  * with the K that the larger of the previous bucket's count and the ids to come need, so a
  * backlog drained into an empty window fills it without a split; and while a bucket holds
  * at most 1024 ids, a call whose ids to come need more hashes first grows it to that many
@@ -84,15 +86,18 @@
 	"  bk.k, bk.m = k, m\n"                                                                        \
 	"end\n"                                                                                        \
 	"local JS = {}\n"                                                                              \
-	"local function shard(h, bk)\n"                                                                \
-	"  local j = h % bk.m\n"                                                                       \
-	"  if j < bk.k - bk.m then j = h % (2 * bk.m) end\n"                                           \
+	"local function sname(j)\n"                                                                    \
 	"  local s = JS[j]\n"                                                                          \
 	"  if not s then\n"                                                                            \
 	"    s = tostring(j)\n"                                                                        \
 	"    JS[j] = s\n"                                                                              \
 	"  end\n"                                                                                      \
-	"  return s, j\n"                                                                              \
+	"  return s\n"                                                                                 \
+	"end\n"                                                                                        \
+	"local function shard(h, bk)\n"                                                                \
+	"  local j = h % bk.m\n"                                                                       \
+	"  if j < bk.k - bk.m then j = h % (2 * bk.m) end\n"                                           \
+	"  return sname(j), j\n"                                                                       \
 	"end\n"                                                                                        \
 	"local function idtext(f)\n"                                                                   \
 	"  if #f == 16 then\n"                                                                         \
@@ -124,11 +129,16 @@
 	"      (wm == '' and 'nothing' or wm) .. ', expected ' .. expect)\n"                           \
 	"  end\n"                                                                                      \
 	"  local win, base, LOAD = tonumber(ttl), keys[5], 24\n"                                       \
-	"  local now, span, cur, bks, curb, c0, prevb, legacy, mset, stale, exp, cpre, off\n"          \
+	"  local now, span, cur, curs, bks, curb, c0, prevb, legacy, mset, stale, exp, exps, cpre, "   \
+	"off\n"                                                                                        \
 	"  local hint = tonumber(args[7]) or 0\n"                                                      \
+	"  local function record()\n"                                                                  \
+	"    if curb.cs_c ~= curb.c then curb.cs, curb.cs_c = tostring(curb.c), curb.c end\n"          \
+	"    return sname(curb.k) .. ' ' .. curb.cs .. ' ' .. sname(curb.made)\n"                      \
+	"  end\n"                                                                                      \
 	"  local function split()\n"                                                                   \
 	"    local p = curb.k - curb.m\n"                                                              \
-	"    local src, dst = cpre .. p, cpre .. curb.k\n"                                             \
+	"    local src, dst = cpre .. sname(p), cpre .. sname(curb.k)\n"                               \
 	"    local all, mv, del, nm, nd = rcall('HGETALL', src), {'', ''}, {}, 2, 0\n"                 \
 	"    local mod = 2 * curb.m\n"                                                                 \
 	"    for i = 1, #all, 2 do\n"                                                                  \
@@ -141,11 +151,11 @@
 	"    end\n"                                                                                    \
 	"    if nd > 0 then\n"                                                                         \
 	"      rcall('HSET', dst, unpack(mv))\n"                                                       \
-	"      rcall('EXPIREAT', dst, exp)\n"                                                          \
+	"      rcall('EXPIREAT', dst, exps)\n"                                                         \
 	"      if curb.made == curb.k then curb.made = curb.k + 1 end\n"                               \
 	"    end\n"                                                                                    \
 	"    setk(curb, curb.k + 1)\n"                                                                 \
-	"    rcall('HSET', base, cur, curb.k .. ' ' .. curb.c .. ' ' .. curb.made)\n"                  \
+	"    rcall('HSET', base, curs, record())\n"                                                    \
 	"    if nd > 0 then rcall('HDEL', src, unpack(del)) end\n"                                     \
 	"  end\n"                                                                                      \
 	"  if win > 0 then\n"                                                                          \
@@ -153,7 +163,8 @@
 	"    span = win\n"                                                                             \
 	"    cur = math.floor(now / span)\n"                                                           \
 	"    exp = (cur + 1) * span + win\n"                                                           \
-	"    cpre, off = base .. ':' .. cur .. ':', tostring(now - cur * span)\n"                      \
+	"    curs, exps, off = tostring(cur), tostring(exp), tostring(now - cur * span)\n"             \
+	"    cpre = base .. ':' .. curs .. ':'\n"                                                      \
 	"    bks, mset, stale = {}, {}, {}\n"                                                          \
 	"    local m = rcall('HGETALL', base)\n"                                                       \
 	"    rcall('HDEL', base, '\\0')\n"                                                             \
@@ -191,8 +202,7 @@
 	"  local function finish(top)\n"                                                               \
 	"    if win > 0 then\n"                                                                        \
 	"      if curb and curb.c ~= c0 then\n"                                                        \
-	"        mset[#mset + 1], mset[#mset + 2] = cur, curb.k .. ' ' .. curb.c .. ' ' .. "           \
-	"curb.made\n"                                                                                  \
+	"        mset[#mset + 1], mset[#mset + 2] = curs, record()\n"                                  \
 	"      end\n"                                                                                  \
 	"      if #mset > 0 then rcall('HSET', base, unpack(mset)) end\n"                              \
 	"      if #stale > 0 then rcall('HDEL', base, unpack(stale)) end\n"                            \
@@ -235,15 +245,15 @@
 	"            chunk = math.min(curb.k, curb.made + 256, math.max(kp, math.floor(curb.c / "      \
 	"4)))\n"                                                                                       \
 	"            for j = curb.made, chunk - 1 do\n"                                                \
-	"              rcall('HSET', cpre .. j, '', '')\n"                                             \
-	"              rcall('EXPIREAT', cpre .. j, exp)\n"                                            \
+	"              rcall('HSET', cpre .. sname(j), '', '')\n"                                      \
+	"              rcall('EXPIREAT', cpre .. sname(j), exps)\n"                                    \
 	"            end\n"                                                                            \
 	"            if chunk > curb.made then curb.made, c0 = chunk, -1 end\n"                        \
 	"          end\n"                                                                              \
 	"          local s, j = shard(h, curb)\n"                                                      \
 	"          key = cpre .. s\n"                                                                  \
 	"          dup = rcall('HSETNX', key, f, off) == 0\n"                                          \
-	"          if not dup and j >= curb.made then rcall('EXPIREAT', key, exp) end\n"               \
+	"          if not dup and j >= curb.made then rcall('EXPIREAT', key, exps) end\n"              \
 	"        end\n"                                                                                \
 	"      end\n"                                                                                  \
 	"      if dup then\n"                                                                          \
