@@ -10,7 +10,7 @@
 # (use these binaries instead of building), ROUNDS (default 3), RATE (events/s
 # of the steady run, default 5000), STEADY_SECS (its length, default 40).
 #
-# Four runs per relay, each on a fresh redis-server (unix socket, no persistence):
+# Six runs per relay, each on a fresh redis-server (unix socket, no persistence):
 #   burst:  EVENTS outbox rows (UUID ids, 1000 per transaction) committed, then
 #           drained with the default --dedup-window 1h: every id is inside the
 #           window (one bucket, sized at once from the backlog the relay
@@ -21,6 +21,9 @@
 #   live:   the same rows committed (as fast as PostgreSQL takes them) while the
 #           relay streams: it has no backlog to size the bucket from, so the
 #           bucket grows from one hash by splits. ROUNDS rounds.
+#   lifecycle, live-lifecycle: the burst and the live run again with
+#           --dedup-window LIFE_WINDOW (default 20), Redis CPU counted until
+#           the dedup state has expired (see each below).
 #   steady: --dedup-window 8 (buckets of 8 s: each lookup reads the previous
 #           bucket, each new bucket starts at the size the last one ended
 #           with) while rows arrive at RATE/s for STEADY_SECS s, ids expiring
@@ -157,6 +160,39 @@ for who in old new; do
 	awk -v who="$who" -v n="$EVENTS" -v c0="$c0" -v c1="$c1" -v c2="$c2" -v t0="$t0" -v t1="$t1" \
 		'BEGIN { idle = (c2 - c1) / 10; el = (t1 - t0) / 1e9;
 			 printf "lifecycle-%s\t%d\t%d\t-\t-\t%.2f\t-\t-\t-\t(%.0f s until expired, idle %.4f s/s subtracted)\n",
+				who, n, n, ((c1 - c0) - idle * el) * 1e6 / n, el, idle }' >>"$RESULTS"
+done
+
+# live-lifecycle: the live run's whole life. The rows committed while a relay
+# streams with --dedup-window LIFE_WINDOW, starting right after a bucket
+# boundary (so the burst fills one first bucket from nothing, by splits),
+# Redis CPU counted until the dedup state has expired, less idle CPU with
+# the relay still running. What the new layout pays for growing its first
+# bucket, against what the old one pays for expiring one key per id.
+for who in old new; do
+	bin=$OLD_BIN
+	[ "$who" = new ] && bin=$NEW_BIN
+	fresh_redis
+	slot_create "lv_$who"
+	RELAY_BIN=$bin relay_start --slot "lv_$who" --dedup-window "$LIFE_WINDOW"
+	wait_for "slot_active lv_$who" 20 || fail "relay ($who) does not stream"
+	while [ $(($(date +%s) % LIFE_WINDOW)) -ne 0 ]; do sleep 0.1; done
+	c0=$(cpu)
+	t0=$(date +%s%N)
+	bench_outbox_rows "$EVENTS"
+	wait_for "[ \"\$(xlen outbox:bench)\" -ge $EVENTS ]" 120 || fail "live-lifecycle $who: not all published"
+	wait_for '[ "$(redis_cli DBSIZE)" -le 6 ]' $((3 * LIFE_WINDOW + 120)) ||
+		fail "live-lifecycle $who: the dedup state did not expire ($(redis_cli DBSIZE) keys)"
+	c1=$(cpu)
+	t1=$(date +%s%N)
+	sleep 10
+	c2=$(cpu)
+	relay_stop
+	psql_q "SELECT pg_drop_replication_slot('lv_$who')" >/dev/null
+	assert_eq "$EVENTS" "$(xlen outbox:bench)" "live-lifecycle $who: every event published once"
+	awk -v who="$who" -v n="$EVENTS" -v c0="$c0" -v c1="$c1" -v c2="$c2" -v t0="$t0" -v t1="$t1" \
+		'BEGIN { idle = (c2 - c1) / 10; el = (t1 - t0) / 1e9;
+			 printf "live-lifecycle-%s\t%d\t%d\t-\t-\t%.2f\t-\t-\t-\t(%.0f s until expired, idle %.4f s/s subtracted)\n",
 				who, n, n, ((c1 - c0) - idle * el) * 1e6 / n, el, idle }' >>"$RESULTS"
 done
 
