@@ -523,13 +523,30 @@ static unsigned hexval(char c)
 	return c <= '9' ? (unsigned)(c - '0') : (unsigned)(c - 'a' + 10);
 }
 
+/* The bits of a byte in reverse order. */
+static unsigned char rev8(unsigned char x)
+{
+	x = (unsigned char)((x & 0xf0) >> 4 | (x & 0x0f) << 4);
+	x = (unsigned char)((x & 0xcc) >> 2 | (x & 0x33) << 2);
+	return (unsigned char)((x & 0xaa) >> 1 | (x & 0x55) << 1);
+}
+
 /*
- * Append the dedup field of event id[0..len) as a RESP bulk string: a UUID
- * in PostgreSQL's form packs to its 16 bytes; any other id is 4 bytes of
- * FNV-1a of it (the shard hash), the id, and a 0 byte when the id is 12
- * bytes long or (at least 12 bytes long and) ends in a 0 byte. So no other
- * id gives 16 bytes, and the mapping is one-to-one: two different ids never
- * share a field (an uppercase UUID is another id, as it always was).
+ * Append the dedup field of event id[0..len) as a RESP bulk string. Its
+ * first bytes are the shard hash (the function reads the bits of the first
+ * three bytes, first to last, as the hash's bits from the lowest up, so a
+ * split can ask Redis for the ids that move: HSCAN MATCH on a prefix):
+ * - a UUID in PostgreSQL's form packs to 16 bytes u[0..15], its first four
+ *   mixed with its last four: f[i] = u[3 - i] ^ rev8(u[15 - i]) for i < 4,
+ *   f[i] = u[i] after, so ids that differ only at either end (version 1's
+ *   fast time bytes come first, version 7's random and counters' bytes
+ *   last) still differ in the first byte; the function undoes it for the
+ *   old layout's key names;
+ * - any other id is 4 bytes of FNV-1a of it (high byte first), the id, and
+ *   a 0 byte when the id is 12 bytes long or (at least 12 bytes long and)
+ *   ends in a 0 byte. So no other id gives 16 bytes, and the mapping is
+ *   one-to-one: two different ids never share a field (an uppercase UUID is
+ *   another id, as it always was).
  */
 static void put_dedup_field(struct buf *b, const char *id, size_t len)
 {
@@ -544,6 +561,10 @@ static void put_dedup_field(struct buf *b, const char *id, size_t len)
 			f[o / 2] = (unsigned char)(o % 2 ? f[o / 2] | hexval(id[i]) : hexval(id[i]) << 4);
 			o++;
 		}
+		unsigned char head[4] = {f[0], f[1], f[2], f[3]};
+
+		for (int i = 0; i < 4; i++)
+			f[i] = (unsigned char)(head[3 - i] ^ rev8(f[15 - i]));
 		resp_bulk(b, (const char *)f, 16);
 		return;
 	}

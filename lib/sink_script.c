@@ -40,15 +40,19 @@
  * is compared with W: exact to the second) in the previous bucket and
  * inserted with HSETNX (0: a duplicate) into the current one. K grows by
  * linear hashing (shard j = h mod 2^L, or h mod 2^(L+1) for the shards
- * already split; h from the field's first and last 4 bytes), one split per
+ * already split; h is the field's first three bytes, their bits read first
+ * to last as h's from the lowest up: dedup_field() puts a hash there), so
+ * the ids a split moves share a prefix and Redis picks them (HSCAN MATCH:
+ * escaped whole bytes, then one byte range), and none passes through Lua
+ * that stays; one split per
  * 24 ids, so each hash stays far below hash-max-listpack-entries (128 by
  * default) in the compact listpack encoding (tests/bench/dedup_instr.sh:
  * one split per 16 to 32 ids costs Redis the same instructions, per 40
  * about 6 % more). redis.call, redis.pcall and string.byte are read once
  * per call into locals (each global read is a table lookup in Lua 5.1), and numbers
  * become text once: shard numbers through a cache, the bucket, its expiry and its count
- * once per call (a Lua number passed to redis.call is printed with %.17g each time). A new bucket starts
- * with the K that the larger of the previous bucket's count and the ids to come need, so a
+ * once per call (a Lua number passed to redis.call is printed with %.17g each time). A new bucket
+ * starts with the K that the larger of the previous bucket's count and the ids to come need, so a
  * backlog drained into an empty window fills it without a split; and while a bucket holds
  * at most 1024 ids, a call whose ids to come need more hashes first grows it to that many
  * (by splits, up to 256 a call, cheap while few ids move), since the first calls' estimates
@@ -65,25 +69,62 @@
  * complete (XADD and its entry), so the retry finds them as duplicates and publishes the rest. A
  * split copies first, records the new K, and only then deletes the moved ids from the old shard, so
  * an id is always where the recorded K says. An entry whose XADD fails (or is dead-lettered) is
- * removed again (HDEL; every call first runs a no-op HDEL, so a user without that permission fails
- * the call before it wrote anything), so a failing XADD leaves nothing behind: the watermark then
- * covers the events before it and the error is returned; a retry publishes exactly what is missing.
- * The watermark is written by every call, so each call replicates a write that WAIT can wait for
- * even when all its events were replays. expect "R" (outbox-relay republish): the watermark is
- * neither read nor written; only the dedup window drops what was published before.
+ * removed again (HDEL; every call first runs a no-op HDEL and HSCAN, so a user without those
+ * permissions fails the call before it wrote anything), so a failing XADD leaves nothing behind:
+ * the watermark then covers the events before it and the error is returned; a retry publishes
+ * exactly what is missing. The watermark is written by every call, so each call replicates a write
+ * that WAIT can wait for even when all its events were replays. expect "R" (outbox-relay
+ * republish): the watermark is neither read nor written; only the dedup window drops what was
+ * published before.
  */
 #define PUBLISH_BODY                                                                               \
 	"local byte\n"                                                                                 \
+	"local REV = {}\n"                                                                             \
+	"local function revs()\n"                                                                      \
+	"  for x = 0, 255 do\n"                                                                        \
+	"    local r, v = 0, x\n"                                                                      \
+	"    for _ = 1, 8 do r, v = r * 2 + v % 2, math.floor(v / 2) end\n"                            \
+	"    REV[x] = r\n"                                                                             \
+	"  end\n"                                                                                      \
+	"end\n"                                                                                        \
 	"local function fhash(f)\n"                                                                    \
-	"  if #f < 4 then return #f end\n"                                                             \
-	"  local a, b, c, d = byte(f, 1, 4)\n"                                                         \
-	"  local e, g, i, j = byte(f, -4, -1)\n"                                                       \
-	"  return (((a + e) * 256 + b + g) * 256 + c + i) * 256 + d + j\n"                             \
+	"  local a, b, c = byte(f, 1, 3)\n"                                                            \
+	"  if not c then return #f end\n"                                                              \
+	"  return REV[a] + REV[b] * 256 + REV[c] * 65536\n"                                            \
+	"end\n"                                                                                        \
+	"local function movedpat(v, nb)\n"                                                             \
+	"  local pat = {}\n"                                                                           \
+	"  while nb >= 8 do\n"                                                                         \
+	"    pat[#pat + 1] = '\\\\' .. string.char(REV[v % 256])\n"                                    \
+	"    v, nb = math.floor(v / 256), nb - 8\n"                                                    \
+	"  end\n"                                                                                      \
+	"  if nb > 0 then\n"                                                                           \
+	"    local lo = REV[v % 2 ^ nb]\n"                                                             \
+	"    local hi = lo + 2 ^ (8 - nb) - 1\n"                                                       \
+	"    local cls = {'['}\n"                                                                      \
+	"    while lo <= hi and lo >= 92 and lo <= 94 do\n"                                            \
+	"      cls[#cls + 1] = '\\\\' .. string.char(lo)\n"                                            \
+	"      lo = lo + 1\n"                                                                          \
+	"    end\n"                                                                                    \
+	"    if lo <= hi then cls[#cls + 1] = string.char(lo) .. '-' .. string.char(hi) end\n"         \
+	"    cls[#cls + 1] = ']'\n"                                                                    \
+	"    pat[#pat + 1] = table.concat(cls)\n"                                                      \
+	"  end\n"                                                                                      \
+	"  pat[#pat + 1] = '*'\n"                                                                      \
+	"  return table.concat(pat)\n"                                                                 \
+	"end\n"                                                                                        \
+	"local function xor8(a, b)\n"                                                                  \
+	"  local r, p = 0, 1\n"                                                                        \
+	"  for _ = 1, 8 do\n"                                                                          \
+	"    if a % 2 ~= b % 2 then r = r + p end\n"                                                   \
+	"    a, b, p = math.floor(a / 2), math.floor(b / 2), p * 2\n"                                  \
+	"  end\n"                                                                                      \
+	"  return r\n"                                                                                 \
 	"end\n"                                                                                        \
 	"local function setk(bk, k)\n"                                                                 \
-	"  local m = 1\n"                                                                              \
-	"  while m * 2 <= k do m = m * 2 end\n"                                                        \
-	"  bk.k, bk.m = k, m\n"                                                                        \
+	"  local m, l = 1, 0\n"                                                                        \
+	"  while m * 2 <= k do m, l = m * 2, l + 1 end\n"                                              \
+	"  bk.k, bk.m, bk.l = k, m, l\n"                                                               \
 	"end\n"                                                                                        \
 	"local JS = {}\n"                                                                              \
 	"local function sname(j)\n"                                                                    \
@@ -101,9 +142,11 @@
 	"end\n"                                                                                        \
 	"local function idtext(f)\n"                                                                   \
 	"  if #f == 16 then\n"                                                                         \
+	"    local u = {string.byte(f, 1, 16)}\n"                                                      \
+	"    for i = 0, 3 do u[i + 1] = xor8(u[i + 1], REV[u[16 - i]]) end\n"                          \
 	"    return "                                                                                  \
 	"string.format('%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x',\n"      \
-	"      string.byte(f, 1, 16))\n"                                                               \
+	"      u[4], u[3], u[2], u[1], unpack(u, 5, 16))\n"                                            \
 	"  end\n"                                                                                      \
 	"  local r = string.sub(f, 5)\n"                                                               \
 	"  if #r >= 13 and string.byte(r, -1) == 0 then r = string.sub(r, 1, -2) end\n"                \
@@ -112,6 +155,7 @@
 	"local function publish(keys, args)\n"                                                         \
 	"  local rcall, rpcall = redis.call, redis.pcall\n"                                            \
 	"  byte = byte or string.byte\n"                                                               \
+	"  if not REV[255] then revs() end\n"                                                          \
 	"  local ttl, maxlen, owner, expect = args[1], args[2], args[3], args[4]\n"                    \
 	"  local rep = expect == 'R'\n"                                                                \
 	"  local raw = not rep and rcall('GET', keys[2])\n"                                            \
@@ -139,16 +183,18 @@
 	"  local function split()\n"                                                                   \
 	"    local p = curb.k - curb.m\n"                                                              \
 	"    local src, dst = cpre .. sname(p), cpre .. sname(curb.k)\n"                               \
-	"    local all, mv, del, nm, nd = rcall('HGETALL', src), {'', ''}, {}, 2, 0\n"                 \
-	"    local mod = 2 * curb.m\n"                                                                 \
-	"    for i = 1, #all, 2 do\n"                                                                  \
-	"      local f = all[i]\n"                                                                     \
-	"      if f ~= '' and fhash(f) % mod ~= p then\n"                                              \
-	"        mv[nm + 1], mv[nm + 2] = f, all[i + 1]\n"                                             \
+	"    local pat, mv, del, nm, nd, cursor = movedpat(curb.k, curb.l + 1), {'', ''}, {}, 2, 0, "  \
+	"'0'\n"                                                                                        \
+	"    repeat\n"                                                                                 \
+	"      local r = rcall('HSCAN', src, cursor, 'MATCH', pat, 'COUNT', '1000')\n"                 \
+	"      local all = r[2]\n"                                                                     \
+	"      cursor = r[1]\n"                                                                        \
+	"      for i = 1, #all, 2 do\n"                                                                \
+	"        mv[nm + 1], mv[nm + 2] = all[i], all[i + 1]\n"                                        \
 	"        nm, nd = nm + 2, nd + 1\n"                                                            \
-	"        del[nd] = f\n"                                                                        \
+	"        del[nd] = all[i]\n"                                                                   \
 	"      end\n"                                                                                  \
-	"    end\n"                                                                                    \
+	"    until cursor == '0'\n"                                                                    \
 	"    if nd > 0 then\n"                                                                         \
 	"      rcall('HSET', dst, unpack(mv))\n"                                                       \
 	"      rcall('EXPIREAT', dst, exps)\n"                                                         \
@@ -168,6 +214,7 @@
 	"    bks, mset, stale = {}, {}, {}\n"                                                          \
 	"    local m = rcall('HGETALL', base)\n"                                                       \
 	"    rcall('HDEL', base, '\\0')\n"                                                             \
+	"    rcall('HSCAN', base, '0', 'MATCH', '\\0')\n"                                              \
 	"    for i = 1, #m, 2 do\n"                                                                    \
 	"      local f = m[i]\n"                                                                       \
 	"      if f == 'legacy' then\n"                                                                \
@@ -263,8 +310,7 @@
 	"      else\n"                                                                                 \
 	"        local id\n"                                                                           \
 	"        if maxlen ~= '0' then\n"                                                              \
-	"          id = rpcall('XADD', keys[1], 'MAXLEN', '~', maxlen, '*', unpack(args, first, "      \
-	"a))\n"                                                                                        \
+	"          id = rpcall('XADD', keys[1], 'MAXLEN', '~', maxlen, '*', unpack(args, first, a))\n" \
 	"        else\n"                                                                               \
 	"          id = rpcall('XADD', keys[1], '*', unpack(args, first, a))\n"                        \
 	"        end\n"                                                                                \

@@ -24,6 +24,11 @@
 #       when they come again.
 #   (g) A backlog of 200 streams of one id each: each id costs one key (a
 #       stream's estimate goes by at least 64 of its events).
+#   (h) The split's prefix patterns: with the function library the relay
+#       loaded, every pattern a split can send (HSCAN MATCH, up to 11 bits of
+#       hash, every first byte of a field including the glob's own special
+#       characters) selects exactly the fields the hash sends to the new
+#       shard, in a hash large enough to scan in steps.
 #   (d) Upgrade: old-layout keys (one string key per id with a TTL, as the
 #       previous release wrote, next to its watermark) for ids the new layout
 #       never saw: the new relay drops those ids (UUID, text, 12-byte text)
@@ -87,8 +92,8 @@ assert_eq 1 "$(count order n-1)" "(a) n-1 after a Redis restart from AOF: droppe
 
 # Redis's count of calls of a command (functions' calls included).
 calls() { redis_cli INFO commandstats | sed -n "s/^cmdstat_$1:calls=\([0-9]*\),.*/\1/p" | grep . || echo 0; }
-# splits: HGETALLs beyond the one per call that reads the state's index.
-splits() { echo $(($(calls hgetall) - $(calls fcall))); }
+# splits: HSCANs beyond the one per call that checks the permission.
+splits() { echo $(($(calls hscan) - $(calls fcall))); }
 # monitor / moved STREAM: watch Redis's commands (the function's too), then
 # count the ids a split moved out of a hash of the stream's dedup state.
 monitor() {
@@ -197,6 +202,63 @@ assert_eq 200 "$(redis_cli --scan --pattern 'outbox:tiny*' | wc -l)" "(g) 200 st
 assert_eq 200 "$(redis_cli --scan --pattern 'outbox-relay:dd:{outbox:tiny*}:*' | wc -l)" "(g) one shard key per id"
 SLOT=s1
 drain
+
+# (h) the split's prefix patterns, checked against the hash in Redis itself.
+python3 - "$REDIS_SOCK" "$TESTS_DIR/integration" <<'PY' || fail "(h) a split pattern selects the wrong fields"
+import sys
+sys.path.insert(0, sys.argv[2])
+from rx import Client
+c = Client(sys.argv[1])
+lib = c.call("FUNCTION", "LIST", "LIBRARYNAME", "outbox_relay", "WITHCODE")[0]
+code = lib[lib.index("library_code") + 1]
+body = "\n".join(l for l in code.split("\n")[1:] if not l.startswith("redis.register_function"))
+test = """
+byte = string.byte
+revs()
+local key = KEYS[1]
+redis.call('DEL', key)
+local fields = {}
+for a = 0, 255 do
+  for b = 0, 7 do
+    local f = string.char(a, (b * 37 + a) % 256, (a * 7 + b * 3) % 256) .. 'rest-of-the-id'
+    fields[#fields + 1] = f
+    redis.call('HSET', key, f, '1')
+  end
+end
+local checked = 0
+for nb = 1, 11 do
+  local step = nb <= 9 and 1 or 7
+  for v = 0, 2 ^ nb - 1, step do
+    local want, n = {}, 0
+    for _, f in ipairs(fields) do
+      if fhash(f) % 2 ^ nb == v then want[f], n = true, n + 1 end
+    end
+    local got, cursor = 0, '0'
+    repeat
+      local r = redis.call('HSCAN', key, cursor, 'MATCH', movedpat(v, nb), 'COUNT', '1000')
+      cursor = r[1]
+      for i = 1, #r[2], 2 do
+        if not want[r[2][i]] then
+          return redis.error_reply('nb ' .. nb .. ' v ' .. v .. ': matched a field of another shard')
+        end
+        want[r[2][i]] = nil
+        got = got + 1
+      end
+    until cursor == '0'
+    if next(want) then
+      return redis.error_reply('nb ' .. nb .. ' v ' .. v .. ': missed a field (' .. got .. ' of ' .. n .. ')')
+    end
+    checked = checked + 1
+  end
+end
+redis.call('DEL', key)
+return checked
+"""
+n = c.call("EVAL", body + "\n" + test, "1", "outbox-relay:dd:{outbox:patterns}:test")
+if not isinstance(n, int) or n < 1000:
+    sys.exit("(h) %s" % n)
+print("[51_dedup_buckets] ok - (h) %d split patterns select exactly the fields of their shard" % n)
+PY
 
 # (d) upgrade: the old layout's keys, as the previous release left them.
 owner=$(redis_cli GET "outbox-relay:wm:{outbox:order}:s1" | cut -d' ' -f2-)
