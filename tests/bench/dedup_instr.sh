@@ -11,7 +11,7 @@
 #
 # Environment: OLD_REF, OLD_BIN / NEW_BIN (as dedup_mem.sh), WINDOW (the
 # --dedup-window of both runs, default 3600: every id of the burst in one
-# bucket). Three runs:
+# bucket). Four runs:
 #   burst: EVENTS rows (UUID ids, 1000 per transaction) committed, then
 #          drained into an empty Redis (the bucket sized at once from the
 #          backlog the relay found at start);
@@ -19,7 +19,9 @@
 #          drained into the Redis the burst left: every event is a duplicate
 #          inside the window (the lookup path);
 #   live:  EVENTS rows committed while the relay streams into an empty Redis
-#          (no backlog at start: the bucket grows from one hash by splits).
+#          (no backlog at start: the bucket grows from one hash by splits);
+#   steady: rows at STEADY_RATE/s while the relay streams, window
+#          STEADY_WINDOW, counted after two windows (see below).
 # Prints Redis instructions per event, in all and inside FCALL alone
 # (callgrind's inclusive cost of fcallCommand; evalShaCommand for a relay
 # using EVALSHA), and the ratio after / before.
@@ -74,16 +76,17 @@ measure() {
 	assert_eq "$EVENTS" "$(xlen outbox:bench)" "$who $r: every event published once"
 	dump "$r" "$who"
 }
-# dump RUN WHO: callgrind's counts since the last zeroing, as one result line.
+# dump RUN WHO [EVENTS]: callgrind's counts since the last zeroing, as one
+# result line (per EVENTS events, default all of the run's).
 dump() {
-	local r=$1 who=$2 f tot fc
+	local r=$1 who=$2 n=${3:-$EVENTS} f tot fc
 	rm -f "$T/cg.$REDIS_PID".*
 	callgrind_control -d "$r" "$REDIS_PID" >/dev/null
 	wait_for "ls '$T/cg.$REDIS_PID'.* >/dev/null 2>&1" 30 || fail "callgrind wrote no dump"
 	f=$(ls "$T/cg.$REDIS_PID".* | head -n 1)
 	read -r tot fc <<<"$(instr "$f")"
 	cp "$f" "$T/cg-$r-$who.out"
-	printf '%s\t%s\t%s\t%s\n' "$r" "$who" "$tot" "$fc" >>"$RESULTS"
+	printf '%s\t%s\t%s\t%s\t%s\n' "$r" "$who" "$tot" "$fc" "$n" >>"$RESULTS"
 }
 RESULTS=$T/results.tsv
 : >"$RESULTS"
@@ -130,15 +133,53 @@ for who in old new; do
 	dump live "$who"
 done
 
+# steady: rows at STEADY_RATE/s (default 1000) for STEADY_SECS s (default 24)
+# while the relay streams, --dedup-window STEADY_WINDOW (default 4): each new
+# bucket sized from the previous one, every id looked up in the previous
+# bucket, ids expiring all along. Counted after two windows (the first
+# bucket, grown from nothing by splits, is the live run's case), per event
+# published from then on.
+STEADY_RATE=${STEADY_RATE:-1000}
+STEADY_SECS=${STEADY_SECS:-24}
+STEADY_WINDOW=${STEADY_WINDOW:-4}
+for who in old new; do
+	bin=$OLD_BIN
+	[ "$who" = new ] && bin=$NEW_BIN
+	redis_stop
+	rm -rf "$T/redis"
+	redis_start
+	slot_create "t_$who"
+	RELAY_BIN=$bin relay_start --slot "t_$who" --dedup-window "$STEADY_WINDOW"
+	wait_for "slot_active t_$who" 30 || fail "relay ($who, steady) does not stream"
+	x0=$(xlen outbox:bench)
+	per=$((STEADY_RATE / 10))
+	psql_q "DO \$\$ DECLARE t0 timestamptz := clock_timestamp(); BEGIN
+	          FOR i IN 1..$((STEADY_SECS * 10)) LOOP
+	            INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+	            SELECT 'bench', g::text, 'created', jsonb_build_object('n', g) FROM generate_series(1, $per) g;
+	            COMMIT;
+	            PERFORM pg_sleep(greatest(0, extract(epoch FROM t0 + i * interval '100 ms' - clock_timestamp())));
+	          END LOOP; END \$\$" >/dev/null &
+	sleep $((2 * STEADY_WINDOW + 1))
+	x1=$(xlen outbox:bench)
+	callgrind_control -z "$REDIS_PID" >/dev/null
+	wait $!
+	total=$((x0 + STEADY_SECS * 10 * per))
+	wait_for "[ \"\$(xlen outbox:bench)\" -ge $total ]" 600 || fail "steady $who: not all published"
+	relay_stop 60
+	assert_eq "$total" "$(xlen outbox:bench)" "$who steady: every event published once"
+	dump steady "$who" $((total - x1))
+done
+
 echo
 echo "Redis instructions per event (callgrind, redis-server $(redis-server --version |
 	sed 's/.*v=\([^ ]*\).*/\1/')), $EVENTS events, --dedup-window $WINDOW; before = $OLD_REF, after = this tree"
 printf '%-7s %14s %14s %14s %14s %8s %8s\n' run "before total" "after total" "before fcall" "after fcall" ratio "fcall"
-for r in burst again live; do
-	awk -F'\t' -v r="$r" -v n="$EVENTS" '
-		$1 == r && $2 == "old" { ot = $3; of = $4 }
-		$1 == r && $2 == "new" { nt = $3; nf = $4 }
-		END { printf "%-7s %14.0f %14.0f %14.0f %14.0f %8.3f %8.3f\n", r, ot / n, nt / n, of / n, nf / n,
+for r in burst again live steady; do
+	awk -F'\t' -v r="$r" '
+		$1 == r && $2 == "old" { ot = $3 / $5; of = $4 / $5 }
+		$1 == r && $2 == "new" { nt = $3 / $5; nf = $4 / $5 }
+		END { printf "%-7s %14.0f %14.0f %14.0f %14.0f %8.3f %8.3f\n", r, ot, nt, of, nf,
 			nt / ot, (of > 0 ? nf / of : 0) }' "$RESULTS"
 done
 pass
