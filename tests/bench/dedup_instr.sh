@@ -116,15 +116,20 @@ for who in old new; do
 	measure again "$who" "$end_again"
 done
 # live: the rows committed while a relay streams, caught up, into an empty Redis.
-for who in old new; do
-	bin=$OLD_BIN
-	[ "$who" = new ] && bin=$NEW_BIN
+# streaming WHO SLOT WINDOW: an empty Redis, and the relay of WHO streaming
+# from a new slot SLOT, caught up.
+streaming() {
+	local bin=$OLD_BIN
+	[ "$1" = new ] && bin=$NEW_BIN
 	redis_stop
 	rm -rf "$T/redis"
 	redis_start
-	slot_create "v_$who"
-	RELAY_BIN=$bin relay_start --slot "v_$who" --dedup-window "$WINDOW"
-	wait_for "slot_active v_$who" 30 || fail "relay ($who, live) does not stream"
+	slot_create "$2"
+	RELAY_BIN=$bin relay_start --slot "$2" --dedup-window "$3"
+	wait_for "slot_active $2" 30 || fail "relay ($1, slot $2) does not stream"
+}
+for who in old new; do
+	streaming "$who" "v_$who" "$WINDOW"
 	callgrind_control -z "$REDIS_PID" >/dev/null
 	bench_outbox_rows "$EVENTS"
 	wait_for "[ \"\$(xlen outbox:bench)\" -ge $EVENTS ]" 600 || fail "live $who: not all published"
@@ -143,23 +148,10 @@ STEADY_RATE=${STEADY_RATE:-1000}
 STEADY_SECS=${STEADY_SECS:-24}
 STEADY_WINDOW=${STEADY_WINDOW:-4}
 for who in old new; do
-	bin=$OLD_BIN
-	[ "$who" = new ] && bin=$NEW_BIN
-	redis_stop
-	rm -rf "$T/redis"
-	redis_start
-	slot_create "t_$who"
-	RELAY_BIN=$bin relay_start --slot "t_$who" --dedup-window "$STEADY_WINDOW"
-	wait_for "slot_active t_$who" 30 || fail "relay ($who, steady) does not stream"
+	streaming "$who" "t_$who" "$STEADY_WINDOW"
 	x0=$(xlen outbox:bench)
 	per=$((STEADY_RATE / 10))
-	psql_q "DO \$\$ DECLARE t0 timestamptz := clock_timestamp(); BEGIN
-	          FOR i IN 1..$((STEADY_SECS * 10)) LOOP
-	            INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
-	            SELECT 'bench', g::text, 'created', jsonb_build_object('n', g) FROM generate_series(1, $per) g;
-	            COMMIT;
-	            PERFORM pg_sleep(greatest(0, extract(epoch FROM t0 + i * interval '100 ms' - clock_timestamp())));
-	          END LOOP; END \$\$" >/dev/null &
+	bench_paced_rows "$STEADY_SECS" "$per" &
 	sleep $((2 * STEADY_WINDOW + 1))
 	x1=$(xlen outbox:bench)
 	callgrind_control -z "$REDIS_PID" >/dev/null

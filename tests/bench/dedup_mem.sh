@@ -138,6 +138,23 @@ done
 # old layout pays for its 100k expiries here, which a burst inside a 1 h
 # window never shows; the new one for its bucket hashes expiring whole.
 LIFE_WINDOW=${LIFE_WINDOW:-20}
+# until_expired NAME: wait until the dedup state has expired (DBSIZE back to
+# the few keys that stay), then one result line: Redis CPU per event since
+# c0/t0 (set by the caller), less Redis's idle CPU over the same time
+# (measured right after, 10 s).
+until_expired() {
+	local c1 t1 c2
+	wait_for '[ "$(redis_cli DBSIZE)" -le 6 ]' $((3 * LIFE_WINDOW + 120)) ||
+		fail "$1: the dedup state did not expire ($(redis_cli DBSIZE) keys)"
+	c1=$(cpu)
+	t1=$(date +%s%N)
+	sleep 10
+	c2=$(cpu)
+	awk -v name="$1" -v n="$EVENTS" -v c0="$c0" -v c1="$c1" -v c2="$c2" -v t0="$t0" -v t1="$t1" \
+		'BEGIN { idle = (c2 - c1) / 10; el = (t1 - t0) / 1e9;
+			 printf "%s\t%d\t%d\t-\t-\t%.2f\t-\t-\t-\t(%.0f s until expired, idle %.4f s/s subtracted)\n",
+				name, n, n, ((c1 - c0) - idle * el) * 1e6 / n, el, idle }' >>"$RESULTS"
+}
 slot_create l_old
 slot_create l_new
 bench_outbox_rows "$EVENTS"
@@ -151,16 +168,7 @@ for who in old new; do
 	RELAY_BIN=$bin relay_run_until "$lend" --slot "l_$who" --dedup-window "$LIFE_WINDOW" ||
 		fail "relay ($who) exit $RELAY_RC"
 	assert_eq "$EVENTS" "$(xlen outbox:bench)" "lifecycle $who: every event published"
-	wait_for '[ "$(redis_cli DBSIZE)" -le 6 ]' $((3 * LIFE_WINDOW + 120)) ||
-		fail "lifecycle $who: the dedup state did not expire ($(redis_cli DBSIZE) keys)"
-	c1=$(cpu)
-	t1=$(date +%s%N)
-	sleep 10
-	c2=$(cpu)
-	awk -v who="$who" -v n="$EVENTS" -v c0="$c0" -v c1="$c1" -v c2="$c2" -v t0="$t0" -v t1="$t1" \
-		'BEGIN { idle = (c2 - c1) / 10; el = (t1 - t0) / 1e9;
-			 printf "lifecycle-%s\t%d\t%d\t-\t-\t%.2f\t-\t-\t-\t(%.0f s until expired, idle %.4f s/s subtracted)\n",
-				who, n, n, ((c1 - c0) - idle * el) * 1e6 / n, el, idle }' >>"$RESULTS"
+	until_expired "lifecycle-$who"
 done
 
 # live-lifecycle: the live run's whole life. The rows committed while a relay
@@ -181,19 +189,10 @@ for who in old new; do
 	t0=$(date +%s%N)
 	bench_outbox_rows "$EVENTS"
 	wait_for "[ \"\$(xlen outbox:bench)\" -ge $EVENTS ]" 120 || fail "live-lifecycle $who: not all published"
-	wait_for '[ "$(redis_cli DBSIZE)" -le 6 ]' $((3 * LIFE_WINDOW + 120)) ||
-		fail "live-lifecycle $who: the dedup state did not expire ($(redis_cli DBSIZE) keys)"
-	c1=$(cpu)
-	t1=$(date +%s%N)
-	sleep 10
-	c2=$(cpu)
+	until_expired "live-lifecycle-$who"
 	relay_stop
 	psql_q "SELECT pg_drop_replication_slot('lv_$who')" >/dev/null
 	assert_eq "$EVENTS" "$(xlen outbox:bench)" "live-lifecycle $who: every event published once"
-	awk -v who="$who" -v n="$EVENTS" -v c0="$c0" -v c1="$c1" -v c2="$c2" -v t0="$t0" -v t1="$t1" \
-		'BEGIN { idle = (c2 - c1) / 10; el = (t1 - t0) / 1e9;
-			 printf "live-lifecycle-%s\t%d\t%d\t-\t-\t%.2f\t-\t-\t-\t(%.0f s until expired, idle %.4f s/s subtracted)\n",
-				who, n, n, ((c1 - c0) - idle * el) * 1e6 / n, el, idle }' >>"$RESULTS"
 done
 
 # steady: rows arrive at RATE/s while the relay runs, --dedup-window 8.
@@ -208,13 +207,7 @@ for who in old new; do
 	wait_for "slot_active s_$who" 20 || fail "relay ($who) does not stream"
 	base=$(xlen outbox:bench)
 	start_measure
-	psql_q "DO \$\$ DECLARE t0 timestamptz := clock_timestamp(); BEGIN
-	          FOR i IN 1..$((secs * 10)) LOOP
-	            INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
-	            SELECT 'bench', g::text, 'created', jsonb_build_object('n', g) FROM generate_series(1, $per) g;
-	            COMMIT;
-	            PERFORM pg_sleep(greatest(0, extract(epoch FROM t0 + i * interval '100 ms' - clock_timestamp())));
-	          END LOOP; END \$\$" >/dev/null
+	bench_paced_rows "$secs" "$per"
 	n=$((secs * 10 * per))
 	wait_for "[ \"\$(xlen outbox:bench)\" -ge $((base + n)) ]" 60 || fail "steady $who: not all published"
 	measure "steady-$who" "$n" $((RATE * 8)) >>"$RESULTS"

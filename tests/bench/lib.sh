@@ -33,3 +33,16 @@ bench_outbox_rows() {
 	          FROM generate_series(i * 1000 + 1, least($1, i * 1000 + 1000)) g;
 	          COMMIT; END LOOP; END \$\$" >/dev/null
 }
+
+# bench_paced_rows SECS PER: outbox rows of stream outbox:bench at a steady
+# pace, one transaction of PER rows every 100 ms for SECS seconds (random
+# UUID ids). Needs the integration harness.
+bench_paced_rows() {
+	psql_q "DO \$\$ DECLARE t0 timestamptz := clock_timestamp(); BEGIN
+	          FOR i IN 1..$(($1 * 10)) LOOP
+	            INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+	            SELECT 'bench', g::text, 'created', jsonb_build_object('n', g) FROM generate_series(1, $2) g;
+	            COMMIT;
+	            PERFORM pg_sleep(greatest(0, extract(epoch FROM t0 + i * interval '100 ms' - clock_timestamp())));
+	          END LOOP; END \$\$" >/dev/null
+}
