@@ -50,8 +50,8 @@
  * one split per 16 to 32 ids costs Redis the same instructions, per 40
  * about 6 % more). redis.call, redis.pcall and string.byte are read once
  * per call into locals (each global read is a table lookup in Lua 5.1), and numbers
- * become text once: shard numbers through a cache, the bucket, its expiry and its count
- * once per call (a Lua number passed to redis.call is printed with %.17g each time). A new bucket
+ * become text once: shard numbers through a cache, the bucket and its expiry once per
+ * call (a Lua number passed to redis.call is printed with %.17g each time). A new bucket
  * starts with the K that the larger of the previous bucket's count and the ids to come need, so a
  * backlog drained into an empty window fills it without a split; and while a bucket holds
  * at most 1024 ids, a call whose ids to come need more hashes first grows it to that many
@@ -113,14 +113,6 @@
 	"  pat[#pat + 1] = '*'\n"                                                                      \
 	"  return table.concat(pat)\n"                                                                 \
 	"end\n"                                                                                        \
-	"local function xor8(a, b)\n"                                                                  \
-	"  local r, p = 0, 1\n"                                                                        \
-	"  for _ = 1, 8 do\n"                                                                          \
-	"    if a % 2 ~= b % 2 then r = r + p end\n"                                                   \
-	"    a, b, p = math.floor(a / 2), math.floor(b / 2), p * 2\n"                                  \
-	"  end\n"                                                                                      \
-	"  return r\n"                                                                                 \
-	"end\n"                                                                                        \
 	"local function setk(bk, k)\n"                                                                 \
 	"  local m, l = 1, 0\n"                                                                        \
 	"  while m * 2 <= k do m, l = m * 2, l + 1 end\n"                                              \
@@ -143,7 +135,7 @@
 	"local function idtext(f)\n"                                                                   \
 	"  if #f == 16 then\n"                                                                         \
 	"    local u = {string.byte(f, 1, 16)}\n"                                                      \
-	"    for i = 0, 3 do u[i + 1] = xor8(u[i + 1], REV[u[16 - i]]) end\n"                          \
+	"    for i = 0, 3 do u[i + 1] = bit.bxor(u[i + 1], REV[u[16 - i]]) end\n"                      \
 	"    return "                                                                                  \
 	"string.format('%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x',\n"      \
 	"      u[4], u[3], u[2], u[1], unpack(u, 5, 16))\n"                                            \
@@ -173,12 +165,10 @@
 	"      (wm == '' and 'nothing' or wm) .. ', expected ' .. expect)\n"                           \
 	"  end\n"                                                                                      \
 	"  local win, base, LOAD = tonumber(ttl), keys[5], 24\n"                                       \
-	"  local now, span, cur, curs, bks, curb, c0, prevb, legacy, mset, stale, exp, exps, cpre, "   \
-	"off\n"                                                                                        \
+	"  local now, span, cur, curs, bks, curb, c0, prevb, legacy, mset, stale, exps, cpre, off\n"   \
 	"  local hint = tonumber(args[7]) or 0\n"                                                      \
 	"  local function record()\n"                                                                  \
-	"    if curb.cs_c ~= curb.c then curb.cs, curb.cs_c = tostring(curb.c), curb.c end\n"          \
-	"    return sname(curb.k) .. ' ' .. curb.cs .. ' ' .. sname(curb.made)\n"                      \
+	"    return sname(curb.k) .. ' ' .. tostring(curb.c) .. ' ' .. sname(curb.made)\n"             \
 	"  end\n"                                                                                      \
 	"  local function split()\n"                                                                   \
 	"    local p = curb.k - curb.m\n"                                                              \
@@ -208,8 +198,8 @@
 	"    now = tonumber(rcall('TIME')[1])\n"                                                       \
 	"    span = win\n"                                                                             \
 	"    cur = math.floor(now / span)\n"                                                           \
-	"    exp = (cur + 1) * span + win\n"                                                           \
-	"    curs, exps, off = tostring(cur), tostring(exp), tostring(now - cur * span)\n"             \
+	"    curs, exps, off = tostring(cur), tostring((cur + 1) * span + win), tostring(now - cur * " \
+	"span)\n"                                                                                      \
 	"    cpre = base .. ':' .. curs .. ':'\n"                                                      \
 	"    bks, mset, stale = {}, {}, {}\n"                                                          \
 	"    local m = rcall('HGETALL', base)\n"                                                       \
