@@ -11,7 +11,8 @@
 #
 # Environment: OLD_REF, OLD_BIN / NEW_BIN (as dedup_mem.sh), WINDOW (the
 # --dedup-window of both runs, default 3600: every id of the burst in one
-# bucket). Four runs:
+# bucket), RUNS (which runs, default "burst again live steady"; again
+# needs burst). The runs:
 #   burst: EVENTS rows (UUID ids, 1000 per transaction) committed, then
 #          drained into an empty Redis (the bucket sized at once from the
 #          backlog the relay found at start);
@@ -21,7 +22,7 @@
 #   live:  EVENTS rows committed while the relay streams into an empty Redis
 #          (no backlog at start: the bucket grows from one hash by splits);
 #   steady: rows at STEADY_RATE/s while the relay streams, window
-#          STEADY_WINDOW, counted after two windows (see below).
+#          STEADY_WINDOW, counted after two buckets (see below).
 # Prints Redis instructions per event, in all and inside FCALL alone
 # (callgrind's inclusive cost of fcallCommand; evalShaCommand for a relay
 # using EVALSHA), and the ratio after / before.
@@ -92,29 +93,34 @@ RESULTS=$T/results.tsv
 : >"$RESULTS"
 
 # burst: each relay into an empty Redis; what it leaves is saved for "again".
-bench_outbox_rows "$EVENTS" "md5(g::text)::uuid"
-end_burst=$(current_lsn)
-for who in old new; do
-	redis_stop
-	rm -rf "$T/redis"
-	redis_start
-	measure burst "$who" "$end_burst"
-	redis_cli SAVE >/dev/null
-	cp "$T/redis/dump.rdb" "$T/$who.rdb"
-done
+run_burst() {
+	bench_outbox_rows "$EVENTS" "md5(g::text)::uuid"
+	end_burst=$(current_lsn)
+	for who in old new; do
+		redis_stop
+		rm -rf "$T/redis"
+		redis_start
+		measure burst "$who" "$end_burst"
+		redis_cli SAVE >/dev/null
+		cp "$T/redis/dump.rdb" "$T/$who.rdb"
+	done
+}
 # again: the same ids in new rows (the old ones deleted), each relay into
 # the Redis its burst left (loaded from its RDB file).
-psql_q "DELETE FROM outbox" >/dev/null
-bench_outbox_rows "$EVENTS" "md5(g::text)::uuid"
-end_again=$(current_lsn)
-for who in old new; do
-	redis_stop
-	rm -rf "$T/redis"
-	mkdir -p "$T/redis"
-	cp "$T/$who.rdb" "$T/redis/dump.rdb"
-	redis_start
-	measure again "$who" "$end_again"
-done
+run_again() {
+	[ -f "$T/new.rdb" ] || fail "RUNS: again needs burst before it"
+	psql_q "DELETE FROM outbox" >/dev/null
+	bench_outbox_rows "$EVENTS" "md5(g::text)::uuid"
+	end_again=$(current_lsn)
+	for who in old new; do
+		redis_stop
+		rm -rf "$T/redis"
+		mkdir -p "$T/redis"
+		cp "$T/$who.rdb" "$T/redis/dump.rdb"
+		redis_start
+		measure again "$who" "$end_again"
+	done
+}
 # live: the rows committed while a relay streams, caught up, into an empty Redis.
 # streaming WHO SLOT WINDOW: an empty Redis, and the relay of WHO streaming
 # from a new slot SLOT, caught up.
@@ -128,46 +134,57 @@ streaming() {
 	RELAY_BIN=$bin relay_start --slot "$2" --dedup-window "$3"
 	wait_for "slot_active $2" 30 || fail "relay ($1, slot $2) does not stream"
 }
-for who in old new; do
-	streaming "$who" "v_$who" "$WINDOW"
-	callgrind_control -z "$REDIS_PID" >/dev/null
-	bench_outbox_rows "$EVENTS"
-	wait_for "[ \"\$(xlen outbox:bench)\" -ge $EVENTS ]" 600 || fail "live $who: not all published"
-	relay_stop 60
-	assert_eq "$EVENTS" "$(xlen outbox:bench)" "$who live: every event published once"
-	dump live "$who"
-done
+run_live() {
+	for who in old new; do
+		streaming "$who" "v_$who" "$WINDOW"
+		callgrind_control -z "$REDIS_PID" >/dev/null
+		bench_outbox_rows "$EVENTS"
+		wait_for "[ \"\$(xlen outbox:bench)\" -ge $EVENTS ]" 600 || fail "live $who: not all published"
+		relay_stop 60
+		assert_eq "$EVENTS" "$(xlen outbox:bench)" "$who live: every event published once"
+		dump live "$who"
+	done
+}
 
-# steady: rows at STEADY_RATE/s (default 1000) for STEADY_SECS s (default 24)
+# steady: rows at STEADY_RATE/s (default 1000) for STEADY_SECS s (default 40)
 # while the relay streams, --dedup-window STEADY_WINDOW (default 4): each new
-# bucket sized from the previous one, every id looked up in the previous
-# bucket, ids expiring all along. Counted after two windows (the first
-# bucket, grown from nothing by splits, is the live run's case), per event
-# published from then on.
+# bucket (two windows long) sized from the previous one, ids looked up in the
+# previous bucket during a bucket's first window, ids expiring all along.
+# Counted after two buckets (the first, grown from nothing by splits, is the
+# live run's case; the second is sized from the part of the first the relay
+# saw), per event published from then on.
 STEADY_RATE=${STEADY_RATE:-1000}
-STEADY_SECS=${STEADY_SECS:-24}
+STEADY_SECS=${STEADY_SECS:-40}
 STEADY_WINDOW=${STEADY_WINDOW:-4}
-for who in old new; do
-	streaming "$who" "t_$who" "$STEADY_WINDOW"
-	x0=$(xlen outbox:bench)
-	per=$((STEADY_RATE / 10))
-	bench_paced_rows "$STEADY_SECS" "$per" &
-	sleep $((2 * STEADY_WINDOW + 1))
-	x1=$(xlen outbox:bench)
-	callgrind_control -z "$REDIS_PID" >/dev/null
-	wait $!
-	total=$((x0 + STEADY_SECS * 10 * per))
-	wait_for "[ \"\$(xlen outbox:bench)\" -ge $total ]" 600 || fail "steady $who: not all published"
-	relay_stop 60
-	assert_eq "$total" "$(xlen outbox:bench)" "$who steady: every event published once"
-	dump steady "$who" $((total - x1))
+run_steady() {
+	for who in old new; do
+		streaming "$who" "t_$who" "$STEADY_WINDOW"
+		x0=$(xlen outbox:bench)
+		per=$((STEADY_RATE / 10))
+		bench_paced_rows "$STEADY_SECS" "$per" &
+		sleep $((4 * STEADY_WINDOW + 1))
+		x1=$(xlen outbox:bench)
+		callgrind_control -z "$REDIS_PID" >/dev/null
+		wait $!
+		total=$((x0 + STEADY_SECS * 10 * per))
+		wait_for "[ \"\$(xlen outbox:bench)\" -ge $total ]" 600 || fail "steady $who: not all published"
+		relay_stop 60
+		assert_eq "$total" "$(xlen outbox:bench)" "$who steady: every event published once"
+		dump steady "$who" $((total - x1))
+	done
+}
+for r in ${RUNS:-burst again live steady}; do
+	case $r in
+	burst | again | live | steady) "run_$r" ;;
+	*) fail "RUNS: no run named $r (burst, again, live, steady)" ;;
+	esac
 done
 
 echo
 echo "Redis instructions per event (callgrind, redis-server $(redis-server --version |
 	sed 's/.*v=\([^ ]*\).*/\1/')), $EVENTS events, --dedup-window $WINDOW; before = $OLD_REF, after = this tree"
 printf '%-7s %14s %14s %14s %14s %8s %8s\n' run "before total" "after total" "before fcall" "after fcall" ratio "fcall"
-for r in burst again live steady; do
+for r in ${RUNS:-burst again live steady}; do
 	awk -F'\t' -v r="$r" '
 		$1 == r && $2 == "old" { ot = $3 / $5; of = $4 / $5 }
 		$1 == r && $2 == "new" { nt = $3 / $5; nf = $4 / $5 }
