@@ -33,12 +33,20 @@
  *
  * Dedup state, per stream: ids seen within the window W, by Redis's clock
  * (TIME; functions replicate as effects, so AOF and replicas get the keys
- * written, not the clock). Time buckets of W seconds: bucket b = now / W is
- * K hashes "<base>:<b>:<j>" (field: dedup_field() of an id, value: seconds
- * since the bucket began), all expiring at the bucket's end + W (EXPIREAT),
- * so at most two are live; an id is looked up (HGET, then the value's age
- * is compared with W: exact to the second) in the previous bucket and
- * inserted with HSETNX (0: a duplicate) into the current one. K grows by
+ * written, not the clock). Time buckets of S = 2W seconds: bucket b = now / S
+ * is K hashes "<base>:<b>:<j>" (field: dedup_field() of an id, value: seconds
+ * since the bucket began), all expiring at the bucket's end + W (EXPIREAT).
+ * An id is inserted with HSETNX into the current bucket; during the bucket's
+ * first W seconds it is first looked up in the previous one (HGET, then the
+ * value's age is compared with W: exact to the second), after that the
+ * previous bucket is out of the window and not read at all (half the
+ * lookups of buckets of W seconds, for ids kept 1 to 3 windows instead of 1
+ * to 2: tests/bench/dedup_instr.sh's steady run, 1.07 -> 1.01 of the old
+ * layout's instructions). HSETNX 0 is a duplicate, except in the bucket's
+ * second window, where the id's age is checked (HGET) and an id older than
+ * W gets its time renewed (HSET) and is published. Each bucket's index
+ * entry records S, so buckets written with another --dedup-window are still
+ * looked up by their own start and length. K grows by
  * linear hashing (shard j = h mod 2^L, or h mod 2^(L+1) for the shards
  * already split; h is the field's first three bytes, their bits read first
  * to last as h's from the lowest up: dedup_field() puts a hash there), so
@@ -49,9 +57,11 @@
  * default) in the compact listpack encoding (tests/bench/dedup_instr.sh:
  * one split per 16 to 32 ids costs Redis the same instructions, per 40
  * about 6 % more). redis.call, redis.pcall and string.byte are read once
- * per call into locals (each global read is a table lookup in Lua 5.1), and numbers
- * become text once: shard numbers through a cache, the bucket and its expiry once per
- * call (a Lua number passed to redis.call is printed with %.17g each time). A new bucket
+ * per call into locals (each global read is a table lookup in Lua 5.1), the per-event
+ * path computes the hash and the shard inline (a Lua function call costs more than the
+ * arithmetic), and numbers become text once: shard numbers below 4096 through a cache
+ * (bounded: the Lua heap is not in used_memory), the bucket and its expiry once per call
+ * (a Lua number passed to redis.call is printed with %.17g each time). A new bucket
  * starts with the K that the larger of the previous bucket's count and the ids to come need, so a
  * backlog drained into an empty window fills it without a split; and while a bucket holds
  * at most 1024 ids, a call whose ids to come need more hashes first grows it to that many
@@ -61,7 +71,8 @@
  * previous bucket's count needs only one per 4 ids already in the bucket, so ids to come that
  * never come (or a stream of one id) cost at most 1.25 keys per id, about the old layout's
  * one; an id inserted into a shard not created yet sets that shard's expiry itself. The hash
- * "<base>" (no TTL) holds per live bucket "<K> <count> <shards created>", and "legacy": until when
+ * "<base>" (no TTL) holds per live bucket "<K> <count> <shards created> <S>" (an entry without S is
+ * a bucket of W seconds, as written before), and "legacy": until when
  * the old layout (one string key "<old prefix><id>" with a TTL per id) may still hold ids (its
  * first call's time + W when the stream had a watermark, else 0), which are then looked up too
  * (EXISTS). Those keys are in the stream's slot (its hash tag) but not in KEYS: a cluster node that
@@ -69,7 +80,8 @@
  * complete (XADD and its entry), so the retry finds them as duplicates and publishes the rest. A
  * split copies first, records the new K, and only then deletes the moved ids from the old shard, so
  * an id is always where the recorded K says. An entry whose XADD fails (or is dead-lettered) is
- * removed again (HDEL; every call first runs a no-op HDEL and HSCAN, so a user without those
+ * removed again (HDEL; every call first reads the index with HSCAN and removes its buckets out of
+ * the window with HDEL, of at least a field that never exists, so a user without those
  * permissions fails the call before it wrote anything), so a failing XADD leaves nothing behind:
  * the watermark then covers the events before it and the error is returned; a retry publishes
  * exactly what is missing. The watermark is written by every call, so each call replicates a write
@@ -86,11 +98,6 @@
 	"    for _ = 1, 8 do r, v = r * 2 + v % 2, math.floor(v / 2) end\n"                            \
 	"    REV[x] = r\n"                                                                             \
 	"  end\n"                                                                                      \
-	"end\n"                                                                                        \
-	"local function fhash(f)\n"                                                                    \
-	"  local a, b, c = byte(f, 1, 3)\n"                                                            \
-	"  if not c then return #f end\n"                                                              \
-	"  return REV[a] + REV[b] * 256 + REV[c] * 65536\n"                                            \
 	"end\n"                                                                                        \
 	"local function movedpat(v, nb)\n"                                                             \
 	"  local pat = {}\n"                                                                           \
@@ -116,21 +123,16 @@
 	"local function setk(bk, k)\n"                                                                 \
 	"  local m, l = 1, 0\n"                                                                        \
 	"  while m * 2 <= k do m, l = m * 2, l + 1 end\n"                                              \
-	"  bk.k, bk.m, bk.l = k, m, l\n"                                                               \
+	"  bk.k, bk.m, bk.l, bk.x = k, m, l, k - m\n"                                                  \
 	"end\n"                                                                                        \
 	"local JS = {}\n"                                                                              \
 	"local function sname(j)\n"                                                                    \
 	"  local s = JS[j]\n"                                                                          \
 	"  if not s then\n"                                                                            \
 	"    s = tostring(j)\n"                                                                        \
-	"    JS[j] = s\n"                                                                              \
+	"    if j < 4096 then JS[j] = s end\n"                                                         \
 	"  end\n"                                                                                      \
 	"  return s\n"                                                                                 \
-	"end\n"                                                                                        \
-	"local function shard(h, bk)\n"                                                                \
-	"  local j = h % bk.m\n"                                                                       \
-	"  if j < bk.k - bk.m then j = h % (2 * bk.m) end\n"                                           \
-	"  return sname(j), j\n"                                                                       \
 	"end\n"                                                                                        \
 	"local function idtext(f)\n"                                                                   \
 	"  if #f == 16 then\n"                                                                         \
@@ -165,10 +167,11 @@
 	"      (wm == '' and 'nothing' or wm) .. ', expected ' .. expect)\n"                           \
 	"  end\n"                                                                                      \
 	"  local win, base, LOAD = tonumber(ttl), keys[5], 24\n"                                       \
-	"  local now, span, cur, curs, bks, curb, c0, prevb, legacy, mset, stale, exps, cpre, off\n"   \
+	"  local now, span, cur, curs, bks, curb, c0, prevb, legacy, mset, exps, cpre, off, late\n"    \
 	"  local hint = tonumber(args[7]) or 0\n"                                                      \
 	"  local function record()\n"                                                                  \
-	"    return sname(curb.k) .. ' ' .. tostring(curb.c) .. ' ' .. sname(curb.made)\n"             \
+	"    return sname(curb.k) .. ' ' .. tostring(curb.c) .. ' ' .. sname(curb.made) .. ' ' .. "    \
+	"sname(span)\n"                                                                                \
 	"  end\n"                                                                                      \
 	"  local function split()\n"                                                                   \
 	"    local p = curb.k - curb.m\n"                                                              \
@@ -196,37 +199,43 @@
 	"  end\n"                                                                                      \
 	"  if win > 0 then\n"                                                                          \
 	"    now = tonumber(rcall('TIME')[1])\n"                                                       \
-	"    span = win\n"                                                                             \
+	"    span = 2 * win\n"                                                                         \
 	"    cur = math.floor(now / span)\n"                                                           \
 	"    curs, exps, off = tostring(cur), tostring((cur + 1) * span + win), tostring(now - cur * " \
 	"span)\n"                                                                                      \
+	"    late = now - cur * span > win and now - cur * span\n"                                     \
 	"    cpre = base .. ':' .. curs .. ':'\n"                                                      \
-	"    bks, mset, stale = {}, {}, {}\n"                                                          \
-	"    local m = rcall('HGETALL', base)\n"                                                       \
-	"    rcall('HDEL', base, '\\0')\n"                                                             \
-	"    rcall('HSCAN', base, '0', 'MATCH', '\\0')\n"                                              \
+	"    bks, mset = {}, {}\n"                                                                     \
+	"    local m, stale, cursor = {}, {'\\0'}, '0'\n"                                              \
+	"    repeat\n"                                                                                 \
+	"      local r = rcall('HSCAN', base, cursor, 'COUNT', '1000')\n"                              \
+	"      cursor = r[1]\n"                                                                        \
+	"      for i = 1, #r[2] do m[#m + 1] = r[2][i] end\n"                                          \
+	"    until cursor == '0'\n"                                                                    \
 	"    for i = 1, #m, 2 do\n"                                                                    \
 	"      local f = m[i]\n"                                                                       \
 	"      if f == 'legacy' then\n"                                                                \
 	"        legacy = tonumber(m[i + 1])\n"                                                        \
 	"      else\n"                                                                                 \
 	"        local b = tonumber(f)\n"                                                              \
-	"        local k, c, made = string.match(m[i + 1], '^(%d+) (%d+) (%d+)$')\n"                   \
-	"        local bk = {b = b, c = tonumber(c), made = tonumber(made), old = b * span < now - "   \
+	"        local k, c, made, sp = string.match(m[i + 1], '^(%d+) (%d+) (%d+) ?(%d*)$')\n"        \
+	"        sp = tonumber(sp) or win\n"                                                           \
+	"        local bk = {b = b, c = tonumber(c), made = tonumber(made), old = b * sp < now - "     \
 	"win,\n"                                                                                       \
-	"                    pre = base .. ':' .. f .. ':', age = now - b * span}\n"                   \
+	"                    pre = base .. ':' .. f .. ':', age = now - b * sp}\n"                     \
 	"        setk(bk, tonumber(k))\n"                                                              \
-	"        if b == cur then\n"                                                                   \
+	"        if b == cur and sp == span then\n"                                                    \
 	"          curb, c0 = bk, bk.c\n"                                                              \
-	"        elseif (b + 1) * span <= now - win then\n"                                            \
+	"        elseif (b + 1) * sp <= now - win then\n"                                              \
 	"          stale[#stale + 1] = f\n"                                                            \
 	"        else\n"                                                                               \
-	"          if b == cur - 1 then prevb = bk end\n"                                              \
+	"          if b == cur - 1 and sp == span then prevb = bk end\n"                               \
 	"          bks[#bks + 1] = bk\n"                                                               \
 	"        end\n"                                                                                \
 	"      end\n"                                                                                  \
 	"    end\n"                                                                                    \
-	"    if #bks > 1 then table.sort(bks, function(x, y) return x.b > y.b end) end\n"              \
+	"    rcall('HDEL', base, unpack(stale))\n"                                                     \
+	"    if #bks > 1 then table.sort(bks, function(x, y) return x.age < y.age end) end\n"          \
 	"    if curb and curb.c <= 1024 then\n"                                                        \
 	"      local to = math.min(1048576, curb.k + 256, math.ceil((curb.c + hint) / LOAD))\n"        \
 	"      while curb.k < to do split() end\n"                                                     \
@@ -242,29 +251,32 @@
 	"        mset[#mset + 1], mset[#mset + 2] = curs, record()\n"                                  \
 	"      end\n"                                                                                  \
 	"      if #mset > 0 then rcall('HSET', base, unpack(mset)) end\n"                              \
-	"      if #stale > 0 then rcall('HDEL', base, unpack(stale)) end\n"                            \
 	"    end\n"                                                                                    \
 	"    if not rep and top then rcall('SET', keys[2], top .. ' ' .. owner) end\n"                 \
 	"  end\n"                                                                                      \
 	"  local res, top, a, chunk = {}, wm, 7, nil\n"                                                \
-	"  local nargs, nres = #args, 0\n"                                                             \
+	"  local nargs, nres, nbk = #args, 0, bks and #bks or 0\n"                                     \
+	"  local cm, cx, cmade\n"                                                                      \
 	"  while a < nargs do\n"                                                                       \
 	"    local pos, f, first = args[a + 1], args[a + 2], a + 4\n"                                  \
 	"    a = a + 3 + 2 * tonumber(args[a + 3])\n"                                                  \
-	"    local key, dup\n"                                                                         \
 	"    if not rep and wm >= pos then\n"                                                          \
 	"      nres = nres + 1\n"                                                                      \
 	"      res[nres] = 0\n"                                                                        \
 	"    else\n"                                                                                   \
+	"      local key, dup, fresh\n"                                                                \
 	"      if win > 0 then\n"                                                                      \
-	"        local h = fhash(f)\n"                                                                 \
-	"        for i = 1, #bks do\n"                                                                 \
+	"        local x, y, z = byte(f, 1, 3)\n"                                                      \
+	"        local h = z and REV[x] + REV[y] * 256 + REV[z] * 65536 or #f\n"                       \
+	"        for i = 1, nbk do\n"                                                                  \
 	"          local bk = bks[i]\n"                                                                \
+	"          local j = h % bk.m\n"                                                               \
+	"          if j < bk.x then j = h % (2 * bk.m) end\n"                                          \
 	"          if bk.old then\n"                                                                   \
-	"            local v = rcall('HGET', bk.pre .. shard(h, bk), f)\n"                             \
+	"            local v = rcall('HGET', bk.pre .. (JS[j] or sname(j)), f)\n"                      \
 	"            dup = v and bk.age - tonumber(v) <= win\n"                                        \
 	"          else\n"                                                                             \
-	"            dup = rcall('HEXISTS', bk.pre .. shard(h, bk), f) == 1\n"                         \
+	"            dup = rcall('HEXISTS', bk.pre .. (JS[j] or sname(j)), f) == 1\n"                  \
 	"          end\n"                                                                              \
 	"          if dup then break end\n"                                                            \
 	"        end\n"                                                                                \
@@ -272,12 +284,12 @@
 	"          dup = rcall('EXISTS', args[6] .. idtext(f)) == 1\n"                                 \
 	"        end\n"                                                                                \
 	"        if not dup then\n"                                                                    \
-	"          if not curb then\n"                                                                 \
-	"            curb, c0 = {b = cur, c = 0, made = 0}, -1\n"                                      \
-	"            local n = math.max(prevb and prevb.c or 0, hint)\n"                               \
-	"            setk(curb, math.max(1, math.min(1048576, math.ceil(n / LOAD))))\n"                \
-	"          end\n"                                                                              \
 	"          if not chunk then\n"                                                                \
+	"            if not curb then\n"                                                               \
+	"              curb, c0 = {b = cur, c = 0, made = 0}, -1\n"                                    \
+	"              local n = math.max(prevb and prevb.c or 0, hint)\n"                             \
+	"              setk(curb, math.max(1, math.min(1048576, math.ceil(n / LOAD))))\n"              \
+	"            end\n"                                                                            \
 	"            local kp = prevb and math.ceil(prevb.c / LOAD) or 0\n"                            \
 	"            chunk = math.min(curb.k, curb.made + 256, math.max(kp, math.floor(curb.c / "      \
 	"4)))\n"                                                                                       \
@@ -286,11 +298,19 @@
 	"              rcall('EXPIREAT', cpre .. sname(j), exps)\n"                                    \
 	"            end\n"                                                                            \
 	"            if chunk > curb.made then curb.made, c0 = chunk, -1 end\n"                        \
+	"            cm, cx, cmade = curb.m, curb.x, curb.made\n"                                      \
 	"          end\n"                                                                              \
-	"          local s, j = shard(h, curb)\n"                                                      \
-	"          key = cpre .. s\n"                                                                  \
-	"          dup = rcall('HSETNX', key, f, off) == 0\n"                                          \
-	"          if not dup and j >= curb.made then rcall('EXPIREAT', key, exps) end\n"              \
+	"          local j = h % cm\n"                                                                 \
+	"          if j < cx then j = h % (2 * cm) end\n"                                              \
+	"          key = cpre .. (JS[j] or sname(j))\n"                                                \
+	"          fresh = rcall('HSETNX', key, f, off) == 1\n"                                        \
+	"          if fresh then\n"                                                                    \
+	"            if j >= cmade then rcall('EXPIREAT', key, exps) end\n"                            \
+	"          elseif late and late - tonumber(rcall('HGET', key, f)) > win then\n"                \
+	"            rcall('HSET', key, f, off)\n"                                                     \
+	"          else\n"                                                                             \
+	"            dup, key = true, nil\n"                                                           \
+	"          end\n"                                                                              \
 	"        end\n"                                                                                \
 	"      end\n"                                                                                  \
 	"      if dup then\n"                                                                          \
@@ -304,22 +324,24 @@
 	"        else\n"                                                                               \
 	"          id = rpcall('XADD', keys[1], '*', unpack(args, first, a))\n"                        \
 	"        end\n"                                                                                \
-	"        if type(id) == 'table' and id.err and string.sub(id.err, 1, 9) == 'WRONGTYPE' then\n" \
-	"          local fs = {}\n"                                                                    \
-	"          for j = first, a, 2 do fs[args[j]] = args[j + 1] end\n"                             \
-	"          id = rpcall('XADD', keys[4], '*', 'reason', 'redis rejected the entry: ' ..\n"      \
-	"            id.err, 'stream', keys[1], 'slot', args[5], 'raw', cjson.encode(fs))\n"           \
-	"          if type(id) ~= 'table' or not id.err then id = 2 end\n"                             \
-	"        end\n"                                                                                \
-	"        local failed = type(id) == 'table' and id.err\n"                                      \
-	"        if key and (failed or id == 2) then\n"                                                \
-	"          rcall('HDEL', key, f)\n"                                                            \
-	"        elseif key then\n"                                                                    \
+	"        if type(id) == 'table' then\n"                                                        \
+	"          if id.err and string.sub(id.err, 1, 9) == 'WRONGTYPE' then\n"                       \
+	"            local fs = {}\n"                                                                  \
+	"            for j = first, a, 2 do fs[args[j]] = args[j + 1] end\n"                           \
+	"            id = rpcall('XADD', keys[4], '*', 'reason', 'redis rejected the entry: ' ..\n"    \
+	"              id.err, 'stream', keys[1], 'slot', args[5], 'raw', cjson.encode(fs))\n"         \
+	"            if type(id) ~= 'table' or not id.err then id = 2 end\n"                           \
+	"          end\n"                                                                              \
+	"          if key then\n"                                                                      \
+	"            rcall('HDEL', key, f)\n"                                                          \
+	"            if not fresh then curb.c = curb.c - 1 end\n"                                      \
+	"          end\n"                                                                              \
+	"          if id ~= 2 then\n"                                                                  \
+	"            finish(top ~= wm and top)\n"                                                      \
+	"            return id\n"                                                                      \
+	"          end\n"                                                                              \
+	"        elseif fresh then\n"                                                                  \
 	"          curb.c = curb.c + 1\n"                                                              \
-	"        end\n"                                                                                \
-	"        if failed then\n"                                                                     \
-	"          finish(top ~= wm and top)\n"                                                        \
-	"          return id\n"                                                                        \
 	"        end\n"                                                                                \
 	"        nres = nres + 1\n"                                                                    \
 	"        res[nres] = id\n"                                                                     \

@@ -33,7 +33,7 @@ ids=0
 for k in $shards; do
 	ttl=$(redis_cli TTL "$k")
 	assert_ge "$ttl" 1 "bucket hash $k has a TTL"
-	assert_ge 7200 "$ttl" "bucket hash $k TTL <= two windows (its bucket's end + window)"
+	assert_ge 10800 "$ttl" "bucket hash $k TTL <= three windows (its bucket's end + window)"
 	assert_eq listpack "$(redis_cli OBJECT ENCODING "$k")" "bucket hash $k is a listpack"
 	ids=$((ids + $(redis_cli HLEN "$k") - $(redis_cli HEXISTS "$k" "")))
 done
