@@ -18,7 +18,8 @@
 #          backlog the relay found at start);
 #   again: EVENTS more rows with the ids of the burst's (deleted in between),
 #          drained into the Redis the burst left: every event is a duplicate
-#          inside the window (the lookup path);
+#          inside the window (the lookup path; found during the bucket's
+#          second window, by the time of day, each also has its age read);
 #   live:  EVENTS rows committed while the relay streams into an empty Redis
 #          (no backlog at start: the bucket grows from one hash by splits);
 #   steady: rows at STEADY_RATE/s while the relay streams, window
