@@ -201,39 +201,38 @@
 	"    now = tonumber(rcall('TIME')[1])\n"                                                       \
 	"    span = 2 * win\n"                                                                         \
 	"    cur = math.floor(now / span)\n"                                                           \
-	"    curs, exps, off = tostring(cur), tostring((cur + 1) * span + win), tostring(now - cur * " \
-	"span)\n"                                                                                      \
-	"    late = now - cur * span > win and now - cur * span\n"                                     \
+	"    local into = now - cur * span\n"                                                          \
+	"    curs, exps, off = tostring(cur), tostring((cur + 1) * span + win), tostring(into)\n"      \
+	"    late = into > win and into\n"                                                             \
 	"    cpre = base .. ':' .. curs .. ':'\n"                                                      \
 	"    bks, mset = {}, {}\n"                                                                     \
-	"    local m, stale, cursor = {}, {'\\0'}, '0'\n"                                              \
+	"    local stale, cursor = {'\\0'}, '0'\n"                                                     \
 	"    repeat\n"                                                                                 \
 	"      local r = rcall('HSCAN', base, cursor, 'COUNT', '1000')\n"                              \
+	"      local m = r[2]\n"                                                                       \
 	"      cursor = r[1]\n"                                                                        \
-	"      for i = 1, #r[2] do m[#m + 1] = r[2][i] end\n"                                          \
-	"    until cursor == '0'\n"                                                                    \
-	"    for i = 1, #m, 2 do\n"                                                                    \
-	"      local f = m[i]\n"                                                                       \
-	"      if f == 'legacy' then\n"                                                                \
-	"        legacy = tonumber(m[i + 1])\n"                                                        \
-	"      else\n"                                                                                 \
-	"        local b = tonumber(f)\n"                                                              \
-	"        local k, c, made, sp = string.match(m[i + 1], '^(%d+) (%d+) (%d+) ?(%d*)$')\n"        \
-	"        sp = tonumber(sp) or win\n"                                                           \
-	"        local bk = {b = b, c = tonumber(c), made = tonumber(made), old = b * sp < now - "     \
-	"win,\n"                                                                                       \
-	"                    pre = base .. ':' .. f .. ':', age = now - b * sp}\n"                     \
-	"        setk(bk, tonumber(k))\n"                                                              \
-	"        if b == cur and sp == span then\n"                                                    \
-	"          curb, c0 = bk, bk.c\n"                                                              \
-	"        elseif (b + 1) * sp <= now - win then\n"                                              \
-	"          stale[#stale + 1] = f\n"                                                            \
+	"      for i = 1, #m, 2 do\n"                                                                  \
+	"        local f = m[i]\n"                                                                     \
+	"        if f == 'legacy' then\n"                                                              \
+	"          legacy = tonumber(m[i + 1])\n"                                                      \
 	"        else\n"                                                                               \
-	"          if b == cur - 1 and sp == span then prevb = bk end\n"                               \
-	"          bks[#bks + 1] = bk\n"                                                               \
+	"          local b = tonumber(f)\n"                                                            \
+	"          local k, c, made, sp = string.match(m[i + 1], '^(%d+) (%d+) (%d+) ?(%d*)$')\n"      \
+	"          sp = tonumber(sp) or win\n"                                                         \
+	"          local bk = {c = tonumber(c), made = tonumber(made), old = b * sp < now - win,\n"    \
+	"                      pre = base .. ':' .. f .. ':', age = now - b * sp}\n"                   \
+	"          setk(bk, tonumber(k))\n"                                                            \
+	"          if b == cur and sp == span then\n"                                                  \
+	"            curb, c0 = bk, bk.c\n"                                                            \
+	"          elseif (b + 1) * sp <= now - win then\n"                                            \
+	"            stale[#stale + 1] = f\n"                                                          \
+	"          else\n"                                                                             \
+	"            if b == cur - 1 and sp == span then prevb = bk end\n"                             \
+	"            bks[#bks + 1] = bk\n"                                                             \
+	"          end\n"                                                                              \
 	"        end\n"                                                                                \
 	"      end\n"                                                                                  \
-	"    end\n"                                                                                    \
+	"    until cursor == '0'\n"                                                                    \
 	"    rcall('HDEL', base, unpack(stale))\n"                                                     \
 	"    if #bks > 1 then table.sort(bks, function(x, y) return x.age < y.age end) end\n"          \
 	"    if curb and curb.c <= 1024 then\n"                                                        \
@@ -286,7 +285,7 @@
 	"        if not dup then\n"                                                                    \
 	"          if not chunk then\n"                                                                \
 	"            if not curb then\n"                                                               \
-	"              curb, c0 = {b = cur, c = 0, made = 0}, -1\n"                                    \
+	"              curb, c0 = {c = 0, made = 0}, -1\n"                                             \
 	"              local n = math.max(prevb and prevb.c or 0, hint)\n"                             \
 	"              setk(curb, math.max(1, math.min(1048576, math.ceil(n / LOAD))))\n"              \
 	"            end\n"                                                                            \
@@ -294,8 +293,9 @@
 	"            chunk = math.min(curb.k, curb.made + 256, math.max(kp, math.floor(curb.c / "      \
 	"4)))\n"                                                                                       \
 	"            for j = curb.made, chunk - 1 do\n"                                                \
-	"              rcall('HSET', cpre .. sname(j), '', '')\n"                                      \
-	"              rcall('EXPIREAT', cpre .. sname(j), exps)\n"                                    \
+	"              local kj = cpre .. sname(j)\n"                                                  \
+	"              rcall('HSET', kj, '', '')\n"                                                    \
+	"              rcall('EXPIREAT', kj, exps)\n"                                                  \
 	"            end\n"                                                                            \
 	"            if chunk > curb.made then curb.made, c0 = chunk, -1 end\n"                        \
 	"            cm, cx, cmade = curb.m, curb.x, curb.made\n"                                      \

@@ -198,9 +198,10 @@ for who in old new; do
 done
 
 # steady: rows arrive at RATE/s while the relay runs, --dedup-window 8.
-# Memory counted from the start, CPU after two buckets (33 s: the first
-# bucket grows from nothing by splits, the live run's case, and the second
-# is sized from the part of it the relay saw), per event from then on.
+# Memory counted from the start, CPU after two buckets (4 windows + 1 s: the
+# first bucket grows from nothing by splits, the live run's case, and the
+# second is sized from the part of it the relay saw), per event from then on.
+win=8
 secs=$STEADY_SECS
 per=$((RATE / 10))
 for who in old new; do
@@ -208,18 +209,18 @@ for who in old new; do
 	[ "$who" = new ] && bin=$NEW_BIN
 	fresh_redis
 	slot_create "s_$who"
-	RELAY_BIN=$bin relay_start --slot "s_$who" --dedup-window 8
+	RELAY_BIN=$bin relay_start --slot "s_$who" --dedup-window "$win"
 	wait_for "slot_active s_$who" 20 || fail "relay ($who) does not stream"
 	base=$(xlen outbox:bench)
 	start_measure
 	bench_paced_rows "$secs" "$per" &
-	sleep 33
+	sleep $((4 * win + 1))
 	x1=$(xlen outbox:bench) C0=$(cpu)
 	redis_cli CONFIG RESETSTAT >/dev/null
 	wait $!
 	n=$((secs * 10 * per))
 	wait_for "[ \"\$(xlen outbox:bench)\" -ge $((base + n)) ]" 60 || fail "steady $who: not all published"
-	measure "steady-$who" $((base + n - x1)) $((RATE * 8)) >>"$RESULTS"
+	measure "steady-$who" $((base + n - x1)) $((RATE * win)) >>"$RESULTS"
 	relay_stop
 done
 

@@ -98,7 +98,7 @@ assert_eq 1 "$(count order n-1)" "(a) n-1 after a Redis restart from AOF: droppe
 
 # Redis's count of calls of a command (functions' calls included).
 calls() { redis_cli INFO commandstats | sed -n "s/^cmdstat_$1:calls=\([0-9]*\),.*/\1/p" | grep . || echo 0; }
-# splits: HSCANs beyond the one per call that checks the permission.
+# splits: HSCANs beyond the one per call that reads the state's index.
 splits() { echo $(($(calls hscan) - $(calls fcall))); }
 # monitor / moved STREAM: watch Redis's commands (the function's too), then
 # count the ids a split moved out of a hash of the stream's dedup state.
