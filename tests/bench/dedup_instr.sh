@@ -123,21 +123,9 @@ run_again() {
 	done
 }
 # live: the rows committed while a relay streams, caught up, into an empty Redis.
-# streaming WHO SLOT WINDOW: an empty Redis, and the relay of WHO streaming
-# from a new slot SLOT, caught up.
-streaming() {
-	local bin=$OLD_BIN
-	[ "$1" = new ] && bin=$NEW_BIN
-	redis_stop
-	rm -rf "$T/redis"
-	redis_start
-	slot_create "$2"
-	RELAY_BIN=$bin relay_start --slot "$2" --dedup-window "$3"
-	wait_for "slot_active $2" 30 || fail "relay ($1, slot $2) does not stream"
-}
 run_live() {
 	for who in old new; do
-		streaming "$who" "v_$who" "$WINDOW"
+		bench_streaming "$who" "v_$who" --dedup-window "$WINDOW"
 		callgrind_control -z "$REDIS_PID" >/dev/null
 		bench_outbox_rows "$EVENTS"
 		wait_for "[ \"\$(xlen outbox:bench)\" -ge $EVENTS ]" 600 || fail "live $who: not all published"
@@ -159,7 +147,7 @@ STEADY_SECS=${STEADY_SECS:-40}
 STEADY_WINDOW=${STEADY_WINDOW:-4}
 run_steady() {
 	for who in old new; do
-		streaming "$who" "t_$who" "$STEADY_WINDOW"
+		bench_streaming "$who" "t_$who" --dedup-window "$STEADY_WINDOW"
 		x0=$(xlen outbox:bench)
 		per=$((STEADY_RATE / 10))
 		bench_paced_rows "$STEADY_SECS" "$per" &

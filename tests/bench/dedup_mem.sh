@@ -118,12 +118,7 @@ done
 # live: the burst committed while a relay streams, caught up.
 for r in $(seq 1 "$ROUNDS"); do
 	for who in old new; do
-		bin=$OLD_BIN
-		[ "$who" = new ] && bin=$NEW_BIN
-		fresh_redis
-		slot_create "v_$who"
-		RELAY_BIN=$bin relay_start --slot "v_$who"
-		wait_for "slot_active v_$who" 20 || fail "relay ($who) does not stream"
+		bench_streaming "$who" "v_$who"
 		start_measure
 		bench_outbox_rows "$EVENTS"
 		wait_for "[ \"\$(xlen outbox:bench)\" -ge $EVENTS ]" 120 || fail "live $who: not all published"
@@ -180,12 +175,7 @@ done
 # the relay still running. What the new layout pays for growing its first
 # bucket, against what the old one pays for expiring one key per id.
 for who in old new; do
-	bin=$OLD_BIN
-	[ "$who" = new ] && bin=$NEW_BIN
-	fresh_redis
-	slot_create "lv_$who"
-	RELAY_BIN=$bin relay_start --slot "lv_$who" --dedup-window "$LIFE_WINDOW"
-	wait_for "slot_active lv_$who" 20 || fail "relay ($who) does not stream"
+	bench_streaming "$who" "lv_$who" --dedup-window "$LIFE_WINDOW"
 	while [ $(($(date +%s) % (2 * LIFE_WINDOW))) -ne 0 ]; do sleep 0.1; done
 	c0=$(cpu)
 	t0=$(date +%s%N)
@@ -205,12 +195,7 @@ win=8
 secs=$STEADY_SECS
 per=$((RATE / 10))
 for who in old new; do
-	bin=$OLD_BIN
-	[ "$who" = new ] && bin=$NEW_BIN
-	fresh_redis
-	slot_create "s_$who"
-	RELAY_BIN=$bin relay_start --slot "s_$who" --dedup-window "$win"
-	wait_for "slot_active s_$who" 20 || fail "relay ($who) does not stream"
+	bench_streaming "$who" "s_$who" --dedup-window "$win"
 	base=$(xlen outbox:bench)
 	start_measure
 	bench_paced_rows "$secs" "$per" &

@@ -46,3 +46,17 @@ bench_paced_rows() {
 	            PERFORM pg_sleep(greatest(0, extract(epoch FROM t0 + i * interval '100 ms' - clock_timestamp())));
 	          END LOOP; END \$\$" >/dev/null
 }
+
+# bench_streaming WHO SLOT [ARGS...]: an empty Redis (started again), and the
+# relay of WHO (old: $OLD_BIN, new: $NEW_BIN) streaming from a new slot SLOT
+# with ARGS, caught up. Needs the integration harness.
+bench_streaming() {
+	local bin=$OLD_BIN
+	[ "$1" = new ] && bin=$NEW_BIN
+	redis_stop
+	rm -rf "$T/redis"
+	redis_start
+	slot_create "$2"
+	RELAY_BIN=$bin relay_start --slot "$2" "${@:3}"
+	wait_for "slot_active $2" 30 || fail "relay ($1, slot $2) does not stream"
+}
