@@ -14,12 +14,15 @@
 #include "relay_int.h"
 
 /*
- * held: ev's values may point into the WAL message's own buffer (decoded in
- * place), which the sink may then keep instead of copying large values.
+ * held (not NULL): the WAL message, decoded in place, whose buffer the sink
+ * may keep for the large values that lie inside it (sink_redis.h says who
+ * owns what); values anywhere else are copied.
  */
-static bool relay_queue_event(struct relay *r, const struct event *ev, bool dead, bool held)
+static bool relay_queue_event(struct relay *r, const struct event *ev, bool dead,
+                              const struct pg_msg *held)
 {
-	struct sink_hold hold = {held ? pgrepl_buffer(r->pg) : NULL, pgrepl_free_buffer};
+	struct sink_hold hold = {held ? pgrepl_buffer(r->pg) : NULL, held ? held->data : NULL,
+	                         held ? held->len : 0, pgrepl_free_buffer};
 	bool ok = sink_redis_publish_held(r->sink, ev, dead, &hold);
 
 	if (held && !hold.p) /* the sink keeps it now */
@@ -57,7 +60,7 @@ static bool dead_letter(struct relay *r, enum dead_reason kind, const char *reas
 		return false;
 	}
 	warn_dead_letter(r, reason);
-	return relay_queue_event(r, &ev, true, false);
+	return relay_queue_event(r, &ev, true, NULL);
 }
 
 enum map_result relay_map_event(struct mapper *m, const struct relay_config *cf,
@@ -96,7 +99,7 @@ enum map_result relay_map_event(struct mapper *m, const struct relay_config *cf,
 }
 
 static bool map_and_queue(struct relay *r, const struct w2j_field *fields, size_t n,
-                          const char *raw, size_t len, bool held)
+                          const char *raw, size_t len, const struct pg_msg *held)
 {
 	const char *reason = NULL;
 	char why[200];
@@ -114,7 +117,7 @@ static bool map_and_queue(struct relay *r, const struct w2j_field *fields, size_
 	}
 	if (mr == MAP_DEAD_LETTER)
 		warn_dead_letter(r, reason);
-	return relay_queue_event(r, &ev, mr == MAP_DEAD_LETTER, held && mr == MAP_EVENT);
+	return relay_queue_event(r, &ev, mr == MAP_DEAD_LETTER, mr == MAP_EVENT ? held : NULL);
 }
 
 static bool is_outbox_table(const struct relay *r, const struct w2j_change *ch)
@@ -150,6 +153,10 @@ static void begin_txn(struct relay *r, const struct w2j_change *ch, lsn_t data_s
 	}
 }
 
+/* How wal2json (format-version 2) starts an INSERT; the NUL is not compared. */
+#define INSERT_PREFIX "{\"action\":\"I\""
+#define INSERT_PREFIX_LEN (sizeof(INSERT_PREFIX) - 1)
+
 /* Returns false only on a fatal (out-of-memory) failure. */
 bool relay_handle_xlogdata(struct relay *r, const struct pg_msg *m)
 {
@@ -163,8 +170,8 @@ bool relay_handle_xlogdata(struct relay *r, const struct pg_msg *m)
 	if (m->data_start > r->received)
 		r->received = m->data_start;
 	sink_redis_backlog_at(r->sink, m->data_start);
-	if ((int64_t)m->len > r->cf->max_event_bytes && r->in_txn && m->len > 14 &&
-	    memcmp(m->data, "{\"action\":\"I\"", 14) == 0) {
+	if ((int64_t)m->len > r->cf->max_event_bytes && r->in_txn && m->len > INSERT_PREFIX_LEN &&
+	    memcmp(m->data, INSERT_PREFIX, INSERT_PREFIX_LEN) == 0) {
 		/* An outbox row (add-tables lets no other through) too big to publish:
 		 * dead-lettered without decoding it, so it costs no more memory than
 		 * libpq's own copies. */
@@ -219,7 +226,7 @@ bool relay_handle_xlogdata(struct relay *r, const struct pg_msg *m)
 			return false;
 		}
 		/* Dead letters keep the row as it came, before decoding changed it. */
-		return map_and_queue(r, ch.columns, ch.ncolumns, raw, m->len, inplace);
+		return map_and_queue(r, ch.columns, ch.ncolumns, raw, m->len, inplace ? m : NULL);
 	case W2J_UPDATE:
 		relay_count(&r->m->ignored[IGN_UPDATE]);
 		return true;
@@ -258,7 +265,7 @@ bool relay_handle_xlogdata(struct relay *r, const struct pg_msg *m)
 					snprintf(reason, sizeof(reason), "message content is not a JSON object: %s", e);
 				return dead_letter(r, DEAD_NOT_JSON, reason, raw, m->len);
 			}
-			return map_and_queue(r, fields, n, raw, m->len, false);
+			return map_and_queue(r, fields, n, raw, m->len, NULL);
 		}
 	}
 	return true;

@@ -492,10 +492,19 @@ bool sq_queue_record(struct sink_queue *q, enum sq_kind k, const char *val, size
 	return push_command(q, &ent, start);
 }
 
-bool sq_has_large_value(const struct event *ev)
+/* Is f's value large and wholly inside hold's range (sink_redis.h: who owns what)? */
+static bool held_value(const struct event_field *f, const struct sink_hold *hold)
+{
+	uintptr_t v = (uintptr_t)f->value, b = (uintptr_t)hold->base;
+
+	return f->value_len >= SQ_EXT_MIN_BYTES && hold->base && v >= b && v - b <= hold->len &&
+	       f->value_len <= hold->len - (v - b);
+}
+
+bool sq_has_held_value(const struct event *ev, const struct sink_hold *hold)
 {
 	for (size_t i = 0; i < ev->nfields; i++)
-		if (ev->fields[i].value_len >= SQ_EXT_MIN_BYTES)
+		if (held_value(&ev->fields[i], hold))
 			return true;
 	return false;
 }
@@ -649,7 +658,7 @@ bool sq_batch_add(struct sink_queue *q, const struct event *ev, bool dead_letter
 		resp_bulk(&q->b_args, f->name, f->name_len);
 		if (f->value_len > q->b_max_value)
 			q->b_max_value = f->value_len;
-		if (large && f->value_len >= SQ_EXT_MIN_BYTES && x->nseg < SQ_EXT_MAX_SEGS) {
+		if (large && x->nseg < SQ_EXT_MAX_SEGS && held_value(f, hold)) {
 			/* Header and trailer here, the value itself from the event's memory. */
 			buf_putc(&q->b_args, '$');
 			buf_put_u64(&q->b_args, f->value_len);

@@ -245,8 +245,10 @@ bool sq_batch_breaks(const struct sink_queue *q, const struct event *ev, bool de
 bool sq_batch_open(struct sink_queue *q, const struct event *ev, bool dead_letter,
                    uint32_t stream_id);
 /*
- * Add ev to the open batch. hold (not NULL) is the memory ev's large values
- * point into: the call takes it (hold->p set to NULL) and goes out alone.
+ * Add ev to the open batch. hold (not NULL, and sq_has_held_value() true)
+ * is the memory ev's large values may point into: values of SQ_EXT_MIN_BYTES
+ * or more inside its range are sent from there, the call takes it (hold->p
+ * set to NULL) and goes out alone; every other value is copied.
  * A dead letter or a large event closes its batch at once.
  */
 bool sq_batch_add(struct sink_queue *q, const struct event *ev, bool dead_letter,
@@ -257,8 +259,11 @@ bool sq_close_batch(struct sink_queue *q);
 bool sq_queue_groups(struct sink_queue *q, const char *stream, size_t len);
 /* GET (val NULL) or SET val of the slot record's key, as a command of kind k. */
 bool sq_queue_record(struct sink_queue *q, enum sq_kind k, const char *val, size_t vlen);
-/* Does ev have a value worth sending from its own memory (see struct sq_ext)? */
-bool sq_has_large_value(const struct event *ev);
+/*
+ * Does ev have a value worth sending from hold's memory (see struct sq_ext):
+ * one of SQ_EXT_MIN_BYTES or more that lies wholly inside hold's range?
+ */
+bool sq_has_held_value(const struct event *ev, const struct sink_hold *hold);
 
 /* "<key-prefix>:slot:<slot>": the slot record's key (no hash tag: its own slot). */
 void sq_record_key(const struct relay_config *cf, struct buf *b);

@@ -438,7 +438,7 @@ bool sink_redis_publish(struct sink_redis *s, const struct event *ev, bool dead_
 bool sink_redis_publish_held(struct sink_redis *s, const struct event *ev, bool dead_letter,
                              struct sink_hold *hold)
 {
-	bool large = hold && hold->p && !dead_letter && sq_has_large_value(ev);
+	bool large = hold && hold->p && !dead_letter && sq_has_held_value(ev, hold);
 
 	if (sq_batch_breaks(&s->q, ev, dead_letter, large) && !sq_close_batch(&s->q))
 		return false;

@@ -79,15 +79,27 @@ bool sink_redis_full(const struct sink_redis *s);
 bool sink_redis_publish(struct sink_redis *s, const struct event *ev, bool dead_letter);
 
 /*
- * Memory that an event's fields point into, offered to the sink: when the
- * event has a field value of 64 KiB or more, sink_redis_publish_held() sends
- * those values from this memory instead of copying them, takes ownership
- * (sets p to NULL) and calls free_fn(p) once Redis acknowledged the call.
- * Otherwise p is left to the caller. Large events so cost no copy of their
- * own between the WAL message and the socket.
+ * Who owns the bytes of a published event -- the one rule, stated here only.
+ *
+ * sink_redis_publish() copies every byte of the event before it returns: the
+ * caller may reuse or free whatever ev pointed into at once.
+ *
+ * sink_redis_publish_held() may instead keep pointers, but only into
+ * [base, base + len), the bytes of one allocation p that the caller offers:
+ * a field value of 64 KiB or more that lies wholly inside that range is sent
+ * from there, the sink takes p (sets it to NULL) and calls free_fn(p) once
+ * Redis acknowledged the call (or when the sink is freed): resends after a
+ * reconnect read the same bytes. Every value outside the range -- a decoder's
+ * arena, a mapper's buffer, anything the caller reuses for the next row -- is
+ * copied before the call returns, whatever its size. When the sink keeps no
+ * pointer, p is left to the caller. Large events so cost no copy of their own
+ * between the WAL message and the socket, and a value decoded elsewhere can
+ * never be sent with another row's bytes (issue 21, finding 1).
  */
 struct sink_hold {
 	void *p;
+	const char *base; /* the range the sink may point into: inside p's allocation */
+	size_t len;
 	void (*free_fn)(void *);
 };
 

@@ -156,8 +156,8 @@ static bool publish(struct rig *r, const char *stream, lsn_t lsn, uint32_t index
 	    .nfields = 2,
 	    .dead_reason = dead ? DEAD_NOT_JSON : DEAD_ID_MISSING,
 	};
-	struct sink_hold hold = {&r->held_freed, count_free};
-	bool large = held && sq_has_large_value(&ev);
+	struct sink_hold hold = {&r->held_freed, big, sizeof(big), count_free};
+	bool large = held && sq_has_held_value(&ev, &hold);
 
 	memset(big, 'x', sizeof(big));
 	if (dead) {
@@ -679,6 +679,36 @@ TEST(held_value)
 	CHECK(run(s, "held_value", false, false));
 }
 
+/*
+ * Only a large value wholly inside the offered range is held: one decoded
+ * elsewhere (a decoder's arena reused by the next row) is copied (issue 21,
+ * finding 1).
+ */
+TEST(held_only_inside_range)
+{
+	static char mem[3 * SQ_EXT_MIN_BYTES];
+	struct event_field f[2] = {
+	    {"type", 4, mem, 7},
+	    {"payload", 7, mem + SQ_EXT_MIN_BYTES, SQ_EXT_MIN_BYTES},
+	};
+	struct event ev = {.fields = f, .nfields = 2};
+	struct sink_hold in = {mem, mem, sizeof(mem), NULL};
+	struct sink_hold exact = {mem, mem + SQ_EXT_MIN_BYTES, SQ_EXT_MIN_BYTES, NULL};
+	struct sink_hold before = {mem, mem, SQ_EXT_MIN_BYTES, NULL};
+	struct sink_hold partly = {mem, mem, 2 * SQ_EXT_MIN_BYTES - 1, NULL};
+	struct sink_hold after = {mem, mem + SQ_EXT_MIN_BYTES + 1, 2 * SQ_EXT_MIN_BYTES - 1, NULL};
+	struct sink_hold none = {mem, NULL, 0, NULL};
+
+	CHECK(sq_has_held_value(&ev, &in));
+	CHECK(sq_has_held_value(&ev, &exact));
+	CHECK(!sq_has_held_value(&ev, &before));
+	CHECK(!sq_has_held_value(&ev, &partly));
+	CHECK(!sq_has_held_value(&ev, &after));
+	CHECK(!sq_has_held_value(&ev, &none));
+	f[1].value_len = SQ_EXT_MIN_BYTES - 1; /* small values are always copied */
+	CHECK(!sq_has_held_value(&ev, &in));
+}
+
 /* Error replies by kind: which are retried, which stop the relay. */
 TEST(error_kinds)
 {
@@ -732,6 +762,7 @@ int main(void)
 	RUN(behind_the_watermark);
 	RUN(wait_before_done);
 	RUN(held_value);
+	RUN(held_only_inside_range);
 	RUN(error_kinds);
 	return test_done();
 }
