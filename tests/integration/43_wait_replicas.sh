@@ -1,7 +1,8 @@
 #!/bin/bash
 # 43_wait_replicas: a Redis primary and one replica (REPLICAOF, loopback TCP);
 # the relay writes to the primary with --wait-replicas 1 --wait-timeout 500ms.
-#   1. Events flow: confirmed_flush_lsn advances, the replica holds them.
+#   1. Events flow: confirmed_flush_lsn advances, the replica holds them
+#      (a WAIT that times out on a loaded machine is only counted).
 #   2. The replica is shut down (SHUTDOWN NOSAVE): new events are XADDed on
 #      the primary, but WAIT 1 answers 0, so confirmed_flush_lsn must stay
 #      below the first new commit (checked for 5 s); the relay says so in its
@@ -63,7 +64,11 @@ ok "replica up: 500 events confirmed up to $l1"
 exactly_once_on "$PRIMARY_PORT" "primary"
 wait_for "[ \"\$(entries_on $REPLICA_PORT)\" = 500 ]" 10 || fail "the replica does not hold the 500 events"
 ok "the replica holds the 500 events"
-assert_eq 0 "$(wait_errors)" "no WAIT shortfall while the replica is up"
+# A loaded machine (ASan, TLS, two cores) may let one 500 ms WAIT time out
+# even with the replica up: that is retried, not wrong, so it is counted
+# here and only the shortfalls of step 2 are asserted.
+w1=$(wait_errors)
+log "WAIT shortfalls while the replica was up: ${w1:-0}"
 
 # 2. replica shut down
 replica_stop
@@ -81,7 +86,7 @@ assert_match "$(grep 'WAIT' "$RELAY_LOG" | head_n 1)" ' warn: .*WAIT' "the first
 log "relay: $(grep -m1 'WAIT' "$RELAY_LOG" | cut -c1-300)"
 n=$(grep -c 'WAIT' "$RELAY_LOG" || true)
 w=$(wait_errors)
-assert_ge "${w:-0}" 1 "/metrics: outbox_relay_redis_errors_total{kind=\"wait\"} counts the shortfalls ($n WAIT log lines)"
+assert_ge "${w:-0}" $((${w1:-0} + 1)) "/metrics: outbox_relay_redis_errors_total{kind=\"wait\"} counts the shortfalls of the replica being down ($n WAIT log lines)"
 
 # 3. replica back: resync, confirm, exactly once
 replica_start
