@@ -15,6 +15,7 @@
 
 #include "buf.h"
 #include "event.h"
+#include "slot_record.h"
 
 struct pgrepl {
 	const struct relay_config *cf;
@@ -384,40 +385,31 @@ static void put_table_filter(struct buf *b, const char *schema, const char *name
  */
 static const char *slot_gap(const struct pgrepl *p, char *why, size_t whylen)
 {
-	char a[LSN_STRLEN], b[LSN_STRLEN];
+	struct slot_record rec = {.confirmed = p->guard.confirmed};
+	struct slot_seen seen = {p->facts.exists, p->facts.invalidated, p->facts.invalid_why,
+	                         p->facts.confirmed, p->created_slot};
+	enum slot_verdict v;
 
 	if (!p->guard.active || !p->facts.known)
 		return NULL;
-	if (!p->facts.exists)
-		snprintf(why, whylen, "does not exist%s",
-		         p->created_slot ? " (this relay created it while Redis was unreachable)" : "");
-	else if (p->facts.invalidated)
-		snprintf(why, whylen, "was invalidated (%s)", p->facts.invalid_why);
-	else if (p->facts.confirmed > p->guard.confirmed)
-		snprintf(why, whylen,
-		         "stands at %s, past %s, the last position this relay confirmed: it was "
-		         "created again or advanced by something else, or Redis lost the newer "
-		         "record (a failover without --wait-replicas)",
-		         lsn_format(p->facts.confirmed, a), lsn_format(p->guard.confirmed, b));
-	else
-		return NULL;
-	return why;
+	v = slot_record_judge(&rec, &seen);
+	return v == SLOT_SAME ? NULL : slot_record_why(v, &rec, &seen, why, whylen);
 }
 
 /* The slot record must be this database's (IDENTIFY_SYSTEM of the last start). */
 static enum pg_status check_owner(struct pgrepl *p)
 {
-	char ours[sizeof(p->guard_owner)];
+	struct slot_record rec = {0};
 
 	if (!p->guard.active || !p->guard_owner[0] || !p->system_id[0])
 		return PG_OK;
-	snprintf(ours, sizeof(ours), "%s/%s", p->system_id, p->dbname);
-	if (strcmp(ours, p->guard_owner) == 0)
+	snprintf(rec.owner, sizeof(rec.owner), "%s", p->guard_owner);
+	if (slot_record_owner_is(&rec, p->system_id, p->dbname))
 		return PG_OK;
 	snprintf(p->errmsg, sizeof(p->errmsg),
 	         "Redis holds the record of a slot \"%s\" that belongs to database %s, not to "
-	         "this one (%s)",
-	         p->cf->slot, p->guard_owner, ours);
+	         "this one (%s/%s)",
+	         p->cf->slot, p->guard_owner, p->system_id, p->dbname);
 	return PG_FATAL_FOREIGN;
 }
 
@@ -433,7 +425,8 @@ enum pg_status pgrepl_recheck(struct pgrepl *p)
 	p->gap[0] = '\0';
 	if (!gap)
 		return PG_OK;
-	if (p->guard.accept != p->guard.confirmed) {
+	if (!slot_record_accepts(&(struct slot_record){.confirmed = p->guard.confirmed},
+	                         p->guard.accept)) {
 		snprintf(p->errmsg, sizeof(p->errmsg), "replication slot \"%s\" %s", p->cf->slot, gap);
 		return PG_FATAL_GAP;
 	}

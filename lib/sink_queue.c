@@ -276,14 +276,6 @@ const char *sq_kind_name(unsigned k)
 
 /* ---- the batch encoder ---- */
 
-void sq_record_key(const struct relay_config *cf, struct buf *b)
-{
-	buf_reset(b);
-	buf_puts(b, cf->key_prefix);
-	buf_puts(b, ":slot:");
-	buf_puts(b, cf->slot);
-}
-
 /* stream_hash_tag() gives "{x}" where x is what Redis hashes. */
 uint16_t sq_stream_slot(const char *stream, size_t len, struct buf *tag)
 {
@@ -478,7 +470,7 @@ bool sq_queue_record(struct sink_queue *q, enum sq_kind k, const char *val, size
 
 	if (!sq_close_batch(q))
 		return false;
-	sq_record_key(q->cf, &q->key);
+	slot_record_key(&q->key, q->cf->key_prefix, q->cf->slot);
 	if (q->key.failed)
 		return false;
 	start = q->out.len;

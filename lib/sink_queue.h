@@ -265,8 +265,6 @@ bool sq_queue_record(struct sink_queue *q, enum sq_kind k, const char *val, size
  */
 bool sq_has_held_value(const struct event *ev, const struct sink_hold *hold);
 
-/* "<key-prefix>:slot:<slot>": the slot record's key (no hash tag: its own slot). */
-void sq_record_key(const struct relay_config *cf, struct buf *b);
 /* Cluster hash slot of stream[0..len) (tag: scratch). */
 uint16_t sq_stream_slot(const char *stream, size_t len, struct buf *tag);
 

@@ -423,11 +423,15 @@ bool sink_redis_queue_record_read(struct sink_redis *s)
 bool sink_redis_queue_record(struct sink_redis *s, lsn_t confirmed, lsn_t commit_lsn,
                              int64_t commit_us)
 {
-	char val[256];
-	int n = snprintf(val, sizeof(val), "%016llX %016llX %lld %s", (unsigned long long)confirmed,
-	                 (unsigned long long)commit_lsn, (long long)commit_us, s->q.owner);
+	struct slot_record rec = {confirmed, commit_lsn, commit_us, ""};
+	char val[SLOT_RECORD_MAX];
+	size_t n;
 
-	return n > 0 && (size_t)n < sizeof(val) && sq_queue_record(&s->q, SQ_RECORD, val, (size_t)n);
+	if (strlen(s->q.owner) >= sizeof(rec.owner))
+		return false;
+	memcpy(rec.owner, s->q.owner, strlen(s->q.owner) + 1);
+	n = slot_record_format(&rec, val, sizeof(val));
+	return n > 0 && sq_queue_record(&s->q, SQ_RECORD, val, n);
 }
 
 bool sink_redis_publish(struct sink_redis *s, const struct event *ev, bool dead_letter)

@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "slot_record.h"
 #include "config.h"
 #include "lsn.h"
 #include "event.h"
@@ -206,28 +207,9 @@ size_t sink_redis_event_size(const struct event *ev);
 bool sink_redis_set_owner(struct sink_redis *s, const char *system_id, const char *dbname);
 
 /*
- * The slot record: how far this relay confirmed its slot, kept in Redis at
- * "<key-prefix>:slot:<slot>" as "<confirmed> <commit LSN> <commit unix us>
- * <owner>" (LSNs as 16 hex digits). The relay writes it, and has it
- * acknowledged, before it confirms a position to PostgreSQL, so the slot it
- * streams never stands past the record; a slot that is missing, invalidated
- * or past the record is not the one this relay streamed, and events
- * committed after the record's commit may never have reached Redis.
- */
-struct slot_record {
-	lsn_t confirmed;   /* the highest flush position the relay may have confirmed */
-	lsn_t commit_lsn;  /* the last commit with events Redis acknowledged (0: none) */
-	int64_t commit_us; /* its commit time, Unix microseconds (0: unknown) */
-	char owner[160];   /* "<system id>/<database>" */
-};
-
-/* Parse a record's value; false when it is not one. */
-bool slot_record_parse(const char *v, size_t len, struct slot_record *rec);
-
-/*
- * The record as the first successful connect read it: NULL when Redis has
- * none (a new deployment, or Redis lost its data) or before that connect.
- * A key that holds something else makes that connect fail for good.
+ * The slot record (slot_record.h: key, value, the refusal rule) as the first successful connect
+ * read it: NULL when Redis has none (a new deployment, or Redis lost its data) or before that
+ * connect. A key that holds something else makes that connect fail for good.
  */
 const struct slot_record *sink_redis_record(const struct sink_redis *s);
 bool sink_redis_record_read(const struct sink_redis *s);

@@ -80,32 +80,6 @@ static enum sink_status script_load(struct sink_redis *s, struct node *n, const 
 }
 
 /*
- * The slot record (sink_redis.h): its value parsed, then read once on the
- * first connect.
- */
-bool slot_record_parse(const char *v, size_t len, struct slot_record *rec)
-{
-	unsigned long long conf, commit;
-	long long us;
-	int used = 0;
-	char text[256];
-
-	if (len >= sizeof(text))
-		return false;
-	memcpy(text, v, len);
-	text[len] = '\0';
-	memset(rec, 0, sizeof(*rec));
-	if (sscanf(text, "%16llx %16llx %lld %n", &conf, &commit, &us, &used) != 3 || used == 0 ||
-	    (size_t)used >= len || strlen(text + used) >= sizeof(rec->owner))
-		return false;
-	rec->confirmed = (lsn_t)conf;
-	rec->commit_lsn = (lsn_t)commit;
-	rec->commit_us = us;
-	memcpy(rec->owner, text + used, strlen(text + used) + 1);
-	return true;
-}
-
-/*
  * On the first connect, on the node that serves its key: read the slot
  * record (sink_redis_record). A value that is not a record is an error the
  * relay cannot decide on: permanent, naming the key.
@@ -117,7 +91,7 @@ static enum sink_status read_record(struct sink_redis *s, struct node *n)
 	char what[260];
 	redisReply *r;
 
-	sq_record_key(s->cf, &s->key);
+	slot_record_key(&s->key, s->cf->key_prefix, s->cf->slot);
 	if (s->record_read || s->key.failed ||
 	    (s->slot_node &&
 	     s->slot_node[sink_stream_slot(s, s->key.data, s->key.len)] != n - s->nodes))

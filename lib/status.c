@@ -655,10 +655,14 @@ static int record_section(struct rconn *c, const struct relay_config *cf,
 	const char *argv[2] = {"GET", NULL};
 	char key[300], a[LSN_STRLEN], b[LSN_STRLEN], when[64] = "an unknown time", why[600];
 	struct slot_record rec;
+	struct slot_seen seen = {view->exists, view->invalidated, view->why, view->confirmed, false};
+	struct buf kb = {0};
 	redisReply *r;
 	int rc = EXIT_OK;
 
-	(void)snprintf(key, sizeof(key), "%s:slot:%s", cf->key_prefix, cf->slot);
+	slot_record_key(&kb, cf->key_prefix, cf->slot);
+	(void)snprintf(key, sizeof(key), "%s", kb.failed ? "" : kb.data);
+	buf_finish(&kb);
 	argv[1] = key;
 	r = rcmd(c, key, 2, argv, why, sizeof(why));
 	fprintf(out, "Slot record (%s):\n", key);
@@ -693,7 +697,7 @@ static int record_section(struct rconn *c, const struct relay_config *cf,
 	kv(out, "owner", rec.owner);
 	if (!view->queried) {
 		fprintf(out, "  gap check: not made (the slot could not be read)\n");
-	} else if (!view->exists || view->invalidated || view->confirmed > rec.confirmed) {
+	} else if (slot_record_judge(&rec, &seen) != SLOT_SAME) {
 		if (!view->exists)
 			fprintf(out,
 			        "  error: gap suspected: the slot does not exist, but the relay "
