@@ -16,6 +16,7 @@
 #include "relay.h"
 #include "republish.h"
 #include "status.h"
+#include "verify.h"
 
 extern char **environ;
 
@@ -28,6 +29,24 @@ int main(int argc, char **argv)
 
 	if (argc > 1 && strcmp(argv[1], "status") == 0)
 		return status_main(argc - 1, argv + 1, environ);
+	if (argc > 1 && strcmp(argv[1], "verify") == 0) {
+		switch (config_load_as(&cf, CONFIG_CMD_REPUBLISH, "outbox-relay verify", verify_usage,
+		                       argc - 1, argv + 1, environ, err, sizeof(err))) {
+		case CONFIG_OK:
+			log_setup(cf.log_level, cf.log_format);
+			rc = verify_main(&cf);
+			break;
+		case CONFIG_HELP:
+		case CONFIG_VERSION:
+			rc = EXIT_OK;
+			break;
+		default:
+			fprintf(stderr, "outbox-relay verify: %s\n", err);
+			rc = EXIT_USAGE;
+		}
+		config_finish(&cf);
+		return rc;
+	}
 	if (republish) {
 		argc--;
 		argv++;

@@ -1,0 +1,1228 @@
+/*
+ * verify.c - `outbox-relay verify`: the outbox rows of a time range against
+ * the entries of their streams.
+ *
+ * Rows: read through a server-side cursor in one REPEATABLE READ READ ONLY
+ * transaction, in chunks of 100 x --fetch-size rows; a chunk keeps only each
+ * row's event id and stream (the stream rendered with the relay's --stream
+ * template from the row's columns). Entries: every stream a chunk's rows are
+ * routed to is read with XRANGE in pages of PAGE entries. Each entry whose
+ * event id is a row of the chunk is counted (twice or more: duplicated) and
+ * its fields are compared byte for byte with the row as rendered in SQL,
+ * independently of the relay's decoder: every non-NULL column in table
+ * order as its text output in the walsender's settings (UTC, ISO dates, hex
+ * bytea), booleans as true/false, bytea without \x, NaN and infinite
+ * numbers absent (wal2json prints them null), then nothing but the relay's
+ * _lsn, _xid, _committed_at and republish's _republished. On the first pass
+ * over a stream, entries committed in the range whose event id is in no row
+ * of the table at all are entries without a row, and each aggregate's
+ * entries (--stream's stream, and the aggregate_id field when the table has
+ * that column) must have non-decreasing commit LSNs (_lsn). Rows of the chunk
+ * no entry matched are missing, unless a dead letter holds their id or their
+ * stream was trimmed (both said, not counted as discrepancies).
+ *
+ * Nothing is written anywhere: one READ ONLY transaction in PostgreSQL,
+ * XRANGE and XINFO in Redis.
+ */
+#include "verify.h"
+
+#include <hiredis/hiredis.h>
+#include <libpq-fe.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+#include "consumer_cluster.h"
+#include "event.h"
+#include "exitcode.h"
+#include "log.h"
+#include "lsn.h"
+#include "redis_conn.h"
+#include "wal2json.h"
+
+#define PAGE 100  /* entries per XRANGE */
+#define FIRST_N 5 /* ids shown per kind of discrepancy */
+
+enum kind { K_MISSING, K_DUPLICATED, K_ORPHAN, K_DIFFERS, K_REORDERED, K_NKINDS };
+
+static const char *const kind_name[K_NKINDS] = {"missing", "duplicated", "without_row", "differ",
+                                                "reordered"};
+static const char *const kind_text[K_NKINDS] = {
+    "rows missing from their stream", "rows published more than once",
+    "entries without a row in the table", "entries whose fields differ from their row",
+    "aggregates out of commit order"};
+
+struct report {
+	uint64_t n;
+	char *first[FIRST_N];
+};
+
+/* Open addressing: string -> index. */
+struct strmap {
+	char **keys;
+	uint32_t *vals;
+	size_t cap, n;
+};
+
+struct row {
+	char *id;
+	uint32_t stream;
+	uint32_t seen;
+};
+
+struct vstream {
+	char *name;
+	bool scanned;  /* a first pass (orphans, order) was done */
+	bool trimmed;  /* XINFO: entries were deleted or trimmed */
+	bool in_chunk; /* a row of the current chunk goes here */
+};
+
+struct column {
+	char *name;
+	char *type;
+	unsigned oid;
+};
+
+struct verify {
+	const struct relay_config *cf;
+	PGconn *conn;
+	redisContext *rc;    /* one server */
+	struct ccluster *cl; /* or a cluster */
+	struct column *cols;
+	int ncols, idcol, aggcol;
+	char *schema, *table, *qtable; /* qtable: quoted schema.table */
+	char *idtype;
+	struct stream_tmpl *tmpl;
+	size_t ntcols; /* template columns */
+	int64_t since_us, until_us;
+	bool has_since, has_until;
+	/* the chunk */
+	struct row *rows;
+	size_t nrows, rows_cap;
+	struct strmap ids;
+	struct vstream *streams;
+	size_t nstreams;
+	struct strmap snames;
+	/* per stream pass: aggregate -> last _lsn */
+	struct strmap aggs;
+	lsn_t *agg_lsn;
+	size_t agg_cap;
+	/* counts */
+	uint64_t total_rows, entries_read, unroutable, dead_lettered, trimmed_missing, before_since,
+	    republished;
+	struct report rep[K_NKINDS];
+	char err[1024];
+	bool oom;
+};
+
+/* ---- small helpers ---- */
+
+static uint64_t hash_str(const char *s)
+{
+	uint64_t h = 1469598103934665603ull;
+
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ull;
+	return h;
+}
+
+static bool strmap_grow(struct strmap *m)
+{
+	size_t ncap = m->cap ? m->cap * 2 : 1024;
+	char **nk = calloc(ncap, sizeof(*nk));
+	uint32_t *nv = calloc(ncap, sizeof(*nv));
+
+	if (!nk || !nv) {
+		free(nk);
+		free(nv);
+		return false;
+	}
+	for (size_t i = 0; i < m->cap; i++) {
+		size_t j;
+
+		if (!m->keys[i])
+			continue;
+		for (j = hash_str(m->keys[i]) & (ncap - 1); nk[j]; j = (j + 1) & (ncap - 1))
+			;
+		nk[j] = m->keys[i];
+		nv[j] = m->vals[i];
+	}
+	free(m->keys);
+	free(m->vals);
+	m->keys = nk;
+	m->vals = nv;
+	m->cap = ncap;
+	return true;
+}
+
+/* The index stored for key, or -1. */
+static int64_t strmap_get(const struct strmap *m, const char *key)
+{
+	if (!m->cap)
+		return -1;
+	for (size_t j = hash_str(key) & (m->cap - 1); m->keys[j]; j = (j + 1) & (m->cap - 1))
+		if (strcmp(m->keys[j], key) == 0)
+			return m->vals[j];
+	return -1;
+}
+
+/* Store key (the map takes it) -> val; the key must be new. */
+static bool strmap_put(struct strmap *m, char *key, uint32_t val)
+{
+	size_t j;
+
+	if ((m->n + 1) * 2 > m->cap && !strmap_grow(m))
+		return false;
+	for (j = hash_str(key) & (m->cap - 1); m->keys[j]; j = (j + 1) & (m->cap - 1))
+		;
+	m->keys[j] = key;
+	m->vals[j] = val;
+	m->n++;
+	return true;
+}
+
+/* Forget every key; free_keys frees them too. */
+static void strmap_clear(struct strmap *m, bool free_keys)
+{
+	for (size_t i = 0; i < m->cap; i++) {
+		if (free_keys)
+			free(m->keys[i]);
+		m->keys[i] = NULL;
+	}
+	m->n = 0;
+}
+
+static void strmap_free(struct strmap *m, bool free_keys)
+{
+	strmap_clear(m, free_keys);
+	free(m->keys);
+	free(m->vals);
+	*m = (struct strmap){0};
+}
+
+static char *dupn(const char *s, size_t n)
+{
+	char *d = malloc(n + 1);
+
+	if (d) {
+		memcpy(d, s, n);
+		d[n] = '\0';
+	}
+	return d;
+}
+
+/* Record one discrepancy: counted, its first ids kept, every one logged at debug. */
+static void found(struct verify *v, enum kind k, const char *stream, const char *id,
+                  const char *detail)
+{
+	struct report *r = &v->rep[k];
+
+	if (r->n < FIRST_N) {
+		r->first[r->n] = dupn(id, strlen(id));
+		if (!r->first[r->n])
+			v->oom = true;
+	}
+	r->n++;
+	log_debug("verify: %s: stream=%s id=%s%s%s", kind_name[k], stream, id, detail ? " " : "",
+	          detail ? detail : "");
+}
+
+static bool reply_str(const redisReply *r)
+{
+	return r && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS);
+}
+
+static bool str_is(const redisReply *r, const char *s)
+{
+	size_t n = strlen(s);
+
+	return reply_str(r) && r->len == n && memcmp(r->str, s, n) == 0;
+}
+
+/* The value of field name in an entry's [f, v, f, v...] array, or NULL. */
+static const redisReply *entry_field(const redisReply *fv, const char *name)
+{
+	for (size_t i = 0; fv && i + 1 < fv->elements; i += 2)
+		if (str_is(fv->element[i], name))
+			return fv->element[i + 1];
+	return NULL;
+}
+
+static bool is_meta(const redisReply *name)
+{
+	return str_is(name, "_lsn") || str_is(name, "_xid") || str_is(name, "_committed_at") ||
+	       str_is(name, "_republished");
+}
+
+/* ---- PostgreSQL ---- */
+
+static PGresult *run(struct verify *v, const char *what, const char *sql, ExecStatusType want)
+{
+	PGresult *res = PQexec(v->conn, sql);
+	char *nl;
+
+	if (PQresultStatus(res) == want)
+		return res;
+	snprintf(v->err, sizeof(v->err), "%s: %s", what, PQerrorMessage(v->conn));
+	if ((nl = strchr(v->err, '\n')) != NULL)
+		*nl = '\0';
+	PQclear(res);
+	return NULL;
+}
+
+/* wal2json prints these types as bare JSON numbers (NaN and infinities as null). */
+static bool numeric_oid(unsigned oid)
+{
+	return oid == 20 || oid == 21 || oid == 23 || oid == 26 || oid == 700 || oid == 701 ||
+	       oid == 1700;
+}
+
+/* Column i as the text of the field the relay publishes, NULL when it publishes none. */
+static void put_rendered(struct verify *v, struct buf *q, int i)
+{
+	char *id = PQescapeIdentifier(v->conn, v->cols[i].name, strlen(v->cols[i].name));
+
+	if (!id) {
+		v->oom = true;
+		return;
+	}
+	if (v->cols[i].oid == 16) {
+		buf_puts(q, "CASE WHEN ");
+		buf_puts(q, id);
+		buf_puts(q, " THEN 'true' WHEN NOT ");
+		buf_puts(q, id);
+		buf_puts(q, " THEN 'false' END");
+	} else if (v->cols[i].oid == 17) {
+		buf_puts(q, "pg_catalog.encode(");
+		buf_puts(q, id);
+		buf_puts(q, ", 'hex')");
+	} else if (numeric_oid(v->cols[i].oid)) {
+		buf_puts(q, "CASE WHEN ");
+		buf_puts(q, id);
+		buf_puts(q, "::text IN ('NaN', 'Infinity', '-Infinity') THEN NULL ELSE ");
+		buf_puts(q, id);
+		buf_puts(q, "::text END");
+	} else {
+		buf_puts(q, id);
+		buf_puts(q, "::text");
+	}
+	PQfreemem(id);
+}
+
+static int find_col(const struct verify *v, const char *name)
+{
+	for (int i = 0; i < v->ncols; i++)
+		if (strcmp(v->cols[i].name, name) == 0)
+			return i;
+	return -1;
+}
+
+static int64_t to_unix_us(struct verify *v, const char *t, bool *ok)
+{
+	const char *p[1] = {t};
+	PGresult *res =
+	    PQexecParams(v->conn, "SELECT (extract(epoch FROM $1::timestamptz) * 1000000)::int8", 1,
+	                 NULL, p, NULL, NULL, 0);
+	int64_t us = 0;
+
+	*ok = PQresultStatus(res) == PGRES_TUPLES_OK;
+	if (*ok)
+		us = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+	else
+		snprintf(v->err, sizeof(v->err), "--since/--until \"%s\" is not a timestamptz: %s", t,
+		         PQerrorMessage(v->conn));
+	PQclear(res);
+	return us;
+}
+
+static int pg_setup(struct verify *v)
+{
+	const struct relay_config *cf = v->cf;
+	const char *keys[5] = {"connect_timeout", "fallback_application_name", "dbname"};
+	const char *vals[5] = {"10", "outbox-relay verify", cf->pg_dsn};
+	struct buf q = {0};
+	PGresult *res;
+	char *lit, *a, *b;
+	bool ok;
+
+	if (cf->pg_password) {
+		keys[3] = "password";
+		vals[3] = cf->pg_password;
+	}
+	v->conn = PQconnectdbParams(keys, vals, 1);
+	if (!v->conn || PQstatus(v->conn) != CONNECTION_OK) {
+		snprintf(v->err, sizeof(v->err), "could not connect to PostgreSQL: %s",
+		         v->conn ? PQerrorMessage(v->conn) : "out of memory");
+		if (strchr(v->err, '\n'))
+			*strchr(v->err, '\n') = '\0';
+		return EXIT_PG_SETUP;
+	}
+	res = run(v, "session settings",
+	          "SET TimeZone = 'UTC'; SET DateStyle = 'ISO, MDY'; SET bytea_output = 'hex'; "
+	          "SET IntervalStyle = 'postgres'; SET extra_float_digits = 1; "
+	          "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
+	          PGRES_COMMAND_OK);
+	if (!res)
+		return EXIT_PG_SETUP;
+	PQclear(res);
+	lit = PQescapeLiteral(v->conn, cf->table, strlen(cf->table));
+	if (!lit)
+		return EXIT_FAILURE_RUNTIME;
+	buf_puts(&q, "SELECT n.nspname, c.relname, 0::oid, 0 AS o FROM pg_catalog.pg_class c JOIN "
+	             "pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = "
+	             "pg_catalog.to_regclass(");
+	buf_puts(&q, lit);
+	buf_puts(&q, ") UNION ALL SELECT a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), "
+	             "a.atttypid, a.attnum FROM pg_catalog.pg_attribute a WHERE a.attrelid = "
+	             "pg_catalog.to_regclass(");
+	buf_puts(&q, lit);
+	buf_puts(&q, ") AND a.attnum > 0 AND NOT a.attisdropped ORDER BY 4");
+	PQfreemem(lit);
+	res = q.failed ? NULL : run(v, "reading the outbox table's columns", q.data, PGRES_TUPLES_OK);
+	buf_finish(&q);
+	if (!res)
+		return strstr(v->err, "invalid name syntax") ? EXIT_USAGE : EXIT_PG_SETUP;
+	if (PQntuples(res) < 2) {
+		PQclear(res);
+		snprintf(v->err, sizeof(v->err),
+		         "outbox table \"%s\" does not exist: point --table at your outbox table",
+		         cf->table);
+		return EXIT_OUTBOX_SCHEMA;
+	}
+	v->schema = strdup(PQgetvalue(res, 0, 0));
+	v->table = strdup(PQgetvalue(res, 0, 1));
+	v->ncols = PQntuples(res) - 1;
+	v->cols = calloc((size_t)v->ncols, sizeof(*v->cols));
+	if (!v->schema || !v->table || !v->cols) {
+		PQclear(res);
+		return EXIT_FAILURE_RUNTIME;
+	}
+	for (int i = 0; i < v->ncols; i++) {
+		v->cols[i].name = strdup(PQgetvalue(res, i + 1, 0));
+		v->cols[i].type = strdup(PQgetvalue(res, i + 1, 1));
+		v->cols[i].oid = (unsigned)strtoul(PQgetvalue(res, i + 1, 2), NULL, 10);
+		if (!v->cols[i].name || !v->cols[i].type) {
+			PQclear(res);
+			return EXIT_FAILURE_RUNTIME;
+		}
+	}
+	PQclear(res);
+	v->idcol = find_col(v, cf->id_column);
+	if (v->idcol < 0 || find_col(v, cf->time_column) < 0) {
+		snprintf(v->err, sizeof(v->err),
+		         "column \"%s\" (named by %s) does not exist in outbox table \"%s.%s\"",
+		         v->idcol < 0 ? cf->id_column : cf->time_column,
+		         v->idcol < 0 ? "--id-column" : "--time-column", v->schema, v->table);
+		return EXIT_OUTBOX_SCHEMA;
+	}
+	v->aggcol = find_col(v, "aggregate_id");
+	v->idtype = strdup(v->cols[v->idcol].type);
+	a = PQescapeIdentifier(v->conn, v->schema, strlen(v->schema));
+	b = PQescapeIdentifier(v->conn, v->table, strlen(v->table));
+	if (a && b) {
+		size_t n = strlen(a) + strlen(b) + 2;
+
+		v->qtable = malloc(n);
+		if (v->qtable)
+			snprintf(v->qtable, n, "%s.%s", a, b);
+	}
+	PQfreemem(a);
+	PQfreemem(b);
+	if (!v->qtable || !v->idtype)
+		return EXIT_FAILURE_RUNTIME;
+	if (cf->since) {
+		v->since_us = to_unix_us(v, cf->since, &ok);
+		if (!ok)
+			return EXIT_USAGE;
+		v->has_since = true;
+	}
+	if (cf->until) {
+		v->until_us = to_unix_us(v, cf->until, &ok);
+		if (!ok)
+			return EXIT_USAGE;
+		v->has_until = true;
+	}
+	return EXIT_OK;
+}
+
+/* The cursor: each row's rendered id, then its rendered template columns. */
+static int declare_cursor(struct verify *v)
+{
+	const struct relay_config *cf = v->cf;
+	struct buf q = {0};
+	PGresult *res;
+	char *id;
+
+	buf_puts(&q, "DECLARE outbox_verify NO SCROLL CURSOR FOR SELECT ");
+	put_rendered(v, &q, v->idcol);
+	for (size_t t = 0; t < v->ntcols; t++) {
+		int c = find_col(v, stream_tmpl_column(v->tmpl, t));
+
+		buf_puts(&q, ", ");
+		if (c < 0)
+			buf_puts(&q, "NULL::text");
+		else
+			put_rendered(v, &q, c);
+	}
+	buf_puts(&q, " FROM ");
+	buf_puts(&q, v->qtable);
+	buf_puts(&q, " WHERE true");
+	for (int bound = 0; bound < 2; bound++) {
+		const char *val = bound ? cf->until : cf->since;
+		char *lit;
+
+		if (!val)
+			continue;
+		id = PQescapeIdentifier(v->conn, cf->time_column, strlen(cf->time_column));
+		lit = PQescapeLiteral(v->conn, val, strlen(val));
+		if (id && lit) {
+			buf_puts(&q, " AND ");
+			buf_puts(&q, id);
+			buf_puts(&q, bound ? " < " : " >= ");
+			buf_puts(&q, lit);
+			buf_puts(&q, "::timestamptz");
+		} else {
+			v->oom = true;
+		}
+		PQfreemem(id);
+		PQfreemem(lit);
+	}
+	if (q.failed || v->oom) {
+		buf_finish(&q);
+		return EXIT_FAILURE_RUNTIME;
+	}
+	res = run(v, "declaring the cursor", q.data, PGRES_COMMAND_OK);
+	buf_finish(&q);
+	if (!res)
+		return EXIT_PG_SETUP;
+	PQclear(res);
+	return EXIT_OK;
+}
+
+/* ---- Redis ---- */
+
+static redisReply *rcmd(struct verify *v, const char *key, int argc, const char **argv)
+{
+	redisReply *r;
+
+	if (v->cl)
+		return ccluster_command(v->cl, key, argc, argv, v->err, sizeof(v->err));
+	r = redisCommandArgv(v->rc, argc, argv, NULL);
+	if (!r)
+		snprintf(v->err, sizeof(v->err), "Redis: %s",
+		         v->rc->errstr[0] ? v->rc->errstr : "connection lost");
+	return r;
+}
+
+static int redis_setup(struct verify *v)
+{
+	const struct relay_config *cf = v->cf;
+	bool permanent;
+
+	if (cf->redis.cluster) {
+		v->cl = ccluster_create(&cf->redis, cf->redis_timeout_ms);
+		if (!v->cl)
+			return EXIT_FAILURE_RUNTIME;
+		if (!ccluster_refresh(v->cl, &permanent, v->err, sizeof(v->err)))
+			return EXIT_REDIS_SETUP;
+	} else {
+		struct redis_conn one;
+
+		(void)redis_conn_connect(&one, &cf->redis, cf->redis_timeout_ms, v->err, sizeof(v->err));
+		v->rc = one.c;
+		if (!v->rc)
+			return EXIT_REDIS_SETUP;
+	}
+	return EXIT_OK;
+}
+
+/* Was anything ever deleted from the stream (trimmed, XDEL)? Redis 7's XINFO says. */
+static bool stream_trimmed(struct verify *v, const char *name)
+{
+	const char *argv[] = {"XINFO", "STREAM", name};
+	redisReply *r = rcmd(v, name, 3, argv);
+	bool trimmed = false;
+
+	if (r && r->type == REDIS_REPLY_ARRAY) {
+		for (size_t i = 0; i + 1 < r->elements; i += 2) {
+			if (str_is(r->element[i], "max-deleted-entry-id"))
+				trimmed = !str_is(r->element[i + 1], "0-0");
+		}
+	}
+	freeReplyObject(r);
+	return trimmed;
+}
+
+/* The id after eid ("ms-seq"), for the next XRANGE page. */
+static void next_id(const char *eid, char *out, size_t len)
+{
+	unsigned long long ms = 0, seq = 0;
+
+	if (sscanf(eid, "%llu-%llu", &ms, &seq) != 2)
+		ms = seq = 0;
+	if (seq == UINT64_MAX) {
+		ms++;
+		seq = 0;
+	} else {
+		seq++;
+	}
+	snprintf(out, len, "%llu-%llu", ms, seq);
+}
+
+/* A PostgreSQL array literal of the ids. */
+static void put_array(struct buf *b, const char *const *ids, size_t n)
+{
+	buf_putc(b, '{');
+	for (size_t i = 0; i < n; i++) {
+		if (i)
+			buf_putc(b, ',');
+		buf_putc(b, '"');
+		for (const char *p = ids[i]; *p; p++) {
+			if (*p == '"' || *p == '\\')
+				buf_putc(b, '\\');
+			buf_putc(b, *p);
+		}
+		buf_putc(b, '"');
+	}
+	buf_putc(b, '}');
+}
+
+/*
+ * Run sql with $1 the array of ids, inside a savepoint: an id the column's
+ * type refuses (a corrupted entry) must not end the transaction and its
+ * cursor. On such an error, again with the ids compared as text.
+ */
+static PGresult *by_ids(struct verify *v, const char *cols, const char *const *ids, size_t n)
+{
+	struct buf q = {0}, arr = {0};
+	PGresult *res = NULL;
+	const char *p[1];
+	char *col = PQescapeIdentifier(v->conn, v->cf->id_column, strlen(v->cf->id_column));
+
+	put_array(&arr, ids, n);
+	for (int attempt = 0; attempt < 2 && col && !arr.failed; attempt++) {
+		PGresult *sp;
+
+		buf_reset(&q);
+		buf_puts(&q, "SELECT ");
+		buf_puts(&q, cols);
+		buf_puts(&q, " FROM ");
+		buf_puts(&q, v->qtable);
+		buf_puts(&q, " WHERE ");
+		buf_puts(&q, col);
+		if (attempt == 0) {
+			buf_puts(&q, " = ANY($1::");
+			buf_puts(&q, v->idtype);
+			buf_puts(&q, "[])");
+		} else {
+			buf_puts(&q, "::text = ANY($1::text[])");
+		}
+		if (q.failed)
+			break;
+		sp = run(v, "savepoint", "SAVEPOINT verify_ids", PGRES_COMMAND_OK);
+		if (!sp)
+			break;
+		PQclear(sp);
+		p[0] = arr.data;
+		res = PQexecParams(v->conn, q.data, 1, NULL, p, NULL, NULL, 0);
+		if (PQresultStatus(res) == PGRES_TUPLES_OK) {
+			sp = run(v, "savepoint", "RELEASE SAVEPOINT verify_ids", PGRES_COMMAND_OK);
+			PQclear(sp);
+			break;
+		}
+		snprintf(v->err, sizeof(v->err), "looking rows up by id: %s", PQerrorMessage(v->conn));
+		PQclear(res);
+		res = NULL;
+		sp = run(v, "savepoint", "ROLLBACK TO SAVEPOINT verify_ids", PGRES_COMMAND_OK);
+		if (!sp)
+			break;
+		PQclear(sp);
+	}
+	PQfreemem(col);
+	buf_finish(&q);
+	buf_finish(&arr);
+	return res;
+}
+
+/* Compare one entry's fields with the row (columns 1.. of res's row r). */
+static void compare(struct verify *v, const char *stream, const char *id, const redisReply *fv,
+                    const PGresult *res, int r)
+{
+	size_t e = 0;
+	char detail[300];
+
+	for (int c = 0; c < v->ncols; c++) {
+		const char *name = v->cols[c].name;
+		const char *val;
+		size_t len;
+
+		if (PQgetisnull(res, r, c + 1))
+			continue;
+		val = PQgetvalue(res, r, c + 1);
+		len = (size_t)PQgetlength(res, r, c + 1);
+		while (e + 1 < fv->elements && is_meta(fv->element[e]))
+			e += 2;
+		if (e + 1 >= fv->elements) {
+			snprintf(detail, sizeof(detail), "(field \"%s\" is missing)", name);
+			found(v, K_DIFFERS, stream, id, detail);
+			return;
+		}
+		if (!str_is(fv->element[e], name)) {
+			snprintf(detail, sizeof(detail), "(field \"%s\" where \"%s\" was expected)",
+			         reply_str(fv->element[e]) ? fv->element[e]->str : "?", name);
+			found(v, K_DIFFERS, stream, id, detail);
+			return;
+		}
+		if (!reply_str(fv->element[e + 1]) || fv->element[e + 1]->len != len ||
+		    memcmp(fv->element[e + 1]->str, val, len) != 0) {
+			size_t got = reply_str(fv->element[e + 1]) ? fv->element[e + 1]->len : 0, at = 0;
+
+			while (at < got && at < len && fv->element[e + 1]->str[at] == val[at])
+				at++;
+			snprintf(detail, sizeof(detail),
+			         "(field \"%s\": %zu bytes, the row's %zu; first difference at byte %zu)", name,
+			         got, len, at);
+			found(v, K_DIFFERS, stream, id, detail);
+			return;
+		}
+		e += 2;
+	}
+	for (; e + 1 < fv->elements; e += 2) {
+		if (!is_meta(fv->element[e])) {
+			snprintf(detail, sizeof(detail), "(field \"%s\" is not a column of the row)",
+			         reply_str(fv->element[e]) ? fv->element[e]->str : "?");
+			found(v, K_DIFFERS, stream, id, detail);
+			return;
+		}
+	}
+}
+
+/* The SELECT list of the fields compared: the id, then every rendered column. */
+static char *compare_cols(struct verify *v)
+{
+	struct buf q = {0};
+
+	put_rendered(v, &q, v->idcol);
+	for (int c = 0; c < v->ncols; c++) {
+		buf_puts(&q, ", ");
+		put_rendered(v, &q, c);
+	}
+	if (q.failed || v->oom) {
+		buf_finish(&q);
+		return NULL;
+	}
+	return q.data;
+}
+
+struct pending {
+	const char *id;
+	const redisReply *fv;
+};
+
+/*
+ * One page of entries of stream s: membership, order and (first pass)
+ * entries without a row. Returns false on a failure (v->err).
+ */
+static bool judge_page(struct verify *v, struct vstream *s, const redisReply *page,
+                       const char *cmp_sql)
+{
+	struct pending cmp[PAGE], look[PAGE];
+	const char *ids[PAGE];
+	size_t ncmp = 0, nlook = 0;
+	PGresult *res;
+
+	for (size_t i = 0; i < page->elements && i < PAGE; i++) {
+		const redisReply *ent = page->element[i], *fv, *idr, *t, *l;
+		int64_t ri, committed = 0;
+		bool in_window = true;
+		char *id;
+
+		if (ent->type != REDIS_REPLY_ARRAY || ent->elements != 2)
+			continue;
+		fv = ent->element[1];
+		if (fv->type != REDIS_REPLY_ARRAY)
+			continue;
+		if (!s->scanned)
+			v->entries_read++;
+		idr = entry_field(fv, v->cf->id_column);
+		t = entry_field(fv, "_committed_at");
+		if (reply_str(t) && time_parse_pg(t->str, t->len, &committed)) {
+			in_window = (!v->has_since || committed >= v->since_us) &&
+			            (!v->has_until || committed < v->until_us);
+			if (v->has_since && committed < v->since_us && !s->scanned)
+				v->before_since++;
+		}
+		if (!reply_str(idr)) {
+			if (!s->scanned && in_window)
+				found(v, K_ORPHAN, s->name, reply_str(ent->element[0]) ? ent->element[0]->str : "?",
+				      "(no id field)");
+			continue;
+		}
+		id = idr->str;
+		ri = strmap_get(&v->ids, id);
+		if (ri >= 0) {
+			struct row *row = &v->rows[ri];
+
+			if (++row->seen == 2)
+				found(v, K_DUPLICATED, s->name, id, NULL);
+			else if (row->seen == 1)
+				cmp[ncmp++] = (struct pending){id, fv};
+		} else if (!s->scanned && in_window) {
+			look[nlook++] = (struct pending){id, fv};
+		}
+		if (s->scanned || !in_window)
+			continue;
+		if (entry_field(fv, "_republished")) {
+			v->republished++;
+			continue;
+		}
+		/* Order: per aggregate, commit LSNs never go down. */
+		l = entry_field(fv, "_lsn");
+		if (reply_str(l)) {
+			const redisReply *ag = v->aggcol >= 0 ? entry_field(fv, "aggregate_id") : NULL;
+			const char *key = reply_str(ag) ? ag->str : "";
+			int64_t ai = strmap_get(&v->aggs, key);
+			lsn_t lsn;
+
+			if (!lsn_parse(l->str, l->len, &lsn))
+				continue;
+			if (ai < 0) {
+				char *k = dupn(key, strlen(key));
+
+				if (v->aggs.n >= v->agg_cap) {
+					size_t ncap = v->agg_cap ? v->agg_cap * 2 : 1024;
+					lsn_t *n = realloc(v->agg_lsn, ncap * sizeof(*n));
+
+					if (!n) {
+						free(k);
+						v->oom = true;
+						return false;
+					}
+					v->agg_lsn = n;
+					v->agg_cap = ncap;
+				}
+				if (!k || !strmap_put(&v->aggs, k, (uint32_t)v->aggs.n)) {
+					free(k);
+					v->oom = true;
+					return false;
+				}
+				v->agg_lsn[v->aggs.n - 1] = lsn;
+			} else if (lsn < v->agg_lsn[ai]) {
+				char detail[200], a[LSN_STRLEN], b[LSN_STRLEN];
+
+				snprintf(detail, sizeof(detail),
+				         "(aggregate \"%.64s\": commit %s after commit %s, entry %s)", key,
+				         lsn_format(lsn, a), lsn_format(v->agg_lsn[ai], b),
+				         reply_str(ent->element[0]) ? ent->element[0]->str : "?");
+				found(v, K_REORDERED, s->name, id, detail);
+			} else {
+				v->agg_lsn[ai] = lsn;
+			}
+		}
+	}
+	if (ncmp) {
+		for (size_t i = 0; i < ncmp; i++)
+			ids[i] = cmp[i].id;
+		res = by_ids(v, cmp_sql, ids, ncmp);
+		if (!res)
+			return false;
+		for (size_t i = 0; i < ncmp; i++) {
+			int r;
+
+			for (r = 0; r < PQntuples(res); r++)
+				if (strcmp(PQgetvalue(res, r, 0), cmp[i].id) == 0)
+					break;
+			if (r == PQntuples(res)) {
+				/* Its row is in the chunk but not found by id: the id was rendered otherwise. */
+				found(v, K_DIFFERS, s->name, cmp[i].id, "(the row is not found by this id)");
+				continue;
+			}
+			compare(v, s->name, cmp[i].id, cmp[i].fv, res, r);
+		}
+		PQclear(res);
+	}
+	if (nlook) {
+		char *idc = NULL;
+		struct buf q = {0};
+
+		put_rendered(v, &q, v->idcol);
+		idc = q.failed ? NULL : q.data;
+		for (size_t i = 0; i < nlook; i++)
+			ids[i] = look[i].id;
+		res = idc ? by_ids(v, idc, ids, nlook) : NULL;
+		buf_finish(&q);
+		if (!res)
+			return false;
+		for (size_t i = 0; i < nlook; i++) {
+			int r;
+
+			for (r = 0; r < PQntuples(res); r++)
+				if (strcmp(PQgetvalue(res, r, 0), look[i].id) == 0)
+					break;
+			if (r == PQntuples(res))
+				found(v, K_ORPHAN, s->name, look[i].id, NULL);
+		}
+		PQclear(res);
+	}
+	return true;
+}
+
+/* Read stream s from the start, page by page. */
+static bool scan_stream(struct verify *v, struct vstream *s, const char *cmp_sql)
+{
+	char start[64] = "-", count[16];
+	const char *argv[6] = {"XRANGE", s->name, start, "+", "COUNT", count};
+
+	snprintf(count, sizeof(count), "%d", PAGE);
+	strmap_clear(&v->aggs, true);
+	if (!s->scanned)
+		s->trimmed = stream_trimmed(v, s->name);
+	for (;;) {
+		redisReply *r = rcmd(v, s->name, 6, argv);
+		size_t n;
+		bool ok;
+
+		if (!r)
+			return false;
+		if (r->type == REDIS_REPLY_ERROR) {
+			snprintf(v->err, sizeof(v->err), "XRANGE %s: %s", s->name, r->str);
+			freeReplyObject(r);
+			return false;
+		}
+		n = r->type == REDIS_REPLY_ARRAY ? r->elements : 0;
+		ok = n == 0 || judge_page(v, s, r, cmp_sql);
+		if (ok && n == PAGE) {
+			const redisReply *last = r->element[n - 1];
+
+			if (last->type == REDIS_REPLY_ARRAY && last->elements == 2 &&
+			    reply_str(last->element[0]))
+				next_id(last->element[0]->str, start, sizeof(start));
+			else
+				n = 0;
+		}
+		freeReplyObject(r);
+		if (!ok)
+			return false;
+		if (n < PAGE)
+			break;
+	}
+	s->scanned = true;
+	return true;
+}
+
+/* Rows of the chunk not seen: in a dead letter, in a trimmed stream, or missing. */
+static bool judge_missing(struct verify *v)
+{
+	size_t nmissing = 0;
+	char *dl_hit = NULL;
+
+	for (size_t i = 0; i < v->nrows; i++)
+		nmissing += v->rows[i].seen == 0;
+	if (nmissing == 0)
+		return true;
+	dl_hit = calloc(v->nrows, 1);
+	if (!dl_hit) {
+		v->oom = true;
+		return false;
+	}
+	/* Dead letters keep the row as wal2json printed it ("raw"): look for the ids there. */
+	if (nmissing <= 10000) {
+		char start[64] = "-", count[16];
+		const char *name = v->cf->dead_letter_stream;
+		const char *argv[6] = {"XRANGE", name, start, "+", "COUNT", count};
+
+		snprintf(count, sizeof(count), "%d", PAGE);
+		for (;;) {
+			redisReply *r = rcmd(v, name, 6, argv);
+			size_t n;
+
+			if (!r) {
+				free(dl_hit);
+				return false;
+			}
+			n = r->type == REDIS_REPLY_ARRAY ? r->elements : 0;
+			for (size_t e = 0; e < n; e++) {
+				const redisReply *ent = r->element[e], *raw;
+
+				if (ent->type != REDIS_REPLY_ARRAY || ent->elements != 2)
+					continue;
+				raw = entry_field(ent->element[1], "raw");
+				if (!reply_str(raw))
+					continue;
+				for (size_t i = 0; i < v->nrows; i++)
+					if (v->rows[i].seen == 0 && !dl_hit[i] && strstr(raw->str, v->rows[i].id))
+						dl_hit[i] = 1;
+				if (e == n - 1 && reply_str(ent->element[0]))
+					next_id(ent->element[0]->str, start, sizeof(start));
+			}
+			freeReplyObject(r);
+			if (n < PAGE)
+				break;
+		}
+	}
+	for (size_t i = 0; i < v->nrows; i++) {
+		struct row *row = &v->rows[i];
+
+		if (row->seen)
+			continue;
+		if (dl_hit[i])
+			v->dead_lettered++;
+		else if (v->streams[row->stream].trimmed)
+			v->trimmed_missing++;
+		else
+			found(v, K_MISSING, v->streams[row->stream].name, row->id, NULL);
+	}
+	free(dl_hit);
+	return true;
+}
+
+static void chunk_clear(struct verify *v)
+{
+	strmap_clear(&v->ids, false);
+	for (size_t i = 0; i < v->nrows; i++)
+		free(v->rows[i].id);
+	v->nrows = 0;
+	for (size_t i = 0; i < v->nstreams; i++)
+		v->streams[i].in_chunk = false;
+}
+
+/* Add one cursor row to the chunk. */
+static bool chunk_add(struct verify *v, const PGresult *res, int r, struct w2j_field *tf,
+                      struct buf *sname)
+{
+	const char *reason, *id;
+	int64_t si;
+	struct row *row;
+
+	v->total_rows++;
+	if (PQgetisnull(res, r, 0) || PQgetlength(res, r, 0) == 0) {
+		v->unroutable++;
+		return true;
+	}
+	id = PQgetvalue(res, r, 0);
+	for (size_t t = 0; t < v->ntcols; t++) {
+		tf[t].name = stream_tmpl_column(v->tmpl, t);
+		tf[t].name_len = strlen(tf[t].name);
+		tf[t].type = NULL;
+		tf[t].type_len = 0;
+		tf[t].kind = PQgetisnull(res, r, (int)t + 1) ? W2J_KIND_NULL : W2J_KIND_STRING;
+		tf[t].value = tf[t].kind == W2J_KIND_NULL ? NULL : PQgetvalue(res, r, (int)t + 1);
+		tf[t].value_len = (size_t)PQgetlength(res, r, (int)t + 1);
+	}
+	if (!stream_tmpl_render(v->tmpl, tf, v->ntcols, sname, &reason)) {
+		v->unroutable++; /* a dead letter (routing): not judged */
+		return true;
+	}
+	buf_putc(sname, '\0');
+	if (sname->failed)
+		return false;
+	si = strmap_get(&v->snames, sname->data);
+	if (si < 0) {
+		struct vstream *ns = realloc(v->streams, (v->nstreams + 1) * sizeof(*ns));
+		char *name = strdup(sname->data);
+
+		if (!ns || !name) {
+			free(name);
+			if (ns)
+				v->streams = ns;
+			return false;
+		}
+		v->streams = ns;
+		v->streams[v->nstreams] = (struct vstream){.name = name};
+		if (!strmap_put(&v->snames, name, (uint32_t)v->nstreams))
+			return false;
+		si = (int64_t)v->nstreams++;
+	}
+	v->streams[si].in_chunk = true;
+	if (strmap_get(&v->ids, id) >= 0) {
+		v->unroutable++; /* the same id twice in the table: only the first can be published */
+		return true;
+	}
+	if (v->nrows == v->rows_cap) {
+		size_t ncap = v->rows_cap ? v->rows_cap * 2 : 1024;
+		struct row *nr = realloc(v->rows, ncap * sizeof(*nr));
+
+		if (!nr)
+			return false;
+		v->rows = nr;
+		v->rows_cap = ncap;
+	}
+	row = &v->rows[v->nrows];
+	row->id = strdup(id);
+	row->stream = (uint32_t)si;
+	row->seen = 0;
+	if (!row->id || !strmap_put(&v->ids, row->id, (uint32_t)v->nrows)) {
+		free(row->id);
+		return false;
+	}
+	v->nrows++;
+	return true;
+}
+
+static int judge_chunk(struct verify *v, const char *cmp_sql)
+{
+	for (size_t i = 0; i < v->nstreams; i++) {
+		if (!v->streams[i].in_chunk)
+			continue;
+		if (!scan_stream(v, &v->streams[i], cmp_sql))
+			return v->oom ? EXIT_FAILURE_RUNTIME : EXIT_REDIS_SETUP;
+	}
+	if (!judge_missing(v))
+		return v->oom ? EXIT_FAILURE_RUNTIME : EXIT_REDIS_SETUP;
+	chunk_clear(v);
+	return EXIT_OK;
+}
+
+static int verify_run(struct verify *v)
+{
+	const struct relay_config *cf = v->cf;
+	int64_t chunk = cf->fetch_size * 100;
+	char fetch[64], err[256];
+	struct w2j_field *tf;
+	struct buf sname = {0};
+	char *cmp_sql;
+	bool done = false;
+	int rc;
+
+	v->tmpl = stream_tmpl_compile(cf->stream, err, sizeof(err));
+	if (!v->tmpl) {
+		snprintf(v->err, sizeof(v->err), "--stream: %s", err);
+		return EXIT_USAGE;
+	}
+	v->ntcols = stream_tmpl_ncolumns(v->tmpl);
+	rc = pg_setup(v);
+	if (rc != EXIT_OK)
+		return rc;
+	rc = redis_setup(v);
+	if (rc != EXIT_OK)
+		return rc;
+	rc = declare_cursor(v);
+	if (rc != EXIT_OK)
+		return rc;
+	cmp_sql = compare_cols(v);
+	tf = calloc(v->ntcols + 1, sizeof(*tf));
+	if (!cmp_sql || !tf) {
+		free(cmp_sql);
+		free(tf);
+		return EXIT_FAILURE_RUNTIME;
+	}
+	snprintf(fetch, sizeof(fetch), "FETCH FORWARD %lld FROM outbox_verify",
+	         (long long)cf->fetch_size);
+	while (!done && rc == EXIT_OK) {
+		PGresult *res = run(v, "fetching rows", fetch, PGRES_TUPLES_OK);
+
+		if (!res) {
+			rc = EXIT_PG_SETUP;
+			break;
+		}
+		done = PQntuples(res) < cf->fetch_size;
+		for (int i = 0; i < PQntuples(res) && rc == EXIT_OK; i++)
+			if (!chunk_add(v, res, i, tf, &sname))
+				rc = EXIT_FAILURE_RUNTIME;
+		PQclear(res);
+		if (rc == EXIT_OK && (done || (int64_t)v->nrows >= chunk) && v->nrows > 0) {
+			log_info("verify: judging %zu row(s) (%llu read so far)", v->nrows,
+			         (unsigned long long)v->total_rows);
+			rc = judge_chunk(v, cmp_sql);
+		}
+	}
+	/* Streams with no row in the range still get their first pass when they had rows. */
+	buf_finish(&sname);
+	free(cmp_sql);
+	free(tf);
+	if (v->oom && rc == EXIT_OK)
+		rc = EXIT_FAILURE_RUNTIME;
+	if (rc == EXIT_FAILURE_RUNTIME && !v->err[0])
+		snprintf(v->err, sizeof(v->err), "out of memory");
+	return rc;
+}
+
+/* See verify.h. */
+void verify_usage(FILE *out)
+{
+	fprintf(out,
+	        "Usage: outbox-relay verify [--since TIME] [--until TIME] [OPTIONS]\n"
+	        "Check that every outbox row whose --time-column lies in [--since, --until) is in\n"
+	        "the stream --stream routes it to, exactly once, every field equal to the row\n"
+	        "byte for byte, each aggregate in commit order; and that no entry committed in\n"
+	        "that range lacks a row. Read-only. Exit 0 clean, 10 discrepancies found\n"
+	        "(README, \"Verify\"). It takes the relay's options and variables; of the\n"
+	        "Republish section's, --since, --until, --time-column and --fetch-size (rows\n"
+	        "per cursor fetch; 100 times it are judged at a time).\n");
+	config_print_options(CONFIG_CMD_REPUBLISH, out);
+}
+
+static void free_all(struct verify *v)
+{
+	chunk_clear(v);
+	strmap_free(&v->ids, false);
+	strmap_free(&v->snames, false);
+	strmap_free(&v->aggs, true);
+	for (size_t i = 0; i < v->nstreams; i++)
+		free(v->streams[i].name);
+	free(v->streams);
+	free(v->rows);
+	free(v->agg_lsn);
+	for (int k = 0; k < K_NKINDS; k++)
+		for (int i = 0; i < FIRST_N; i++)
+			free(v->rep[k].first[i]);
+	for (int i = 0; v->cols && i < v->ncols; i++) {
+		free(v->cols[i].name);
+		free(v->cols[i].type);
+	}
+	free(v->cols);
+	free(v->schema);
+	free(v->table);
+	free(v->qtable);
+	free(v->idtype);
+	stream_tmpl_free(v->tmpl);
+	if (v->rc)
+		redisFree(v->rc);
+	ccluster_destroy(v->cl);
+	PQfinish(v->conn);
+}
+
+int verify_main(const struct relay_config *cf)
+{
+	struct verify v = {.cf = cf};
+	uint64_t bad = 0;
+	int rc;
+
+	log_set_context("slot", cf->slot);
+	rc = verify_run(&v);
+	if (rc != EXIT_OK) {
+		log_error("verify: %s", v.err);
+		printf("verify failed: %s\n", v.err);
+		free_all(&v);
+		return rc;
+	}
+	for (int k = 0; k < K_NKINDS; k++) {
+		bad += v.rep[k].n;
+		if (!v.rep[k].n)
+			continue;
+		printf("%s: %llu (first:", kind_text[k], (unsigned long long)v.rep[k].n);
+		for (int i = 0; i < FIRST_N && (uint64_t)i < v.rep[k].n; i++)
+			printf(" %s", v.rep[k].first[i] ? v.rep[k].first[i] : "?");
+		printf(")\n");
+	}
+	printf("not judged: %llu row(s) that cannot be published as they are (no id, unroutable: "
+	       "dead letters), %llu row(s) found in the dead-letter stream, %llu row(s) missing from "
+	       "streams that were trimmed; %llu republished entries (order not judged), %llu entries "
+	       "committed before --since; logical messages have no row (they count as entries "
+	       "without a row); rows purged from the table are not judged\n",
+	       (unsigned long long)v.unroutable, (unsigned long long)v.dead_lettered,
+	       (unsigned long long)v.trimmed_missing, (unsigned long long)v.republished,
+	       (unsigned long long)v.before_since);
+	printf("verify %s: rows=%llu streams=%zu entries=%llu missing=%llu duplicated=%llu "
+	       "without_row=%llu differ=%llu reordered=%llu not_judged=%llu\n",
+	       bad ? "found discrepancies" : "clean", (unsigned long long)v.total_rows, v.nstreams,
+	       (unsigned long long)v.entries_read, (unsigned long long)v.rep[K_MISSING].n,
+	       (unsigned long long)v.rep[K_DUPLICATED].n, (unsigned long long)v.rep[K_ORPHAN].n,
+	       (unsigned long long)v.rep[K_DIFFERS].n, (unsigned long long)v.rep[K_REORDERED].n,
+	       (unsigned long long)(v.unroutable + v.dead_lettered + v.trimmed_missing));
+	(void)fflush(stdout);
+	free_all(&v);
+	return bad ? EXIT_VERIFY_DIFFERS : EXIT_OK;
+}
