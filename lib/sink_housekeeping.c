@@ -5,10 +5,13 @@
  * published to, on the master of its slot, removing the entries no consumer
  * group still needs).
  *
- * Both are staged with a connection's next write round (sink_redis.c) and
- * answered in order with the rest (sink_reply.c hands their replies here).
- * An INFO error changes nothing and a failed trim call is tried again the
- * next round; only an ACL refusal of --trim acked is fatal, like any NOPERM.
+ * A trim call is a command like any other: queued into the sink's command
+ * ring (sq_queue_trim), routed to the master of its stream's slot, resent
+ * after a lost connection, answered in order (sink_reply.c hands the answer
+ * here). INFO memory is a probe of one connection, not a command: staged
+ * between commands like WAIT (sink_redis.c). An INFO error changes nothing
+ * and a failed trim call is tried again the next round; only an ACL refusal
+ * of --trim acked is fatal, like any NOPERM.
  */
 #include "sink_redis.h"
 
@@ -105,7 +108,6 @@ int sink_redis_trim_start(struct sink_redis *s)
 	for (size_t i = 0; i < s->trim_streams.cap; i++) {
 		const char *stream = s->trim_streams.slots[i];
 		size_t len = stream ? strlen(stream) : 0;
-		struct node *n;
 		int idx;
 
 		if (!stream)
@@ -113,15 +115,9 @@ int sink_redis_trim_start(struct sink_redis *s)
 		idx = s->slot_node ? s->slot_node[sink_stream_slot(s, stream, len)] : 0;
 		if (idx < 0 || idx >= s->nnodes || !s->nodes[idx].c)
 			continue; /* no master for the slot now: next round */
-		n = &s->nodes[idx];
-		resp_array(&n->trimq, 4);
-		resp_str(&n->trimq, s->use_functions ? "FCALL" : "EVALSHA");
-		resp_str(&n->trimq, s->use_functions ? SINK_SCRIPT_TRIM : s->trim_sha);
-		resp_str(&n->trimq, "1");
-		resp_bulk(&n->trimq, stream, len);
-		if (n->trimq.failed)
+		/* Into the command ring like any command: routed, resent, answered in order. */
+		if (!sq_queue_trim(&s->q, stream, len))
 			return -1;
-		n->trimq_n++;
 		queued++;
 	}
 	s->trim_res.streams = (uint32_t)queued;

@@ -54,8 +54,6 @@ struct node {
 	bool info_sent; /* its reply is still to come */
 	bool mem_known; /* used_memory and maxmemory were read */
 	uint64_t used_memory, maxmemory;
-	struct buf trimq; /* --trim acked calls to stage with the next write */
-	uint32_t trimq_n;
 	uint64_t max_bulk; /* proto-max-bulk-len, 0 unknown */
 };
 
@@ -93,7 +91,7 @@ struct sink_redis {
 	bool trim;             /* --trim acked */
 	char trim_sha[41];     /* EVALSHA digest of the trim script when functions are unavailable */
 	struct strset trim_streams; /* streams published to, for --trim acked */
-	uint32_t trim_pending;      /* calls of the current round still to answer */
+	uint32_t trim_pending;      /* calls of the current round still to answer (in the ring) */
 	bool trim_done;             /* a round finished: trim_res is to be taken */
 	struct sink_trim_result trim_res;
 	struct buf key; /* scratch for key names */

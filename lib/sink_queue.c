@@ -271,6 +271,7 @@ const char *sq_kind_name(unsigned k)
 	       : k == SQ_DEAD   ? "dead-letter publish"
 	       : k == SQ_RECORD ? "slot record write"
 	       : k == SQ_GETREC ? "slot record read"
+	       : k == SQ_TRIM   ? "--trim acked call"
 	                        : "publish";
 }
 
@@ -481,6 +482,24 @@ bool sq_queue_record(struct sink_queue *q, enum sq_kind k, const char *val, size
 	resp_bulk(&q->out, q->key.data, q->key.len);
 	if (val)
 		resp_bulk(&q->out, val, vlen);
+	return push_command(q, &ent, start);
+}
+
+bool sq_queue_trim(struct sink_queue *q, const char *stream, size_t len)
+{
+	size_t start;
+	struct sq_ent ent = {.kind = SQ_TRIM};
+
+	if (!sq_close_batch(q))
+		return false;
+	start = q->out.len;
+	ent.seq = q->next_seq++;
+	ent.slot = sq_stream_slot(stream, len, &q->tag);
+	resp_array(&q->out, 4);
+	resp_str(&q->out, *q->use_functions ? "FCALL" : "EVALSHA");
+	resp_str(&q->out, *q->use_functions ? SINK_SCRIPT_TRIM : q->trim_sha);
+	resp_str(&q->out, "1");
+	resp_bulk(&q->out, stream, len);
 	return push_command(q, &ent, start);
 }
 
@@ -759,8 +778,8 @@ bool sq_stage(struct sink_queue *q, struct ring *sendq, struct ring *waitq, stru
 		if (!ring_push_u64(waitq, e->seq))
 			return false;
 		stage_cmd(q, e, 0, wbuf, limit, part_seq, part_off);
-		if (e->kind != SQ_GROUP)
-			*staged_publish = true;
+		if (e->kind != SQ_GROUP && e->kind != SQ_TRIM)
+			*staged_publish = true; /* a write that WAIT must cover */
 	}
 	return !wbuf->failed;
 }
@@ -788,13 +807,17 @@ enum sq_answer sq_take_reply(struct sink_queue *q, struct ring *waitq, struct ri
 	if (waitq->len == 0)
 		return SQ_A_UNKNOWN;
 	*what = ring_pop_u64(waitq);
-	if (*what >= SQ_TRIM_MARK)
+	if (*what >= SQ_INFO_MARK)
 		return SQ_A_MARK;
 	e = sq_ent(q, *what);
 	if (!e)
 		return SQ_A_UNKNOWN;
 	*ret = e;
 	e->asking = false;
+	if (e->kind == SQ_TRIM && !(r->type == REDIS_REPLY_ERROR && strncmp(r->str, "ASK ", 4) == 0)) {
+		e->state = SQ_DONE; /* nothing to make durable, nothing to resend */
+		return SQ_A_ANSWERED;
+	}
 	if (r->type == REDIS_REPLY_ERROR) {
 		if (e->kind == SQ_GROUP && strncmp(r->str, "BUSYGROUP", 9) == 0)
 			return executed(durable, wait_mode, e) ? SQ_A_EXECUTED : SQ_A_NOMEM;

@@ -3,7 +3,7 @@
  * bookkeeping, without sockets (lib/sink_queue.c).
  *
  * Every command the sink sends (a batch of events for one stream, XGROUP
- * CREATE, a slot record GET or SET) gets the next sequence number and keeps
+ * CREATE, a slot record GET or SET, a --trim acked call) gets the next sequence number and keeps
  * its RESP bytes in one resend buffer until it is done. A connection is
  * three FIFOs of sequence numbers that the caller owns (struct ring of
  * uint64_t): sendq (routed, not yet staged), waitq (what each coming reply
@@ -36,10 +36,9 @@ struct sink_hold; /* sink_redis.h */
 /* What a reply in a connection's waitq answers when it is not a command. */
 #define SQ_WAIT_MARK UINT64_MAX         /* WAIT / WAITAOF */
 #define SQ_ASKING_MARK (UINT64_MAX - 1) /* ASKING */
-#define SQ_INFO_MARK (UINT64_MAX - 2)   /* INFO memory */
-#define SQ_TRIM_MARK (UINT64_MAX - 3)   /* a --trim acked call */
+#define SQ_INFO_MARK (UINT64_MAX - 2)   /* INFO memory (a probe of the connection, for metrics) */
 
-enum sq_kind { SQ_PUBLISH, SQ_DEAD, SQ_GROUP, SQ_RECORD, SQ_GETREC };
+enum sq_kind { SQ_PUBLISH, SQ_DEAD, SQ_GROUP, SQ_RECORD, SQ_GETREC, SQ_TRIM };
 enum sq_state { SQ_QUEUED = 0, SQ_ROUTED, SQ_EXECUTED, SQ_DONE };
 
 /*
@@ -106,8 +105,9 @@ struct sink_queue {
 	bool cluster;              /* hash slots matter (the dead-letter key goes beside the stream) */
 	const bool *use_functions; /* FCALL; else EVALSHA sha */
 	const char *sha;
-	char owner[160]; /* "<system id>/<database>": whose positions the watermarks hold */
-	bool republish;  /* calls neither read nor move the watermarks */
+	const char *trim_sha; /* EVALSHA digest of the --trim acked script */
+	char owner[160];      /* "<system id>/<database>": whose positions the watermarks hold */
+	bool republish;       /* calls neither read nor move the watermarks */
 	/*
 	 * The backlog the relay drains since it (re)started streaming: the slot's
 	 * position then (bl_from), the server's WAL end then (bl_end), the newest
@@ -260,6 +260,13 @@ bool sq_queue_groups(struct sink_queue *q, const char *stream, size_t len);
 /* GET (val NULL) or SET val of the slot record's key, as a command of kind k. */
 bool sq_queue_record(struct sink_queue *q, enum sq_kind k, const char *val, size_t vlen);
 /*
+ * One --trim acked call (FCALL outbox_relay_trim, or EVALSHA trim_sha) for
+ * stream[0..len), routed like any command to the master of its slot. Its
+ * reply, whatever it is, makes it done (SQ_A_ANSWERED): a failed trim is
+ * tried again the next round, never resent.
+ */
+bool sq_queue_trim(struct sink_queue *q, const char *stream, size_t len);
+/*
  * Does ev have a value worth sending from hold's memory (see struct sq_ext):
  * one of SQ_EXT_MIN_BYTES or more that lies wholly inside hold's range?
  */
@@ -288,7 +295,8 @@ enum sq_answer {
 	SQ_A_ERROR,     /* another error reply: *e stays undone */
 	SQ_A_MALFORMED, /* not the reply *e's kind gets */
 	SQ_A_UNKNOWN,   /* no reply expected, or for a command no longer live */
-	SQ_A_NOMEM
+	SQ_A_NOMEM,
+	SQ_A_ANSWERED /* *e (a --trim acked call) answered, an error or not: done; the caller reads r */
 };
 
 /*

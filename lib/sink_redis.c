@@ -114,6 +114,7 @@ struct sink_redis *sink_redis_create(const struct relay_config *cf, struct metri
 	sq_init(&s->q, cf, cf->redis.cluster);
 	s->q.use_functions = &s->use_functions;
 	s->q.sha = s->sha;
+	s->q.trim_sha = s->trim_sha;
 	s->q.on_push = route_new;
 	s->q.ctx = s;
 	s->wait_mode = cf->wait_replicas > 0 || (cf->wait_aof && strcmp(cf->wait_aof, "none") != 0);
@@ -164,8 +165,6 @@ void sink_node_close(struct node *n)
 	n->io = NULL;
 	n->w_wants_read = n->r_wants_write = false;
 	n->info_due = n->info_sent = n->mem_known = false;
-	buf_reset(&n->trimq);
-	n->trimq_n = 0;
 }
 
 /* "host:port" or the unix socket path, for messages. */
@@ -185,7 +184,6 @@ void sink_node_finish(struct node *n)
 	ring_finish(&n->waitq);
 	ring_finish(&n->durable);
 	buf_finish(&n->wbuf);
-	buf_finish(&n->trimq);
 	free(n->host);
 	free(n->unix_path);
 	memset(n, 0, sizeof(*n));
@@ -254,7 +252,7 @@ static bool node_wants_write(const struct node *n)
 		return false;
 	if (n->r_wants_write)
 		return true;
-	if ((n->info_due || n->trimq_n) && !n->w_wants_read && n->wsent == n->wbuf.len)
+	if (n->info_due && !n->w_wants_read && n->wsent == n->wbuf.len)
 		return true;
 	if (n->w_wants_read)
 		return false; /* POLLIN wakes the blocked TLS write */
@@ -325,7 +323,6 @@ void sink_redis_disconnect(struct sink_redis *s)
 		sink_node_close(&s->nodes[i]);
 	/* Everything not done is routed and sent again after the next connect. */
 	sq_requeue(&s->q);
-	s->trim_pending = 0; /* an unfinished trim round is dropped */
 	s->max_value = 0;
 	s->connected = false;
 }
@@ -473,7 +470,7 @@ static bool stage(struct sink_redis *s, struct node *n)
 	              &n->staged_publish))
 		return false;
 	if (n->part_seq)
-		return !n->wbuf.failed; /* WAIT and INFO only between commands */
+		return !n->wbuf.failed; /* WAIT and INFO (connection probes) only between commands */
 	if (s->wait_mode && n->staged_publish) {
 		buf_append(&n->wbuf, s->wait_cmd.data, s->wait_cmd.len);
 		if (!ring_push_u64(&n->waitq, SQ_WAIT_MARK))
@@ -489,13 +486,6 @@ static bool stage(struct sink_redis *s, struct node *n)
 		n->info_due = false;
 		n->info_sent = true;
 	}
-	if (n->trimq_n) {
-		buf_append(&n->wbuf, n->trimq.data, n->trimq.len);
-		for (; n->trimq_n > 0; n->trimq_n--)
-			if (!ring_push_u64(&n->waitq, SQ_TRIM_MARK))
-				return false;
-		buf_reset(&n->trimq);
-	}
 	return !n->wbuf.failed;
 }
 
@@ -509,7 +499,7 @@ static bool node_write(struct sink_redis *s, struct node *n)
 		if (n->wsent == n->wbuf.len) {
 			bool was_idle = n->waitq.len == 0;
 
-			if (n->sendq.len == 0 && !n->info_due && !n->trimq_n && !n->part_seq)
+			if (n->sendq.len == 0 && !n->info_due && !n->part_seq)
 				return true;
 			if (!stage(s, n)) {
 				snprintf(s->errmsg, sizeof(s->errmsg), "out of memory");

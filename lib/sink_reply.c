@@ -183,8 +183,6 @@ static bool mark_reply(struct sink_redis *s, struct node *n, uint64_t what, cons
 			sink_read_memory(n, r->str);
 		return true; /* only for the metrics: an error changes nothing */
 	}
-	if (what == SQ_TRIM_MARK)
-		return sink_trim_reply(s, r);
 	if (what == SQ_ASKING_MARK) {
 		if (r->type == REDIS_REPLY_ERROR && sink_error_noperm(r->str)) {
 			sink_noperm_message(s, "ASKING", "asking", r->str);
@@ -318,6 +316,8 @@ bool sink_handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 		return false;
 	case SQ_A_READ:
 		return record_reply(s, e, r);
+	case SQ_A_ANSWERED:
+		return sink_trim_reply(s, r);
 	case SQ_A_EXECUTED:
 		break;
 	}

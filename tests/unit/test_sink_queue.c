@@ -39,6 +39,7 @@ enum op {
 	FREED,   /* a held events' memory was released so far */
 	BACKLOG, /* streaming (re)started at the slot's position a, the server's WAL end b */
 	AT,      /* a message at position a was decoded */
+	TRIM,    /* a --trim acked call for stream s */
 	END
 };
 
@@ -171,10 +172,11 @@ static bool publish(struct rig *r, const char *stream, lsn_t lsn, uint32_t index
 	return sq_batch_add(&r->q, &ev, dead, large ? &hold : NULL) && (!large || hold.p == NULL);
 }
 
-/* One letter per answer: M mark, X executed, R read, A ask, E error, F malformed, U unknown. */
+/* One letter per answer: M mark, X executed, R read, A ask, E error, F malformed, U unknown, T trim
+ * answered. */
 static char answer_code(enum sq_answer a)
 {
-	static const char codes[] = "MXRAEFUN";
+	static const char codes[] = "MXRAEFUNT";
 
 	return codes[a];
 }
@@ -269,6 +271,9 @@ static bool run(const struct step *steps, const char *name, bool cluster, bool w
 			break;
 		case RECORD:
 			ok = sq_queue_record(&r.q, SQ_RECORD, "0 0 0 x", 7);
+			break;
+		case TRIM:
+			ok = sq_queue_trim(&r.q, s->s, strlen(s->s));
 			break;
 		case ROUTE:
 			for (size_t k = 0; k < r.q.q.len; k++) {
@@ -654,6 +659,45 @@ TEST(wait_before_done)
 	CHECK(run(s, "wait_before_done", false, true));
 }
 
+/*
+ * A --trim acked call is a command of the ring like any other: numbered
+ * between the publishes, staged in order, answered in order. Its answer,
+ * even an error, makes it done at once (no WAIT covers it, it is never
+ * resent, and it triggers no WAIT of its own); the publishes around it
+ * still wait for WAIT and are resent after a lost connection.
+ */
+TEST(trim_in_ring)
+{
+	static const struct step s[] = {
+	    {EV, "orders", 100, 0, NULL, NO},
+	    {TRIM, "orders", 0, 0, NULL, NO},
+	    {EV, "orders", 100, 1, NULL, NO},
+	    {FLUSH, NULL, 0, 0, NULL, NO},
+	    {MARK, NULL, 100, 0, NULL, NO},
+	    {ROUTE, NULL, 0, 0, NULL, NO},
+	    {STAGE,
+	     "FCALL outbox_relay_publish orders\nFCALL outbox_relay_trim orders\nFCALL "
+	     "outbox_relay_publish orders",
+	     0, 0, NULL, NO},
+	    {REPLY, OK_ARRAY1 "-ERR no such group\r\n" OK_ARRAY1, 0, 0, "XTX", NO},
+	    {ADVANCE, NULL, 0, 0, NULL, 0, 2, 0},
+	    {LOST, "1 3", 0, 0, NULL, 0, 2, 0},
+	    {ROUTE, NULL, 1, 0, NULL, NO},
+	    {STAGE, "FCALL outbox_relay_publish orders\nFCALL outbox_relay_publish orders", 1, 0, NULL,
+	     NO},
+	    {REPLY, "*1\r\n:0\r\n*1\r\n:0\r\n", 1, 0, "XX", NO},
+	    {WAITOK, NULL, 1, 0, NULL, NO},
+	    {ADVANCE, NULL, 0, 0, NULL, 3, 0, 100},
+	    {TRIM, "orders", 0, 0, NULL, NO},
+	    {ROUTE, NULL, 0, 0, NULL, NO},
+	    {STAGE, "FCALL outbox_relay_trim orders", 0, 0, NULL, NO},
+	    {REPLY, ":5\r\n", 0, 0, "T", NO},
+	    {ADVANCE, NULL, 0, 0, NULL, 4, 0, 100},
+	    {END, NULL, 0, 0, NULL, NO},
+	};
+	CHECK(run(s, "trim_in_ring", false, true));
+}
+
 /* A large value goes out from the event's own memory, alone, and is released once acked. */
 TEST(held_value)
 {
@@ -763,6 +807,7 @@ int main(void)
 	RUN(wait_before_done);
 	RUN(held_value);
 	RUN(held_only_inside_range);
+	RUN(trim_in_ring);
 	RUN(error_kinds);
 	return test_done();
 }
