@@ -551,53 +551,70 @@ static unsigned char rev8(unsigned char x)
 	return (unsigned char)((x & 0xaa) >> 1 | (x & 0x55) << 1);
 }
 
+/* murmur3's 32-bit finalizer: every bit of x changes about half the bits of the result. */
+static uint32_t mix32(uint32_t x)
+{
+	x ^= x >> 16;
+	x *= 0x85ebca6bu;
+	x ^= x >> 13;
+	x *= 0xc2b2ae35u;
+	return x ^ x >> 16;
+}
+
 /*
- * Append the dedup field of event id[0..len) as a RESP bulk string. Its
- * first bytes are the shard hash (the function reads the bits of the first
- * three bytes, first to last, as the hash's bits from the lowest up, so a
- * split can ask Redis for the ids that move: HSCAN MATCH on a prefix):
+ * Append the dedup field of event id[0..len) as a RESP bulk string: 3 bytes
+ * of hash, then the id's own bytes, one-to-one with the id (the field the
+ * relay sent before issue 21, kept as is, so the function finds ids of
+ * buckets written then: it drops the first 3 bytes). The first three bytes
+ * are the shard hash (the function reads their bits, first to last, as the
+ * hash's bits from the lowest up, so a split can ask Redis for the ids that
+ * move: HSCAN MATCH on a prefix): the top 3 bytes of mix32(FNV-1a of the
+ * whole id), so every byte of the id moves every bit of the hash, whatever
+ * varies in it (UUID version 1 and 6 with a fixed node vary in their time
+ * bytes only, version 7 after a timestamp, counters and ULIDs in their last
+ * characters). Then:
  * - a UUID in PostgreSQL's form packs to 16 bytes u[0..15], its first four
- *   mixed with its last four: f[i] = u[3 - i] ^ rev8(u[15 - i]) for i < 4,
- *   f[i] = u[i] after, so ids that differ only at either end (version 1's
- *   fast time bytes come first, version 7's random and counters' bytes
- *   last) still differ in the first byte; the function undoes it for the
- *   old layout's key names;
+ *   mixed with its last four: u[3 - i] ^ rev8(u[15 - i]) for i < 4, u[i]
+ *   after (the previous releases' shard hash; the function undoes it for
+ *   the old layout's key names);
  * - any other id is 4 bytes of FNV-1a of it (high byte first), the id, and
  *   a 0 byte when the id is 12 bytes long or (at least 12 bytes long and)
- *   ends in a 0 byte. So no other id gives 16 bytes, and the mapping is
+ *   ends in a 0 byte. So no other id gives 3 + 16 bytes, and the mapping is
  *   one-to-one: two different ids never share a field (an uppercase UUID is
  *   another id, as it always was).
  */
 static void put_dedup_field(struct buf *b, const char *id, size_t len)
 {
-	unsigned char f[16];
-	uint32_t h;
+	unsigned char f[3 + 16], *u = f + 3;
+	uint32_t fnv = fnv1a32(id, len), h = mix32(fnv);
 	bool esc;
 
+	f[0] = (unsigned char)(h >> 24);
+	f[1] = (unsigned char)(h >> 16);
+	f[2] = (unsigned char)(h >> 8);
 	if (uuid_canonical(id, len)) {
 		for (size_t i = 0, o = 0; i < 36; i++) {
 			if (id[i] == '-')
 				continue;
-			f[o / 2] = (unsigned char)(o % 2 ? f[o / 2] | hexval(id[i]) : hexval(id[i]) << 4);
+			u[o / 2] = (unsigned char)(o % 2 ? u[o / 2] | hexval(id[i]) : hexval(id[i]) << 4);
 			o++;
 		}
-		unsigned char head[4] = {f[0], f[1], f[2], f[3]};
+		unsigned char head[4] = {u[0], u[1], u[2], u[3]};
 
 		for (int i = 0; i < 4; i++)
-			f[i] = (unsigned char)(head[3 - i] ^ rev8(f[15 - i]));
-		resp_bulk(b, (const char *)f, 16);
+			u[i] = (unsigned char)(head[3 - i] ^ rev8(u[15 - i]));
+		resp_bulk(b, (const char *)f, sizeof(f));
 		return;
 	}
-	h = fnv1a32(id, len);
 	esc = len == 12 || (len > 12 && id[len - 1] == '\0');
 	buf_putc(b, '$');
-	buf_put_u64(b, 4 + len + esc);
+	buf_put_u64(b, 3 + 4 + len + esc);
 	buf_append(b, "\r\n", 2);
-	f[0] = (unsigned char)(h >> 24);
-	f[1] = (unsigned char)(h >> 16);
-	f[2] = (unsigned char)(h >> 8);
-	f[3] = (unsigned char)h;
-	buf_append(b, (const char *)f, 4);
+	u[0] = (unsigned char)(fnv >> 24);
+	u[1] = (unsigned char)(fnv >> 16);
+	u[2] = (unsigned char)(fnv >> 8);
+	u[3] = (unsigned char)fnv;
+	buf_append(b, (const char *)f, 3 + 4);
 	if (len)
 		buf_append(b, id, len);
 	if (esc)

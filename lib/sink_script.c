@@ -34,8 +34,15 @@
  * Dedup state, per stream: ids seen within the window W, by Redis's clock
  * (TIME; functions replicate as effects, so AOF and replicas get the keys
  * written, not the clock). Time buckets of S = 2W seconds: bucket b = now / S
- * is K hashes "<base>:<b>:<j>" (field: dedup_field() of an id, value: seconds
- * since the bucket began), all expiring at the bucket's end + W (EXPIREAT).
+ * is K hashes "<base>:<S>:<b>:<j>" (field: dedup_field() of an id, value:
+ * seconds since the bucket began), all expiring at the bucket's end + W
+ * (EXPIREAT). S is in the name because two lengths can give the same b
+ * (86400 and 86401 mostly do): buckets of two windows never share a key or
+ * an index entry (issue 21, finding 7). Buckets named "<base>:<b>:<j>" (and
+ * indexed "<b>") were written before: they are still looked up, never
+ * written, and hold the field of that release, dedup_field() without its
+ * first 3 bytes (the relay's hash), so they are read with that field and
+ * its own shard hash (its first three bytes) until they expire.
  * An id is inserted with HSETNX into the current bucket; during the bucket's
  * first W seconds it is first looked up in the previous one (HGET, then the
  * value's age is compared with W: exact to the second), after that the
@@ -49,10 +56,12 @@
  * looked up by their own start and length. K grows by
  * linear hashing (shard j = h mod 2^L, or h mod 2^(L+1) for the shards
  * already split; h is the field's first three bytes, their bits read first
- * to last as h's from the lowest up: dedup_field() puts a hash there), so
+ * to last as h's from the lowest up: dedup_field() puts a hash of the whole
+ * id there, so ids of every scheme spread over the shards), so
  * the ids a split moves share a prefix and Redis picks them (HSCAN MATCH:
  * escaped whole bytes, then one byte range), and none passes through Lua
- * that stays; one split per
+ * that stays (those that move are written and deleted in commands of at
+ * most 1000 arguments: Lua 5.1's unpack stops near 8000); one split per
  * 24 ids, so each hash stays far below hash-max-listpack-entries (128 by
  * default) in the compact listpack encoding (tests/bench/dedup_instr.sh:
  * one split per 16 to 32 ids costs Redis the same instructions, per 40
@@ -71,12 +80,12 @@
  * previous bucket's count needs only one per 4 ids already in the bucket, so ids to come that
  * never come (or a stream of one id) cost at most 1.25 keys per id, about the old layout's
  * one; an id inserted into a shard not created yet sets that shard's expiry itself. The hash
- * "<base>" (no TTL) holds per live bucket "<K> <count> <shards created> <S>" (an entry without S is
- * a bucket of W seconds, as written before), and "legacy": until when
- * the old layout (one string key "<old prefix><id>" with a TTL per id) may still hold ids (its
- * first call's time + W when the stream had a watermark, else 0), which are then looked up too
- * (EXISTS). Those keys are in the stream's slot (its hash tag) but not in KEYS: a cluster node that
- * cannot serve one (slot migration) fails the call at that command; every event before it is
+ * "<base>" (no TTL) holds per live bucket, field "<S>:<b>", "<K> <count> <shards created> <S>" (the
+ * older field "<b>": an entry without S is a bucket of W seconds, as written before), and "legacy":
+ * until when the old layout (one string key "<old prefix><id>" with a TTL per id) may still hold
+ * ids (its first call's time + W when the stream had a watermark, else 0), which are then looked up
+ * too (EXISTS). Those keys are in the stream's slot (its hash tag) but not in KEYS: a cluster node
+ * that cannot serve one (slot migration) fails the call at that command; every event before it is
  * complete (XADD and its entry), so the retry finds them as duplicates and publishes the rest. A
  * split copies first, records the new K, and only then deletes the moved ids from the old shard, so
  * an id is always where the recorded K says. An entry whose XADD fails (or is dead-lettered) is
@@ -173,6 +182,9 @@
 	"    return sname(curb.k) .. ' ' .. tostring(curb.c) .. ' ' .. sname(curb.made) .. ' ' .. "    \
 	"sname(span)\n"                                                                                \
 	"  end\n"                                                                                      \
+	"  local function sliced(cmd, key, list, n)\n"                                                 \
+	"    for i = 1, n, 1000 do rcall(cmd, key, unpack(list, i, math.min(n, i + 999))) end\n"       \
+	"  end\n"                                                                                      \
 	"  local function split()\n"                                                                   \
 	"    local p = curb.k - curb.m\n"                                                              \
 	"    local src, dst = cpre .. sname(p), cpre .. sname(curb.k)\n"                               \
@@ -189,20 +201,20 @@
 	"      end\n"                                                                                  \
 	"    until cursor == '0'\n"                                                                    \
 	"    if nd > 0 then\n"                                                                         \
-	"      rcall('HSET', dst, unpack(mv))\n"                                                       \
+	"      sliced('HSET', dst, mv, nm)\n"                                                          \
 	"      rcall('EXPIREAT', dst, exps)\n"                                                         \
 	"      if curb.made == curb.k then curb.made = curb.k + 1 end\n"                               \
 	"    end\n"                                                                                    \
 	"    setk(curb, curb.k + 1)\n"                                                                 \
 	"    rcall('HSET', base, curs, record())\n"                                                    \
-	"    if nd > 0 then rcall('HDEL', src, unpack(del)) end\n"                                     \
+	"    if nd > 0 then sliced('HDEL', src, del, nd) end\n"                                        \
 	"  end\n"                                                                                      \
 	"  if win > 0 then\n"                                                                          \
 	"    now = tonumber(rcall('TIME')[1])\n"                                                       \
 	"    span = 2 * win\n"                                                                         \
 	"    cur = math.floor(now / span)\n"                                                           \
 	"    local into = now - cur * span\n"                                                          \
-	"    curs, exps, off = tostring(cur), tostring((cur + 1) * span + win), tostring(into)\n"      \
+	"    curs, exps, off = span .. ':' .. cur, tostring((cur + 1) * span + win), tostring(into)\n" \
 	"    late = into > win and into\n"                                                             \
 	"    cpre = base .. ':' .. curs .. ':'\n"                                                      \
 	"    bks, mset = {}, {}\n"                                                                     \
@@ -216,13 +228,15 @@
 	"        if f == 'legacy' then\n"                                                              \
 	"          legacy = tonumber(m[i + 1])\n"                                                      \
 	"        else\n"                                                                               \
-	"          local b = tonumber(f)\n"                                                            \
+	"          local s2, b = string.match(f, '^(%d+):(%d+)$')\n"                                   \
+	"          b = tonumber(b or f)\n"                                                             \
 	"          local k, c, made, sp = string.match(m[i + 1], '^(%d+) (%d+) (%d+) ?(%d*)$')\n"      \
-	"          sp = tonumber(sp) or win\n"                                                         \
+	"          sp = tonumber(s2 or sp) or win\n"                                                   \
 	"          local bk = {c = tonumber(c), made = tonumber(made), old = b * sp < now - win,\n"    \
 	"                      pre = base .. ':' .. f .. ':', age = now - b * sp}\n"                   \
+	"          if not s2 then bk.v1 = true end\n"                                                  \
 	"          setk(bk, tonumber(k))\n"                                                            \
-	"          if b == cur and sp == span then\n"                                                  \
+	"          if f == curs then\n"                                                                \
 	"            curb, c0 = bk, bk.c\n"                                                            \
 	"          elseif (b + 1) * sp <= now - win then\n"                                            \
 	"            stale[#stale + 1] = f\n"                                                          \
@@ -233,7 +247,7 @@
 	"        end\n"                                                                                \
 	"      end\n"                                                                                  \
 	"    until cursor == '0'\n"                                                                    \
-	"    rcall('HDEL', base, unpack(stale))\n"                                                     \
+	"    sliced('HDEL', base, stale, #stale)\n"                                                    \
 	"    if #bks > 1 then table.sort(bks, function(x, y) return x.age < y.age end) end\n"          \
 	"    if curb and curb.c <= 1024 then\n"                                                        \
 	"      local to = math.min(1048576, curb.k + 256, math.ceil((curb.c + hint) / LOAD))\n"        \
@@ -268,19 +282,24 @@
 	"        local x, y, z = byte(f, 1, 3)\n"                                                      \
 	"        local h = z and REV[x] + REV[y] * 256 + REV[z] * 65536 or #f\n"                       \
 	"        for i = 1, nbk do\n"                                                                  \
-	"          local bk = bks[i]\n"                                                                \
-	"          local j = h % bk.m\n"                                                               \
-	"          if j < bk.x then j = h % (2 * bk.m) end\n"                                          \
+	"          local bk, g, hb = bks[i], f, h\n"                                                   \
+	"          if bk.v1 then\n"                                                                    \
+	"            g = string.sub(f, 4)\n"                                                           \
+	"            local p, q, r = byte(g, 1, 3)\n"                                                  \
+	"            hb = r and REV[p] + REV[q] * 256 + REV[r] * 65536 or #g\n"                        \
+	"          end\n"                                                                              \
+	"          local j = hb % bk.m\n"                                                              \
+	"          if j < bk.x then j = hb % (2 * bk.m) end\n"                                         \
 	"          if bk.old then\n"                                                                   \
-	"            local v = rcall('HGET', bk.pre .. (JS[j] or sname(j)), f)\n"                      \
+	"            local v = rcall('HGET', bk.pre .. (JS[j] or sname(j)), g)\n"                      \
 	"            dup = v and bk.age - tonumber(v) <= win\n"                                        \
 	"          else\n"                                                                             \
-	"            dup = rcall('HEXISTS', bk.pre .. (JS[j] or sname(j)), f) == 1\n"                  \
+	"            dup = rcall('HEXISTS', bk.pre .. (JS[j] or sname(j)), g) == 1\n"                  \
 	"          end\n"                                                                              \
 	"          if dup then break end\n"                                                            \
 	"        end\n"                                                                                \
 	"        if not dup and now <= legacy then\n"                                                  \
-	"          dup = rcall('EXISTS', args[6] .. idtext(f)) == 1\n"                                 \
+	"          dup = rcall('EXISTS', args[6] .. idtext(string.sub(f, 4))) == 1\n"                  \
 	"        end\n"                                                                                \
 	"        if not dup then\n"                                                                    \
 	"          if not chunk then\n"                                                                \
