@@ -45,6 +45,7 @@ struct column {
 	char *name;
 	char *type; /* format_type(atttypid, atttypmod), as wal2json prints it */
 	unsigned oid;
+	bool seq; /* an identity column, or one whose default is nextval(): insert order */
 };
 
 struct republish {
@@ -56,7 +57,11 @@ struct republish {
 	int ncols;
 	char *schema, *table; /* the outbox table's real names */
 	uint64_t rows;
-	struct backoff bo; /* Redis reconnects */
+	uint64_t null_time;     /* rows skipped: their --time-column is NULL */
+	uint64_t refused;       /* values from this size on are dead-lettered (Redis refused one) */
+	struct sink_stats prev; /* the counts of the sinks of earlier passes */
+	char session_tz[128];   /* the session's TimeZone before ours (UTC) replaced it */
+	struct backoff bo;      /* Redis reconnects */
 	int64_t last_progress_us;
 	struct buf raw;
 	struct w2j_field *fields;
@@ -197,6 +202,14 @@ static int pg_setup(struct republish *rp)
 			*strchr(rp->err, '\n') = '\0';
 		return EXIT_PG_SETUP;
 	}
+	/* The writers' zone, as this session got it from the server, the
+	 * database, the role or PGTZ: what a timestamp without time zone means. */
+	res = run(rp, "reading TimeZone", "SELECT pg_catalog.current_setting('TimeZone')",
+	          PGRES_TUPLES_OK);
+	if (!res)
+		return EXIT_PG_SETUP;
+	snprintf(rp->session_tz, sizeof(rp->session_tz), "%s", PQgetvalue(res, 0, 0));
+	PQclear(res);
 	/* wal2json renders with the walsender's settings, which the relay sets so. */
 	res = run(rp, "session settings",
 	          "SET TimeZone = 'UTC'; SET DateStyle = 'ISO, MDY'; SET bytea_output = 'hex'; "
@@ -212,15 +225,17 @@ static int pg_setup(struct republish *rp)
 	}
 	/* Row 0: the table's real schema and name (as the relay resolves it);
 	 * then its columns in attnum order with wal2json's type names. */
-	buf_puts(&q, "SELECT n.nspname, c.relname, 0::oid, 0 AS o FROM pg_catalog.pg_class c JOIN "
-	             "pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = "
+	buf_puts(&q, "SELECT n.nspname, c.relname, 0::oid, false, 0 AS o FROM pg_catalog.pg_class c "
+	             "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = "
 	             "pg_catalog.to_regclass(");
 	buf_puts(&q, lit);
 	buf_puts(&q, ") UNION ALL SELECT a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), "
-	             "a.atttypid, a.attnum FROM pg_catalog.pg_attribute a WHERE a.attrelid = "
-	             "pg_catalog.to_regclass(");
+	             "a.atttypid, a.attidentity <> '' OR coalesce(pg_catalog.pg_get_expr(d.adbin, "
+	             "d.adrelid) LIKE 'nextval(%', false), a.attnum FROM pg_catalog.pg_attribute a "
+	             "LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = "
+	             "a.attnum WHERE a.attrelid = pg_catalog.to_regclass(");
 	buf_puts(&q, lit);
-	buf_puts(&q, ") AND a.attnum > 0 AND NOT a.attisdropped ORDER BY 4");
+	buf_puts(&q, ") AND a.attnum > 0 AND NOT a.attisdropped ORDER BY 5");
 	PQfreemem(lit);
 	res = q.failed ? NULL : run(rp, "reading the outbox table's columns", q.data, PGRES_TUPLES_OK);
 	buf_finish(&q);
@@ -243,6 +258,7 @@ static int pg_setup(struct republish *rp)
 		rp->cols[i].name = strdup(PQgetvalue(res, i + 1, 0));
 		rp->cols[i].type = strdup(PQgetvalue(res, i + 1, 1));
 		rp->cols[i].oid = (unsigned)strtoul(PQgetvalue(res, i + 1, 2), NULL, 10);
+		rp->cols[i].seq = strcmp(PQgetvalue(res, i + 1, 3), "t") == 0;
 		if (!rp->cols[i].name || !rp->cols[i].type)
 			rp->ncols = i; /* reported below */
 	}
@@ -267,10 +283,15 @@ static int pg_setup(struct republish *rp)
 	return EXIT_OK;
 }
 
+/* pump()'s answer when Redis refused a value too large: run again, those dead-lettered. */
+#define RERUN 1000
+
 /*
  * Move commands to Redis and replies back for at most timeout_ms; reconnect
  * (with backoff) when the connection failed. Returns an exit code for a
- * permanent failure, or -1.
+ * permanent failure (an ACL refusal, Redis state), RERUN when Redis refused
+ * a value over its proto-max-bulk-len (resending would be refused again), or
+ * -1.
  */
 static int pump(struct republish *rp, int timeout_ms)
 {
@@ -313,6 +334,21 @@ static int pump(struct republish *rp, int timeout_ms)
 		rp->bo.attempt = 0;
 	return -1;
 lost:
+	switch (sink_redis_errkind(s)) {
+	case SINK_ERR_TOO_BIG: /* every resend would be refused the same way */
+		rp->refused = sink_redis_refused_value(s);
+		snprintf(rp->err, sizeof(rp->err), "Redis: %s", sink_redis_errmsg(s));
+		return RERUN;
+	case SINK_ERR_NOPERM:
+		snprintf(rp->err, sizeof(rp->err), "Redis: %s", sink_redis_errmsg(s));
+		return EXIT_REDIS_SETUP;
+	case SINK_ERR_FOREIGN:
+	case SINK_ERR_LOST:
+		snprintf(rp->err, sizeof(rp->err), "Redis: %s", sink_redis_errmsg(s));
+		return EXIT_REDIS_STATE;
+	default:
+		break;
+	}
 	log_warn("Redis: %s; reconnecting with backoff", sink_redis_errmsg(s));
 	sink_redis_disconnect(s);
 	(void)backoff_next(&rp->bo, rp->cf->retry_max_ms);
@@ -332,6 +368,16 @@ static void progress(struct republish *rp, bool force)
 	         (unsigned long long)rp->rows, (unsigned long long)st->published,
 	         (unsigned long long)st->duplicates, (unsigned long long)st->dead_lettered,
 	         (unsigned long long)sink_redis_inflight_events(rp->sink));
+}
+
+/* The largest value Redis takes: its proto-max-bulk-len, or below a size it refused. */
+static uint64_t max_value(const struct republish *rp)
+{
+	uint64_t mv = sink_redis_max_value(rp->sink);
+
+	if (rp->refused && (!mv || rp->refused - 1 < mv))
+		mv = rp->refused - 1;
+	return mv;
 }
 
 /* Map and queue one fetched row. Returns false only when out of memory. */
@@ -364,8 +410,7 @@ static bool queue_row(struct republish *rp, const PGresult *res, int row, bool h
 	if (rp->raw.failed)
 		return false;
 	mr = relay_map_event(rp->map, rp->cf, &tx, 0, rp->fields, (size_t)n + 1, rp->raw.data,
-	                     rp->raw.len, sink_redis_max_value(rp->sink), &ev, &reason, why,
-	                     sizeof(why));
+	                     rp->raw.len, max_value(rp), &ev, &reason, why, sizeof(why));
 	if (mapper_failed(rp->map))
 		return false;
 	if (mr == MAP_DEAD_LETTER)
@@ -374,18 +419,100 @@ static bool queue_row(struct republish *rp, const PGresult *res, int row, bool h
 	return sink_redis_publish(rp->sink, &ev, mr == MAP_DEAD_LETTER);
 }
 
-/* Declare the cursor over [--since, --until) in --time-column order. */
-static int declare_cursor(struct republish *rp, bool *has_ts)
+/* Append name, quoted as an identifier. False when out of memory. */
+static bool put_ident(struct republish *rp, struct buf *q, const char *name)
+{
+	char *id = PQescapeIdentifier(rp->conn, name, strlen(name));
+
+	if (!id)
+		return false;
+	buf_puts(q, id);
+	PQfreemem(id);
+	return true;
+}
+
+/* Append the literal v. False when out of memory. */
+static bool put_literal(struct republish *rp, struct buf *q, const char *v)
+{
+	char *lit = PQescapeLiteral(rp->conn, v, strlen(v));
+
+	if (!lit)
+		return false;
+	buf_puts(q, lit);
+	PQfreemem(lit);
+	return true;
+}
+
+/* Append "schema"."table". False when out of memory. */
+static bool put_table(struct republish *rp, struct buf *q)
+{
+	if (!put_ident(rp, q, rp->schema))
+		return false;
+	buf_putc(q, '.');
+	return put_ident(rp, q, rp->table);
+}
+
+/*
+ * Append the bound "<time column> <op> <v>". A timestamptz text names an
+ * instant; a timestamp without time zone holds the writers' wall-clock time,
+ * which is compared in the zone this session had before it was set to UTC
+ * (the server's, the database's or the role's TimeZone, or PGTZ).
+ */
+static bool put_bound(struct republish *rp, struct buf *q, const char *op, const char *v)
+{
+	const struct column *c = NULL;
+
+	for (int i = 0; i < rp->ncols; i++)
+		if (strcmp(rp->cols[i].name, rp->cf->time_column) == 0)
+			c = &rp->cols[i];
+	if (!put_ident(rp, q, rp->cf->time_column))
+		return false;
+	buf_puts(q, op);
+	buf_putc(q, '(');
+	if (!put_literal(rp, q, v))
+		return false;
+	buf_puts(q, "::timestamptz");
+	if (c && c->oid == 1114) { /* timestamp without time zone */
+		buf_puts(q, " AT TIME ZONE ");
+		if (!put_literal(rp, q, rp->session_tz))
+			return false;
+	}
+	buf_putc(q, ')');
+	return true;
+}
+
+/*
+ * Declare the cursor over [since, --until) in commit order as far as SQL
+ * can tell it: by --time-column (a transaction's start when it is now()),
+ * then by transaction (the older xmin first), then within a transaction in
+ * insert order (an identity or nextval() column when the table has one, then
+ * the row's place in the heap, which follows insert order for a table that
+ * is only inserted into). Inside snapshot when it is not NULL (outbox-relay
+ * heal: the slot's exported snapshot). Counts the rows whose --time-column
+ * is NULL (no bound can select them) into rp->null_time.
+ */
+static int declare_cursor(struct republish *rp, const char *since, const char *snapshot,
+                          bool *has_ts)
 {
 	const struct relay_config *cf = rp->cf;
 	struct buf q = {0};
 	PGresult *res;
-	char *id;
+	bool ok = true;
 
 	res = run(rp, "BEGIN", "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", PGRES_COMMAND_OK);
 	if (!res)
 		return EXIT_PG_SETUP;
 	PQclear(res);
+	if (snapshot) {
+		buf_puts(&q, "SET TRANSACTION SNAPSHOT ");
+		ok = put_literal(rp, &q, snapshot);
+		res = !ok || q.failed ? NULL
+		                      : run(rp, "importing the slot's snapshot", q.data, PGRES_COMMAND_OK);
+		buf_finish(&q);
+		if (!res)
+			return ok ? EXIT_PG_SETUP : EXIT_FAILURE_RUNTIME;
+		PQclear(res);
+	}
 	/* Commit times, when the server keeps them (track_commit_timestamp). */
 	res = run(rp, "reading track_commit_timestamp",
 	          "SELECT pg_catalog.current_setting('track_commit_timestamp')::bool", PGRES_TUPLES_OK);
@@ -393,66 +520,53 @@ static int declare_cursor(struct republish *rp, bool *has_ts)
 		return EXIT_PG_SETUP;
 	*has_ts = strcmp(PQgetvalue(res, 0, 0), "t") == 0;
 	PQclear(res);
+	buf_puts(&q, "SELECT count(*) FROM ");
+	ok = put_table(rp, &q);
+	buf_puts(&q, " WHERE ");
+	ok = ok && put_ident(rp, &q, cf->time_column);
+	buf_puts(&q, " IS NULL");
+	if (!ok || q.failed)
+		goto oom;
+	res = run(rp, "counting the rows without a time", q.data, PGRES_TUPLES_OK);
+	buf_reset(&q);
+	if (!res) {
+		buf_finish(&q);
+		return EXIT_PG_SETUP;
+	}
+	rp->null_time = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+	PQclear(res);
 	buf_puts(&q, "DECLARE outbox_republish NO SCROLL CURSOR FOR SELECT ");
-	for (int i = 0; i < rp->ncols; i++) {
-		id = PQescapeIdentifier(rp->conn, rp->cols[i].name, strlen(rp->cols[i].name));
-		if (!id)
-			goto oom;
-		buf_puts(&q, id);
+	for (int i = 0; ok && i < rp->ncols; i++) {
+		ok = put_ident(rp, &q, rp->cols[i].name);
 		buf_puts(&q, ", ");
-		PQfreemem(id);
 	}
 	buf_puts(&q, *has_ts ? "xmin::text, pg_catalog.pg_xact_commit_timestamp(xmin)"
 	                     : "xmin::text, NULL");
 	buf_puts(&q, " FROM ");
-	for (int part = 0; part < 2; part++) {
-		const char *name = part ? rp->table : rp->schema;
-
-		id = PQescapeIdentifier(rp->conn, name, strlen(name));
-		if (!id)
-			goto oom;
-		buf_puts(&q, id);
-		buf_puts(&q, part ? " WHERE " : ".");
-		PQfreemem(id);
-	}
-	for (int bound = 0; bound < 2; bound++) {
-		const char *v = bound ? cf->until : cf->since;
-		char *lit;
-
-		if (!v)
-			continue;
-		id = PQescapeIdentifier(rp->conn, cf->time_column, strlen(cf->time_column));
-		lit = PQescapeLiteral(rp->conn, v, strlen(v));
-		if (!id || !lit) {
-			PQfreemem(id);
-			PQfreemem(lit);
-			goto oom;
-		}
-		buf_puts(&q, bound ? " AND " : "");
-		buf_puts(&q, id);
-		buf_puts(&q, bound ? " < " : " >= ");
-		buf_puts(&q, lit);
-		buf_puts(&q, "::timestamptz");
-		PQfreemem(id);
-		PQfreemem(lit);
+	ok = ok && put_table(rp, &q);
+	buf_puts(&q, " WHERE ");
+	ok = ok && put_bound(rp, &q, " >= ", since);
+	if (cf->until) {
+		buf_puts(&q, " AND ");
+		ok = ok && put_bound(rp, &q, " < ", cf->until);
 	}
 	buf_puts(&q, " ORDER BY ");
-	for (int k = 0; k < 2; k++) {
-		const char *name = k ? cf->id_column : cf->time_column;
-
-		id = PQescapeIdentifier(rp->conn, name, strlen(name));
-		if (!id)
-			goto oom;
-		buf_puts(&q, id);
-		buf_puts(&q, k ? "" : ", ");
-		PQfreemem(id);
+	ok = ok && put_ident(rp, &q, cf->time_column);
+	buf_puts(&q, ", pg_catalog.age(xmin) DESC");
+	for (int i = 0; ok && i < rp->ncols; i++) {
+		if (!rp->cols[i].seq)
+			continue;
+		buf_puts(&q, ", ");
+		ok = put_ident(rp, &q, rp->cols[i].name);
 	}
-	if (q.failed)
+	buf_puts(&q, ", ctid");
+	if (!ok || q.failed)
 		goto oom;
 	res = run(rp, "declaring the cursor", q.data, PGRES_COMMAND_OK);
 	buf_finish(&q);
 	if (!res)
-		return strstr(rp->err, "timestamp") ? EXIT_USAGE : EXIT_PG_SETUP;
+		return strstr(rp->err, "timestamp") || strstr(rp->err, "time zone") ? EXIT_USAGE
+		                                                                    : EXIT_PG_SETUP;
 	PQclear(res);
 	return EXIT_OK;
 oom:
@@ -461,36 +575,43 @@ oom:
 	return EXIT_FAILURE_RUNTIME;
 }
 
-static int republish_run(struct republish *rp)
+/* Wait until Redis acknowledged everything queued (after an interrupt, up to --shutdown-timeout).
+ */
+static int drain(struct republish *rp)
+{
+	int64_t deadline = time_mono_us() + (int64_t)rp->cf->shutdown_timeout_ms * 1000;
+	int rc;
+
+	(void)sink_redis_flush(rp->sink, true);
+	while (sink_redis_acked_seq(rp->sink) < sink_redis_last_seq(rp->sink) &&
+	       (!interrupted || time_mono_us() < deadline)) {
+		rc = pump(rp, 100);
+		if (rc >= 0)
+			return rc;
+		progress(rp, false);
+	}
+	return EXIT_OK;
+}
+
+/* One pass over the rows: EXIT_OK when all are acknowledged, RERUN, or an exit code. */
+static int republish_pass(struct republish *rp, const char *since, const char *snapshot)
 {
 	const struct relay_config *cf = rp->cf;
-	char fetch[64], err[256];
+	char fetch[64];
 	bool has_ts = false, done = false;
 	int rc;
 
-	rc = pg_setup(rp);
+	rc = declare_cursor(rp, since, snapshot, &has_ts);
 	if (rc != EXIT_OK)
 		return rc;
-	rp->map = mapper_create(cf, err, sizeof(err));
-	rp->sink = sink_redis_create(cf, NULL);
-	if (!rp->map || !rp->sink) {
-		snprintf(rp->err, sizeof(rp->err), "%s", rp->map ? "out of memory" : err);
-		return rp->map ? EXIT_FAILURE_RUNTIME : EXIT_USAGE;
-	}
-	/* Republished entries are not the slot's: no watermark, no owner. */
-	sink_redis_set_republish(rp->sink);
-	(void)sink_redis_set_owner(rp->sink, "republish", "-");
-	while (!sink_redis_connected(rp->sink) && !interrupted) {
-		rc = pump(rp, 200);
-		if (rc >= 0)
-			return rc;
-	}
-	rc = declare_cursor(rp, &has_ts);
-	if (rc != EXIT_OK)
-		return rc;
-	log_info("republishing %s.%s rows with %s >= %s%s%s to %s (dedup window %llds)", rp->schema,
-	         rp->table, cf->time_column, cf->since, cf->until ? " and < " : "",
-	         cf->until ? cf->until : "", cf->stream, (long long)cf->dedup_window_s);
+	if (rp->null_time)
+		log_warn("%llu row(s) of %s.%s have a NULL %s: no time range selects them, so they "
+		         "are not republished",
+		         (unsigned long long)rp->null_time, rp->schema, rp->table, cf->time_column);
+	log_info("republishing %s.%s rows with %s >= %s%s%s to %s (dedup window %llds)%s", rp->schema,
+	         rp->table, cf->time_column, since, cf->until ? " and < " : "",
+	         cf->until ? cf->until : "", cf->stream, (long long)cf->dedup_window_s,
+	         snapshot ? ", in the slot's snapshot" : "");
 	snprintf(fetch, sizeof(fetch), "FETCH FORWARD %lld FROM outbox_republish",
 	         (long long)cf->fetch_size);
 	while (!done && !interrupted) {
@@ -525,20 +646,198 @@ static int republish_run(struct republish *rp)
 			return rc;
 		progress(rp, false);
 	}
-	(void)sink_redis_flush(rp->sink, true);
-	{
-		int64_t deadline = time_mono_us() + (int64_t)cf->shutdown_timeout_ms * 1000;
+	rc = drain(rp);
+	if (rc != EXIT_OK)
+		return rc;
+	return interrupted ? EXIT_FAILURE_RUNTIME : EXIT_OK;
+}
 
-		/* After an interrupt, wait for what is in flight up to --shutdown-timeout. */
-		while (sink_redis_inflight_events(rp->sink) > 0 &&
-		       (!interrupted || time_mono_us() < deadline)) {
-			rc = pump(rp, 100);
-			if (rc >= 0)
-				return rc;
-			progress(rp, false);
+/* The counts of this and every earlier pass's sink. */
+static struct sink_stats counts(const struct republish *rp)
+{
+	struct sink_stats c = rp->prev;
+	const struct sink_stats *st = rp->sink ? sink_redis_stats(rp->sink) : NULL;
+
+	if (st) {
+		c.published += st->published;
+		c.duplicates += st->duplicates;
+		c.dead_lettered += st->dead_lettered;
+	}
+	return c;
+}
+
+/* A pass is over for good: its sink's counts go to rp->prev, the sink away. */
+static void drop_sink(struct republish *rp)
+{
+	rp->prev = counts(rp);
+	sink_redis_destroy(rp->sink);
+	rp->sink = NULL;
+}
+
+/* See republish.h. */
+struct republish *republish_create(const struct relay_config *cf)
+{
+	struct republish *rp = calloc(1, sizeof(*rp));
+
+	if (rp)
+		rp->cf = cf;
+	return rp;
+}
+
+/* See republish.h. */
+const char *republish_errmsg(const struct republish *rp)
+{
+	return rp->err;
+}
+
+/* See republish.h. */
+bool republish_interrupted(void)
+{
+	return interrupted;
+}
+
+/* See republish.h. */
+void republish_signals(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	(void)sigaction(SIGINT, &sa, NULL);
+	(void)sigaction(SIGTERM, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+}
+
+/* See republish.h. */
+int republish_connect(struct republish *rp)
+{
+	char err[256];
+	int rc;
+
+	if (!rp->map) {
+		rp->map = mapper_create(rp->cf, err, sizeof(err));
+		if (!rp->map) {
+			snprintf(rp->err, sizeof(rp->err), "%s", err);
+			return EXIT_USAGE;
 		}
 	}
+	if (!rp->sink) {
+		rp->sink = sink_redis_create(rp->cf, NULL);
+		if (!rp->sink) {
+			snprintf(rp->err, sizeof(rp->err), "out of memory");
+			return EXIT_FAILURE_RUNTIME;
+		}
+		/* Republished entries are not the slot's: no watermark, no owner. */
+		sink_redis_set_republish(rp->sink);
+		(void)sink_redis_set_owner(rp->sink, "republish", "-");
+	}
+	while (!sink_redis_connected(rp->sink) && !interrupted) {
+		rc = pump(rp, 200);
+		if (rc >= 0)
+			return rc == RERUN ? EXIT_REDIS_SETUP : rc;
+	}
 	return interrupted ? EXIT_FAILURE_RUNTIME : EXIT_OK;
+}
+
+/* See republish.h. */
+const struct slot_record *republish_record(const struct republish *rp)
+{
+	return rp->sink ? sink_redis_record(rp->sink) : NULL;
+}
+
+/* See republish.h. */
+int republish_rows(struct republish *rp, const char *since, const char *snapshot)
+{
+	int rc;
+
+	if (!rp->conn) {
+		rc = pg_setup(rp);
+		if (rc != EXIT_OK)
+			return rc;
+	}
+	for (;;) {
+		PGresult *res;
+
+		rc = republish_connect(rp);
+		if (rc != EXIT_OK)
+			return rc;
+		rc = republish_pass(rp, since, snapshot);
+		/* The transaction (and its cursor) ends here, whatever happened. */
+		res = PQexec(rp->conn, rc == EXIT_OK ? "COMMIT" : "ROLLBACK");
+		PQclear(res);
+		if (rc != RERUN)
+			return rc;
+		/* What is unacknowledged includes the refused call: a new sink
+		 * forgets it, and the run from the start skips what went through
+		 * as duplicates. */
+		log_warn("%s; republishing again from the start, with field values of %llu bytes or "
+		         "more dead-lettered: raise proto-max-bulk-len, or set --max-event-bytes below "
+		         "it",
+		         rp->err, (unsigned long long)rp->refused);
+		drop_sink(rp);
+		rp->rows = 0;
+	}
+}
+
+/* See republish.h. */
+int republish_write_record(struct republish *rp, const char *system_id, const char *dbname,
+                           lsn_t confirmed, lsn_t commit_lsn, int64_t commit_us)
+{
+	int rc = republish_connect(rp);
+
+	if (rc != EXIT_OK)
+		return rc;
+	if (!sink_redis_set_owner(rp->sink, system_id, dbname)) {
+		snprintf(rp->err, sizeof(rp->err), "database name \"%s\" is too long", dbname);
+		return EXIT_PG_SETUP;
+	}
+	if (!sink_redis_queue_record(rp->sink, confirmed, commit_lsn, commit_us)) {
+		snprintf(rp->err, sizeof(rp->err), "out of memory");
+		return EXIT_FAILURE_RUNTIME;
+	}
+	rc = drain(rp);
+	if (rc == RERUN)
+		rc = EXIT_REDIS_SETUP;
+	if (rc == EXIT_OK && sink_redis_acked_seq(rp->sink) < sink_redis_last_seq(rp->sink)) {
+		snprintf(rp->err, sizeof(rp->err), "interrupted before Redis acknowledged the slot record");
+		rc = EXIT_FAILURE_RUNTIME;
+	}
+	return rc;
+}
+
+/* See republish.h. */
+void republish_print_counts(const struct republish *rp, FILE *out)
+{
+	struct sink_stats c = counts(rp);
+
+	fprintf(out,
+	        "rows=%llu skipped_null_time=%llu published=%llu duplicates=%llu dead_lettered=%llu "
+	        "unacknowledged=%llu",
+	        (unsigned long long)rp->rows, (unsigned long long)rp->null_time,
+	        (unsigned long long)c.published, (unsigned long long)c.duplicates,
+	        (unsigned long long)c.dead_lettered,
+	        (unsigned long long)(rp->sink ? sink_redis_inflight_events(rp->sink) : 0));
+}
+
+/* See republish.h. */
+void republish_destroy(struct republish *rp)
+{
+	if (!rp)
+		return;
+	sink_redis_destroy(rp->sink);
+	mapper_destroy(rp->map);
+	PQfinish(rp->conn);
+	for (int i = 0; rp->cols && i < rp->ncols; i++) {
+		free(rp->cols[i].name);
+		free(rp->cols[i].type);
+	}
+	free(rp->cols);
+	free(rp->fields);
+	free(rp->schema);
+	free(rp->table);
+	buf_finish(&rp->raw);
+	free(rp);
 }
 
 /* See republish.h. */
@@ -546,16 +845,15 @@ void republish_usage(FILE *out)
 {
 	fprintf(out, "Usage: outbox-relay republish --since TIME [OPTIONS]\n"
 	             "Publish the outbox rows of a time range again, deduplicated by event id: the\n"
-	             "gap the relay refused to stream over (see README, \"Gaps\"). It takes the\n"
-	             "relay's options and variables; the Republish section's are its own.\n");
+	             "gap the relay refused to stream over (see README, \"Gaps\"; outbox-relay heal\n"
+	             "does it with no window while the application writes). It takes the relay's\n"
+	             "options and variables; the Republish section's are its own.\n");
 	config_print_options(CONFIG_CMD_REPUBLISH, out);
 }
 
 int republish_main(const struct relay_config *cf)
 {
-	struct republish rp = {.cf = cf};
-	const struct sink_stats *st;
-	struct sigaction sa;
+	struct republish *rp;
 	int rc;
 
 	if (!cf->since) {
@@ -568,42 +866,26 @@ int republish_main(const struct relay_config *cf)
 		                "stream published: give the relay's --dedup-window (default 1h)\n");
 		return EXIT_USAGE;
 	}
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_signal;
-	sigemptyset(&sa.sa_mask);
-	(void)sigaction(SIGINT, &sa, NULL);
-	(void)sigaction(SIGTERM, &sa, NULL);
-	signal(SIGPIPE, SIG_IGN);
+	rp = republish_create(cf);
+	if (!rp) {
+		fprintf(stderr, "outbox-relay republish: out of memory\n");
+		return EXIT_FAILURE_RUNTIME;
+	}
+	republish_signals();
 	log_set_context("slot", cf->slot);
-	rc = republish_run(&rp);
-	if (rc != EXIT_OK && rc != EXIT_FAILURE_RUNTIME)
-		log_error("%s", rp.err);
-	else if (rc == EXIT_FAILURE_RUNTIME && !interrupted)
-		log_error("%s", rp.err);
-	st = rp.sink ? sink_redis_stats(rp.sink) : NULL;
-	if (st) {
-		printf("republish %s: rows=%llu published=%llu duplicates=%llu dead_lettered=%llu "
-		       "unacknowledged=%llu peak_rss_kb=%ld\n",
+	rc = republish_rows(rp, cf->since, NULL);
+	if (rc != EXIT_OK && !(rc == EXIT_FAILURE_RUNTIME && interrupted))
+		log_error("%s", rp->err);
+	if (rp->sink) {
+		printf("republish %s: ",
 		       interrupted     ? "interrupted (run it again: what was published is skipped as a "
 		                         "duplicate)"
 		       : rc == EXIT_OK ? "done"
-		                       : "failed",
-		       (unsigned long long)rp.rows, (unsigned long long)st->published,
-		       (unsigned long long)st->duplicates, (unsigned long long)st->dead_lettered,
-		       (unsigned long long)sink_redis_inflight_events(rp.sink), relay_peak_rss_kb());
+		                       : "failed");
+		republish_print_counts(rp, stdout);
+		printf(" peak_rss_kb=%ld\n", relay_peak_rss_kb());
 		(void)fflush(stdout);
 	}
-	sink_redis_destroy(rp.sink);
-	mapper_destroy(rp.map);
-	PQfinish(rp.conn);
-	for (int i = 0; rp.cols && i < rp.ncols; i++) {
-		free(rp.cols[i].name);
-		free(rp.cols[i].type);
-	}
-	free(rp.cols);
-	free(rp.fields);
-	free(rp.schema);
-	free(rp.table);
-	buf_finish(&rp.raw);
+	republish_destroy(rp);
 	return rc;
 }
