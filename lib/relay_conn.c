@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "exitcode.h"
+#include "heal.h"
 #include "log.h"
 #include "relay_int.h"
 
@@ -79,23 +80,31 @@ static const char *relay_format_us(int64_t us, char *buf, size_t len)
 
 /*
  * One line for a slot that is not the one this relay streamed (pgrepl's
- * message says which way): what Redis has, what may be missing, and the two
- * ways forward. Returns the exit code.
+ * message says which way): what Redis has, what may be missing, and the way
+ * forward: `outbox-relay heal`, safe while the application writes. The
+ * manual steps it replaces come last (the republish --since has heal's
+ * margin), for a stopped application only. Returns the exit code.
  */
 static int gap_refuse(struct relay *r)
 {
-	char conf[LSN_STRLEN], commit[LSN_STRLEN], when[64];
+	char conf[LSN_STRLEN], commit[LSN_STRLEN], when[64], since[64];
 
 	log_error("%s; the slot record in Redis (%s:slot:%s) says this relay confirmed up to %s "
 	          "and published events up to the commit at %s (committed %s): events committed "
-	          "after that may be missing from the streams. Republish the outbox rows committed "
-	          "since then (outbox-relay republish --since %s; README, \"Gaps\"), then start once "
-	          "with --accept-gap %s to stream from the slot's position",
+	          "after that may be missing from the streams. Heal it with: outbox-relay heal "
+	          "(with this relay's options or OUTBOX_RELAY_* variables; it republishes the rows "
+	          "committed since then and moves the slot record, with no window while the "
+	          "application writes; README, \"Gaps\"), then start the relay as usual (the manual "
+	          "steps, only while nothing writes: outbox-relay republish --since %s; then start "
+	          "once with --accept-gap %s)",
 	          pgrepl_errmsg(r->pg), r->cf->key_prefix, r->cf->slot,
 	          lsn_format(r->cfm.rec_acked, conf),
 	          r->cfm.commit_lsn ? lsn_format(r->cfm.commit_lsn, commit) : "(none recorded)",
 	          relay_format_us(r->cfm.commit_us, when, sizeof(when)),
-	          r->cfm.commit_us > 0 ? when : "<the time of the last event in Redis>", conf);
+	          heal_since(r->cfm.commit_us, since, sizeof(since))
+	              ? since
+	              : "<the time of the last event in Redis>",
+	          conf);
 	return EXIT_SLOT_GAP;
 }
 

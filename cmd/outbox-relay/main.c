@@ -3,8 +3,8 @@
  * replication slot (wal2json) to Redis Streams, exactly once per event id.
  *
  * This file only parses the configuration and hands over to relay_run(), to
- * status_main() for `outbox-relay status`, or to republish_main() for
- * `outbox-relay republish`.
+ * status_main() for `outbox-relay status`, to republish_main() for
+ * `outbox-relay republish`, or to heal_main() for `outbox-relay heal`.
  */
 #include <stdbool.h>
 #include <stdio.h>
@@ -12,6 +12,7 @@
 
 #include "config.h"
 #include "exitcode.h"
+#include "heal.h"
 #include "log.h"
 #include "relay.h"
 #include "republish.h"
@@ -42,6 +43,26 @@ int main(int argc, char **argv)
 			break;
 		default:
 			fprintf(stderr, "outbox-relay verify: %s\n", err);
+			rc = EXIT_USAGE;
+		}
+		config_finish(&cf);
+		return rc;
+	}
+	if (argc > 1 && strcmp(argv[1], "heal") == 0) {
+		switch (config_load_as(&cf, CONFIG_CMD_REPUBLISH, "outbox-relay heal", heal_usage, argc - 1,
+		                       argv + 1, environ, err, sizeof(err))) {
+		case CONFIG_OK:
+			log_setup(cf.log_level, cf.log_format);
+			for (size_t i = 0; i < cf.nwarnings; i++)
+				log_warn("%s", cf.warnings[i]);
+			rc = heal_main(&cf);
+			break;
+		case CONFIG_HELP:
+		case CONFIG_VERSION:
+			rc = EXIT_OK;
+			break;
+		default:
+			fprintf(stderr, "outbox-relay heal: %s\n", err);
 			rc = EXIT_USAGE;
 		}
 		config_finish(&cf);

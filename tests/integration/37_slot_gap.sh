@@ -5,7 +5,7 @@
 # (a) the slot dropped while the relay was stopped (an operator, or a
 #     failover to a server without it) and 5 events committed meanwhile: exit
 #     8 with one line naming the slot, the last published commit (LSN and
-#     time) and the two ways forward; no slot created; again on a second start
+#     time), outbox-relay heal and the manual steps; no slot created; again on a second start
 #     with default flags. (Before the fix: "created it", 13 of 18 events.)
 # (b) --accept-gap with another position: still exit 8.
 # (c) --accept-gap with the printed position: creates the slot, says so,
@@ -54,8 +54,8 @@ for run in 1 2; do
 	line=$(gap_line)
 	assert_contains "$line" 'replication slot "outbox_relay" does not exist' "(a) the line names the slot and what is wrong"
 	assert_contains "$line" "published events up to the commit at $last_commit (committed 20" "(a) the line gives the last published commit's LSN and time"
-	assert_contains "$line" 'Republish the outbox rows committed since then' "(a) way forward 1: republish"
-	assert_contains "$line" '--accept-gap ' "(a) way forward 2: --accept-gap"
+	assert_contains "$line" 'Heal it with: outbox-relay heal (with this relay' "(a) the way forward: outbox-relay heal"
+	assert_contains "$line" '--accept-gap ' "(a) the manual steps end with --accept-gap"
 	slot_exists outbox_relay && fail "(a) start $run created the slot"
 	ok "(a) start $run created no slot"
 	assert_eq 13 "$(xlen outbox:order)" "(a) start $run published nothing"

@@ -1,0 +1,356 @@
+/*
+ * heal.c - `outbox-relay heal`: close the gap the relay refused to stream
+ * over (exit 8), with no window while the application goes on writing.
+ *
+ * The order is what makes it exact. When the slot is missing (or
+ * invalidated), heal creates it on a replication connection with an
+ * exported snapshot (CREATE_REPLICATION_SLOT ... SNAPSHOT 'export') and
+ * keeps that connection open and idle; it republishes the rows since the
+ * slot record's last commit (less a margin: a row's created_at is its
+ * transaction's start) inside that snapshot, so it publishes exactly what
+ * was committed before the slot's consistent point, and the slot streams
+ * exactly what was committed after it. Only once Redis acknowledged every
+ * republished row does it move the slot record to the consistent point:
+ * interrupted before that, the next start still refuses, and heal can be run
+ * again. When the slot exists but stands past the record (recreated or
+ * advanced by someone), the rows since the record are republished up to now
+ * and the record moves to the slot's position: what the slot streams again
+ * from there is dropped by dedup if the relay starts within --dedup-window.
+ */
+#include "heal.h"
+
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+#include "exitcode.h"
+#include "log.h"
+#include "lsn.h"
+#include "republish.h"
+#include "sink_redis.h"
+#include "slot_record.h"
+
+struct heal {
+	const struct relay_config *cf;
+	PGconn *repl;       /* replication=database: IDENTIFY_SYSTEM, the slot */
+	char system_id[32]; /* IDENTIFY_SYSTEM's */
+	char dbname[128];
+	struct {
+		bool exists, invalidated, active;
+		lsn_t confirmed;
+		char why[96]; /* "wal_status lost", "invalidation_reason ..." */
+	} slot;
+	char err[1024];
+};
+
+/* Copy libpq's message as one line into h->err, after prefix. */
+static void pg_err(struct heal *h, const char *prefix)
+{
+	char *nl;
+
+	snprintf(h->err, sizeof(h->err), "%s%s", prefix, PQerrorMessage(h->repl));
+	while ((nl = strchr(h->err, '\n')) != NULL)
+		*nl = nl[1] ? ' ' : '\0';
+}
+
+static PGresult *run(struct heal *h, const char *what, const char *sql, ExecStatusType want)
+{
+	PGresult *res = PQexec(h->repl, sql);
+	char prefix[128];
+
+	if (PQresultStatus(res) == want)
+		return res;
+	snprintf(prefix, sizeof(prefix), "%s: ", what);
+	pg_err(h, prefix);
+	PQclear(res);
+	return NULL;
+}
+
+/* A replication connection like the relay's, and IDENTIFY_SYSTEM. */
+static int repl_connect(struct heal *h)
+{
+	const char *keys[6] = {"connect_timeout", "fallback_application_name", "dbname", "replication"};
+	const char *vals[6] = {"10", "outbox-relay heal", h->cf->pg_dsn, "database"};
+	PGresult *res;
+
+	if (h->cf->pg_password) {
+		keys[4] = "password";
+		vals[4] = h->cf->pg_password;
+	}
+	h->repl = PQconnectdbParams(keys, vals, 1);
+	if (!h->repl || PQstatus(h->repl) != CONNECTION_OK) {
+		if (h->repl)
+			pg_err(h, "could not connect to PostgreSQL (replication): ");
+		else
+			snprintf(h->err, sizeof(h->err), "out of memory");
+		return EXIT_PG_SETUP;
+	}
+	res = run(h, "IDENTIFY_SYSTEM", "IDENTIFY_SYSTEM", PGRES_TUPLES_OK);
+	if (!res)
+		return EXIT_PG_SETUP;
+	if (PQntuples(res) != 1 || PQnfields(res) < 4 || PQgetisnull(res, 0, 3)) {
+		PQclear(res);
+		snprintf(h->err, sizeof(h->err), "IDENTIFY_SYSTEM: no database in its answer");
+		return EXIT_PG_SETUP;
+	}
+	snprintf(h->system_id, sizeof(h->system_id), "%s", PQgetvalue(res, 0, 0));
+	snprintf(h->dbname, sizeof(h->dbname), "%s", PQgetvalue(res, 0, 3));
+	PQclear(res);
+	return EXIT_OK;
+}
+
+/* The slot as pg_replication_slots has it now (h->slot). */
+static int read_slot(struct heal *h)
+{
+	struct buf q = {0};
+	PGresult *res;
+
+	memset(&h->slot, 0, sizeof(h->slot));
+	buf_puts(&q, "SELECT plugin, confirmed_flush_lsn, coalesce(wal_status, ''), active, ");
+	buf_puts(&q, PQserverVersion(h->repl) >= 170000 ? "coalesce(invalidation_reason, '')" : "''");
+	buf_puts(&q, " FROM pg_catalog.pg_replication_slots WHERE slot_name = ");
+	buf_put_sql_literal(&q, h->cf->slot);
+	res = q.failed ? NULL : run(h, "reading the slot", q.data, PGRES_TUPLES_OK);
+	buf_finish(&q);
+	if (!res)
+		return EXIT_PG_SETUP;
+	if (PQntuples(res) == 1) {
+		const char *c = PQgetvalue(res, 0, 1);
+
+		if (strcmp(PQgetvalue(res, 0, 0), "wal2json") != 0) {
+			snprintf(h->err, sizeof(h->err),
+			         "replication slot \"%s\" exists but its plugin is \"%s\", not wal2json: "
+			         "use another --slot or drop it",
+			         h->cf->slot, PQgetvalue(res, 0, 0));
+			PQclear(res);
+			return EXIT_SLOT;
+		}
+		h->slot.exists = true;
+		if (!PQgetisnull(res, 0, 1))
+			(void)lsn_parse(c, strlen(c), &h->slot.confirmed);
+		h->slot.active = strcmp(PQgetvalue(res, 0, 3), "t") == 0;
+		if (PQgetvalue(res, 0, 4)[0])
+			snprintf(h->slot.why, sizeof(h->slot.why), "invalidation_reason %s",
+			         PQgetvalue(res, 0, 4));
+		else
+			snprintf(h->slot.why, sizeof(h->slot.why), "wal_status %s", PQgetvalue(res, 0, 2));
+		h->slot.invalidated =
+		    PQgetvalue(res, 0, 4)[0] || strcmp(PQgetvalue(res, 0, 2), "lost") == 0;
+	}
+	PQclear(res);
+	return EXIT_OK;
+}
+
+/*
+ * Drop an invalidated slot, create it with an exported snapshot: *at its
+ * consistent point, snapshot its name (valid while h->repl stays open and
+ * idle).
+ */
+static int create_slot(struct heal *h, lsn_t *at, char *snapshot, size_t snaplen)
+{
+	struct buf q = {0};
+	PGresult *res;
+
+	if (h->slot.exists) { /* invalidated: it can never stream again */
+		buf_puts(&q, "DROP_REPLICATION_SLOT \"");
+		buf_puts(&q, h->cf->slot);
+		buf_puts(&q, "\"");
+		res = q.failed ? NULL : run(h, "dropping the invalidated slot", q.data, PGRES_COMMAND_OK);
+		buf_finish(&q);
+		if (!res)
+			return EXIT_SLOT;
+		PQclear(res);
+	}
+	buf_puts(&q, "CREATE_REPLICATION_SLOT \"");
+	buf_puts(&q, h->cf->slot);
+	buf_puts(&q, "\" LOGICAL wal2json (SNAPSHOT 'export'");
+	if (h->cf->failover_slot && PQserverVersion(h->repl) >= 170000)
+		buf_puts(&q, ", FAILOVER");
+	buf_puts(&q, ")");
+	res = q.failed ? NULL : run(h, "creating the slot", q.data, PGRES_TUPLES_OK);
+	buf_finish(&q);
+	if (!res)
+		return EXIT_SLOT;
+	if (PQntuples(res) != 1 || PQnfields(res) < 3 || PQgetisnull(res, 0, 2) ||
+	    !lsn_parse(PQgetvalue(res, 0, 1), strlen(PQgetvalue(res, 0, 1)), at)) {
+		PQclear(res);
+		snprintf(h->err, sizeof(h->err), "CREATE_REPLICATION_SLOT: no snapshot in its answer");
+		return EXIT_SLOT;
+	}
+	snprintf(snapshot, snaplen, "%s", PQgetvalue(res, 0, 2));
+	PQclear(res);
+	return EXIT_OK;
+}
+
+/* See heal.h. */
+void heal_usage(FILE *out)
+{
+	fprintf(out,
+	        "Usage: outbox-relay heal [OPTIONS]\n"
+	        "Close the gap the relay refused with exit 8, while the application goes on\n"
+	        "writing: create the slot (with an exported snapshot), republish the rows committed\n"
+	        "before it from the outbox table inside that snapshot, move the slot record to the\n"
+	        "slot's position; then start the relay as usual. It takes the relay's options and\n"
+	        "variables; --since (default: %d minutes before the record's last commit), --until\n"
+	        "is not taken, --time-column and --fetch-size as for republish (README, \"Gaps\").\n",
+	        HEAL_MARGIN_S / 60);
+	config_print_options(CONFIG_CMD_REPUBLISH, out);
+}
+
+/* See heal.h. */
+const char *heal_since(int64_t commit_us, char *buf, size_t len)
+{
+	return commit_us > 0 ? time_format_iso(commit_us - (int64_t)HEAL_MARGIN_S * 1000000, buf, len)
+	                     : NULL;
+}
+
+/* Republish since, then move the record; print the outcome. */
+static int republish_and_record(struct heal *h, struct republish *rp, const char *since,
+                                const char *snapshot, lsn_t at, int64_t at_us)
+{
+	char a[LSN_STRLEN];
+	int rc = republish_rows(rp, since, snapshot);
+
+	if (rc == EXIT_OK)
+		rc = republish_write_record(rp, h->system_id, h->dbname, at, at, at_us);
+	printf("heal %s: ", rc == EXIT_OK ? "done" : "failed");
+	republish_print_counts(rp, stdout);
+	printf(" since=%s slot_record=%s\n", since, lsn_format(at, a));
+	return rc;
+}
+
+static int heal_run(struct heal *h, struct republish *rp)
+{
+	const struct relay_config *cf = h->cf;
+	const struct slot_record *r;
+	struct slot_record rec;
+	struct slot_seen seen;
+	enum slot_verdict verdict;
+	char since[64], a[LSN_STRLEN], b[LSN_STRLEN], snapshot[128];
+	const char *from;
+	lsn_t at;
+	int64_t at_us;
+	int rc;
+
+	rc = republish_connect(rp);
+	if (rc != EXIT_OK) {
+		snprintf(h->err, sizeof(h->err), "%s", republish_errmsg(rp));
+		return rc;
+	}
+	r = republish_record(rp);
+	if (!r) {
+		printf("heal: no gap: Redis holds no slot record (%s:slot:%s): a new deployment, whose "
+		       "first start creates the slot; nothing done\n",
+		       cf->key_prefix, cf->slot);
+		return EXIT_OK;
+	}
+	rec = *r;
+	rc = repl_connect(h);
+	if (rc != EXIT_OK)
+		return rc;
+	if (!slot_record_owner_is(&rec, h->system_id, h->dbname)) {
+		snprintf(h->err, sizeof(h->err),
+		         "Redis holds the record of a slot \"%s\" that belongs to database %s, not "
+		         "to this one (%s/%s): give this relay its own --key-prefix or --slot",
+		         cf->slot, rec.owner, h->system_id, h->dbname);
+		return EXIT_REDIS_STATE;
+	}
+	rc = read_slot(h);
+	if (rc != EXIT_OK)
+		return rc;
+	seen = (struct slot_seen){.exists = h->slot.exists,
+	                          .invalidated = h->slot.invalidated,
+	                          .invalid_why = h->slot.why,
+	                          .confirmed = h->slot.confirmed};
+	verdict = slot_record_judge(&rec, &seen); /* the relay's own refusal rule */
+	if (verdict == SLOT_SAME) {
+		printf("heal: no gap: slot \"%s\" stands at %s, at or behind the record's %s; start the "
+		       "relay as usual\n",
+		       cf->slot, lsn_format(h->slot.confirmed, a), lsn_format(rec.confirmed, b));
+		return EXIT_OK;
+	}
+	if (h->slot.active) {
+		snprintf(h->err, sizeof(h->err),
+		         "replication slot \"%s\" is in use by another process: stop what streams from "
+		         "it (a relay started with --accept-gap?) and run heal again",
+		         cf->slot);
+		return EXIT_SLOT;
+	}
+	from = cf->since ? cf->since : heal_since(rec.commit_us, since, sizeof(since));
+	if (!from) {
+		snprintf(h->err, sizeof(h->err),
+		         "the slot record holds no commit time: give --since, the time of the last "
+		         "event in the streams or earlier");
+		return EXIT_USAGE;
+	}
+	if (verdict != SLOT_PAST) { /* missing or invalidated */
+		if (h->slot.exists)
+			log_info("slot \"%s\" was invalidated (%s): dropping it and creating it again",
+			         cf->slot, h->slot.why);
+		rc = create_slot(h, &at, snapshot, sizeof(snapshot));
+		if (rc != EXIT_OK)
+			return rc;
+		at_us = time_now_us(); /* every commit before the consistent point is older */
+		log_info("created slot \"%s\" at %s; republishing the rows committed before it "
+		         "(since %s) inside its snapshot %s",
+		         cf->slot, lsn_format(at, a), from, snapshot);
+		rc = republish_and_record(h, rp, from, snapshot, at, at_us);
+	} else {
+		at = h->slot.confirmed;
+		at_us = time_now_us(); /* the republish's snapshot is taken after this */
+		log_info("slot \"%s\" stands at %s, past the record's %s: republishing the rows since "
+		         "%s up to now",
+		         cf->slot, lsn_format(at, a), lsn_format(rec.confirmed, b), from);
+		rc = republish_and_record(h, rp, from, NULL, at, at_us);
+		if (rc == EXIT_OK)
+			printf("heal: the slot stood past the record: rows committed after %s were "
+			       "republished now and the slot streams them again; the relay drops them as "
+			       "duplicates by dedup if it starts within --dedup-window (%llds)\n",
+			       a, (long long)cf->dedup_window_s);
+	}
+	if (rc != EXIT_OK) {
+		snprintf(h->err, sizeof(h->err), "%s", republish_errmsg(rp));
+		return rc;
+	}
+	printf("heal: slot \"%s\" at %s and its record agree: start the relay as usual (no "
+	       "--accept-gap)\n",
+	       cf->slot, a);
+	return EXIT_OK;
+}
+
+/* See heal.h. */
+int heal_main(const struct relay_config *cf)
+{
+	struct heal h = {.cf = cf};
+	struct republish *rp;
+	int rc;
+
+	if (cf->until) {
+		fprintf(stderr, "outbox-relay heal: --until is not taken: heal republishes up to the "
+		                "slot's position\n");
+		return EXIT_USAGE;
+	}
+	if (cf->dedup_window_s == 0) {
+		fprintf(stderr, "outbox-relay heal: --dedup-window 0 would publish again what the "
+		                "stream published: give the relay's --dedup-window (default 1h)\n");
+		return EXIT_USAGE;
+	}
+	rp = republish_create(cf);
+	if (!rp) {
+		fprintf(stderr, "outbox-relay heal: out of memory\n");
+		return EXIT_FAILURE_RUNTIME;
+	}
+	republish_signals();
+	log_set_context("slot", cf->slot);
+	rc = heal_run(&h, rp);
+	if (rc != EXIT_OK && !(rc == EXIT_FAILURE_RUNTIME && republish_interrupted()))
+		log_error("%s", h.err);
+	if (rc != EXIT_OK)
+		printf("heal failed: nothing moved the slot record; run it again once fixed\n");
+	(void)fflush(stdout);
+	republish_destroy(rp); /* the snapshot's transaction first, then its exporter */
+	PQfinish(h.repl);
+	return rc;
+}

@@ -1,0 +1,138 @@
+#!/bin/bash
+# 58_heal: a gap healed while the application keeps committing, by following
+# the relay's own exit 8 line, loses no row and duplicates none (issue 21,
+# finding 2). An application loop commits rows (one or two per transaction,
+# two events of one aggregate in the second case) before, during and after
+# every step: the refusal, the heal, the first start after it; afterwards
+# every committed row is in the streams exactly once (ids in SQL against
+# XRANGE).
+# (a) the slot dropped while the relay was down: `outbox-relay heal` creates
+#     the slot with an exported snapshot, republishes inside it what was
+#     committed before the slot's consistent point, moves the slot record to
+#     that point; the relay then starts as usual and streams the rest.
+#     (Before the fix the line named `republish --since` and then
+#     `--accept-gap`: the rows committed between the two were lost.)
+# (b) the slot recreated by hand past the record: heal republishes up to now
+#     and moves the record to the slot's position; the overlap is dropped by
+#     dedup.
+# (c) no gap: heal says so, changes nothing, exit 0.
+. "$(dirname "$0")/lib.sh"
+setup_tmp
+pg_start
+load_schema
+redis_start
+slot_create outbox_relay
+REC=outbox-relay:slot:outbox_relay
+psql_q "CREATE TABLE app_ctl (stop int)"
+
+gap_line() { grep ' error: ' "$RELAY_LOG" | tail -n 1; }
+rows_now() { psql_q "SELECT count(*) FROM outbox"; }
+# wait_rows N: until the application committed N more rows
+wait_rows() {
+	local want=$(($(rows_now) + $1))
+	wait_for "[ \"\$(rows_now)\" -ge $want ]" 30 || fail "the application loop stalled"
+}
+# app_start TAG: the application, committing until app_stop (one transaction
+# per iteration; every third has a second event of the same aggregate)
+app_start() {
+	psql_q "DELETE FROM app_ctl" >/dev/null
+	psql_q "DO \$\$ DECLARE i int := 0; BEGIN
+		LOOP
+			i := i + 1;
+			PERFORM outbox_emit('order', '$1-' || i, 'created', '{}');
+			IF i % 3 = 0 THEN PERFORM outbox_emit('order', '$1-' || i, 'paid', '{}'); END IF;
+			COMMIT;
+			EXIT WHEN EXISTS (SELECT 1 FROM app_ctl);
+			PERFORM pg_sleep(0.005);
+		END LOOP;
+	END \$\$" >/dev/null &
+	APP_PID=$!
+}
+app_stop() {
+	psql_q "INSERT INTO app_ctl VALUES (1)" >/dev/null
+	wait "$APP_PID" || fail "the application loop failed"
+}
+heal() { # ARGS...: outbox-relay heal; output in $HEAL_OUT, exit code in $HEAL_RC
+	HEAL_RC=0
+	HEAL_OUT=$(timeout -k 5 120 "$RELAY_BIN" heal --pg-dsn "$PG_DSN" --redis-url "$REDIS_URL" \
+		--log-level info --http-addr "" "$@" 2>&1) || HEAL_RC=$?
+	log "heal $* exit code $HEAL_RC: $(grep '^heal ' <<<"$HEAL_OUT" || true)"
+}
+# follow_line: do what the refusal says, the way an operator pastes it
+follow_line() {
+	local line since accept
+	line=$(gap_line)
+	if grep -q 'outbox-relay heal' <<<"$line"; then
+		HEAL_START=$(rows_now)
+		heal --fetch-size 5 # slower: more rows committed while it reads
+		HEAL_END=$(rows_now)
+		log "$1 heal: $((HEAL_END - HEAL_START)) rows committed while it ran"
+		assert_eq 0 "$HEAL_RC" "$1 heal exit code ($(tail -n 3 <<<"$HEAL_OUT" | tr '\n' ' '))"
+		wait_rows 30
+		relay_start
+	else # the procedure before issue 21: republish, then --accept-gap
+		since=$(sed -n 's/.*republish --since \([^;)]*\)[;)].*/\1/p' <<<"$line")
+		accept=$(sed -n 's/.*--accept-gap \([0-9A-F]*\/[0-9A-F]*\).*/\1/p' <<<"$line")
+		"$RELAY_BIN" republish --pg-dsn "$PG_DSN" --redis-url "$REDIS_URL" --http-addr "" \
+			--since "$since" >"$T/republish.out" 2>&1 || fail "$1 republish failed: $(tail -n 2 "$T/republish.out")"
+		wait_rows 30
+		relay_start --accept-gap "$accept"
+	fi
+}
+# check_once WHAT: stop the application, wait for the relay to have it all,
+# then every committed row exactly once
+check_once() {
+	local n
+	wait_rows 30
+	app_stop
+	n=$(rows_now)
+	wait_for "[ \"\$(xlen outbox:order)\" -ge $n ]" 60 || true
+	sleep 1 # anything beyond n is a duplicate: give it a moment to show
+	relay_stop
+	log "$1: $n rows committed, $(xlen outbox:order) entries in the stream, $((n - HEAL_BEFORE)) committed from the refusal on"
+	psql_q "SELECT id FROM outbox" >"$T/expected.$1"
+	assert_exactly_once "$T/expected.$1"
+	ok "$1: every one of the $n committed rows is in the stream exactly once"
+}
+
+# ---- (a) the slot dropped while the relay was down ----------------------------
+app_start a
+wait_rows 20
+relay_drain
+psql_q "SELECT pg_drop_replication_slot('outbox_relay')" >/dev/null
+wait_rows 30
+HEAL_BEFORE=$(rows_now)
+relay_run || true
+assert_eq 8 "$RELAY_RC" "(a) the relay refuses the gap"
+line=$(gap_line)
+wait_rows 30
+follow_line "(a)"
+check_once a
+assert_contains "$line" "outbox-relay heal" "(a) the line names outbox-relay heal"
+
+# ---- (b) the slot recreated by hand past the record --------------------------
+redis_cli DEL outbox:order >/dev/null
+psql_q "DELETE FROM outbox" >/dev/null
+app_start b
+wait_rows 20
+relay_start
+wait_rows 20
+relay_stop
+psql_q "SELECT pg_drop_replication_slot('outbox_relay')" >/dev/null
+wait_rows 30
+slot_create outbox_relay
+wait_rows 30
+HEAL_BEFORE=$(rows_now)
+relay_run || true
+assert_eq 8 "$RELAY_RC" "(b) a slot past the record: exit 8"
+follow_line "(b)"
+assert_contains "$HEAL_OUT" "dedup" "(b) heal says the overlap is dropped by dedup"
+check_once b
+
+# ---- (c) no gap ---------------------------------------------------------------
+rec=$(redis_cli GET "$REC")
+heal
+assert_eq 0 "$HEAL_RC" "(c) no gap: heal exit code"
+assert_contains "$HEAL_OUT" "no gap" "(c) heal says there is no gap"
+assert_eq "$rec" "$(redis_cli GET "$REC")" "(c) the slot record is unchanged"
+pass
