@@ -263,7 +263,8 @@ static const struct opt_def option_table[] = {
     VAL("accept-gap", OPT_LSN, accept_gap, NULL, "LSN",
         "after the relay refused to start (exit 8) because its slot is missing, invalidated or "
         "recreated: the position that refusal printed, to accept the gap and stream from the "
-        "slot's new position (republish the gap first). It matches only that gap, so leaving it "
+        "slot's new position (republish the gap first, while nothing writes; outbox-relay heal "
+        "does both with no window). It matches only that gap, so leaving it "
         "set cannot hide a later one"),
     OPT_SECTION("Redis"),
     OPT_ROW("redis-url", OPT_REDIS_URL, OPT_F_SECRET, ALL, F(redis_url),
@@ -389,8 +390,8 @@ static const struct opt_def option_table[] = {
     OPT_SECTION("Republish (outbox-relay republish only)"),
     STR("since", 0, RP, since, NULL, NULL, "TIME",
         "republish the outbox rows whose --time-column is at or after this time (a PostgreSQL "
-        "timestamptz, e.g. 2026-11-24T12:00:00Z: the commit time an exit 8 line printed, or "
-        "earlier)"),
+        "timestamptz, e.g. 2026-11-24T12:00:00Z: the --since an exit 8 line printed, or "
+        "earlier; outbox-relay heal: by default 5 minutes before the slot record's last commit)"),
     STR("until", 0, RP, until, NULL, NULL, "TIME",
         "and before this time; by default up to the newest row"),
     STR("time-column", 0, RP, time_column, "created_at", NULL, "COLUMN",
