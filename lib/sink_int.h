@@ -3,14 +3,21 @@
  * struct sink_redis and its connections (struct node), and the few helpers
  * one of them calls in another.
  *
- * The sink is one object spread over four files, each with one concern:
- *   sink_redis.c        the object's life, publishing, routing, staging,
- *                       the non-blocking reads and writes, the stall check
- *   sink_setup.c        connecting: finding the servers (one, Sentinel's
- *                       master, a cluster's masters) and preparing each
- *                       fresh connection (checks, function, slot record)
- *   sink_reply.c        what each reply means, in order, per connection
- *   sink_housekeeping.c --trim acked rounds and INFO memory polling
+ * The sink is one object; its files are split by the data each owns:
+ *   sink_queue.c   the command ring and the bytes of every command until it
+ *                  is done, large values held by pointer included (the
+ *                  ownership rule: struct sink_hold in sink_redis.h)
+ *   sink_redis.c   the object's life, publishing into batches, routing a
+ *                  command to its connection, group commit
+ *   sink_node.c    one connection: its queues, its write round and probes
+ *                  (WAIT, INFO memory), the non-blocking reads and writes
+ *   sink_setup.c   the set of connections: finding the servers (one,
+ *                  Sentinel's master, a cluster's masters) and preparing
+ *                  each fresh connection (checks, function)
+ *   sink_record.c  the slot record as the sink holds it: read, written,
+ *                  answered
+ *   sink_trim.c    --trim acked rounds (their calls go through the ring)
+ *   sink_reply.c   what each reply means for the command it answers
  * The public interface is sink_redis.h.
  */
 #ifndef RELAY_SINK_INT_H
@@ -117,14 +124,34 @@ static inline struct redis_conn sink_node_conn(const struct node *n)
 /* sink_redis.c */
 /* Empty set (its table stays allocated). */
 void sink_strset_clear(struct strset *set);
+/* Route e to the connection of its slot and queue it there for writing. */
+bool sink_route(struct sink_redis *s, struct sq_ent *e);
+/* Replies came back: send the open batch that grew meanwhile (group commit). */
+bool sink_send_grown_batch(struct sink_redis *s);
+
+/* sink_node.c */
 /* Close n's connection and forget what was staged or awaited on it. */
 void sink_node_close(struct node *n);
 /* sink_node_close(), then free everything n holds and zero it. */
 void sink_node_finish(struct node *n);
 /* "host:port" or the unix socket path, for messages. */
 const char *sink_node_addr(const struct node *n, char *buf, size_t len);
-/* Route e to the connection of its slot and queue it there for writing. */
-bool sink_route(struct sink_redis *s, struct sq_ent *e);
+/* used_memory and maxmemory from an INFO memory reply into n. */
+void sink_read_memory(struct node *n, const char *info);
+
+/* sink_setup.c */
+/*
+ * Run one setup command synchronously on n. Returns the reply (caller frees)
+ * or NULL with errmsg set; *status says whether retrying can help.
+ */
+redisReply *sink_setup_command(struct sink_redis *s, struct node *n, enum sink_status *status,
+                               const char *what, int argc, const char **argv);
+
+/* sink_record.c */
+/* On the first connect, on the node that serves its key: read the slot record. */
+enum sink_status sink_record_read_at_connect(struct sink_redis *s, struct node *n);
+/* A queued slot record read answered: the record as Redis has it now. */
+bool sink_record_reply(struct sink_redis *s, struct sq_ent *e, const redisReply *r);
 
 /* sink_reply.c */
 /* errmsg for an ACL refusal of what (see sink_error_noperm_text). */
@@ -132,9 +159,7 @@ void sink_noperm_message(struct sink_redis *s, const char *what, const char *fix
 /* Match one reply against what n's oldest outstanding request was. */
 bool sink_handle_reply(struct sink_redis *s, struct node *n, redisReply *r);
 
-/* sink_housekeeping.c */
-/* used_memory and maxmemory from an INFO memory reply into n. */
-void sink_read_memory(struct node *n, const char *info);
+/* sink_trim.c */
 /* The answer to one --trim acked call: entries removed, or why not. */
 bool sink_trim_reply(struct sink_redis *s, const redisReply *r);
 

@@ -23,22 +23,17 @@
  * when that answers with enough replicas (or fsyncs).
  *
  * This file: the sink's life, publishing (batches through sink_queue.c),
- * routing by hash slot, staging each connection's write round and the
- * non-blocking reads and writes, the stall check. Connecting is
- * sink_setup.c, the meaning of each reply sink_reply.c, --trim acked and
- * INFO memory polling sink_housekeeping.c (their shared state: sink_int.h).
+ * routing by hash slot, group commit. Each file of the sink owns one part
+ * of its data (sink_int.h lists them).
  */
 #include "sink_redis.h"
 
-#include <errno.h>
 #include <hiredis/hiredis.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "sink_int.h"
-
-#define WBUF_FILL (256 * 1024) /* bytes staged per write round */
 
 /* Calls awaiting replies below which an open batch is sent at once. */
 #define BATCH_PIPELINE_DEPTH 2
@@ -148,47 +143,6 @@ struct sink_redis *sink_redis_create(const struct relay_config *cf, struct metri
 	return s;
 }
 
-void sink_node_close(struct node *n)
-{
-	if (n->c) {
-		redisFree(n->c);
-		n->c = NULL;
-	}
-	n->sendq.len = n->waitq.len = n->durable.len = 0;
-	buf_reset(&n->wbuf);
-	n->wsent = 0;
-	n->part_seq = 0;
-	n->part_off = 0;
-	n->staged_publish = false;
-	n->wblocked = false;
-	n->ssl = NULL;
-	n->io = NULL;
-	n->w_wants_read = n->r_wants_write = false;
-	n->info_due = n->info_sent = n->mem_known = false;
-}
-
-/* "host:port" or the unix socket path, for messages. */
-const char *sink_node_addr(const struct node *n, char *buf, size_t len)
-{
-	if (n->unix_path)
-		snprintf(buf, len, "%s", n->unix_path);
-	else
-		snprintf(buf, len, "%s:%d", n->host, n->port);
-	return buf;
-}
-
-void sink_node_finish(struct node *n)
-{
-	sink_node_close(n);
-	ring_finish(&n->sendq);
-	ring_finish(&n->waitq);
-	ring_finish(&n->durable);
-	buf_finish(&n->wbuf);
-	free(n->host);
-	free(n->unix_path);
-	memset(n, 0, sizeof(*n));
-}
-
 void sink_redis_destroy(struct sink_redis *s)
 {
 	if (!s)
@@ -246,44 +200,6 @@ bool sink_redis_connected(const struct sink_redis *s)
 	return s->connected;
 }
 
-static bool node_wants_write(const struct node *n)
-{
-	if (!n->c)
-		return false;
-	if (n->r_wants_write)
-		return true;
-	if (n->info_due && !n->w_wants_read && n->wsent == n->wbuf.len)
-		return true;
-	if (n->w_wants_read)
-		return false; /* POLLIN wakes the blocked TLS write */
-	return n->sendq.len > 0 || n->part_seq || n->wsent < n->wbuf.len;
-}
-
-bool sink_redis_want_write(const struct sink_redis *s)
-{
-	for (int i = 0; i < s->nnodes; i++)
-		if (node_wants_write(&s->nodes[i]))
-			return true;
-	return false;
-}
-
-int sink_redis_pollfds(struct sink_redis *s, struct pollfd *pfd, int max)
-{
-	s->npoll = 0;
-	for (int i = 0; i < s->nnodes && s->npoll < max; i++) {
-		struct node *n = &s->nodes[i];
-
-		if (!n->c)
-			continue;
-		pfd[s->npoll] = (struct pollfd){
-		    .fd = n->c->fd,
-		    .events = (short)(POLLIN | (node_wants_write(n) ? POLLOUT : 0)),
-		};
-		s->poll_node[s->npoll++] = i;
-	}
-	return s->npoll;
-}
-
 bool sink_redis_full(const struct sink_redis *s)
 {
 	if (s->q.inflight_events == 0)
@@ -330,26 +246,6 @@ void sink_redis_disconnect(struct sink_redis *s)
 void sink_redis_set_republish(struct sink_redis *s)
 {
 	s->q.republish = true;
-}
-
-uint64_t sink_redis_record_gen(const struct sink_redis *s)
-{
-	return s->record_gen;
-}
-
-const struct slot_record *sink_redis_record(const struct sink_redis *s)
-{
-	return s->record_read && s->record_found ? &s->record : NULL;
-}
-
-bool sink_redis_record_read(const struct sink_redis *s)
-{
-	return s->record_read;
-}
-
-void sink_redis_void_record(struct sink_redis *s, uint64_t seq)
-{
-	(void)sq_void_record(&s->q, seq);
 }
 
 uint64_t sink_redis_refused_value(const struct sink_redis *s)
@@ -412,23 +308,9 @@ bool sink_redis_flush(struct sink_redis *s, bool force)
 	return sq_close_batch(&s->q);
 }
 
-bool sink_redis_queue_record_read(struct sink_redis *s)
+bool sink_send_grown_batch(struct sink_redis *s)
 {
-	return sq_queue_record(&s->q, SQ_GETREC, NULL, 0);
-}
-
-bool sink_redis_queue_record(struct sink_redis *s, lsn_t confirmed, lsn_t commit_lsn,
-                             int64_t commit_us)
-{
-	struct slot_record rec = {confirmed, commit_lsn, commit_us, ""};
-	char val[SLOT_RECORD_MAX];
-	size_t n;
-
-	if (strlen(s->q.owner) >= sizeof(rec.owner))
-		return false;
-	memcpy(rec.owner, s->q.owner, strlen(s->q.owner) + 1);
-	n = slot_record_format(&rec, val, sizeof(val));
-	return n > 0 && sq_queue_record(&s->q, SQ_RECORD, val, n);
+	return !s->q.b_open || calls_pending(s) >= BATCH_PIPELINE_DEPTH || sq_close_batch(&s->q);
 }
 
 bool sink_redis_publish(struct sink_redis *s, const struct event *ev, bool dead_letter)
@@ -460,174 +342,4 @@ bool sink_redis_publish_held(struct sink_redis *s, const struct event *ev, bool 
 			return false;
 	}
 	return sq_batch_add(&s->q, ev, dead_letter, large ? hold : NULL);
-}
-
-static bool stage(struct sink_redis *s, struct node *n)
-{
-	buf_reset(&n->wbuf);
-	n->wsent = 0;
-	if (!sq_stage(&s->q, &n->sendq, &n->waitq, &n->wbuf, WBUF_FILL, &n->part_seq, &n->part_off,
-	              &n->staged_publish))
-		return false;
-	if (n->part_seq)
-		return !n->wbuf.failed; /* WAIT and INFO (connection probes) only between commands */
-	if (s->wait_mode && n->staged_publish) {
-		buf_append(&n->wbuf, s->wait_cmd.data, s->wait_cmd.len);
-		if (!ring_push_u64(&n->waitq, SQ_WAIT_MARK))
-			return false;
-		n->staged_publish = false;
-	}
-	if (n->info_due) {
-		static const char info[] = "*2\r\n$4\r\nINFO\r\n$6\r\nmemory\r\n";
-
-		buf_append(&n->wbuf, info, sizeof(info) - 1);
-		if (!ring_push_u64(&n->waitq, SQ_INFO_MARK))
-			return false;
-		n->info_due = false;
-		n->info_sent = true;
-	}
-	return !n->wbuf.failed;
-}
-
-static bool node_write(struct sink_redis *s, struct node *n)
-{
-	const struct redis_conn rc = sink_node_conn(n);
-
-	for (;;) {
-		ssize_t w;
-
-		if (n->wsent == n->wbuf.len) {
-			bool was_idle = n->waitq.len == 0;
-
-			if (n->sendq.len == 0 && !n->info_due && !n->part_seq)
-				return true;
-			if (!stage(s, n)) {
-				snprintf(s->errmsg, sizeof(s->errmsg), "out of memory");
-				return false;
-			}
-			if (was_idle)
-				n->wait_since_us = time_mono_us();
-			if (n->wbuf.len == 0)
-				return true;
-		}
-		w = n->io->write(&rc, n->wbuf.data + n->wsent, n->wbuf.len - n->wsent, &n->w_wants_read,
-		                 s->errmsg, sizeof(s->errmsg));
-		if (w > 0) {
-			n->wsent += (size_t)w;
-			continue;
-		}
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-			n->wblocked = true; /* poll() says when there is room again */
-			return true;
-		}
-		return false; /* errmsg says why */
-	}
-}
-
-static bool node_read(struct sink_redis *s, struct node *n)
-{
-	const struct redis_conn rc = sink_node_conn(n);
-
-	for (;;) {
-		char rbuf[65536];
-		ssize_t got;
-		void *reply;
-
-		got = n->io->read(&rc, rbuf, sizeof(rbuf), &n->r_wants_write, s->errmsg, sizeof(s->errmsg));
-
-		if (got == 0) {
-			snprintf(s->errmsg, sizeof(s->errmsg), "connection closed by Redis");
-			return false;
-		}
-		if (got < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno == EAGAIN || errno == EWOULDBLOCK)
-				return true;
-			return false; /* errmsg says why */
-		}
-		if (redisReaderFeed(n->c->reader, rbuf, (size_t)got) != REDIS_OK) {
-			snprintf(s->errmsg, sizeof(s->errmsg), "Redis protocol error: %s",
-			         n->c->reader->errstr);
-			return false;
-		}
-		for (;;) {
-			bool ok;
-
-			if (redisReaderGetReply(n->c->reader, &reply) != REDIS_OK) {
-				snprintf(s->errmsg, sizeof(s->errmsg), "Redis protocol error: %s",
-				         n->c->reader->errstr);
-				return false;
-			}
-			if (!reply)
-				break;
-			ok = sink_handle_reply(s, n, reply);
-			freeReplyObject(reply);
-			if (!ok)
-				return false;
-		}
-		sq_advance(&s->q);
-		/* Replies came back: send what accumulated meanwhile. */
-		if (s->q.b_open && calls_pending(s) < BATCH_PIPELINE_DEPTH && !sq_close_batch(&s->q)) {
-			snprintf(s->errmsg, sizeof(s->errmsg), "out of memory");
-			return false;
-		}
-		/* TLS hands out one record per read: read on until it would block. */
-		if (n->io->short_read_drains && (size_t)got < sizeof(rbuf))
-			return true;
-	}
-}
-
-bool sink_redis_io(struct sink_redis *s, const struct pollfd *pfd, int npfd)
-{
-	if (!s->connected) {
-		snprintf(s->errmsg, sizeof(s->errmsg), "not connected");
-		return false;
-	}
-	s->errkind = SINK_ERR_IO; /* unless a reply says otherwise */
-	for (int i = 0; pfd && i < npfd && i < s->npoll; i++) {
-		struct node *n = &s->nodes[s->poll_node[i]];
-
-		short ev = pfd[i].revents;
-
-		if (n->c && (ev & POLLOUT) && !n->w_wants_read)
-			n->wblocked = false;
-		if (n->c && n->w_wants_read && (ev & (POLLIN | POLLERR | POLLHUP))) {
-			n->w_wants_read = false;
-			n->wblocked = false;
-		}
-		if (n->c && ((ev & (POLLIN | POLLERR | POLLHUP)) || (n->r_wants_write && (ev & POLLOUT))) &&
-		    !node_read(s, n))
-			return false;
-	}
-	for (int i = 0; i < s->nnodes; i++)
-		if (s->nodes[i].c && !s->nodes[i].wblocked && !node_write(s, &s->nodes[i]))
-			return false;
-	sq_advance(&s->q);
-	return true;
-}
-
-bool sink_redis_check_stall(struct sink_redis *s, int64_t now_us)
-{
-	int64_t limit = (int64_t)s->cf->redis_timeout_ms * 1000;
-
-	if (s->wait_mode)
-		limit += (int64_t)s->cf->wait_timeout_ms * 1000; /* WAIT may block that long */
-	for (int i = 0; i < s->nnodes; i++) {
-		struct node *n = &s->nodes[i];
-
-		if (!n->c || n->waitq.len == 0)
-			continue;
-		if (now_us - n->wait_since_us > limit) {
-			char a[300];
-
-			snprintf(s->errmsg, sizeof(s->errmsg), "no reply from Redis within %d ms (%s)",
-			         s->cf->redis_timeout_ms, sink_node_addr(n, a, sizeof(a)));
-			s->errkind = SINK_ERR_TIMEOUT;
-			return false;
-		}
-	}
-	return true;
 }

@@ -248,27 +248,6 @@ static bool error_reply(struct sink_redis *s, const struct sq_ent *e, const char
 	return false;
 }
 
-/* A slot record read answered (nil or a record): the record as Redis has it now. */
-static bool record_reply(struct sink_redis *s, struct sq_ent *e, const redisReply *r)
-{
-	struct slot_record rec;
-
-	if (r->type == REDIS_REPLY_STRING && !slot_record_parse(r->str, r->len, &rec)) {
-		snprintf(s->errmsg, sizeof(s->errmsg),
-		         "the slot record key of --slot %s does not hold a slot record of "
-		         "outbox-relay",
-		         s->cf->slot);
-		return false;
-	}
-	s->record_found = r->type == REDIS_REPLY_STRING;
-	if (s->record_found)
-		s->record = rec;
-	s->record_read = true;
-	s->record_gen++;
-	e->state = SQ_DONE;
-	return true;
-}
-
 /* Match one reply against what n's oldest outstanding request was. */
 bool sink_handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 {
@@ -315,7 +294,7 @@ bool sink_handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 			         r->type == REDIS_REPLY_ARRAY ? (size_t)r->elements : (size_t)0, e->nevents);
 		return false;
 	case SQ_A_READ:
-		return record_reply(s, e, r);
+		return sink_record_reply(s, e, r);
 	case SQ_A_ANSWERED:
 		return sink_trim_reply(s, r);
 	case SQ_A_EXECUTED:

@@ -30,8 +30,8 @@
  * Run one setup command synchronously on n. Returns the reply (caller frees)
  * or NULL with errmsg set; *status says whether retrying can help.
  */
-static redisReply *setup_command(struct sink_redis *s, struct node *n, enum sink_status *status,
-                                 const char *what, int argc, const char **argv)
+redisReply *sink_setup_command(struct sink_redis *s, struct node *n, enum sink_status *status,
+                               const char *what, int argc, const char **argv)
 {
 	redisReply *r = redisCommandArgv(n->c, argc, argv, NULL);
 
@@ -63,7 +63,7 @@ static enum sink_status script_load(struct sink_redis *s, struct node *n, const 
 {
 	const char *argv[] = {"SCRIPT", "LOAD", script};
 	enum sink_status st = SINK_OK;
-	redisReply *r = setup_command(s, n, &st, what, 3, argv);
+	redisReply *r = sink_setup_command(s, n, &st, what, 3, argv);
 
 	if (!r)
 		return st;
@@ -79,45 +79,6 @@ static enum sink_status script_load(struct sink_redis *s, struct node *n, const 
 	return SINK_OK;
 }
 
-/*
- * On the first connect, on the node that serves its key: read the slot
- * record (sink_redis_record). A value that is not a record is an error the
- * relay cannot decide on: permanent, naming the key.
- */
-static enum sink_status read_record(struct sink_redis *s, struct node *n)
-{
-	enum sink_status st = SINK_OK;
-	const char *argv[2] = {"GET", NULL};
-	char what[260];
-	redisReply *r;
-
-	slot_record_key(&s->key, s->cf->key_prefix, s->cf->slot);
-	if (s->record_read || s->key.failed ||
-	    (s->slot_node &&
-	     s->slot_node[sink_stream_slot(s, s->key.data, s->key.len)] != n - s->nodes))
-		return s->key.failed ? SINK_RETRY : SINK_OK;
-	argv[1] = s->key.data;
-	snprintf(what, sizeof(what), "GET of the slot record \"%.200s\"", s->key.data);
-	r = setup_command(s, n, &st, what, 2, argv);
-	if (!r || r->type == REDIS_REPLY_ERROR) {
-		freeReplyObject(r);
-		return st == SINK_OK ? SINK_RETRY : st;
-	}
-	s->record_found = r->type == REDIS_REPLY_STRING;
-	if (s->record_found && !slot_record_parse(r->str, r->len, &s->record)) {
-		snprintf(s->errmsg, sizeof(s->errmsg),
-		         "the key \"%s\" does not hold a slot record of outbox-relay; delete it or "
-		         "give the relay another --key-prefix",
-		         s->key.data);
-		freeReplyObject(r);
-		return SINK_FATAL;
-	}
-	freeReplyObject(r);
-	s->record_read = true;
-	s->record_gen++;
-	return SINK_OK;
-}
-
 static enum sink_status load_function(struct sink_redis *s, struct node *n)
 {
 	enum sink_status st = SINK_OK;
@@ -126,7 +87,7 @@ static enum sink_status load_function(struct sink_redis *s, struct node *n)
 	if (s->use_functions) {
 		const char *argv[] = {"FUNCTION", "LOAD", "REPLACE", sink_script_library};
 
-		r = setup_command(s, n, &st, "FUNCTION LOAD", 4, argv);
+		r = sink_setup_command(s, n, &st, "FUNCTION LOAD", 4, argv);
 		if (!r)
 			return st;
 		if (r->type != REDIS_REPLY_ERROR) {
@@ -157,7 +118,7 @@ static enum sink_status check_server(struct sink_redis *s, struct node *n)
 	const char *argv[] = {"COMMAND", "INFO", "XADD", "XGROUP", "EVALSHA", "WAITAOF"};
 	bool want_aof = s->cf->wait_aof && strcmp(s->cf->wait_aof, "none") != 0;
 	enum sink_status st = SINK_OK;
-	redisReply *r = setup_command(s, n, &st, "COMMAND INFO", want_aof ? 6 : 5, argv);
+	redisReply *r = sink_setup_command(s, n, &st, "COMMAND INFO", want_aof ? 6 : 5, argv);
 	size_t missing;
 	char why[160];
 
@@ -167,7 +128,7 @@ static enum sink_status check_server(struct sink_redis *s, struct node *n)
 	    CMDINFO_MISSING) {
 		if (missing == 3) { /* WAITAOF */
 			const char *iv[] = {"INFO", "server"};
-			redisReply *info = setup_command(s, n, &st, "INFO", 2, iv);
+			redisReply *info = sink_setup_command(s, n, &st, "INFO", 2, iv);
 			char ver[32] = "";
 
 			if (info && info->type == REDIS_REPLY_STRING)
@@ -195,7 +156,7 @@ static enum sink_status check_server(struct sink_redis *s, struct node *n)
 		return st;
 	if (want_aof) {
 		const char *iv[] = {"INFO", "persistence"};
-		redisReply *info = setup_command(s, n, &st, "INFO", 2, iv);
+		redisReply *info = sink_setup_command(s, n, &st, "INFO", 2, iv);
 		char on[8] = "";
 
 		if (st == SINK_FATAL) {
@@ -254,7 +215,7 @@ static enum sink_status check_memory(struct sink_redis *s, struct node *n)
 {
 	const char *iv[] = {"INFO", "memory"};
 	enum sink_status st = SINK_OK;
-	redisReply *info = setup_command(s, n, &st, "INFO memory", 2, iv);
+	redisReply *info = sink_setup_command(s, n, &st, "INFO memory", 2, iv);
 	char a[300];
 
 	if (st == SINK_FATAL) {
@@ -379,7 +340,7 @@ static enum sink_status node_connect(struct sink_redis *s, struct node *n)
 	st = load_function(s, n);
 	if (st != SINK_OK)
 		goto fail;
-	st = read_record(s, n);
+	st = sink_record_read_at_connect(s, n);
 	if (st != SINK_OK)
 		goto fail;
 

@@ -69,9 +69,11 @@ const char *slot_record_why(enum slot_verdict v, const struct slot_record *rec,
 {
 	char a[LSN_STRLEN], b[LSN_STRLEN];
 
+	if (len == 0)
+		return why;
+	why[0] = '\0';
 	switch (v) {
 	case SLOT_SAME:
-		snprintf(why, len, "%s", "");
 		break;
 	case SLOT_MISSING:
 		snprintf(why, len, "does not exist%s",

@@ -12,11 +12,13 @@ if there was any, else prints what it checked and exits 0.
       every log_error(...) call in lib/relay.c and lib/republish.c; in
       lib/pgrepl.c every append_hint(p, "...") hint and every
       snprintf(p->errmsg, ...) / set_err(p, "", "...") text followed within 8
-      lines by a "return" or "st =" statement naming PG_FATAL_, and the texts
-      slot_gap() writes (the reasons of exit 8); in lib/republish.c every
+      lines by a "return" or "st =" statement naming PG_FATAL_; the texts
+      slot_record_why() in lib/slot_record.c writes (the reasons of exit 8);
+      in lib/republish.c every
       snprintf(rp->err, ...) text followed within 8 lines by "return EXIT_"
       other than EXIT_OK; in the sink's files
-      (lib/sink_redis.c, sink_setup.c, sink_reply.c, sink_housekeeping.c)
+      (lib/sink_redis.c, sink_node.c, sink_setup.c, sink_record.c,
+      sink_trim.c, sink_reply.c)
       every snprintf(s->errmsg, ...) text followed within 8 lines by
       "return SINK_FATAL", and the OUTBOX_FOREIGN and lost-writes texts
       (SINK_ERR_FOREIGN, SINK_ERR_LOST); in lib/redis_conn.c every fix of
@@ -129,7 +131,8 @@ def required_texts(fmt):
 
 
 # The sink's files (lib/sink_int.h lists them): where its messages are written.
-SINK_FILES = ("lib/sink_redis.c", "lib/sink_setup.c", "lib/sink_reply.c", "lib/sink_housekeeping.c")
+SINK_FILES = ("lib/sink_redis.c", "lib/sink_node.c", "lib/sink_setup.c", "lib/sink_record.c",
+              "lib/sink_trim.c", "lib/sink_reply.c")
 
 
 def line_of(src, pos):
@@ -154,9 +157,15 @@ for m in re.finditer(r"\bappend_hint\(p,", src):
 for m in re.finditer(r"\b(?:snprintf\(p->errmsg, sizeof\(p->errmsg\),|set_err\(p, \"\",)", src):
     if followed_by(src, m.end(), r"(return|st =)[^;\n]*PG_FATAL_"):
         messages.append(("lib/pgrepl.c:%d" % line_of(src, m.start()), literals_at(src, m.end())))
-m = re.search(r"static const char \*slot_gap\(.*?\n}\n", src, re.S)
-for w in re.finditer(r"snprintf\(why, whylen,", m.group(0) if m else ""):
-    messages.append(("lib/pgrepl.c slot_gap", literals_at(m.group(0), w.end())))
+src = read("lib/slot_record.c")
+m = re.search(r"\nconst char \*slot_record_why\(.*?\n}\n", src, re.S)
+if not m:
+    fail("lib/slot_record.c: no slot_record_why()")
+gap_texts = list(re.finditer(r"snprintf\(why, len,", m.group(0)))
+if len(gap_texts) < 3:
+    fail("lib/slot_record.c: slot_record_why() writes %d texts, expected the 3 reasons of exit 8" % len(gap_texts))
+for w in gap_texts:
+    messages.append(("lib/slot_record.c slot_record_why", literals_at(m.group(0), w.end())))
 src = read("lib/republish.c")
 for m in re.finditer(r"\bsnprintf\(rp->err, sizeof\(rp->err\),", src):
     if followed_by(src, m.end(), r"return EXIT_(?!OK)"):

@@ -1,17 +1,14 @@
 /*
- * sink_housekeeping.c - the sink's part of the relay's housekeeping step:
- * INFO memory polling (the fullest node's used_memory and maxmemory, for the
- * metrics) and --trim acked rounds (one outbox_relay_trim call per stream
- * published to, on the master of its slot, removing the entries no consumer
- * group still needs).
+ * sink_trim.c - --trim acked rounds, the sink's part of the relay's
+ * housekeeping step: one outbox_relay_trim call per stream published to, on
+ * the master of its slot, removing the entries no consumer group still
+ * needs; the round's results for the relay's log and metrics.
  *
  * A trim call is a command like any other: queued into the sink's command
  * ring (sq_queue_trim), routed to the master of its stream's slot, resent
  * after a lost connection, answered in order (sink_reply.c hands the answer
- * here). INFO memory is a probe of one connection, not a command: staged
- * between commands like WAIT (sink_redis.c). An INFO error changes nothing
- * and a failed trim call is tried again the next round; only an ACL refusal
- * of --trim acked is fatal, like any NOPERM.
+ * here). A failed trim call is tried again the next round; only an ACL
+ * refusal of --trim acked is fatal, like any NOPERM.
  */
 #include "sink_redis.h"
 
@@ -21,54 +18,6 @@
 #include <string.h>
 
 #include "sink_int.h"
-#include "sink_script.h"
-
-/* used_memory and maxmemory from an INFO memory reply into n. */
-void sink_read_memory(struct node *n, const char *info)
-{
-	char used[32], max[32];
-
-	redis_info_field(info, "used_memory:", used, sizeof(used));
-	redis_info_field(info, "maxmemory:", max, sizeof(max));
-	if (!used[0] || !max[0])
-		return;
-	n->used_memory = strtoull(used, NULL, 10);
-	n->maxmemory = strtoull(max, NULL, 10);
-	n->mem_known = true;
-}
-
-void sink_redis_poll_memory(struct sink_redis *s)
-{
-	for (int i = 0; i < s->nnodes; i++) {
-		struct node *n = &s->nodes[i];
-
-		if (n->c && !n->info_sent)
-			n->info_due = true;
-	}
-}
-
-bool sink_redis_memory(const struct sink_redis *s, uint64_t *used, uint64_t *max)
-{
-	double best = 0;
-	bool found = false;
-
-	/* The node closest to its maxmemory; one without a limit scores -1. */
-	for (int i = 0; i < s->nnodes; i++) {
-		const struct node *n = &s->nodes[i];
-		double score;
-
-		if (!n->c || !n->mem_known)
-			continue;
-		score = n->maxmemory ? (double)n->used_memory / (double)n->maxmemory : -1.0;
-		if (!found || score > best || (score == best && n->used_memory > *used)) {
-			*used = n->used_memory;
-			*max = n->maxmemory;
-			best = score;
-			found = true;
-		}
-	}
-	return found;
-}
 
 /* The answer to one --trim acked call: entries removed, or why not. */
 bool sink_trim_reply(struct sink_redis *s, const redisReply *r)
