@@ -16,6 +16,9 @@
 #     and moves the record to the slot's position; the overlap is dropped by
 #     dedup.
 # (c) no gap: heal says so, changes nothing, exit 0.
+# (d) heal killed (kill -9) after it created the slot, while Redis held its
+#     writes back: the record did not move, the relay still refuses, heal run
+#     again (now the slot-past-the-record case) and the relay: exactly once.
 . "$(dirname "$0")/lib.sh"
 setup_tmp
 pg_start
@@ -128,6 +131,42 @@ assert_eq 8 "$RELAY_RC" "(b) a slot past the record: exit 8"
 follow_line "(b)"
 assert_contains "$HEAL_OUT" "dedup" "(b) heal says the overlap is dropped by dedup"
 check_once b
+
+# ---- (d) heal killed half way, then run again ---------------------------------
+redis_cli DEL outbox:order >/dev/null
+psql_q "DELETE FROM outbox" >/dev/null
+app_start d
+wait_rows 20
+relay_drain
+psql_q "SELECT pg_drop_replication_slot('outbox_relay')" >/dev/null
+wait_rows 30
+HEAL_BEFORE=$(rows_now)
+relay_run || true
+assert_eq 8 "$RELAY_RC" "(d) the relay refuses the gap"
+rec=$(redis_cli GET "$REC")
+# A transaction holds the slot's creation back (it waits for running
+# transactions) until heal has read the record; then Redis holds writes back,
+# so heal creates the slot and waits for the republish.
+psql_q "BEGIN; SELECT txid_current(); SELECT pg_sleep(4); COMMIT" >/dev/null &
+blocker=$!
+sleep 0.5
+"$RELAY_BIN" heal --pg-dsn "$PG_DSN" --redis-url "$REDIS_URL" --http-addr "" >"$T/heal-d.out" 2>&1 &
+heal_pid=$!
+wait_for "[ \"\$(psql_q \"SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'CREATE_REPLICATION_SLOT%'\")\" -ge 1 ]" 20 ||
+	fail "(d) heal did not get to create the slot: $(cat "$T/heal-d.out")"
+redis_cli CLIENT PAUSE 20000 WRITE >/dev/null
+wait "$blocker"
+wait_for "[ -n \"\$(slot_confirmed_lsn outbox_relay)\" ]" 20 || fail "(d) heal did not create the slot"
+sleep 1
+kill -9 "$heal_pid"
+wait "$heal_pid" 2>/dev/null || true
+redis_cli CLIENT UNPAUSE >/dev/null
+assert_eq "$rec" "$(redis_cli GET "$REC")" "(d) heal killed before Redis acknowledged the republish: the slot record did not move"
+wait_rows 30
+relay_run || true
+assert_eq 8 "$RELAY_RC" "(d) the relay still refuses (the new slot stands past the record)"
+follow_line "(d)"
+check_once d
 
 # ---- (c) no gap ---------------------------------------------------------------
 rec=$(redis_cli GET "$REC")
