@@ -19,6 +19,8 @@
 # (d) heal killed (kill -9) after it created the slot, while Redis held its
 #     writes back: the record did not move, the relay still refuses, heal run
 #     again (now the slot-past-the-record case) and the relay: exactly once.
+# (e) the slot invalidated (max_slot_wal_keep_size): heal drops it, creates
+#     it with a snapshot, and the relay: exactly once.
 . "$(dirname "$0")/lib.sh"
 setup_tmp
 pg_start
@@ -167,6 +169,27 @@ relay_run || true
 assert_eq 8 "$RELAY_RC" "(d) the relay still refuses (the new slot stands past the record)"
 follow_line "(d)"
 check_once d
+
+# ---- (e) the slot invalidated (max_slot_wal_keep_size) ---------------------------
+pg_stop
+pg_start max_slot_wal_keep_size=1MB
+redis_cli DEL outbox:order >/dev/null
+psql_q "DELETE FROM outbox" >/dev/null
+app_start e
+wait_rows 20
+relay_drain
+psql_q "CREATE TABLE filler AS SELECT g, repeat('x', 2000) AS pad FROM generate_series(1, 40000) g" >/dev/null
+for i in 1 2 3; do psql_q "SELECT pg_switch_wal()" >/dev/null; psql_q "CHECKPOINT"; done
+wait_for "[ \"\$(psql_q \"SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'outbox_relay'\")\" = lost ]" 20 ||
+	fail "(e) the slot was not invalidated"
+wait_rows 30
+HEAL_BEFORE=$(rows_now)
+relay_run || true
+assert_eq 8 "$RELAY_RC" "(e) an invalidated slot: exit 8"
+follow_line "(e)"
+assert_contains "$HEAL_OUT" "was invalidated" "(e) heal says it replaced the invalidated slot"
+assert_ne lost "$(psql_q "SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'outbox_relay'")" "(e) the slot streams again"
+check_once e
 
 # ---- (c) no gap ---------------------------------------------------------------
 rec=$(redis_cli GET "$REC")
