@@ -20,6 +20,7 @@
 #include "heal.h"
 
 #include <libpq-fe.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,9 @@
 #include "republish.h"
 #include "sink_redis.h"
 #include "slot_record.h"
+
+/* How long heal waits for a slot in use to be released before it refuses. */
+#define HEAL_ACTIVE_WAIT_MS 10000
 
 struct heal {
 	const struct relay_config *cf;
@@ -270,6 +274,26 @@ static int heal_run(struct heal *h, struct republish *rp)
 		       "relay as usual\n",
 		       cf->slot, lsn_format(h->slot.confirmed, a), lsn_format(rec.confirmed, b));
 		return EXIT_OK;
+	}
+	/* A walsender whose relay was just killed holds the slot for a moment. */
+	for (int i = 0; h->slot.active && i < HEAL_ACTIVE_WAIT_MS / 250; i++) {
+		if (i == 0)
+			log_info("slot \"%s\" is in use by another process: waiting up to %d s for it to "
+			         "be released",
+			         cf->slot, HEAL_ACTIVE_WAIT_MS / 1000);
+		(void)poll(NULL, 0, 250);
+		rc = read_slot(h);
+		if (rc != EXIT_OK)
+			return rc;
+		seen.exists = h->slot.exists;
+		seen.invalidated = h->slot.invalidated;
+		seen.confirmed = h->slot.confirmed;
+		verdict = slot_record_judge(&rec, &seen);
+		if (verdict == SLOT_SAME) {
+			printf("heal: no gap: slot \"%s\" stands at %s, at or behind the record's %s\n",
+			       cf->slot, lsn_format(h->slot.confirmed, a), lsn_format(rec.confirmed, b));
+			return EXIT_OK;
+		}
 	}
 	if (h->slot.active) {
 		snprintf(h->err, sizeof(h->err),

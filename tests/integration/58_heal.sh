@@ -21,6 +21,9 @@
 #     again (now the slot-past-the-record case) and the relay: exactly once.
 # (e) the slot invalidated (max_slot_wal_keep_size): heal drops it, creates
 #     it with a snapshot, and the relay: exactly once.
+# (f) the slot past the record still in use (pg_recvlogical here, a walsender
+#     whose relay was just killed in life): heal waits up to 10 s for it to be
+#     released instead of refusing at once.
 . "$(dirname "$0")/lib.sh"
 setup_tmp
 pg_start
@@ -190,6 +193,33 @@ follow_line "(e)"
 assert_contains "$HEAL_OUT" "was invalidated" "(e) heal says it replaced the invalidated slot"
 assert_ne lost "$(psql_q "SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'outbox_relay'")" "(e) the slot streams again"
 check_once e
+
+# ---- (f) the slot in use for a moment ----------------------------------------------
+redis_cli DEL outbox:order >/dev/null
+psql_q "DELETE FROM outbox" >/dev/null
+psql_q "SELECT outbox_emit('order', 'f-' || g, 'created', '{}') FROM generate_series(1, 5) g" >/dev/null
+relay_drain
+psql_q "SELECT pg_drop_replication_slot('outbox_relay')" >/dev/null
+psql_q "SELECT outbox_emit('order', 'f-gap-' || g, 'created', '{}') FROM generate_series(1, 5) g" >/dev/null
+slot_create outbox_relay
+# something streams the new slot (as a walsender whose relay was just killed)
+pg_recvlogical -h "$T" -p "$PGPORT" -U postgres -d postgres --slot outbox_relay --start -f /dev/null &
+recv_pid=$!
+echo "$recv_pid" >>"$T/relay.pids"
+wait_for "slot_active outbox_relay" 10 || fail "(f) pg_recvlogical did not take the slot"
+"$RELAY_BIN" heal --pg-dsn "$PG_DSN" --redis-url "$REDIS_URL" --http-addr "" >"$T/heal-f.out" 2>&1 &
+heal_pid=$!
+sleep 2
+pid_alive "$heal_pid" || fail "(f) heal did not wait for the slot: $(cat "$T/heal-f.out")"
+kill "$recv_pid"
+rc=0
+wait "$heal_pid" || rc=$?
+assert_eq 0 "$rc" "(f) heal waited for the slot to be released, then healed ($(grep '^heal ' "$T/heal-f.out" | head -n 1))"
+assert_contains "$(cat "$T/heal-f.out")" "is in use by another process: waiting up to 10 s" "(f) heal says it waits"
+psql_q "SELECT outbox_emit('order', 'f-after-' || g, 'created', '{}') FROM generate_series(1, 5) g" >/dev/null
+relay_drain
+psql_q "SELECT id FROM outbox" >"$T/expected.f"
+assert_exactly_once "$T/expected.f"
 
 # ---- (c) no gap ---------------------------------------------------------------
 rec=$(redis_cli GET "$REC")
