@@ -15,7 +15,8 @@
 # (b) the slot recreated by hand past the record: heal republishes up to now
 #     and moves the record to the slot's position; the overlap is dropped by
 #     dedup.
-# (c) no gap: heal says so, changes nothing, exit 0.
+# (c) no gap: heal says so, changes nothing, exit 0; --until, --dedup-window 0
+#     and an unknown option are exit 2.
 # (d) heal killed (kill -9) after it created the slot, while Redis held its
 #     writes back: the record did not move, the relay still refuses, heal run
 #     again (now the slot-past-the-record case) and the relay: exactly once.
@@ -227,4 +228,13 @@ heal
 assert_eq 0 "$HEAL_RC" "(c) no gap: heal exit code"
 assert_contains "$HEAL_OUT" "no gap" "(c) heal says there is no gap"
 assert_eq "$rec" "$(redis_cli GET "$REC")" "(c) the slot record is unchanged"
+heal --until 2030-01-01
+assert_eq 2 "$HEAL_RC" "(c) --until: exit 2"
+assert_contains "$HEAL_OUT" "--until is not taken" "(c) says why"
+heal --dedup-window 0
+assert_eq 2 "$HEAL_RC" "(c) --dedup-window 0: exit 2"
+heal --bogus
+assert_eq 2 "$HEAL_RC" "(c) an unknown option: exit 2"
+assert_contains "$("$RELAY_BIN" heal --help)" "Usage: outbox-relay heal" "(c) heal --help"
+assert_eq "$rec" "$(redis_cli GET "$REC")" "(c) the slot record is still unchanged"
 pass
