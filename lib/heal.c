@@ -203,13 +203,6 @@ void heal_usage(FILE *out)
 	config_print_options(CONFIG_CMD_REPUBLISH, out);
 }
 
-/* See heal.h. */
-const char *heal_since(int64_t commit_us, char *buf, size_t len)
-{
-	return commit_us > 0 ? time_format_iso(commit_us - (int64_t)HEAL_MARGIN_S * 1000000, buf, len)
-	                     : NULL;
-}
-
 /* Republish since, then move the record; print the outcome. */
 static int republish_and_record(struct heal *h, struct republish *rp, const char *since,
                                 const char *snapshot, lsn_t at, int64_t at_us)
@@ -302,7 +295,7 @@ static int heal_run(struct heal *h, struct republish *rp)
 		         cf->slot);
 		return EXIT_SLOT;
 	}
-	from = cf->since ? cf->since : heal_since(rec.commit_us, since, sizeof(since));
+	from = cf->since ? cf->since : slot_record_heal_since(&rec, since, sizeof(since));
 	if (!from) {
 		snprintf(h->err, sizeof(h->err),
 		         "the slot record holds no commit time: give --since, the time of the last "

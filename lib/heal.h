@@ -12,14 +12,6 @@
 #include "config.h"
 
 /*
- * How far before the slot record's last commit time heal (and the exit 8
- * line's republish --since) starts: created_at is a transaction's start, so
- * a row committed after the record's commit may carry an earlier time. Rows
- * of a transaction open longer than this need an earlier --since.
- */
-#define HEAL_MARGIN_S 300
-
-/*
  * Heal the gap: see heal.c. Prints its outcome to stdout, errors to the log.
  * Returns the exit code: 0 healed or nothing to heal, 1 interrupted, 2 usage,
  * 3 PostgreSQL, 4 slot, 5 Redis, 6 table or column missing, 7 the record is
@@ -29,8 +21,5 @@ int heal_main(const struct relay_config *cf);
 
 /* `outbox-relay heal --help`. */
 void heal_usage(FILE *out);
-
-/* HEAL_MARGIN_S before commit_us (Unix microseconds) as ISO text; NULL when unknown. */
-const char *heal_since(int64_t commit_us, char *buf, size_t len);
 
 #endif

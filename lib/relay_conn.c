@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "exitcode.h"
-#include "heal.h"
+#include "slot_record.h"
 #include "log.h"
 #include "relay_int.h"
 
@@ -101,7 +101,8 @@ static int gap_refuse(struct relay *r)
 	          lsn_format(r->cfm.rec_acked, conf),
 	          r->cfm.commit_lsn ? lsn_format(r->cfm.commit_lsn, commit) : "(none recorded)",
 	          relay_format_us(r->cfm.commit_us, when, sizeof(when)),
-	          heal_since(r->cfm.commit_us, since, sizeof(since))
+	          slot_record_heal_since(&(struct slot_record){.commit_us = r->cfm.commit_us}, since,
+	                                 sizeof(since))
 	              ? since
 	              : "<the time of the last event in Redis>",
 	          conf);

@@ -93,6 +93,13 @@ const char *slot_record_why(enum slot_verdict v, const struct slot_record *rec,
 	return why;
 }
 
+const char *slot_record_heal_since(const struct slot_record *rec, char *buf, size_t len)
+{
+	return rec->commit_us > 0
+	           ? time_format_iso(rec->commit_us - (int64_t)HEAL_MARGIN_S * 1000000, buf, len)
+	           : NULL;
+}
+
 bool slot_record_accepts(const struct slot_record *rec, lsn_t accept)
 {
 	return accept != LSN_INVALID && accept == rec->confirmed;

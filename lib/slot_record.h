@@ -73,6 +73,17 @@ const char *slot_record_why(enum slot_verdict v, const struct slot_record *rec,
                             const struct slot_seen *seen, char *why, size_t len);
 
 /*
+ * How far before the record's last commit time a heal (and the exit 8
+ * line's republish --since) starts: created_at is a transaction's start, so
+ * a row committed after the record's commit may carry an earlier time. Rows
+ * of a transaction open longer than this need an earlier --since.
+ */
+#define HEAL_MARGIN_S 300
+
+/* HEAL_MARGIN_S before rec's commit time as ISO text into buf; NULL when unknown. */
+const char *slot_record_heal_since(const struct slot_record *rec, char *buf, size_t len);
+
+/*
  * --accept-gap accept (LSN_INVALID when not given) accepts a gap only when
  * it names the record's own confirmed position, the one the refusal printed:
  * a later gap, after the record moved, is refused again.

@@ -121,6 +121,19 @@ TEST(accepts)
 	CHECK(!slot_record_accepts(&rec, LSN_INVALID)); /* no --accept-gap accepts nothing */
 }
 
+/* A heal starts HEAL_MARGIN_S before the last commit: created_at is a transaction's start. */
+TEST(heal_since)
+{
+	struct slot_record rec = {.commit_us = INT64_C(1790000000123456)}; /* 2026-09-21T14:13:20Z */
+	char buf[64];
+
+	CHECK(HEAL_MARGIN_S == 300);
+	CHECK(slot_record_heal_since(&rec, buf, sizeof(buf)) == buf);
+	CHECK(strncmp(buf, "2026-09-21T14:08:20.123456", 26) == 0);
+	rec.commit_us = 0; /* no commit recorded: no time to start from */
+	CHECK(slot_record_heal_since(&rec, buf, sizeof(buf)) == NULL);
+}
+
 int main(void)
 {
 	RUN(key);
@@ -129,5 +142,6 @@ int main(void)
 	RUN(owner);
 	RUN(judge);
 	RUN(accepts);
+	RUN(heal_since);
 	return test_done();
 }
