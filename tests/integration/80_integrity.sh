@@ -19,6 +19,7 @@
 #     over a --since/--until slice: every committed row exactly once, every
 #     field byte for byte equal to the row as rendered in SQL, no entry
 #     without a row, each aggregate in commit order; exit 0;
+#   - the same verify against a Redis Cluster (500 rows over 50 streams);
 #   - oracle.py check: no rolled-back row in the table or a stream, each
 #     aggregate's events in the order the application committed them, the
 #     committed logical messages once each with their fields.
@@ -194,4 +195,17 @@ verify
 assert_eq 10 "$VERIFY_RC" "verify's exit code for discrepancies"
 assert_match "$(tail -n 1 "$T/verify.out")" "^verify found discrepancies: rows=$((ROWS + 2)) .* missing=1 duplicated=1 without_row=1 differ=1 reordered=1 " \
 	"verify finds one of each kind"
+
+# ---- verify against a Redis Cluster: 50 streams over 3 masters ---------------------
+cluster_start 3
+slot_create verify_cluster
+since=$(psql_q "SELECT replace(now()::text, ' ', 'T')")
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, note)
+	SELECT 'cl', 'cl-' || (i % 50), E'c\\x01l', jsonb_build_object('i', i, 'pad', repeat('z', i * 37)),
+	       CASE WHEN i % 3 = 0 THEN NULL ELSE 'n' || i END FROM generate_series(1, 500) i"
+REDIS_URL=$CLUSTER_URL
+relay_drain --slot verify_cluster --stream 'outbox:{aggregate_id}'
+verify --since "$since" --stream 'outbox:{aggregate_id}'
+assert_eq 0 "$VERIFY_RC" "verify on a Redis Cluster: exit code"
+assert_match "$(tail -n 1 "$T/verify.out")" "^verify clean: rows=500 streams=50 entries=500 " "verify on a Redis Cluster: every row"
 pass
