@@ -44,6 +44,13 @@
 
 #define PAGE 100  /* entries per XRANGE */
 #define FIRST_N 5 /* ids shown per kind of discrepancy */
+/*
+ * How far behind PostgreSQL's clock Redis's may be: a stream is read from the
+ * entry id (Redis's milliseconds at XADD) this much before the earliest
+ * --time-column of the rows judged, since no entry of a row can be older
+ * than the row's transaction start.
+ */
+#define SKEW_MS (3600 * 1000)
 
 enum kind { K_MISSING, K_DUPLICATED, K_ORPHAN, K_DIFFERS, K_REORDERED, K_NKINDS };
 
@@ -110,6 +117,8 @@ struct verify {
 	lsn_t *agg_lsn;
 	size_t agg_cap;
 	/* counts */
+	int64_t chunk_min_ms; /* the chunk's earliest --time-column (INT64_MAX: none yet) */
+	bool chunk_nulltime;  /* a row of the chunk has no time: its streams are read whole */
 	uint64_t total_rows, entries_read, unroutable, dead_lettered, trimmed_missing, before_since,
 	    republished;
 	struct report rep[K_NKINDS];
@@ -466,6 +475,15 @@ static int declare_cursor(struct verify *v)
 		else
 			put_rendered(v, &q, c);
 	}
+	id = PQescapeIdentifier(v->conn, cf->time_column, strlen(cf->time_column));
+	if (!id) {
+		buf_finish(&q);
+		return EXIT_FAILURE_RUNTIME;
+	}
+	buf_puts(&q, ", (extract(epoch FROM ");
+	buf_puts(&q, id);
+	buf_puts(&q, ") * 1000)::int8");
+	PQfreemem(id);
 	buf_puts(&q, " FROM ");
 	buf_puts(&q, v->qtable);
 	buf_puts(&q, " WHERE true");
@@ -489,7 +507,12 @@ static int declare_cursor(struct verify *v)
 		PQfreemem(id);
 		PQfreemem(lit);
 	}
-	if (q.failed || v->oom) {
+	/* In time order: a chunk's rows are near in time, so are their entries. */
+	id = PQescapeIdentifier(v->conn, cf->time_column, strlen(cf->time_column));
+	buf_puts(&q, " ORDER BY ");
+	buf_puts(&q, id ? id : "1");
+	PQfreemem(id);
+	if (q.failed || v->oom || !id) {
 		buf_finish(&q);
 		return EXIT_FAILURE_RUNTIME;
 	}
@@ -875,6 +898,13 @@ static bool scan_stream(struct verify *v, struct vstream *s, const char *cmp_sql
 	char start[64] = "-", count[16];
 	const char *argv[6] = {"XRANGE", s->name, start, "+", "COUNT", count};
 
+	int64_t from = !s->scanned         ? (v->has_since ? v->since_us / 1000 : -1)
+	               : v->chunk_nulltime ? -1
+	                                   : v->chunk_min_ms;
+
+	/* The first pass judges entries from --since on, later ones the chunk's rows. */
+	if (from >= 0 && from != INT64_MAX)
+		snprintf(start, sizeof(start), "%lld-0", (long long)(from > SKEW_MS ? from - SKEW_MS : 0));
 	snprintf(count, sizeof(count), "%d", PAGE);
 	strmap_clear(&v->aggs, true);
 	if (!s->scanned)
@@ -984,6 +1014,8 @@ static void chunk_clear(struct verify *v)
 	for (size_t i = 0; i < v->nrows; i++)
 		free(v->rows[i].id);
 	v->nrows = 0;
+	v->chunk_min_ms = INT64_MAX;
+	v->chunk_nulltime = false;
 	for (size_t i = 0; i < v->nstreams; i++)
 		v->streams[i].in_chunk = false;
 }
@@ -997,6 +1029,14 @@ static bool chunk_add(struct verify *v, const PGresult *res, int r, struct w2j_f
 	struct row *row;
 
 	v->total_rows++;
+	if (PQgetisnull(res, r, (int)v->ntcols + 1)) {
+		v->chunk_nulltime = true;
+	} else {
+		int64_t ms = strtoll(PQgetvalue(res, r, (int)v->ntcols + 1), NULL, 10);
+
+		if (ms < v->chunk_min_ms)
+			v->chunk_min_ms = ms;
+	}
 	if (PQgetisnull(res, r, 0) || PQgetlength(res, r, 0) == 0) {
 		v->unroutable++;
 		return true;
@@ -1186,7 +1226,7 @@ static void free_all(struct verify *v)
 
 int verify_main(const struct relay_config *cf)
 {
-	struct verify v = {.cf = cf};
+	struct verify v = {.cf = cf, .chunk_min_ms = INT64_MAX};
 	uint64_t bad = 0;
 	int rc;
 
