@@ -182,7 +182,7 @@ for k in relay_kill9 redis_restart redis_kill9 pg_restart slot_heal; do
 	faults="$faults $k=${FAULTS[$k]}"
 done
 [ "$HAS_HEAL" = 1 ] || faults="$faults (slot_heal: no heal in this build)"
-echo "integrity: seed=$SEED seconds=$SECONDS_RUN rows=$ROWS messages=$(okv messages) rolled_back=$(okv rolled_back) faults:$faults lost=$LOST duplicated=$DUP corrupted=$CORR reordered=$REORD messages_lost_in_slot_gaps=$(okv messages_lost_in_slot_gaps)"
+echo "integrity: seed=$SEED seconds=$SECONDS_RUN rows=$ROWS messages=$(okv messages) rolled_back=$(okv rolled_back) faults:$faults lost=$LOST duplicated=$DUP corrupted=$CORR reordered=$REORD (republished: $(okv reordered_republished)) messages_lost_in_slot_gaps=$(okv messages_lost_in_slot_gaps)"
 
 assert_eq "0 0 0 0" "$LOST $DUP $CORR $REORD" "lost, duplicated, corrupted, reordered"
 assert_eq 0 "$VERIFY_ALL_RC" "verify over every row: exit code ($summary)"

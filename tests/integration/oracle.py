@@ -33,7 +33,8 @@
       the order they were committed (headers.seq grows); every id in the
       streams is a row or a message. Prints one line of counts:
       "oracle: rows=N rolled_back=N messages=N lost=N duplicated=N corrupted=N
-      reordered=N phantom=N messages_lost_in_slot_gaps=N" and exits 1 when
+      reordered=N phantom=N messages_lost_in_slot_gaps=N reordered_republished=N"
+      (how many of the reordered entries were republished ones) and exits 1 when
       any of lost..phantom is not 0. With HEALS > 0 (slots dropped and
       healed) a committed message missing is counted in the last number, not
       as lost: a message lives only in the WAL, and the dropped slot's gap
@@ -347,7 +348,7 @@ def check(d, sock, host, port, heals="0"):
             msgs[rec["id"]] = rec
     table = set(psql_lines(host, port, "SELECT id FROM outbox"))
     c = Client(sock)
-    lost = dup = corrupted = reordered = phantom = msg_gap = 0
+    lost = dup = corrupted = reordered = phantom = msg_gap = reordered_rp = 0
     problems = {}
 
     def bad(what):
@@ -380,7 +381,10 @@ def check(d, sock, host, port, heals="0"):
                 continue  # verify judges the fields
             if s <= last_seq.get((key, agg), 0):
                 reordered += 1
-                bad("%s: aggregate %s seq %d after %d (entry %s)" % (key, agg, s, last_seq[(key, agg)], eid))
+                rp = "_republished" in f
+                reordered_rp += rp
+                bad("%s: aggregate %s seq %d after %d (entry %s%s)" % (key, agg, s, last_seq[(key, agg)], eid,
+                                                                   ", republished" if rp else ""))
             last_seq[(key, agg)] = max(s, last_seq.get((key, agg), 0))
     for i, n in seen.items():
         if i in rolled:
@@ -431,7 +435,8 @@ def check(d, sock, host, port, heals="0"):
         for p in problems[kind]:
             print("oracle: " + p, file=sys.stderr)
     print("oracle: rows=%d rolled_back=%d messages=%d lost=%d duplicated=%d corrupted=%d reordered=%d phantom=%d"
-          " messages_lost_in_slot_gaps=%d" % (len(table), len(rolled), nmsg, lost, dup, corrupted, reordered, phantom, msg_gap))
+          " messages_lost_in_slot_gaps=%d reordered_republished=%d"
+          % (len(table), len(rolled), nmsg, lost, dup, corrupted, reordered, phantom, msg_gap, reordered_rp))
     return 1 if lost or dup or corrupted or reordered or phantom else 0
 
 
