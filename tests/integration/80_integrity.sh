@@ -208,4 +208,10 @@ relay_drain --slot verify_cluster --stream 'outbox:{aggregate_id}'
 verify --since "$since" --stream 'outbox:{aggregate_id}'
 assert_eq 0 "$VERIFY_RC" "verify on a Redis Cluster: exit code"
 assert_match "$(tail -n 1 "$T/verify.out")" "^verify clean: rows=500 streams=50 entries=500 " "verify on a Redis Cluster: every row"
+
+# ---- verify's other exit codes ------------------------------------------------------
+verify --table public.nope
+assert_eq 6 "$VERIFY_RC" "verify: a table that does not exist"
+verify --since yesterday-ish
+assert_eq 2 "$VERIFY_RC" "verify: a --since PostgreSQL cannot read"
 pass
