@@ -484,10 +484,12 @@ static bool put_bound(struct republish *rp, struct buf *q, const char *op, const
 /*
  * Declare the cursor over [since, --until) in commit order as far as SQL
  * can tell it: by --time-column (a transaction's start when it is now()),
- * then by transaction (the older xmin first), then within a transaction in
- * insert order (an identity or nextval() column when the table has one, then
- * the row's place in the heap, which follows insert order for a table that
- * is only inserted into). Inside snapshot when it is not NULL (outbox-relay
+ * then by transaction (the older xmin first), then within a transaction by
+ * statement (cmin: the command id of the INSERT, kept in the row), then in
+ * insert order within a statement as far as the table tells it (an identity
+ * or nextval() column when it has one; else the row's place in the heap,
+ * ctid, which a multi-row INSERT may fill out of order where earlier pages
+ * have free space). Inside snapshot when it is not NULL (outbox-relay
  * heal: the slot's exported snapshot). Counts the rows whose --time-column
  * is NULL (no bound can select them) into rp->null_time.
  */
@@ -552,7 +554,8 @@ static int declare_cursor(struct republish *rp, const char *since, const char *s
 	}
 	buf_puts(&q, " ORDER BY ");
 	ok = ok && put_ident(rp, &q, cf->time_column);
-	buf_puts(&q, ", pg_catalog.age(xmin) DESC");
+	/* Within a transaction: by statement (cmin, the command that inserted the row). */
+	buf_puts(&q, ", pg_catalog.age(xmin) DESC, (cmin::text)::bigint");
 	for (int i = 0; ok && i < rp->ncols; i++) {
 		if (!rp->cols[i].seq)
 			continue;

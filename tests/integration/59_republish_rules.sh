@@ -9,6 +9,9 @@
 # (c) two events of one aggregate in one transaction (same created_at, random
 #     uuid ids) come out in insert order. (Before: in id order, about half
 #     reversed.)
+#     The same after CLUSTER put every paid row before its created row in the
+#     heap (xmin and cmin kept): the statement order (cmin) decides, not the
+#     row's place (ctid). (Before: by ctid, all 40 reversed.)
 # (d) rows whose time column is NULL are counted in the summary and a warning.
 #     (Before: skipped without a word.)
 # (e) a `timestamp without time zone` time column written in the database's
@@ -69,6 +72,17 @@ rx fields outbox:ordered aggregate_id event_type >"$T/ordered"
 bad=$(awk -F'\t' '$2 == "created" { c[$1] = NR } $2 == "paid" && !($1 in c) { n++ } END { print n + 0 }' "$T/ordered")
 assert_eq 0 "$bad" "(c) every aggregate's created comes before its paid (insert order within the transaction)"
 assert_eq "$(seq -f 'c%g' 1 40 | tr '\n' ' ')" "$(head -n 40 "$T/ordered" | cut -f1 | tr '\n' ' ')" "(c) the 40 created in insert order"
+# The heap reordered: CLUSTER by an index that puts paid before created.
+psql_q "CREATE INDEX outbox_59c ON outbox (event_type DESC, aggregate_id); CLUSTER outbox USING outbox_59c;
+        DROP INDEX outbox_59c" >/dev/null
+first=$(psql_q "SELECT event_type FROM outbox WHERE aggregate_type = 'ordered' ORDER BY ctid LIMIT 1")
+assert_eq paid "$first" "(c) after CLUSTER the heap holds a paid row first"
+redis_cli DEL outbox:ordered >/dev/null
+republish --redis-url "$ADMIN_URL" --key-prefix p59c --since 2000-01-01 --until 2029-01-01
+assert_eq 80 "$(summary published)" "(c) after CLUSTER: 80 events republished (a fresh dedup state)"
+rx fields outbox:ordered aggregate_id event_type >"$T/ordered"
+bad=$(awk -F'\t' '$2 == "created" { c[$1] = NR } $2 == "paid" && !($1 in c) { n++ } END { print n + 0 }' "$T/ordered")
+assert_eq 0 "$bad" "(c) after CLUSTER: every created still before its paid (statement order, not heap order)"
 
 # ---- (d) NULL time ----------------------------------------------------------------
 psql_q "CREATE TABLE nt (LIKE outbox INCLUDING DEFAULTS); ALTER TABLE nt ALTER created_at DROP NOT NULL;

@@ -35,8 +35,12 @@ ORACLE="python3 $_LIB_DIR/oracle.py"
 setup_tmp
 pg_start
 load_schema
+# More column types, and an identity column: what the README asks of a table
+# whose single INSERTs write several events of one aggregate (the bulk
+# statements here), for their exact order in a republish (heal).
 psql_q "ALTER TABLE outbox ADD COLUMN note text, ADD COLUMN amount numeric, ADD COLUMN qty int8,
-	ADD COLUMN flag boolean, ADD COLUMN blob bytea, ADD COLUMN ratio float8, ADD COLUMN tags text[]"
+	ADD COLUMN flag boolean, ADD COLUMN blob bytea, ADD COLUMN ratio float8, ADD COLUMN tags text[],
+	ADD COLUMN seq bigint GENERATED ALWAYS AS IDENTITY"
 REDIS_ARGS=(--appendonly yes --appendfsync always)
 redis_start "${REDIS_ARGS[@]}"
 slot_create outbox_relay
