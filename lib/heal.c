@@ -29,6 +29,7 @@
 #include "exitcode.h"
 #include "log.h"
 #include "lsn.h"
+#include "pg_sql.h"
 #include "republish.h"
 #include "sink_redis.h"
 #include "slot_record.h"
@@ -52,24 +53,12 @@ struct heal {
 /* Copy libpq's message as one line into h->err, after prefix. */
 static void pg_err(struct heal *h, const char *prefix)
 {
-	char *nl;
-
-	snprintf(h->err, sizeof(h->err), "%s%s", prefix, PQerrorMessage(h->repl));
-	while ((nl = strchr(h->err, '\n')) != NULL)
-		*nl = nl[1] ? ' ' : '\0';
+	pg_sql_error(h->repl, prefix, h->err, sizeof(h->err));
 }
 
 static PGresult *run(struct heal *h, const char *what, const char *sql, ExecStatusType want)
 {
-	PGresult *res = PQexec(h->repl, sql);
-	char prefix[128];
-
-	if (PQresultStatus(res) == want)
-		return res;
-	snprintf(prefix, sizeof(prefix), "%s: ", what);
-	pg_err(h, prefix);
-	PQclear(res);
-	return NULL;
+	return pg_sql_run(h->repl, what, sql, want, h->err, sizeof(h->err));
 }
 
 /* A replication connection like the relay's, and IDENTIFY_SYSTEM. */

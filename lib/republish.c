@@ -25,6 +25,7 @@
 #include "exitcode.h"
 #include "log.h"
 #include "lsn.h"
+#include "pg_sql.h"
 #include "relay.h"
 #include "sink_redis.h"
 #include "wal2json.h"
@@ -68,23 +69,6 @@ struct republish {
 	char err[1024];
 };
 
-/* wal2json prints these types as bare JSON numbers (NaN and infinities as null). */
-static bool numeric_oid(unsigned oid)
-{
-	switch (oid) {
-	case 20:   /* int8 */
-	case 21:   /* int2 */
-	case 23:   /* int4 */
-	case 26:   /* oid */
-	case 700:  /* float4 */
-	case 701:  /* float8 */
-	case 1700: /* numeric */
-		return true;
-	default:
-		return false;
-	}
-}
-
 /* One column's text output as the w2j_field wal2json would give for it. */
 static void render(const struct column *c, const char *v, bool null, struct w2j_field *f)
 {
@@ -98,7 +82,7 @@ static void render(const struct column *c, const char *v, bool null, struct w2j_
 	if (null) {
 		f->kind = W2J_KIND_NULL;
 		f->value = NULL;
-	} else if (numeric_oid(c->oid)) {
+	} else if (pg_sql_type_is_number(c->oid)) {
 		f->kind = strcmp(v, "NaN") == 0 || strstr(v, "Infinity") ? W2J_KIND_NULL : W2J_KIND_NUMBER;
 	} else if (c->oid == 16) { /* bool */
 		f->kind = W2J_KIND_BOOL;
@@ -167,16 +151,7 @@ static void render_raw(struct republish *rp, const struct w2j_field *f, int n)
 /* Run sql; NULL with rp->err ("<what>: <server message>") unless it returns want. */
 static PGresult *run(struct republish *rp, const char *what, const char *sql, ExecStatusType want)
 {
-	PGresult *res = PQexec(rp->conn, sql);
-	char *nl;
-
-	if (PQresultStatus(res) == want)
-		return res;
-	snprintf(rp->err, sizeof(rp->err), "%s: %s", what, PQerrorMessage(rp->conn));
-	if ((nl = strchr(rp->err, '\n')) != NULL)
-		*nl = '\0';
-	PQclear(res);
-	return NULL;
+	return pg_sql_run(rp->conn, what, sql, want, rp->err, sizeof(rp->err));
 }
 
 /* Connect, set the session up as the walsender renders values, resolve the table. */

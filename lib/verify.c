@@ -39,6 +39,7 @@
 #include "exitcode.h"
 #include "log.h"
 #include "lsn.h"
+#include "pg_sql.h"
 #include "redis_conn.h"
 #include "wal2json.h"
 
@@ -269,23 +270,7 @@ static bool is_meta(const redisReply *name)
 
 static PGresult *run(struct verify *v, const char *what, const char *sql, ExecStatusType want)
 {
-	PGresult *res = PQexec(v->conn, sql);
-	char *nl;
-
-	if (PQresultStatus(res) == want)
-		return res;
-	snprintf(v->err, sizeof(v->err), "%s: %s", what, PQerrorMessage(v->conn));
-	if ((nl = strchr(v->err, '\n')) != NULL)
-		*nl = '\0';
-	PQclear(res);
-	return NULL;
-}
-
-/* wal2json prints these types as bare JSON numbers (NaN and infinities as null). */
-static bool numeric_oid(unsigned oid)
-{
-	return oid == 20 || oid == 21 || oid == 23 || oid == 26 || oid == 700 || oid == 701 ||
-	       oid == 1700;
+	return pg_sql_run(v->conn, what, sql, want, v->err, sizeof(v->err));
 }
 
 /* Column i as the text of the field the relay publishes, NULL when it publishes none. */
@@ -307,7 +292,7 @@ static void put_rendered(struct verify *v, struct buf *q, int i)
 		buf_puts(q, "pg_catalog.encode(");
 		buf_puts(q, id);
 		buf_puts(q, ", 'hex')");
-	} else if (numeric_oid(v->cols[i].oid)) {
+	} else if (pg_sql_type_is_number(v->cols[i].oid)) {
 		buf_puts(q, "CASE WHEN ");
 		buf_puts(q, id);
 		buf_puts(q, "::text IN ('NaN', 'Infinity', '-Infinity') THEN NULL ELSE ");
