@@ -150,12 +150,15 @@ RELAY_TIMEOUT=${RELAY_TIMEOUT_DRAIN:-280} relay_drain "${RELAY_OPTS[@]}"
 
 verify() { # ARGS...: outbox-relay verify; stdout in $T/verify.out, exit code in $VERIFY_RC
 	VERIFY_RC=0
-	timeout -k 5 280 "$RELAY_BIN" verify --pg-dsn "$PG_DSN" --redis-url "$REDIS_URL" --log-level debug \
+	# Bounded by the data a run leaves (a soak's hundreds of thousands of rows), not by 280 s.
+	timeout -k 5 $((280 + 2 * SECONDS_RUN)) "$RELAY_BIN" verify --pg-dsn "$PG_DSN" --redis-url "$REDIS_URL" --log-level debug \
 		--http-addr "" "$@" >"$T/verify.out" 2>"$T/verify.log" || VERIFY_RC=$?
 	cat "$T/verify.out"
 }
-# a small --fetch-size: chunks of 100 x 40 rows, so the chunked path runs too
-verify --fetch-size 40
+# a small --fetch-size: chunks of 100 x 40 rows, so the chunked path runs too;
+# a soak's rows in chunks of 100 x 1000 (each chunk reads its streams again
+# from an hour before its first row: many small chunks would take hours)
+verify --fetch-size $((SECONDS_RUN > 300 ? 1000 : 40))
 summary=$(tail -n 1 "$T/verify.out")
 kv() { sed -n "s/.* $1=\([0-9]*\).*/\1/p" <<<"$summary"; }
 V_MISSING=$(kv missing) V_DUP=$(kv duplicated) V_ORPHAN=$(kv without_row) V_DIFF=$(kv differ) V_REORD=$(kv reordered)
