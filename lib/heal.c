@@ -50,12 +50,7 @@ struct heal {
 	char err[1024];
 };
 
-/* Copy libpq's message as one line into h->err, after prefix. */
-static void pg_err(struct heal *h, const char *prefix)
-{
-	pg_sql_error(h->repl, prefix, h->err, sizeof(h->err));
-}
-
+/* Run sql on the replication connection; NULL with h->err unless it returns want. */
 static PGresult *run(struct heal *h, const char *what, const char *sql, ExecStatusType want)
 {
 	return pg_sql_run(h->repl, what, sql, want, h->err, sizeof(h->err));
@@ -75,7 +70,8 @@ static int repl_connect(struct heal *h)
 	h->repl = PQconnectdbParams(keys, vals, 1);
 	if (!h->repl || PQstatus(h->repl) != CONNECTION_OK) {
 		if (h->repl)
-			pg_err(h, "could not connect to PostgreSQL (replication): ");
+			pg_sql_error(h->repl, "could not connect to PostgreSQL (replication): ", h->err,
+			             sizeof(h->err));
 		else
 			snprintf(h->err, sizeof(h->err), "out of memory");
 		return EXIT_PG_SETUP;

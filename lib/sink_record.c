@@ -44,9 +44,8 @@ bool sink_redis_queue_record(struct sink_redis *s, lsn_t confirmed, lsn_t commit
 	char val[SLOT_RECORD_MAX];
 	size_t n;
 
-	if (strlen(s->q.owner) >= sizeof(rec.owner))
-		return false;
-	memcpy(rec.owner, s->q.owner, strlen(s->q.owner) + 1);
+	_Static_assert(sizeof(rec.owner) == sizeof(s->q.owner), "the queue's owner is the record's");
+	memcpy(rec.owner, s->q.owner, sizeof(rec.owner));
 	n = slot_record_format(&rec, val, sizeof(val));
 	return n > 0 && sq_queue_record(&s->q, SQ_RECORD, val, n);
 }
