@@ -398,6 +398,9 @@ static const struct opt_def option_table[] = {
         "the outbox table's column that --since and --until compare"),
     NUM("fetch-size", OPT_INT, 0, RP, fetch_size, "1000", 1, 100000, "N",
         "rows read from the server-side cursor at a time"),
+    NUM("clock-skew", OPT_DURATION, 0, RP, clock_skew_ms, "5m", 0, 24 * OPT_MS_HOUR, "DURATION",
+        "outbox-relay verify: how far Redis's clock may run behind PostgreSQL's; an entry is "
+        "judged once the rows up to its time plus this much are read"),
 };
 
 #undef VAL

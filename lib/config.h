@@ -82,6 +82,7 @@ struct relay_config {
 	char *until;        /* --until TIME, NULL when unset */
 	char *time_column;  /* --time-column, default "created_at" */
 	int64_t fetch_size; /* --fetch-size, default 1000 */
+	int clock_skew_ms;  /* --clock-skew (verify), default 5m */
 
 	/* outbox-relay status */
 	char *stream_pattern; /* --stream-pattern GLOB, default "outbox:*" */

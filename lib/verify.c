@@ -2,24 +2,32 @@
  * verify.c - `outbox-relay verify`: the outbox rows of a time range against
  * the entries of their streams.
  *
- * Rows: read through a server-side cursor in one REPEATABLE READ READ ONLY
- * transaction, in chunks of 100 x --fetch-size rows; a chunk keeps only each
- * row's event id and stream (the stream rendered with the relay's --stream
- * template from the row's columns). Entries: every stream a chunk's rows are
- * routed to is read with XRANGE in pages of PAGE entries. Each entry whose
- * event id is a row of the chunk is counted (twice or more: duplicated) and
- * its fields are compared byte for byte with the row as rendered in SQL,
+ * One pass over each side. Rows: read in --time-column order through a
+ * server-side cursor in one REPEATABLE READ READ ONLY transaction, 100 x
+ * --fetch-size at a time; a row is kept (its event id and stream, rendered
+ * with the relay's --stream template) until an entry of its id is read.
+ * Entries: every stream the rows are routed to is read once, with XRANGE in
+ * pages of PAGE entries, from where the last step stopped up to the entries
+ * that only rows already read can own: no entry is older than its row's
+ * transaction start, give or take --clock-skew, so after the rows up to time
+ * T every entry before T - skew can be judged. Each entry whose event id is a
+ * row kept is counted, the row forgotten, and its fields are compared byte
+ * for byte with the row as rendered in SQL,
  * independently of the relay's decoder: every non-NULL column in table
  * order as its text output in the walsender's settings (UTC, ISO dates, hex
  * bytea), booleans as true/false, bytea without \x, NaN and infinite
  * numbers absent (wal2json prints them null), then nothing but the relay's
- * _lsn, _xid, _committed_at and republish's _republished. On the first pass
- * over a stream, entries committed in the range whose event id is in no row
- * of the table at all are entries without a row, and each aggregate's
- * entries (--stream's stream, and the aggregate_id field when the table has
- * that column) must have non-decreasing commit LSNs (_lsn). Rows of the chunk
- * no entry matched are missing, unless a dead letter holds their id or their
- * stream was trimmed (both said, not counted as discrepancies).
+ * _lsn, _xid, _committed_at and republish's _republished. An entry committed
+ * in the range whose id is no row kept is looked up by id: a row of the range
+ * already read was matched before (duplicated), no row at all is an entry
+ * without a row. Each aggregate's entries (--stream's stream, and the
+ * aggregate_id field when the table has that column) must have non-decreasing
+ * commit LSNs (_lsn). Rows no entry matched by the end are missing, unless a
+ * dead letter holds their id or their stream was trimmed (both said, not
+ * counted as discrepancies).
+ *
+ * Memory: the rows kept (those of the last --clock-skew and one step, and
+ * rows not published yet) and the last LSN of each aggregate.
  *
  * Nothing is written anywhere: one READ ONLY transaction in PostgreSQL,
  * XRANGE and XINFO in Redis.
@@ -45,13 +53,6 @@
 
 #define PAGE 100  /* entries per XRANGE */
 #define FIRST_N 5 /* ids shown per kind of discrepancy */
-/*
- * How far behind PostgreSQL's clock Redis's may be: a stream is read from the
- * entry id (Redis's milliseconds at XADD) this much before the earliest
- * --time-column of the rows judged, since no entry of a row can be older
- * than the row's transaction start.
- */
-#define SKEW_MS (3600 * 1000)
 
 enum kind { K_MISSING, K_DUPLICATED, K_ORPHAN, K_DIFFERS, K_REORDERED, K_NKINDS };
 
@@ -78,13 +79,14 @@ struct row {
 	char *id;
 	uint32_t stream;
 	uint32_t seen;
+	bool nulltime; /* no --time-column: its entry may be anywhere in the stream */
 };
 
 struct vstream {
 	char *name;
-	bool scanned;  /* a first pass (orphans, order) was done */
-	bool trimmed;  /* XINFO: entries were deleted or trimmed */
-	bool in_chunk; /* a row of the current chunk goes here */
+	bool started; /* read up to pos (exclusive) */
+	bool trimmed; /* XINFO: entries were deleted or trimmed */
+	char pos[48];
 };
 
 struct column {
@@ -106,20 +108,22 @@ struct verify {
 	size_t ntcols; /* template columns */
 	int64_t since_us, until_us;
 	bool has_since, has_until;
-	/* the chunk */
+	/* the rows kept: read, no entry of their id seen yet */
 	struct row *rows;
 	size_t nrows, rows_cap;
 	struct strmap ids;
 	struct vstream *streams;
 	size_t nstreams;
 	struct strmap snames;
-	/* per stream pass: aggregate -> last _lsn */
+	/* "<stream index>:<aggregate>" -> last _lsn */
 	struct strmap aggs;
 	lsn_t *agg_lsn;
 	size_t agg_cap;
+	/* the time of the last row read (ms); INT64_MAX once every row with a time is read */
+	int64_t frontier_ms;
+	char *look_sql; /* id, time (ms), in the range: for ids of no row kept */
+	bool skew_exceeded;
 	/* counts */
-	int64_t chunk_min_ms; /* the chunk's earliest --time-column (INT64_MAX: none yet) */
-	bool chunk_nulltime;  /* a row of the chunk has no time: its streams are read whole */
 	uint64_t total_rows, entries_read, unroutable, dead_lettered, trimmed_missing, before_since,
 	    republished;
 	struct report rep[K_NKINDS];
@@ -442,6 +446,50 @@ static int pg_setup(struct verify *v)
 }
 
 /* The cursor: each row's rendered id, then its rendered template columns. */
+/* --time-column in milliseconds since the epoch. */
+static void put_time_ms(struct verify *v, struct buf *q)
+{
+	char *id = PQescapeIdentifier(v->conn, v->cf->time_column, strlen(v->cf->time_column));
+
+	if (!id) {
+		v->oom = true;
+		return;
+	}
+	buf_puts(q, "(extract(epoch FROM ");
+	buf_puts(q, id);
+	buf_puts(q, ") * 1000)::int8");
+	PQfreemem(id);
+}
+
+/* "true AND <time> >= since AND <time> < until": the range's predicate. */
+static void put_range(struct verify *v, struct buf *q)
+{
+	const struct relay_config *cf = v->cf;
+	char *id;
+
+	buf_puts(q, "true");
+	for (int bound = 0; bound < 2; bound++) {
+		const char *val = bound ? cf->until : cf->since;
+		char *lit;
+
+		if (!val)
+			continue;
+		id = PQescapeIdentifier(v->conn, cf->time_column, strlen(cf->time_column));
+		lit = PQescapeLiteral(v->conn, val, strlen(val));
+		if (id && lit) {
+			buf_puts(q, " AND ");
+			buf_puts(q, id);
+			buf_puts(q, bound ? " < " : " >= ");
+			buf_puts(q, lit);
+			buf_puts(q, "::timestamptz");
+		} else {
+			v->oom = true;
+		}
+		PQfreemem(id);
+		PQfreemem(lit);
+	}
+}
+
 static int declare_cursor(struct verify *v)
 {
 	const struct relay_config *cf = v->cf;
@@ -460,39 +508,14 @@ static int declare_cursor(struct verify *v)
 		else
 			put_rendered(v, &q, c);
 	}
-	id = PQescapeIdentifier(v->conn, cf->time_column, strlen(cf->time_column));
-	if (!id) {
-		buf_finish(&q);
-		return EXIT_FAILURE_RUNTIME;
-	}
-	buf_puts(&q, ", (extract(epoch FROM ");
-	buf_puts(&q, id);
-	buf_puts(&q, ") * 1000)::int8");
-	PQfreemem(id);
+	buf_puts(&q, ", ");
+	put_time_ms(v, &q);
 	buf_puts(&q, " FROM ");
 	buf_puts(&q, v->qtable);
-	buf_puts(&q, " WHERE true");
-	for (int bound = 0; bound < 2; bound++) {
-		const char *val = bound ? cf->until : cf->since;
-		char *lit;
-
-		if (!val)
-			continue;
-		id = PQescapeIdentifier(v->conn, cf->time_column, strlen(cf->time_column));
-		lit = PQescapeLiteral(v->conn, val, strlen(val));
-		if (id && lit) {
-			buf_puts(&q, " AND ");
-			buf_puts(&q, id);
-			buf_puts(&q, bound ? " < " : " >= ");
-			buf_puts(&q, lit);
-			buf_puts(&q, "::timestamptz");
-		} else {
-			v->oom = true;
-		}
-		PQfreemem(id);
-		PQfreemem(lit);
-	}
-	/* In time order: a chunk's rows are near in time, so are their entries. */
+	buf_puts(&q, " WHERE ");
+	put_range(v, &q);
+	/* In time order, rows without time last: entries are judged as rows up to their time are read.
+	 */
 	id = PQescapeIdentifier(v->conn, cf->time_column, strlen(cf->time_column));
 	buf_puts(&q, " ORDER BY ");
 	buf_puts(&q, id ? id : "1");
@@ -727,22 +750,133 @@ static char *compare_cols(struct verify *v)
 struct pending {
 	const char *id;
 	const redisReply *fv;
+	const char *entry; /* its entry id */
 };
 
-/*
- * One page of entries of stream s: membership, order and (first pass)
- * entries without a row. Returns false on a failure (v->err).
- */
-static bool judge_page(struct verify *v, struct vstream *s, const redisReply *page,
-                       const char *cmp_sql)
+/* Per aggregate (of stream si), commit LSNs never go down. False: out of memory. */
+static bool judge_order(struct verify *v, size_t si, const char *stream, const char *id,
+                        const redisReply *ent, const redisReply *fv)
 {
+	const redisReply *l = entry_field(fv, "_lsn");
+	const redisReply *ag = v->aggcol >= 0 ? entry_field(fv, "aggregate_id") : NULL;
+	const char *agg = reply_str(ag) ? ag->str : "";
+	char head[24];
+	struct buf key = {0};
+	int64_t ai;
+	lsn_t lsn;
+
+	if (!reply_str(l) || !lsn_parse(l->str, l->len, &lsn))
+		return true;
+	snprintf(head, sizeof(head), "%zu:", si);
+	buf_puts(&key, head);
+	buf_puts(&key, agg);
+	buf_putc(&key, '\0');
+	if (key.failed) {
+		v->oom = true;
+		return false;
+	}
+	ai = strmap_get(&v->aggs, key.data);
+	if (ai < 0) {
+		if (v->aggs.n >= v->agg_cap) {
+			size_t ncap = v->agg_cap ? v->agg_cap * 2 : 1024;
+			lsn_t *n = realloc(v->agg_lsn, ncap * sizeof(*n));
+
+			if (!n) {
+				buf_finish(&key);
+				v->oom = true;
+				return false;
+			}
+			v->agg_lsn = n;
+			v->agg_cap = ncap;
+		}
+		if (!strmap_put(&v->aggs, key.data, (uint32_t)v->aggs.n)) {
+			buf_finish(&key);
+			v->oom = true;
+			return false;
+		}
+		v->agg_lsn[v->aggs.n - 1] = lsn; /* the map owns key.data now */
+		return true;
+	}
+	if (lsn < v->agg_lsn[ai]) {
+		char detail[200], a[LSN_STRLEN], b[LSN_STRLEN];
+
+		snprintf(detail, sizeof(detail),
+		         "(aggregate \"%.64s\": commit %s after commit %s, entry %s)", agg,
+		         lsn_format(lsn, a), lsn_format(v->agg_lsn[ai], b),
+		         reply_str(ent->element[0]) ? ent->element[0]->str : "?");
+		found(v, K_REORDERED, stream, id, detail);
+	} else {
+		v->agg_lsn[ai] = lsn;
+	}
+	buf_finish(&key);
+	return true;
+}
+
+/*
+ * Entries committed in the range whose id is no row kept: a row of the range
+ * already read had its entry before (duplicated); no row at all: an entry
+ * without a row; a row of the range not read yet: Redis's clock ran more than
+ * --clock-skew behind PostgreSQL's, and this range cannot be judged so.
+ */
+static bool judge_unkept(struct verify *v, const char *stream, const struct pending *look,
+                         size_t nlook)
+{
+	const char *ids[PAGE];
+	PGresult *res;
+
+	for (size_t i = 0; i < nlook; i++)
+		ids[i] = look[i].id;
+	res = by_ids(v, v->look_sql, ids, nlook);
+	if (!res)
+		return false;
+	for (size_t i = 0; i < nlook; i++) {
+		int r;
+
+		for (r = 0; r < PQntuples(res); r++)
+			if (strcmp(PQgetvalue(res, r, 0), look[i].id) == 0)
+				break;
+		if (r == PQntuples(res)) {
+			found(v, K_ORPHAN, stream, look[i].id, NULL);
+			continue;
+		}
+		if (PQgetisnull(res, r, 2) || strcmp(PQgetvalue(res, r, 2), "t") != 0)
+			continue; /* its row is outside the range: not judged here */
+		if (PQgetisnull(res, r, 1) && v->frontier_ms != INT64_MAX)
+			continue; /* a row without time, not read yet: the last step reads for it again */
+		if (!PQgetisnull(res, r, 1) && v->frontier_ms != INT64_MAX &&
+		    strtoll(PQgetvalue(res, r, 1), NULL, 10) >= v->frontier_ms) {
+			snprintf(v->err, sizeof(v->err),
+			         "entry %s of stream %s (event id %s) is older than its row's --time-column "
+			         "by more than --clock-skew (%d ms): Redis's clock runs behind PostgreSQL's; "
+			         "run again with a larger --clock-skew",
+			         look[i].entry, stream, look[i].id, v->cf->clock_skew_ms);
+			v->skew_exceeded = true;
+			PQclear(res);
+			return false;
+		}
+		found(v, K_DUPLICATED, stream, look[i].id, "(its row was matched by an earlier entry)");
+	}
+	PQclear(res);
+	return true;
+}
+
+/*
+ * One page of entries of stream si: membership, fields, order, entries
+ * without a row. A rescan (rows without time, at the end) only matches rows
+ * kept. Returns false on a failure (v->err).
+ */
+static bool judge_page(struct verify *v, size_t si, const redisReply *page, const char *cmp_sql,
+                       bool rescan)
+{
+	struct vstream *s = &v->streams[si];
 	struct pending cmp[PAGE], look[PAGE];
 	const char *ids[PAGE];
 	size_t ncmp = 0, nlook = 0;
 	PGresult *res;
 
 	for (size_t i = 0; i < page->elements && i < PAGE; i++) {
-		const redisReply *ent = page->element[i], *fv, *idr, *t, *l;
+		const redisReply *ent = page->element[i], *fv, *idr, *t;
+		const char *eid;
 		int64_t ri, committed = 0;
 		bool in_window = true;
 		char *id;
@@ -752,20 +886,19 @@ static bool judge_page(struct verify *v, struct vstream *s, const redisReply *pa
 		fv = ent->element[1];
 		if (fv->type != REDIS_REPLY_ARRAY)
 			continue;
-		if (!s->scanned)
-			v->entries_read++;
+		eid = reply_str(ent->element[0]) ? ent->element[0]->str : "?";
+		v->entries_read++;
 		idr = entry_field(fv, v->cf->id_column);
 		t = entry_field(fv, "_committed_at");
 		if (reply_str(t) && time_parse_pg(t->str, t->len, &committed)) {
 			in_window = (!v->has_since || committed >= v->since_us) &&
 			            (!v->has_until || committed < v->until_us);
-			if (v->has_since && committed < v->since_us && !s->scanned)
+			if (v->has_since && committed < v->since_us && !rescan)
 				v->before_since++;
 		}
 		if (!reply_str(idr)) {
-			if (!s->scanned && in_window)
-				found(v, K_ORPHAN, s->name, reply_str(ent->element[0]) ? ent->element[0]->str : "?",
-				      "(no id field)");
+			if (!rescan && in_window)
+				found(v, K_ORPHAN, s->name, eid, "(no id field)");
 			continue;
 		}
 		id = idr->str;
@@ -776,59 +909,18 @@ static bool judge_page(struct verify *v, struct vstream *s, const redisReply *pa
 			if (++row->seen == 2)
 				found(v, K_DUPLICATED, s->name, id, NULL);
 			else if (row->seen == 1)
-				cmp[ncmp++] = (struct pending){id, fv};
-		} else if (!s->scanned && in_window) {
-			look[nlook++] = (struct pending){id, fv};
+				cmp[ncmp++] = (struct pending){id, fv, eid};
+		} else if (!rescan && in_window) {
+			look[nlook++] = (struct pending){id, fv, eid};
 		}
-		if (s->scanned || !in_window)
+		if (rescan || !in_window)
 			continue;
 		if (entry_field(fv, "_republished")) {
 			v->republished++;
 			continue;
 		}
-		/* Order: per aggregate, commit LSNs never go down. */
-		l = entry_field(fv, "_lsn");
-		if (reply_str(l)) {
-			const redisReply *ag = v->aggcol >= 0 ? entry_field(fv, "aggregate_id") : NULL;
-			const char *key = reply_str(ag) ? ag->str : "";
-			int64_t ai = strmap_get(&v->aggs, key);
-			lsn_t lsn;
-
-			if (!lsn_parse(l->str, l->len, &lsn))
-				continue;
-			if (ai < 0) {
-				char *k = dupn(key, strlen(key));
-
-				if (v->aggs.n >= v->agg_cap) {
-					size_t ncap = v->agg_cap ? v->agg_cap * 2 : 1024;
-					lsn_t *n = realloc(v->agg_lsn, ncap * sizeof(*n));
-
-					if (!n) {
-						free(k);
-						v->oom = true;
-						return false;
-					}
-					v->agg_lsn = n;
-					v->agg_cap = ncap;
-				}
-				if (!k || !strmap_put(&v->aggs, k, (uint32_t)v->aggs.n)) {
-					free(k);
-					v->oom = true;
-					return false;
-				}
-				v->agg_lsn[v->aggs.n - 1] = lsn;
-			} else if (lsn < v->agg_lsn[ai]) {
-				char detail[200], a[LSN_STRLEN], b[LSN_STRLEN];
-
-				snprintf(detail, sizeof(detail),
-				         "(aggregate \"%.64s\": commit %s after commit %s, entry %s)", key,
-				         lsn_format(lsn, a), lsn_format(v->agg_lsn[ai], b),
-				         reply_str(ent->element[0]) ? ent->element[0]->str : "?");
-				found(v, K_REORDERED, s->name, id, detail);
-			} else {
-				v->agg_lsn[ai] = lsn;
-			}
-		}
+		if (!judge_order(v, si, s->name, id, ent, fv))
+			return false;
 	}
 	if (ncmp) {
 		for (size_t i = 0; i < ncmp; i++)
@@ -843,7 +935,7 @@ static bool judge_page(struct verify *v, struct vstream *s, const redisReply *pa
 				if (strcmp(PQgetvalue(res, r, 0), cmp[i].id) == 0)
 					break;
 			if (r == PQntuples(res)) {
-				/* Its row is in the chunk but not found by id: the id was rendered otherwise. */
+				/* Its row was read but is not found by id: the id was rendered otherwise. */
 				found(v, K_DIFFERS, s->name, cmp[i].id, "(the row is not found by this id)");
 				continue;
 			}
@@ -851,49 +943,28 @@ static bool judge_page(struct verify *v, struct vstream *s, const redisReply *pa
 		}
 		PQclear(res);
 	}
-	if (nlook) {
-		char *idc = NULL;
-		struct buf q = {0};
-
-		put_rendered(v, &q, v->idcol);
-		idc = q.failed ? NULL : q.data;
-		for (size_t i = 0; i < nlook; i++)
-			ids[i] = look[i].id;
-		res = idc ? by_ids(v, idc, ids, nlook) : NULL;
-		buf_finish(&q);
-		if (!res)
-			return false;
-		for (size_t i = 0; i < nlook; i++) {
-			int r;
-
-			for (r = 0; r < PQntuples(res); r++)
-				if (strcmp(PQgetvalue(res, r, 0), look[i].id) == 0)
-					break;
-			if (r == PQntuples(res))
-				found(v, K_ORPHAN, s->name, look[i].id, NULL);
-		}
-		PQclear(res);
-	}
-	return true;
+	return nlook == 0 || judge_unkept(v, s->name, look, nlook);
 }
 
-/* Read stream s from the start, page by page. */
-static bool scan_stream(struct verify *v, struct vstream *s, const char *cmp_sql)
+/* Read stream si from its position up to end (an XRANGE end id), page by page. */
+static bool read_stream(struct verify *v, size_t si, const char *end, const char *cmp_sql)
 {
-	char start[64] = "-", count[16];
-	const char *argv[6] = {"XRANGE", s->name, start, "+", "COUNT", count};
+	struct vstream *s = &v->streams[si];
+	char count[16];
+	const char *argv[6] = {"XRANGE", s->name, s->pos, end, "COUNT", count};
 
-	int64_t from = !s->scanned         ? (v->has_since ? v->since_us / 1000 : -1)
-	               : v->chunk_nulltime ? -1
-	                                   : v->chunk_min_ms;
+	if (!s->started) {
+		/* From --since, less the skew: no entry of a row of the range is older. */
+		int64_t from = v->has_since ? v->since_us / 1000 - v->cf->clock_skew_ms : -1;
 
-	/* The first pass judges entries from --since on, later ones the chunk's rows. */
-	if (from >= 0 && from != INT64_MAX)
-		snprintf(start, sizeof(start), "%lld-0", (long long)(from > SKEW_MS ? from - SKEW_MS : 0));
-	snprintf(count, sizeof(count), "%d", PAGE);
-	strmap_clear(&v->aggs, true);
-	if (!s->scanned)
+		if (from > 0)
+			snprintf(s->pos, sizeof(s->pos), "%lld-0", (long long)from);
+		else
+			snprintf(s->pos, sizeof(s->pos), "-");
 		s->trimmed = stream_trimmed(v, s->name);
+		s->started = true;
+	}
+	snprintf(count, sizeof(count), "%d", PAGE);
 	for (;;) {
 		redisReply *r = rcmd(v, s->name, 6, argv);
 		size_t n;
@@ -907,8 +978,50 @@ static bool scan_stream(struct verify *v, struct vstream *s, const char *cmp_sql
 			return false;
 		}
 		n = r->type == REDIS_REPLY_ARRAY ? r->elements : 0;
-		ok = n == 0 || judge_page(v, s, r, cmp_sql);
-		if (ok && n == PAGE) {
+		ok = n == 0 || judge_page(v, si, r, cmp_sql, false);
+		if (ok && n > 0) {
+			const redisReply *last = r->element[n - 1];
+
+			if (last->type == REDIS_REPLY_ARRAY && last->elements == 2 &&
+			    reply_str(last->element[0]))
+				next_id(last->element[0]->str, s->pos, sizeof(s->pos));
+			else
+				n = 0;
+		}
+		freeReplyObject(r);
+		if (!ok)
+			return false;
+		if (n < PAGE)
+			return true;
+	}
+}
+
+/*
+ * Rows without time (read last) may have entries anywhere in their stream,
+ * also before they were read: read the stream again for the ones still kept.
+ */
+static bool rescan_stream(struct verify *v, size_t si, const char *cmp_sql)
+{
+	struct vstream *s = &v->streams[si];
+	char start[48] = "-", count[16];
+	const char *argv[6] = {"XRANGE", s->name, start, "+", "COUNT", count};
+
+	snprintf(count, sizeof(count), "%d", PAGE);
+	for (;;) {
+		redisReply *r = rcmd(v, s->name, 6, argv);
+		size_t n;
+		bool ok;
+
+		if (!r)
+			return false;
+		if (r->type == REDIS_REPLY_ERROR) {
+			snprintf(v->err, sizeof(v->err), "XRANGE %s: %s", s->name, r->str);
+			freeReplyObject(r);
+			return false;
+		}
+		n = r->type == REDIS_REPLY_ARRAY ? r->elements : 0;
+		ok = n == 0 || judge_page(v, si, r, cmp_sql, true);
+		if (ok && n > 0) {
 			const redisReply *last = r->element[n - 1];
 
 			if (last->type == REDIS_REPLY_ARRAY && last->elements == 2 &&
@@ -921,13 +1034,11 @@ static bool scan_stream(struct verify *v, struct vstream *s, const char *cmp_sql
 		if (!ok)
 			return false;
 		if (n < PAGE)
-			break;
+			return true;
 	}
-	s->scanned = true;
-	return true;
 }
 
-/* Rows of the chunk not seen: in a dead letter, in a trimmed stream, or missing. */
+/* Rows no entry matched: in a dead letter, in a trimmed stream, or missing. */
 static bool judge_missing(struct verify *v)
 {
 	size_t nmissing = 0;
@@ -993,35 +1104,52 @@ static bool judge_missing(struct verify *v)
 	return true;
 }
 
-static void chunk_clear(struct verify *v)
+/* Forget every row kept. */
+static void rows_clear(struct verify *v)
 {
 	strmap_clear(&v->ids, false);
 	for (size_t i = 0; i < v->nrows; i++)
 		free(v->rows[i].id);
 	v->nrows = 0;
-	v->chunk_min_ms = INT64_MAX;
-	v->chunk_nulltime = false;
-	for (size_t i = 0; i < v->nstreams; i++)
-		v->streams[i].in_chunk = false;
 }
 
-/* Add one cursor row to the chunk. */
-static bool chunk_add(struct verify *v, const PGresult *res, int r, struct w2j_field *tf,
-                      struct buf *sname)
+/* Forget the rows an entry matched: only rows still waiting for theirs are kept. */
+static bool rows_compact(struct verify *v)
+{
+	size_t n = 0;
+
+	strmap_clear(&v->ids, false);
+	for (size_t i = 0; i < v->nrows; i++) {
+		if (v->rows[i].seen) {
+			free(v->rows[i].id);
+			continue;
+		}
+		v->rows[n] = v->rows[i];
+		if (!strmap_put(&v->ids, v->rows[n].id, (uint32_t)n)) {
+			for (size_t j = i + 1; j < v->nrows; j++)
+				free(v->rows[j].id);
+			v->nrows = n + 1;
+			return false;
+		}
+		n++;
+	}
+	v->nrows = n;
+	return true;
+}
+
+/* Keep one cursor row. */
+static bool row_add(struct verify *v, const PGresult *res, int r, struct w2j_field *tf,
+                    struct buf *sname)
 {
 	const char *reason, *id;
+	bool nulltime = PQgetisnull(res, r, (int)v->ntcols + 1);
 	int64_t si;
 	struct row *row;
 
 	v->total_rows++;
-	if (PQgetisnull(res, r, (int)v->ntcols + 1)) {
-		v->chunk_nulltime = true;
-	} else {
-		int64_t ms = strtoll(PQgetvalue(res, r, (int)v->ntcols + 1), NULL, 10);
-
-		if (ms < v->chunk_min_ms)
-			v->chunk_min_ms = ms;
-	}
+	/* In time order, rows without time last: every row up to this time is read. */
+	v->frontier_ms =
+	    nulltime ? INT64_MAX : strtoll(PQgetvalue(res, r, (int)v->ntcols + 1), NULL, 10);
 	if (PQgetisnull(res, r, 0) || PQgetlength(res, r, 0) == 0) {
 		v->unroutable++;
 		return true;
@@ -1060,7 +1188,6 @@ static bool chunk_add(struct verify *v, const PGresult *res, int r, struct w2j_f
 			return false;
 		si = (int64_t)v->nstreams++;
 	}
-	v->streams[si].in_chunk = true;
 	if (strmap_get(&v->ids, id) >= 0) {
 		v->unroutable++; /* the same id twice in the table: only the first can be published */
 		return true;
@@ -1078,6 +1205,7 @@ static bool chunk_add(struct verify *v, const PGresult *res, int r, struct w2j_f
 	row->id = strdup(id);
 	row->stream = (uint32_t)si;
 	row->seen = 0;
+	row->nulltime = nulltime;
 	if (!row->id || !strmap_put(&v->ids, row->id, (uint32_t)v->nrows)) {
 		free(row->id);
 		return false;
@@ -1086,27 +1214,58 @@ static bool chunk_add(struct verify *v, const PGresult *res, int r, struct w2j_f
 	return true;
 }
 
-static int judge_chunk(struct verify *v, const char *cmp_sql)
+/*
+ * Read every stream on as far as the rows read allow: entries up to the last
+ * row's time less --clock-skew (less 2 ms: the cursor's milliseconds are
+ * rounded), every entry once all rows are read; then forget matched rows.
+ */
+static int step(struct verify *v, const char *cmp_sql, bool all_read)
 {
-	for (size_t i = 0; i < v->nstreams; i++) {
-		if (!v->streams[i].in_chunk)
-			continue;
-		if (!scan_stream(v, &v->streams[i], cmp_sql))
-			return v->oom ? EXIT_FAILURE_RUNTIME : EXIT_REDIS_SETUP;
+	char end[32] = "+";
+
+	if (!all_read && v->frontier_ms != INT64_MAX) {
+		int64_t upto = v->frontier_ms - v->cf->clock_skew_ms - 2;
+
+		if (upto < 0)
+			return EXIT_OK;
+		snprintf(end, sizeof(end), "%lld", (long long)upto);
 	}
-	if (!judge_missing(v))
-		return v->oom ? EXIT_FAILURE_RUNTIME : EXIT_REDIS_SETUP;
-	chunk_clear(v);
+	for (size_t i = 0; i < v->nstreams; i++)
+		if (!read_stream(v, i, end, cmp_sql))
+			goto failed;
+	if (!rows_compact(v)) {
+		v->oom = true;
+		goto failed;
+	}
+	if (all_read) {
+		bool *again = calloc(v->nstreams + 1, sizeof(*again));
+
+		if (!again) {
+			v->oom = true;
+			goto failed;
+		}
+		for (size_t i = 0; i < v->nrows; i++)
+			again[v->rows[i].stream] |= v->rows[i].nulltime;
+		for (size_t i = 0; i < v->nstreams; i++) {
+			if (again[i] && !rescan_stream(v, i, cmp_sql)) {
+				free(again);
+				goto failed;
+			}
+		}
+		free(again);
+	}
 	return EXIT_OK;
+failed:
+	return v->oom ? EXIT_FAILURE_RUNTIME : v->skew_exceeded ? EXIT_USAGE : EXIT_REDIS_SETUP;
 }
 
 static int verify_run(struct verify *v)
 {
 	const struct relay_config *cf = v->cf;
-	int64_t chunk = cf->fetch_size * 100;
+	int64_t stepn = cf->fetch_size * 100, since_step = 0;
 	char fetch[64], err[256];
 	struct w2j_field *tf;
-	struct buf sname = {0};
+	struct buf sname = {0}, look = {0};
 	char *cmp_sql;
 	bool done = false;
 	int rc;
@@ -1127,8 +1286,16 @@ static int verify_run(struct verify *v)
 	if (rc != EXIT_OK)
 		return rc;
 	cmp_sql = compare_cols(v);
+	put_rendered(v, &look, v->idcol);
+	buf_puts(&look, ", ");
+	put_time_ms(v, &look);
+	buf_puts(&look, ", ");
+	put_range(v, &look);
+	v->look_sql = look.failed || v->oom ? NULL : look.data;
+	if (!v->look_sql)
+		buf_finish(&look);
 	tf = calloc(v->ntcols + 1, sizeof(*tf));
-	if (!cmp_sql || !tf) {
+	if (!cmp_sql || !tf || !v->look_sql) {
 		free(cmp_sql);
 		free(tf);
 		return EXIT_FAILURE_RUNTIME;
@@ -1143,17 +1310,21 @@ static int verify_run(struct verify *v)
 			break;
 		}
 		done = PQntuples(res) < cf->fetch_size;
+		since_step += PQntuples(res);
 		for (int i = 0; i < PQntuples(res) && rc == EXIT_OK; i++)
-			if (!chunk_add(v, res, i, tf, &sname))
+			if (!row_add(v, res, i, tf, &sname))
 				rc = EXIT_FAILURE_RUNTIME;
 		PQclear(res);
-		if (rc == EXIT_OK && (done || (int64_t)v->nrows >= chunk) && v->nrows > 0) {
-			log_info("verify: judging %zu row(s) (%llu read so far)", v->nrows,
-			         (unsigned long long)v->total_rows);
-			rc = judge_chunk(v, cmp_sql);
+		if (rc == EXIT_OK && (done || since_step >= stepn)) {
+			rc = step(v, cmp_sql, done);
+			since_step = 0;
+			log_info("verify: %llu row(s) read, %zu waiting for their entry, %llu entries read",
+			         (unsigned long long)v->total_rows, v->nrows,
+			         (unsigned long long)v->entries_read);
 		}
 	}
-	/* Streams with no row in the range still get their first pass when they had rows. */
+	if (rc == EXIT_OK && !judge_missing(v))
+		rc = v->oom ? EXIT_FAILURE_RUNTIME : EXIT_REDIS_SETUP;
 	buf_finish(&sname);
 	free(cmp_sql);
 	free(tf);
@@ -1174,14 +1345,15 @@ void verify_usage(FILE *out)
 	        "byte for byte, each aggregate in commit order; and that no entry committed in\n"
 	        "that range lacks a row. Read-only. Exit 0 clean, 10 discrepancies found\n"
 	        "(README, \"Verify\"). It takes the relay's options and variables; of the\n"
-	        "Republish section's, --since, --until, --time-column and --fetch-size (rows\n"
-	        "per cursor fetch; 100 times it are judged at a time).\n");
+	        "Republish section's, --since, --until, --time-column, --fetch-size (rows per\n"
+	        "cursor fetch; the streams are read on every 100 fetches) and --clock-skew.\n");
 	config_print_options(CONFIG_CMD_REPUBLISH, out);
 }
 
 static void free_all(struct verify *v)
 {
-	chunk_clear(v);
+	rows_clear(v);
+	free(v->look_sql);
 	strmap_free(&v->ids, false);
 	strmap_free(&v->snames, false);
 	strmap_free(&v->aggs, true);
@@ -1211,7 +1383,7 @@ static void free_all(struct verify *v)
 
 int verify_main(const struct relay_config *cf)
 {
-	struct verify v = {.cf = cf, .chunk_min_ms = INT64_MAX};
+	struct verify v = {.cf = cf};
 	uint64_t bad = 0;
 	int rc;
 

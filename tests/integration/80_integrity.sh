@@ -155,10 +155,10 @@ verify() { # ARGS...: outbox-relay verify; stdout in $T/verify.out, exit code in
 		--http-addr "" "$@" >"$T/verify.out" 2>"$T/verify.log" || VERIFY_RC=$?
 	cat "$T/verify.out"
 }
-# a small --fetch-size: chunks of 100 x 40 rows, so the chunked path runs too;
-# a soak's rows in chunks of 100 x 1000 (each chunk reads its streams again
-# from an hour before its first row: many small chunks would take hours)
-verify --fetch-size $((SECONDS_RUN > 300 ? 1000 : 40))
+# Steps of 100 x 40 rows and --clock-skew 0: the streams are read on after
+# every 4,000 rows, up to the last row's time, and matched rows are forgotten
+# (the path a long range takes); the slice below with the defaults.
+verify --fetch-size 40 --clock-skew 0
 summary=$(tail -n 1 "$T/verify.out")
 kv() { sed -n "s/.* $1=\([0-9]*\).*/\1/p" <<<"$summary"; }
 V_MISSING=$(kv missing) V_DUP=$(kv duplicated) V_ORPHAN=$(kv without_row) V_DIFF=$(kv differ) V_REORD=$(kv reordered)
@@ -202,6 +202,32 @@ verify
 assert_eq 10 "$VERIFY_RC" "verify's exit code for discrepancies"
 assert_match "$(tail -n 1 "$T/verify.out")" "^verify found discrepancies: rows=$((ROWS + 2)) .* missing=1 duplicated=1 without_row=1 differ=1 reordered=1 " \
 	"verify finds one of each kind"
+# again in steps of 4,000 rows: the duplicate is read after its row was
+# matched and forgotten, so it is found by looking its id up
+verify --fetch-size 40 --clock-skew 0
+assert_eq 10 "$VERIFY_RC" "verify in steps: exit code for discrepancies"
+assert_match "$(tail -n 1 "$T/verify.out")" "^verify found discrepancies: rows=$((ROWS + 2)) .* missing=1 duplicated=1 without_row=1 differ=1 reordered=1 " \
+	"verify in steps finds one of each kind"
+
+# ---- an entry older than its row by more than --clock-skew --------------------------
+# A day back, in a stream of its own: 300 rows a millisecond apart, and one row
+# ten minutes later whose entry's id (Redis's clock) is 5 ms after the first.
+t0=$(psql_q "SELECT (extract(epoch FROM date_trunc('second', now() - interval '1 day')) * 1000)::int8")
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, created_at)
+	SELECT 'skew', 's', 'e', '{}', to_timestamp(($t0 + i) / 1000.0) FROM generate_series(1, 300) i" >/dev/null
+late=$(psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, created_at)
+	VALUES ('skew', 's', 'late', '{}', to_timestamp($t0 / 1000.0) + interval '10 minutes') RETURNING id")
+redis_cli XADD outbox:skew "$((t0 + 5))-0" id "$late" _committed_at "$(psql_q "SELECT to_timestamp($t0 / 1000.0)")" >/dev/null
+skew_since=$(psql_q "SELECT replace(to_timestamp($t0 / 1000.0)::text, ' ', 'T')")
+skew_until=$(psql_q "SELECT replace((to_timestamp($t0 / 1000.0) + interval '1 hour')::text, ' ', 'T')")
+verify --since "$skew_since" --until "$skew_until" --fetch-size 1 --clock-skew 0
+assert_eq 2 "$VERIFY_RC" "verify: an entry older than its row by more than --clock-skew"
+assert_match "$(cat "$T/verify.out")" "entry $((t0 + 5))-0 of stream outbox:skew .* larger --clock-skew" \
+	"verify names the entry and the option"
+verify --since "$skew_since" --until "$skew_until" --fetch-size 1 --clock-skew 15m
+assert_eq 10 "$VERIFY_RC" "verify with --clock-skew 15m judges the range"
+assert_match "$(tail -n 1 "$T/verify.out")" "^verify found discrepancies: rows=301 streams=1 entries=1 missing=300 duplicated=0 without_row=0 " \
+	"verify with --clock-skew 15m: the late row matched, the 300 without entries missing"
 
 # ---- verify against a Redis Cluster: 50 streams over 3 masters ---------------------
 cluster_start 3
