@@ -3,6 +3,8 @@
 # (fuzzer, ASan, UBSan) and run it for SECONDS from its seeds. TARGET:
 #   decode   (default) the wal2json decoder + event mapper (fuzz_decode.c),
 #            seeded from tests/fuzz/corpus and the decoder fixtures
+#   pgoutput the pgoutput decoder + event mapper (fuzz_pgoutput.c), seeded
+#            from tests/fuzz/corpus-pgoutput (captured transactions)
 #   replies  the CLUSTER SLOTS / COMMAND INFO reply parsers behind hiredis's
 #            reader (fuzz_replies.c), seeded from tests/fuzz/corpus-replies
 #            with the RESP dictionary tests/fuzz/replies.dict
@@ -27,6 +29,13 @@ decode)
 		"$ROOT/lib/wal2json_object.c" "$ROOT/lib/event.c" "$ROOT/lib/lsn.c" \
 		$(pkg-config --cflags --libs yajl) -o "$WORK/fuzz_decode"
 	;;
+pgoutput)
+	printf '#define OUTBOX_RELAY_VERSION "fuzz"\n' >"$WORK/relay_build.h"
+	"${CC[@]}" "$HERE/fuzz_pgoutput.c" "$ROOT/lib/pgoutput.c" "$ROOT/lib/wal2json.c" \
+		"$ROOT/lib/wal2json_fast.c" "$ROOT/lib/wal2json_object.c" "$ROOT/lib/event.c" \
+		"$ROOT/lib/lsn.c" $(pkg-config --cflags --libs yajl) -o "$WORK/fuzz_pgoutput"
+	cp "$HERE"/corpus-pgoutput/* "$WORK/corpus/"
+	;;
 replies)
 	"${CC[@]}" "$HERE/fuzz_replies.c" "$ROOT/lib/cluster_slots.c" "$ROOT/lib/msg.c" \
 		$(pkg-config --cflags --libs hiredis) -Wl,-rpath,"$(pkg-config --variable=libdir hiredis)" \
@@ -35,7 +44,7 @@ replies)
 	EXTRA=(-dict="$HERE/replies.dict")
 	;;
 *)
-	echo "fuzz: unknown target \"$TARGET\" (decode or replies)"
+	echo "fuzz: unknown target \"$TARGET\" (decode, pgoutput or replies)"
 	exit 2
 	;;
 esac

@@ -1,0 +1,87 @@
+/*
+ * pgoutput.h - decoder for PostgreSQL's built-in pgoutput logical replication
+ * protocol (version 1, plus the 'M' logical messages of `messages 'true'`).
+ *
+ * Pure: no I/O, no logging. Each XLogData payload is one protocol message;
+ * pgo_decode() turns one into zero or one struct w2j_change, the same change
+ * lib/wal2json.c gives for the line wal2json (format-version 2, the relay's
+ * options) prints for the same WAL: values rendered and typed by type OID the
+ * way wal2json 2.5 renders them, so the relay loop can take either decoder.
+ * What pgoutput cannot tell, and the difference that follows:
+ *  - Begin carries no end-of-commit LSN: a B change's nextlsn is LSN_INVALID
+ *    (the C change has both lsn and nextlsn).
+ *  - Insert/Update/Delete/Truncate carry no LSN of their own: the caller passes
+ *    the XLogData header's dataStart, which the walsender sets to the change's
+ *    record LSN (the "lsn" wal2json prints).
+ *  - The commit time comes as a number and is rendered in UTC ("…+00") with
+ *    DateStyle ISO, as timestamptz_to_str() prints it when TimeZone is UTC:
+ *    the relay sets TimeZone = 'UTC' and DateStyle = 'ISO' on its replication
+ *    connection, which also makes the walsender's text values the same.
+ *  - Transactions with nothing published (DDL only, other tables) produce no
+ *    B/C at all (PostgreSQL 15+ pgoutput skips them); wal2json sends B and C.
+ *  - Type names come from a table of built-in types (format_type() with the
+ *    column's typmod), from names the caller registers, else from the
+ *    server's Type messages, which name a domain by its base type.
+ *
+ * Ownership: every pointer inside a returned w2j_change points into memory
+ * owned by the decoder (its relation cache and its buffers) and stays valid
+ * until the next pgo_decode() call on the same decoder, or pgo_destroy().
+ * Strings are NUL-terminated as well as length-counted.
+ */
+#ifndef RELAY_PGOUTPUT_H
+#define RELAY_PGOUTPUT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lsn.h"
+#include "wal2json.h"
+
+struct pgo_decoder;
+
+struct pgo_decoder *pgo_create(void);    /* NULL when out of memory */
+void pgo_destroy(struct pgo_decoder *d); /* NULL is a no-op */
+
+/*
+ * Decode one pgoutput message buf[0..len) (the XLogData payload, after the
+ * 25-byte header); wal_start is that header's dataStart. Returns true on
+ * success, with *has_change saying whether *out was filled: Begin, Commit,
+ * Insert, Update (new tuple), Delete, Truncate and Message give a change;
+ * Relation and Type update the decoder's caches, Origin is ignored. Returns
+ * false on a truncated or malformed message, an unknown message type, a
+ * streaming or two-phase message (protocol version 2+), binary tuple data, a
+ * change for a relation no Relation message described, or a change outside
+ * Begin..Commit; pgo_errmsg() then says why. A Truncate of several relations
+ * gives the first here and the others through pgo_next().
+ */
+bool pgo_decode(struct pgo_decoder *d, const char *buf, size_t len, lsn_t wal_start,
+                struct w2j_change *out, bool *has_change);
+
+/*
+ * The next change of the message the last pgo_decode() decoded (only a
+ * Truncate of several relations has more than one): true and *out filled, or
+ * false when there is none left. Does not invalidate earlier changes.
+ */
+bool pgo_next(struct pgo_decoder *d, struct w2j_change *out);
+
+/*
+ * Name the type with this OID as `type` of its columns (what
+ * format_type(oid, NULL) says, e.g. from pg_type when a Type message named a
+ * domain by its base type). Overrides the built-in table and Type messages;
+ * relations already cached pick it up. False when out of memory.
+ */
+bool pgo_set_type_name(struct pgo_decoder *d, uint32_t oid, const char *name);
+
+/*
+ * The `type` string a column of this OID and typmod gets, as wal2json prints
+ * it (format_type() with the typmod; the outer quotes of a quoted name
+ * dropped as wal2json's JSON leaves them). NULL for an OID nothing named.
+ * Valid until the next call on d.
+ */
+const char *pgo_type_name(struct pgo_decoder *d, uint32_t oid, int32_t typmod);
+
+/* Why the last call failed; valid until the next call. */
+const char *pgo_errmsg(const struct pgo_decoder *d);
+
+#endif
