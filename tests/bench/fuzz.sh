@@ -1,7 +1,7 @@
 #!/bin/bash
 # fuzz.sh [MINUTES] [WORKDIR] [TARGET] - the long fuzz run (default 10
-# minutes) of TARGET: decode (default: the wal2json decoder + event mapper)
-# or replies (the CLUSTER SLOTS / COMMAND INFO parsers); the test suite runs
+# minutes) of TARGET: decode (default: the wal2json decoder + event mapper),
+# pgoutput (the pgoutput decoder) or replies (the CLUSTER SLOTS / COMMAND INFO parsers); the test suite runs
 # the same targets for 30 s and 6 s.
 set -euo pipefail
 MIN=${1:-10}
