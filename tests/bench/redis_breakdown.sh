@@ -1,0 +1,166 @@
+#!/bin/bash
+# redis_breakdown.sh - where Redis's CPU goes per published event (issue 24):
+# the relay's drain of a backlog into a redis-server running under
+# valgrind --tool=callgrind, its instructions cut into buckets by function
+# (callgrind's per-caller inclusive costs), next to a bare XADD of the very
+# same entries into a second, fresh redis-server under callgrind, in the
+# same run. Instruction counts are repeatable whatever else the machine
+# runs, unlike CPU seconds.
+#
+#   tests/bench/redis_breakdown.sh [EVENTS]      (default 20000)
+#
+# Environment: NEW_BIN (the relay binary; default: this tree's release build
+# in build-bench/), CPU_RUN (1, the default: also the same two loads without
+# valgrind, Redis CPU us/event from INFO's used_cpu_user + used_cpu_sys;
+# noisy on a busy machine; 0: skip), OUT (keep the callgrind dumps, the JSON
+# and the table in this directory).
+#
+# The backlog: EVENTS outbox rows (random UUID ids, 1000 per transaction, one
+# stream outbox:bench), committed before the relay starts; the relay runs
+# with its defaults (dedup on, --dedup-window 1h, the replay watermark) into
+# Redis without persistence, to --endpos. The bare XADD: every entry the
+# relay wrote, read back with XRANGE and sent as "XADD outbox:bench * field
+# value ..." through redis-cli --pipe (pipelined as deep as it likes) into
+# an empty redis-server.
+#
+# How to read the table: instructions per event and % of the whole
+# redis-server process, for the publish function (left) and the bare XADD
+# (right). The indented lines add up to the FCALL line; the unindented lines
+# plus the FCALL (or XADD) line add up to the whole process ("other" is what
+# no bucket claims). Each command's line includes writing its own reply to
+# the script's fake client. tests/bench/redis_breakdown.py's header says
+# which functions make each bucket (Debian's redis-server is stripped, so
+# static functions and Lua's internals are found by their place in the call
+# graph). The ratios below the table: the whole process of the publish
+# function over the bare XADD's, FCALL alone over the bare XADD command, and
+# the XADD inside the function over the bare one (the same entries: ~1).
+# Callgrind counts user-space instructions only: the kernel's part of the
+# socket reads and writes is in no line (it is in the CPU_RUN figures).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+EVENTS=${1:-20000}
+CPU_RUN=${CPU_RUN:-1}
+PY="python3 $ROOT/tests/bench/redis_breakdown.py"
+
+command -v valgrind >/dev/null && command -v callgrind_annotate >/dev/null ||
+	{ echo "redis_breakdown: needs valgrind (apt-get install valgrind)" >&2; exit 2; }
+
+. "$ROOT/tests/bench/lib.sh"
+[ -n "${NEW_BIN:-}" ] || NEW_BIN=$(bench_relay_bin)
+
+export TESTS_DIR=$ROOT/tests RELAY_LOG_LEVEL=info RELAY_TIMEOUT=1800 RELAY_BIN=$NEW_BIN
+. "$ROOT/tests/integration/lib.sh"
+setup_tmp
+pg_start
+load_schema
+
+# redis-server under callgrind (CG=1) in the foreground of a background job
+# (a daemonized child is out of callgrind_control's reach; its pidfile still
+# names it), or plain (CG=0), as lib.sh starts it.
+CG=1
+redis_server() {
+	if [ "$CG" = 1 ]; then
+		valgrind --tool=callgrind --callgrind-out-file="$T/cg.%p" redis-server "$@" --daemonize no \
+			>>"$T/valgrind.log" 2>&1 &
+	else
+		redis-server "$@"
+	fi
+}
+# fresh_redis: an empty redis-server (CG as set), no persistence.
+fresh_redis() {
+	redis_stop
+	rm -rf "$T/redis"
+	redis_start
+}
+# dump NAME: callgrind's counts since the last zeroing, to $T/cg-NAME.out.
+dump() {
+	local f
+	rm -f "$T/cg.$REDIS_PID".*
+	callgrind_control -d "$1" "$REDIS_PID" >/dev/null
+	wait_for "ls '$T/cg.$REDIS_PID'.* >/dev/null 2>&1" 60 || fail "callgrind wrote no dump"
+	f=$(ls "$T/cg.$REDIS_PID".* | head -n 1)
+	# the dump is complete once callgrind has written its totals line
+	wait_for "grep -q '^totals:' '$f'" 120 || fail "callgrind dump $f incomplete"
+	cp "$f" "$T/cg-$1.out"
+}
+# cpu_s: redis-server's user + sys CPU seconds so far (INFO).
+cpu_s() {
+	redis_cli INFO cpu | tr -d '\r' |
+		awk -F: '$1 == "used_cpu_user" || $1 == "used_cpu_sys" { s += $2 } END { printf "%.6f\n", s }'
+}
+
+# One backlog for every run: one slot per run, all created before it is written.
+slot_create b_cg
+[ "$CPU_RUN" = 1 ] && slot_create b_cpu
+bench_outbox_rows "$EVENTS"
+end=$(current_lsn)
+log "backlog: $EVENTS rows to $end"
+
+# 1. The relay's drain into Redis under callgrind.
+CG=1
+fresh_redis
+callgrind_control -z "$REDIS_PID" >/dev/null
+relay_run_until "$end" --slot b_cg --dedup-window 1h || fail "relay exit $RELAY_RC"
+assert_eq "$EVENTS" "$(xlen outbox:bench)" "relay: every event published once"
+redis_cli INFO commandstats >"$T/relay.cmdstats"
+dump relay
+fcalls=$(sed -n 's/^cmdstat_fcall:calls=\([0-9]*\),.*/\1/p' "$T/relay.cmdstats")
+# The entries the relay wrote, as plain XADDs.
+$PY feed "$REDIS_SOCK" outbox:bench outbox:bench "$T/xadd.resp" >"$T/feed.count"
+assert_eq "$EVENTS" "$(cat "$T/feed.count")" "bare: every entry read back"
+
+# 2. The same entries as bare XADDs into a fresh Redis under callgrind.
+fresh_redis
+callgrind_control -z "$REDIS_PID" >/dev/null
+redis_cli --pipe <"$T/xadd.resp" >"$T/pipe.log" 2>&1 || fail "redis-cli --pipe: $(tail -n 3 "$T/pipe.log")"
+assert_eq "$EVENTS" "$(xlen outbox:bench)" "bare: every entry added"
+dump bare
+redis_stop
+
+log "analysing the dumps"
+$PY analyze "$T/cg-relay.out" relay "$T/relay.cmdstats" >"$T/relay.json"
+$PY analyze "$T/cg-bare.out" bare >"$T/bare.json"
+# Cross-check the parser against callgrind_annotate's inclusive cost by function.
+annotated() {
+	callgrind_annotate --inclusive=yes --threshold=100 "$1" 2>/dev/null |
+		sed -n "s/,//g; s/^ *\([0-9]*\) .*[^a-zA-Z_]$2[^a-zA-Z_'].*/\1/p" | head -n 1
+}
+for chk in "relay fcallCommand fcall" "relay xaddCommand xadd" "bare xaddCommand xadd"; do
+	read -r run fn key <<<"$chk"
+	assert_eq "$(annotated "$T/cg-$run.out" "$fn")" \
+		"$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$T/$run.json" "$key")" \
+		"$run: $fn's inclusive instructions as callgrind_annotate counts them"
+done
+
+# 3. Optional: both again without valgrind, Redis CPU from INFO (noisy).
+if [ "$CPU_RUN" = 1 ]; then
+	CG=0
+	fresh_redis
+	c0=$(cpu_s)
+	relay_run_until "$end" --slot b_cpu --dedup-window 1h || fail "relay (cpu) exit $RELAY_RC"
+	c1=$(cpu_s)
+	assert_eq "$EVENTS" "$(xlen outbox:bench)" "relay (cpu): every event published once"
+	fresh_redis
+	c2=$(cpu_s)
+	redis_cli --pipe <"$T/xadd.resp" >"$T/pipe.log" 2>&1 || fail "redis-cli --pipe (cpu)"
+	c3=$(cpu_s)
+	assert_eq "$EVENTS" "$(xlen outbox:bench)" "bare (cpu): every entry added"
+	redis_stop
+	awk -v a="$c0" -v b="$c1" -v c="$c2" -v d="$c3" -v n="$EVENTS" 'BEGIN {
+		printf "{\"relay_us\": %.4f, \"bare_us\": %.4f}\n", (b - a) * 1e6 / n, (d - c) * 1e6 / n }' >"$T/cpu.json"
+fi
+
+{
+	echo
+	echo "Redis instructions per event (callgrind), redis-server $(redis-server --version |
+		sed 's/.*v=\([^ ]*\).*/\1/'), $EVENTS events (UUID ids), relay defaults (--dedup-window 1h,"
+	echo "watermark), no persistence; $fcalls FCALLs ($((EVENTS / (fcalls > 0 ? fcalls : 1))) events per FCALL);" \
+		"bare XADD: the same entries through redis-cli --pipe"
+	echo
+	$PY report "$T/relay.json" "$T/bare.json" "$EVENTS" "$T/cpu.json"
+} | tee "$T/table.txt"
+if [ -n "${OUT:-}" ]; then
+	mkdir -p "$OUT"
+	cp "$T"/cg-*.out "$T"/*.json "$T/relay.cmdstats" "$T/table.txt" "$OUT/"
+fi
+pass
