@@ -514,8 +514,7 @@ static int declare_cursor(struct verify *v)
 	buf_puts(&q, v->qtable);
 	buf_puts(&q, " WHERE ");
 	put_range(v, &q);
-	/* In time order, rows without time last: entries are judged as rows up to their time are read.
-	 */
+	/* In time order, rows without time last: entries are judged as rows are read. */
 	id = PQescapeIdentifier(v->conn, cf->time_column, strlen(cf->time_column));
 	buf_puts(&q, " ORDER BY ");
 	buf_puts(&q, id ? id : "1");
@@ -887,7 +886,8 @@ static bool judge_page(struct verify *v, size_t si, const redisReply *page, cons
 		if (fv->type != REDIS_REPLY_ARRAY)
 			continue;
 		eid = reply_str(ent->element[0]) ? ent->element[0]->str : "?";
-		v->entries_read++;
+		if (!rescan)
+			v->entries_read++;
 		idr = entry_field(fv, v->cf->id_column);
 		t = entry_field(fv, "_committed_at");
 		if (reply_str(t) && time_parse_pg(t->str, t->len, &committed)) {
