@@ -14,17 +14,17 @@
  *   3. every so often claims entries other consumers left pending longer
  *      than --claim-min-idle (XAUTOCLAIM);
  *   4. reads new entries (XREADGROUP ... BLOCK ... >) from all streams.
- * In a Redis Cluster (consumer_cluster.h) each command goes to the master of
- * its stream's slot, MOVED and ASK are followed, step 1 scans every master,
- * and step 4 polls each stream without BLOCK (see read_new_cluster() in
- * consumer_read.c).
+ * Redis is reached through rclient.h: in a Redis Cluster each command goes
+ * to the master of its stream's slot, MOVED and ASK are followed, step 1
+ * scans every master, and step 4 polls each stream without BLOCK (see
+ * read_new_cluster() in consumer_read.c).
  * Every entry is printed, stdout is flushed, and only then is it
  * acknowledged (XACK, one per batch and stream): at-least-once. A crash
  * between the two delivers the entry again, to this consumer name at its
  * next start (step 2) or to another consumer after --claim-min-idle (step 3).
  *
- * Files: consumer_command.c sends one command and waits for its reply
- * (interruptibly, for the BLOCK wait) and handles the stop signals;
+ * Files: consumer_command.c handles the stop signals (which cut the client's
+ * BLOCK wait short) and turns the client's failures into steps;
  * consumer_read.c reads, prints and acknowledges entries (steps 2 to 4);
  * consumer_render.c renders an entry as a JSON line; consumer_config.c holds
  * the options. Their shared state is struct consumer (consumer_int.h).
@@ -39,13 +39,11 @@
 #include "exitcode.h"
 #include "log.h"
 #include "lsn.h"
-#include "redis_conn.h"
 
 /* Intervals of the loop. */
 #define RESCAN_INTERVAL_MS 5000   /* rediscovery of --stream-pattern streams */
 #define CLAIM_INTERVAL_MIN_MS 100 /* XAUTOCLAIM rounds: --claim-min-idle / 2 within these */
 #define CLAIM_INTERVAL_MAX_MS 10000
-#define SCAN_COUNT "1000"
 #define RETRY_BASE_MS 200 /* reconnect backoff: doubles up to RETRY_MAX_MS */
 #define RETRY_MAX_MS 5000
 
@@ -82,96 +80,54 @@ static struct cstream *add_stream(struct consumer *c, const char *key, size_t le
 	return s;
 }
 
-/* One full SCAN of the current connection's server: add new streams, mark the known ones seen. */
-static enum step scan_node(struct consumer *c)
+/* A key the scan found: mark a known stream seen, add a new one (false: out of memory). */
+static bool scan_found(void *arg, const char *key, size_t len)
 {
-	char cursor[32] = "0";
-	const char *argv[8] = {"SCAN", cursor,   "MATCH", c->cf->stream_pattern,
-	                       "TYPE", "stream", "COUNT", SCAN_COUNT};
+	struct consumer *c = arg;
+	struct cstream *s = find_stream(c, key, len);
 
-	do {
-		enum step st = STEP_OK;
-		redisReply *r = consumer_command(c, 8, argv, NULL, CMD_TIMEOUT_MS, false, &st), *keys;
-
-		if (!r)
-			return st;
-		if (r->type == REDIS_REPLY_ERROR) {
-			st = consumer_error_reply(c, "SCAN ... TYPE", NULL, r->str);
-			freeReplyObject(r);
-			return st;
-		}
-		if (!consumer_reply_is_array(r) || r->elements != 2 ||
-		    !consumer_reply_is_string(r->element[0]) || r->element[0]->len >= sizeof(cursor) ||
-		    !consumer_reply_is_array(r->element[1])) {
-			freeReplyObject(r);
-			return consumer_fail(c, STEP_RETRY, 0, "unexpected reply to SCAN");
-		}
-		(void)snprintf(cursor, sizeof(cursor), "%s", r->element[0]->str);
-		keys = r->element[1];
-		for (size_t i = 0; i < keys->elements; i++) {
-			const redisReply *k = keys->element[i];
-			struct cstream *s;
-
-			if (!consumer_reply_is_string(k))
-				continue;
-			s = find_stream(c, k->str, k->len);
-			if (s) {
-				s->seen = true;
-				continue;
-			}
-			if (!c->cf->include_dead_letter && c->cf->dead_letter_stream &&
-			    strlen(c->cf->dead_letter_stream) == k->len &&
-			    memcmp(c->cf->dead_letter_stream, k->str, k->len) == 0) {
-				if (!c->dead_letter_noted)
-					log_info("not reading the dead-letter stream \"%s\" (matches \"%s\"): "
-					         "its entries are not events; --include-dead-letter reads it",
-					         c->cf->dead_letter_stream, c->cf->stream_pattern);
-				c->dead_letter_noted = true;
-				continue;
-			}
-			if (!add_stream(c, k->str, k->len, false)) {
-				freeReplyObject(r);
-				return consumer_fail(c, STEP_FATAL, EXIT_FAILURE_RUNTIME, "out of memory");
-			}
-			log_info("reading stream \"%s\" (matches \"%s\")", c->streams[c->nstreams - 1].key,
-			         c->cf->stream_pattern);
-		}
-		freeReplyObject(r);
-	} while (strcmp(cursor, "0") != 0);
-	return STEP_OK;
+	if (s) {
+		s->seen = true;
+		return true;
+	}
+	if (!c->cf->include_dead_letter && c->cf->dead_letter_stream &&
+	    strlen(c->cf->dead_letter_stream) == len &&
+	    memcmp(c->cf->dead_letter_stream, key, len) == 0) {
+		if (!c->dead_letter_noted)
+			log_info("not reading the dead-letter stream \"%s\" (matches \"%s\"): "
+			         "its entries are not events; --include-dead-letter reads it",
+			         c->cf->dead_letter_stream, c->cf->stream_pattern);
+		c->dead_letter_noted = true;
+		return true;
+	}
+	if (!add_stream(c, key, len, false))
+		return false;
+	log_info("reading stream \"%s\" (matches \"%s\")", c->streams[c->nstreams - 1].key,
+	         c->cf->stream_pattern);
+	return true;
 }
 
 /*
- * SCAN for --stream-pattern streams: add new ones, drop vanished ones. In a
- * cluster every master holds some of the keys: each is scanned in turn (a
- * stream whose slot moves meanwhile may be missed by both; it is found again
- * at the next scan, its pending entries with it).
+ * SCAN for --stream-pattern streams (rclient_scan_streams(): every master of
+ * a cluster): add new ones, drop vanished ones. A stream whose slot moves
+ * meanwhile may be missed; it is found again at the next scan, its pending
+ * entries with it.
  */
 static enum step scan_streams(struct consumer *c)
 {
 	size_t kept = 0;
-	enum step st;
+	enum rclient_status rst;
+	char err[sizeof(c->errmsg)];
 
 	for (size_t i = 0; i < c->nstreams; i++)
 		c->streams[i].seen = c->streams[i].listed;
-	if (!c->cl) {
-		st = scan_node(c);
-		if (st != STEP_OK)
-			return st;
-	}
-	for (int m = 0; c->cl && m < ccluster_nmasters(c->cl); m++) {
-		struct ccluster_conn *n;
-		char err[600];
-		bool permanent;
-
-		n = ccluster_master(c->cl, m, &permanent, err, sizeof(err));
-		if (!n)
-			return consumer_node_failed(c, permanent, err);
-		consumer_use_node(c, n);
-		st = scan_node(c);
-		if (st != STEP_OK)
-			return st;
-	}
+	rst = rclient_scan_streams(c->rc, c->cf->stream_pattern, scan_found, c, err, sizeof(err));
+	if (rst == RCLIENT_ABORTED)
+		return consumer_fail(c, STEP_FATAL, EXIT_FAILURE_RUNTIME, "out of memory");
+	if (rst == RCLIENT_REFUSED)
+		return consumer_error_reply(c, "SCAN ... TYPE", NULL, err);
+	if (rst != RCLIENT_OK)
+		return consumer_client_failed(c, rst, err);
 
 	for (size_t i = 0; i < c->nstreams; i++) {
 		struct cstream *s = &c->streams[i];
@@ -234,36 +190,6 @@ static enum step step_once(struct consumer *c)
 	return consumer_read_new(c, time_mono_us());
 }
 
-static void disconnect(struct consumer *c)
-{
-	if (c->cl) {
-		ccluster_disconnect(c->cl);
-		c->ctx = NULL;
-		c->ssl = NULL;
-		c->node = NULL;
-		return;
-	}
-	if (c->ctx) {
-		redisFree(c->ctx);
-		c->ctx = NULL;
-		c->ssl = NULL;
-	}
-}
-
-/* Redis Cluster: read the slot map and connect to its first master. */
-static bool connect_cluster(struct consumer *c, bool *ret_permanent, char *err, size_t errlen)
-{
-	struct ccluster_conn *n;
-
-	if (!ccluster_refresh(c->cl, ret_permanent, err, errlen))
-		return false;
-	n = ccluster_master(c->cl, 0, ret_permanent, err, errlen);
-	if (!n)
-		return false;
-	consumer_use_node(c, n);
-	return true;
-}
-
 static int64_t backoff_ms(int attempt)
 {
 	int64_t ms = RETRY_BASE_MS;
@@ -275,8 +201,7 @@ static int64_t backoff_ms(int attempt)
 
 static void consumer_finish(struct consumer *c)
 {
-	disconnect(c);
-	ccluster_destroy(c->cl);
+	rclient_destroy(c->rc);
 	for (size_t i = 0; i < c->nstreams; i++)
 		free(c->streams[i].key);
 	free(c->streams);
@@ -294,7 +219,6 @@ int consumer_run(const struct consumer_config *cf)
 
 	memset(&c, 0, sizeof(c));
 	c.cf = cf;
-	(void)redis_target_describe(&cf->redis, c.desc, sizeof(c.desc));
 	if (!consumer_install_signals()) {
 		log_error("could not install signal handlers: %s", strerror(errno));
 		return EXIT_FAILURE_RUNTIME;
@@ -304,13 +228,11 @@ int consumer_run(const struct consumer_config *cf)
 		log_error("out of memory");
 		return EXIT_FAILURE_RUNTIME;
 	}
-	if (cf->redis.cluster) {
-		c.cl = ccluster_create(&cf->redis, CMD_TIMEOUT_MS);
-		if (!c.cl) {
-			log_error("out of memory");
-			consumer_finish(&c);
-			return EXIT_FAILURE_RUNTIME;
-		}
+	c.rc = consumer_client_create(&cf->redis);
+	if (!c.rc) {
+		log_error("out of memory");
+		consumer_finish(&c);
+		return EXIT_FAILURE_RUNTIME;
 	}
 	for (size_t i = 0; i < cf->nstreams; i++) {
 		if (!add_stream(&c, cf->streams[i], strlen(cf->streams[i]), true)) {
@@ -323,22 +245,15 @@ int consumer_run(const struct consumer_config *cf)
 	while (!consumer_stop_requested) {
 		enum step st;
 
-		if (!c.ctx) {
+		if (!c.connected) {
 			char err[1024];
 			bool permanent;
 			int64_t delay;
 
-			if (c.cl)
-				(void)connect_cluster(&c, &permanent, err, sizeof(err));
-			else {
-				struct redis_conn one;
-
-				permanent = redis_conn_connect(&one, &cf->redis, CMD_TIMEOUT_MS, err,
-				                               sizeof(err)) == REDIS_CONN_PERMANENT;
-				c.ctx = one.c;
-				c.ssl = one.ssl;
-			}
-			if (!c.ctx) {
+			/* A cluster: the slot map, then its first master, as the one server is. */
+			c.connected = rclient_connect(c.rc, &permanent, err, sizeof(err)) &&
+			              rclient_connect_master(c.rc, 0, &permanent, err, sizeof(err));
+			if (!c.connected) {
 				if (permanent) {
 					log_error("%s", err);
 					rc = EXIT_REDIS_SETUP;
@@ -349,16 +264,16 @@ int consumer_run(const struct consumer_config *cf)
 				consumer_sleep(delay);
 				continue;
 			}
-			if (c.cl) {
+			if (rclient_is_cluster(c.rc)) {
 				char where[300];
 
 				log_info("connected to Redis %s: %d masters, as consumer \"%s\" of group "
 				         "\"%s\"",
 				         redis_target_describe(&cf->redis, where, sizeof(where)),
-				         ccluster_nmasters(c.cl), cf->consumer, cf->group);
+				         rclient_nmasters(c.rc), cf->consumer, cf->group);
 			} else
-				log_info("connected to Redis at %s as consumer \"%s\" of group \"%s\"", c.desc,
-				         cf->consumer, cf->group);
+				log_info("connected to Redis at %s as consumer \"%s\" of group \"%s\"",
+				         rclient_desc(c.rc), cf->consumer, cf->group);
 			/* Entries may have been delivered whose replies were lost: read this
 			 * consumer's pending entries again before anything new. */
 			for (size_t i = 0; i < c.nstreams; i++)
@@ -379,7 +294,8 @@ int consumer_run(const struct consumer_config *cf)
 			break;
 		}
 		/* STEP_RETRY */
-		disconnect(&c);
+		rclient_disconnect(c.rc);
+		c.connected = false;
 		{
 			int64_t delay = backoff_ms(attempt++);
 

@@ -1,20 +1,16 @@
 /*
- * consumer_command.c - outbox-consume's one Redis command at a time, and the
- * stop signals that may cut a wait short.
- *
- * I/O uses hiredis's blocking context, but replies are awaited with poll()
- * on the socket and a self-pipe the signal handler writes to, so SIGTERM
- * ends a BLOCK wait at once instead of after up to --block-timeout. Only that
- * wait is interruptible; XACK and the rest always run to completion. In a
- * Redis Cluster (consumer_cluster.h) each command goes to the master of its
- * stream's slot and MOVED and ASK replies are followed. Error replies no
- * retry fixes end the program (consumer_error_reply()).
+ * consumer_command.c - outbox-consume's side of its Redis client
+ * (rclient.h): the stop signals, whose self-pipe wakes the client's
+ * interruptible wait so SIGTERM ends a BLOCK wait at once instead of after up
+ * to --block-timeout (only that wait is interruptible; XACK and the rest
+ * always run to completion), the sleeps between rounds, the client's
+ * failures and redirects turned into steps and log lines, and which error
+ * replies no retry fixes end the program (consumer_error_reply()).
  */
 #include "consumer_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <inttypes.h>
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
@@ -27,7 +23,6 @@
 #include "log.h"
 #include "lsn.h"
 #include "redis_conn.h"
-#include "redis_tls.h"
 
 /* See consumer_int.h. */
 volatile sig_atomic_t consumer_stop_requested;
@@ -95,171 +90,50 @@ void consumer_sleep(int64_t ms)
 	}
 }
 
-/*
- * Send one command and wait at most timeout_ms for its reply. Returns the
- * reply (caller frees; it may be an error reply) or NULL with *st set:
- * STEP_STOP when interruptible and a stop signal came while no reply had
- * started to arrive, otherwise STEP_RETRY with errmsg (the connection is
- * then unusable). A reply already on its way is read even after a signal,
- * so entries Redis handed over are still printed.
- */
-static redisReply *command_once(struct consumer *c, int argc, const char **argv, const size_t *lens,
-                                int64_t timeout_ms, bool interruptible, enum step *st)
+/* rclient's redirect hook: say which node a command is sent on to. */
+static void log_redirect(void *arg, const char *cmd, const char *reply, const char *desc)
 {
-	redisContext *ctx = c->ctx;
-	int64_t deadline = time_mono_us() + timeout_ms * 1000;
-	int done = 0;
+	(void)arg;
+	log_info("%s: %s from %s; following it", cmd, reply, desc);
+}
 
-	if (redisAppendCommandArgv(ctx, argc, argv, lens) != REDIS_OK) {
-		*st = consumer_fail(c, STEP_RETRY, 0, "could not queue %s: %s", argv[0], ctx->errstr);
+/* See consumer_int.h. */
+struct rclient *consumer_client_create(const struct redis_target *t)
+{
+	struct rclient *rc = rclient_create(t, CMD_TIMEOUT_MS);
+
+	if (!rc)
 		return NULL;
-	}
-	do {
-		if (redisBufferWrite(ctx, &done) != REDIS_OK) {
-			*st = consumer_fail(c, STEP_RETRY, 0, "could not send %s to Redis at %s: %s", argv[0],
-			                    c->desc, ctx->errstr);
-			return NULL;
-		}
-	} while (!done);
-
-	for (;;) {
-		struct pollfd p[2] = {{.fd = ctx->fd, .events = POLLIN},
-		                      {.fd = wake_pipe[0], .events = POLLIN}};
-		void *reply = NULL;
-		int64_t left;
-		int rc;
-
-		if (redisReaderGetReply(ctx->reader, &reply) != REDIS_OK) {
-			*st = consumer_fail(c, STEP_RETRY, 0, "bad reply to %s from Redis at %s: %s", argv[0],
-			                    c->desc, ctx->reader->errstr);
-			return NULL;
-		}
-		if (reply)
-			return reply;
-		/* TLS may hold bytes it already read off the socket: poll() cannot see them. */
-		if (c->ssl && redis_tls_pending(c->ssl)) {
-			if (redisBufferRead(ctx) != REDIS_OK) {
-				*st = consumer_fail(c, STEP_RETRY, 0, "lost the connection to Redis at %s: %s",
-				                    c->desc, ctx->errstr);
-				return NULL;
-			}
-			continue;
-		}
-		left = consumer_ms_until(deadline, time_mono_us());
-		if (left <= 0) {
-			*st = consumer_fail(c, STEP_RETRY, 0,
-			                    "no reply to %s from Redis at %s within %" PRId64 " ms", argv[0],
-			                    c->desc, timeout_ms);
-			return NULL;
-		}
-		rc = poll(p, interruptible ? 2 : 1, left > INT_MAX ? INT_MAX : (int)left);
-		if (rc < 0 && errno != EINTR) {
-			*st = consumer_fail(c, STEP_RETRY, 0, "poll: %s", strerror(errno));
-			return NULL;
-		}
-		if (rc > 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR))) {
-			if (redisBufferRead(ctx) != REDIS_OK) {
-				*st = consumer_fail(c, STEP_RETRY, 0, "lost the connection to Redis at %s: %s",
-				                    c->desc, ctx->errstr);
-				return NULL;
-			}
-			continue;
-		}
-		if (interruptible && consumer_stop_requested) {
-			*st = STEP_STOP;
-			return NULL;
-		}
-	}
+	rclient_set_interrupt(rc, wake_pipe[0], &consumer_stop_requested);
+	rclient_set_redirect_hook(rc, log_redirect, NULL);
+	return rc;
 }
 
-/* Redis Cluster: send the next commands to node n. */
-void consumer_use_node(struct consumer *c, struct ccluster_conn *n)
+/* See consumer_int.h. */
+enum step consumer_client_failed(struct consumer *c, enum rclient_status rst, const char *err)
 {
-	c->node = n;
-	c->ctx = n->c;
-	c->ssl = n->ssl;
-	(void)snprintf(c->desc, sizeof(c->desc), "%s", n->desc);
-}
-
-/* A failed node lookup or connection: permanent (credentials, ACL) or retried. */
-enum step consumer_node_failed(struct consumer *c, bool permanent, const char *err)
-{
-	if (permanent)
+	switch (rst) {
+	case RCLIENT_STOP:
+		return STEP_STOP;
+	case RCLIENT_PERMANENT:
 		return consumer_fail(c, STEP_FATAL, EXIT_REDIS_SETUP, "%s", err);
-	return consumer_fail(c, STEP_RETRY, 0, "%s", err);
-}
-
-/* Redis Cluster: send the next commands to the master of key's slot. No-op on one server. */
-enum step consumer_route_key(struct consumer *c, const char *key)
-{
-	struct ccluster_conn *n;
-	char err[600];
-	bool permanent;
-
-	if (!c->cl)
-		return STEP_OK;
-	n = ccluster_for_key(c->cl, key, strlen(key), &permanent, err, sizeof(err));
-	if (!n)
-		return consumer_node_failed(c, permanent, err);
-	consumer_use_node(c, n);
-	return STEP_OK;
-}
-
-/*
- * command_once(), and in a cluster the redirections: a MOVED reply reads the
- * slot map again and sends the command to the node it names (later commands
- * on that key follow the new map), an ASK reply sends ASKING and the command
- * to the node it names (the map stays: the slot is still being migrated).
- */
-redisReply *consumer_command(struct consumer *c, int argc, const char **argv, const size_t *lens,
-                             int64_t timeout_ms, bool interruptible, enum step *st)
-{
-	redisReply *r = command_once(c, argc, argv, lens, timeout_ms, interruptible, st);
-
-	for (int hop = 0; c->cl && r && r->type == REDIS_REPLY_ERROR; hop++) {
-		char host[CLUSTER_SLOTS_HOST_MAX + 1], err[600];
-		struct ccluster_conn *n;
-		bool ask, permanent;
-		unsigned slot;
-		int port;
-
-		if (!cluster_slots_redirect(r->str, &ask, &slot, host, sizeof(host), &port))
-			break;
-		if (hop == CCLUSTER_MAX_REDIRECTS) {
-			*st = consumer_fail(c, STEP_RETRY, 0, "%s: still redirected after %d hops (%s)",
-			                    argv[0], CCLUSTER_MAX_REDIRECTS, r->str);
-			freeReplyObject(r);
-			return NULL;
-		}
-		if (!host[0]) /* "MOVED 12 :6379": the node that answered */
-			(void)snprintf(host, sizeof(host), "%s", c->node->host);
-		log_info("%s: %s from %s; following it", argv[0], r->str, c->desc);
-		freeReplyObject(r);
-		if (!ask && !ccluster_refresh(c->cl, &permanent, err, sizeof(err))) {
-			*st = consumer_node_failed(c, permanent, err);
-			return NULL;
-		}
-		n = ccluster_for_addr(c->cl, host, port, &permanent, err, sizeof(err));
-		if (!n) {
-			*st = consumer_node_failed(c, permanent, err);
-			return NULL;
-		}
-		consumer_use_node(c, n);
-		if (ask) {
-			const char *asking[1] = {"ASKING"};
-
-			r = command_once(c, 1, asking, NULL, CMD_TIMEOUT_MS, false, st);
-			if (!r)
-				return NULL;
-			if (r->type == REDIS_REPLY_ERROR) {
-				*st = consumer_fail(c, STEP_RETRY, 0, "ASKING on %s failed: %s", c->desc, r->str);
-				freeReplyObject(r);
-				return NULL;
-			}
-			freeReplyObject(r);
-		}
-		r = command_once(c, argc, argv, lens, timeout_ms, interruptible, st);
+	default:
+		return consumer_fail(c, STEP_RETRY, 0, "%s", err);
 	}
+}
+
+/* rclient_command(), its failures as steps. */
+redisReply *consumer_command(struct consumer *c, const char *key, int argc, const char **argv,
+                             const size_t *lens, int64_t timeout_ms, bool interruptible,
+                             enum step *st)
+{
+	enum rclient_status rst;
+	char err[sizeof(c->errmsg)];
+	redisReply *r = rclient_command(c->rc, key, argc, argv, lens, timeout_ms, interruptible, &rst,
+	                                err, sizeof(err));
+
+	if (!r)
+		*st = consumer_client_failed(c, rst, err);
 	return r;
 }
 
@@ -268,13 +142,13 @@ enum step consumer_error_reply(struct consumer *c, const char *what, const char 
                                const char *msg)
 {
 	if (redis_conn_error_permanent(msg))
-		return consumer_fail(c, STEP_FATAL, EXIT_REDIS_SETUP, "Redis at %s refused %s: %s", c->desc,
-		                     what, msg);
+		return consumer_fail(c, STEP_FATAL, EXIT_REDIS_SETUP, "Redis at %s refused %s: %s",
+		                     rclient_desc(c->rc), what, msg);
 	if (strstr(msg, "unknown command") || strstr(msg, "unknown subcommand") ||
 	    strstr(msg, "syntax error"))
 		return consumer_fail(c, STEP_FATAL, EXIT_REDIS_SETUP,
 		                     "Redis at %s does not support %s (%s); %s needs Redis 6.2 or later%s",
-		                     c->desc, what, msg, PROGNAME,
+		                     rclient_desc(c->rc), what, msg, PROGNAME,
 		                     strcmp(what, "XAUTOCLAIM") == 0 ? ", or pass --claim-min-idle 0" : "");
 	if (strncmp(msg, "WRONGTYPE", 9) == 0)
 		return consumer_fail(c, STEP_FATAL, EXIT_REDIS_SETUP, "key \"%s\" is not a stream (%s)",

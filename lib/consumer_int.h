@@ -1,9 +1,9 @@
 /*
  * consumer_int.h - outbox-consume's state, shared by lib/consumer.c (the
- * loop and its list of streams), consumer_command.c (one Redis command at a
- * time, stop signals) and consumer_read.c (reading, printing and
+ * loop and its list of streams), consumer_command.c (stop signals, its Redis
+ * client's failures as steps) and consumer_read.c (reading, printing and
  * acknowledging entries). Private to those three files; the public API,
- * rendering included, is consumer.h.
+ * rendering included, is consumer.h; the Redis client is rclient.h.
  */
 #ifndef RELAY_CONSUMER_INT_H
 #define RELAY_CONSUMER_INT_H
@@ -16,7 +16,7 @@
 #include <hiredis/hiredis.h>
 
 #include "consumer.h"
-#include "consumer_cluster.h"
+#include "rclient.h"
 
 #define PROGNAME "outbox-consume"
 
@@ -43,13 +43,10 @@ struct cstream {
 
 struct consumer {
 	const struct consumer_config *cf;
-	redisContext *ctx;
-	void *ssl;      /* ctx's TLS session, NULL for plain connections */
-	char desc[300]; /* Redis target without credentials, for messages */
-	/* Redis Cluster (cf->redis.cluster): the slot map and node connections;
-	 * ctx, ssl and desc are then those of node, the one the next command goes to. */
-	struct ccluster *cl;
-	struct ccluster_conn *node;
+	/* One server, the Sentinels' master or a Redis Cluster; rclient_desc()
+	 * names the node the last command went to, for messages. */
+	struct rclient *rc;
+	bool connected; /* rc connected; cleared after a failure, which disconnects */
 
 	struct cstream *streams;
 	size_t nstreams, capstreams;
@@ -70,7 +67,7 @@ struct consumer {
 	char errmsg[1024]; /* with STEP_RETRY and STEP_FATAL */
 };
 
-/* ---- consumer_command.c: stop signals, waiting, one command ---- */
+/* ---- consumer_command.c: stop signals, sleeping, the Redis client's outcomes ---- */
 
 /* Set by the signal handler; the loop checks it between entries. */
 extern volatile sig_atomic_t consumer_stop_requested;
@@ -105,22 +102,28 @@ static inline bool consumer_reply_is_array(const redisReply *r)
 	return r && r->type == REDIS_REPLY_ARRAY;
 }
 
-/* Redis Cluster: send the next commands to node n. */
-void consumer_use_node(struct consumer *c, struct ccluster_conn *n);
-/* A failed node lookup or connection: permanent (credentials, ACL) or retried. */
-enum step consumer_node_failed(struct consumer *c, bool permanent, const char *err);
-/* Redis Cluster: send the next commands to the master of key's slot. No-op on one server. */
-enum step consumer_route_key(struct consumer *c, const char *key);
+/*
+ * The Redis client for t (CMD_TIMEOUT_MS to connect and for every reply but
+ * a BLOCK read's), its interruptible waits woken by the stop signals, its
+ * redirects logged. NULL when out of memory. Call after
+ * consumer_install_signals().
+ */
+struct rclient *consumer_client_create(const struct redis_target *t);
+
+/* A client call that failed with rst and err, as a step (c->errmsg, exit code). */
+enum step consumer_client_failed(struct consumer *c, enum rclient_status rst, const char *err);
 
 /*
- * Send one command (lens NULL: NUL-terminated arguments) and wait at most
- * timeout_ms for its reply. Returns the reply (caller frees; it may be an
- * error reply) or NULL with *st set: STEP_STOP when interruptible and a stop
- * signal came while no reply had started to arrive, otherwise STEP_RETRY or
- * STEP_FATAL with c->errmsg. In a cluster MOVED and ASK are followed.
+ * rclient_command() on c->rc: one command about key (lens NULL:
+ * NUL-terminated arguments) to the server holding it, MOVED and ASK followed,
+ * the reply awaited at most timeout_ms. Returns the reply (caller frees; it
+ * may be an error reply) or NULL with *st set: STEP_STOP when interruptible
+ * and a stop signal came while no reply had started to arrive, otherwise
+ * STEP_RETRY or STEP_FATAL with c->errmsg.
  */
-redisReply *consumer_command(struct consumer *c, int argc, const char **argv, const size_t *lens,
-                             int64_t timeout_ms, bool interruptible, enum step *st);
+redisReply *consumer_command(struct consumer *c, const char *key, int argc, const char **argv,
+                             const size_t *lens, int64_t timeout_ms, bool interruptible,
+                             enum step *st);
 
 /* Classify an unexpected error reply to `what` on stream key (NULL: none). */
 enum step consumer_error_reply(struct consumer *c, const char *what, const char *key,

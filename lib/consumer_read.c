@@ -97,18 +97,17 @@ static bool grow_scratch(struct consumer *c, size_t nfields, size_t nack)
 /* XACK the ids collected in c->ack_argv[3..3+n). */
 static enum step xack(struct consumer *c, const char *key, size_t n)
 {
-	enum step st = consumer_route_key(c, key);
+	enum step st = STEP_OK;
 	redisReply *r;
 
-	if (st != STEP_OK)
-		return st;
 	c->ack_argv[0] = "XACK";
 	c->ack_lens[0] = 4;
 	c->ack_argv[1] = key;
 	c->ack_lens[1] = strlen(key);
 	c->ack_argv[2] = c->cf->group;
 	c->ack_lens[2] = strlen(c->cf->group);
-	r = consumer_command(c, (int)(n + 3), c->ack_argv, c->ack_lens, CMD_TIMEOUT_MS, false, &st);
+	r = consumer_command(c, key, (int)(n + 3), c->ack_argv, c->ack_lens, CMD_TIMEOUT_MS, false,
+	                     &st);
 	if (!r)
 		return st;
 	if (r->type == REDIS_REPLY_ERROR)
@@ -214,12 +213,9 @@ static enum step print_entries(struct consumer *c, const char *key, const redisR
 enum step consumer_create_group(struct consumer *c, struct cstream *s)
 {
 	const char *argv[6] = {"XGROUP", "CREATE", s->key, c->cf->group, "0", "MKSTREAM"};
-	enum step st = consumer_route_key(c, s->key);
-	redisReply *r;
+	enum step st = STEP_OK;
+	redisReply *r = consumer_command(c, s->key, 6, argv, NULL, CMD_TIMEOUT_MS, false, &st);
 
-	if (st != STEP_OK)
-		return st;
-	r = consumer_command(c, 6, argv, NULL, CMD_TIMEOUT_MS, false, &st);
 	if (!r)
 		return st;
 	if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "BUSYGROUP", 9) != 0)
@@ -269,10 +265,7 @@ static redisReply *stream_command(struct consumer *c, const struct cstream *s, i
 		return NULL;
 	}
 	(void)snprintf(count, 24, "%" PRIu64, want(c));
-	*st = consumer_route_key(c, s->key);
-	if (*st != STEP_OK)
-		return NULL;
-	return consumer_command(c, argc, argv, NULL, CMD_TIMEOUT_MS, false, st);
+	return consumer_command(c, s->key, argc, argv, NULL, CMD_TIMEOUT_MS, false, st);
 }
 
 /*
@@ -392,13 +385,6 @@ static enum step read_streams(struct consumer *c, const size_t *idx, size_t n, u
 	*got = false;
 	if (!argv)
 		return consumer_fail(c, STEP_FATAL, EXIT_FAILURE_RUNTIME, "out of memory");
-	if (c->cl) { /* in a cluster consumer_read_new() reads one stream per call */
-		st = consumer_route_key(c, c->streams[idx[0]].key);
-		if (st != STEP_OK) {
-			free(argv);
-			return st;
-		}
-	}
 	(void)snprintf(count, sizeof(count), "%" PRIu64, per);
 	(void)snprintf(block, sizeof(block), "%" PRId64, block_ms);
 	argv[argc++] = "XREADGROUP";
@@ -417,8 +403,9 @@ static enum step read_streams(struct consumer *c, const size_t *idx, size_t n, u
 	for (size_t i = 0; i < n; i++)
 		argv[argc++] = ">";
 
-	r = consumer_command(c, (int)argc, argv, NULL, (block_ms > 0 ? block_ms : 0) + CMD_TIMEOUT_MS,
-	                     block_ms > 0, &st);
+	/* In a cluster consumer_read_new() reads one stream per call: the key routes it. */
+	r = consumer_command(c, c->streams[idx[0]].key, (int)argc, argv, NULL,
+	                     (block_ms > 0 ? block_ms : 0) + CMD_TIMEOUT_MS, block_ms > 0, &st);
 	free(argv);
 	if (!r)
 		return st;
@@ -538,7 +525,7 @@ enum step consumer_read_new(struct consumer *c, int64_t now_us)
 		consumer_sleep(block);
 		return consumer_stop_requested ? STEP_STOP : STEP_OK;
 	}
-	if (c->cl) {
+	if (rclient_is_cluster(c->rc)) {
 		st = read_new_cluster(c, idx, n, block);
 		free(idx);
 		return st;

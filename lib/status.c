@@ -11,9 +11,10 @@
  * PostgreSQL is asked through a normal (non-replication) connection, so the
  * report works while the relay is streaming from the slot. Redis streams are
  * found with SCAN MATCH ... TYPE stream and described with XINFO STREAM and
- * XINFO GROUPS; the relay's watermark for the slot is read with GET. In a
- * Redis Cluster every master is scanned and every key is asked of the master
- * of its hash slot (consumer_cluster.h; MOVED and ASK are followed).
+ * XINFO GROUPS; the relay's watermark for the slot is read with GET. Redis
+ * is one server, the Sentinels' master or a Redis Cluster, through
+ * rclient.h: in a cluster every master is scanned and every key is asked of
+ * the master of its hash slot (MOVED and ASK are followed).
  *
  * This is command code: it prints the report to stdout, problems inline,
  * and never a password (only host, port, database and user of the
@@ -32,16 +33,13 @@
 
 #include "buf.h"
 #include "config.h"
-#include "consumer.h"
-#include "consumer_cluster.h"
 #include "event.h"
 #include "exitcode.h"
 #include "lsn.h"
-#include "redis_conn.h"
+#include "rclient.h"
 #include "sink_redis.h"
 
 #define PROGNAME "outbox-relay status"
-#define SCAN_COUNT "1000"
 #define CELL_MAX 256 /* longest value shown in a table cell */
 
 static void usage(FILE *out)
@@ -374,26 +372,6 @@ static const redisReply *map_get(const redisReply *map, const char *name)
 	return NULL;
 }
 
-/* The Redis side: one server, or a cluster whose commands are routed by key. */
-struct rconn {
-	redisContext *c;     /* one server */
-	struct ccluster *cl; /* a cluster (c is then NULL) */
-};
-
-/* Send a command about key to the server holding it. NULL with the reason in err. */
-static redisReply *rcmd(struct rconn *rc, const char *key, int argc, const char **argv, char *err,
-                        size_t errlen)
-{
-	redisReply *r;
-
-	if (rc->cl)
-		return ccluster_command(rc->cl, key, argc, argv, err, errlen);
-	r = redisCommandArgv(rc->c, argc, argv, NULL);
-	if (!r)
-		(void)snprintf(err, errlen, "%s", rc->c->errstr[0] ? rc->c->errstr : "connection lost");
-	return r;
-}
-
 static int cmp_str(const void *a, const void *b)
 {
 	return strcmp(*(char *const *)a, *(char *const *)b);
@@ -411,61 +389,50 @@ static void keylist_finish(struct keylist *l)
 	free(l->keys);
 }
 
-/* Collect the stream keys matching pattern, sorted. False with err on failure. */
-static bool scan_streams(redisContext *c, const char *pattern, struct keylist *l, char *err,
-                         size_t errlen)
+/* rclient_scan_streams()'s callback: keep a copy of the key (false: out of memory). */
+static bool keylist_add(void *arg, const char *key, size_t len)
 {
-	char cursor[32] = "0";
-	const char *argv[8] = {"SCAN", cursor, "MATCH", pattern, "TYPE", "stream", "COUNT", SCAN_COUNT};
+	struct keylist *l = arg;
+	char *k;
 
-	do {
-		redisReply *r = redisCommandArgv(c, 8, argv, NULL), *keys;
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 16;
+		char **grown = realloc(l->keys, cap * sizeof(*grown));
 
-		if (!r) {
-			(void)snprintf(err, errlen, "SCAN failed: %s",
-			               c->errstr[0] ? c->errstr : "connection lost");
+		if (!grown)
 			return false;
-		}
-		if (r->type == REDIS_REPLY_ERROR) {
-			(void)snprintf(err, errlen, "SCAN failed: %s", r->str);
-			freeReplyObject(r);
-			return false;
-		}
-		if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-		    r->element[0]->type != REDIS_REPLY_STRING || r->element[0]->len >= sizeof(cursor) ||
-		    r->element[1]->type != REDIS_REPLY_ARRAY) {
-			(void)snprintf(err, errlen, "unexpected reply to SCAN");
-			freeReplyObject(r);
-			return false;
-		}
-		(void)snprintf(cursor, sizeof(cursor), "%s", r->element[0]->str);
-		keys = r->element[1];
-		for (size_t i = 0; i < keys->elements; i++) {
-			char *k;
+		l->keys = grown;
+		l->cap = cap;
+	}
+	k = strndup(key, len);
+	if (!k)
+		return false;
+	l->keys[l->n++] = k;
+	return true;
+}
 
-			if (keys->element[i]->type != REDIS_REPLY_STRING)
-				continue;
-			if (l->n == l->cap) {
-				size_t cap = l->cap ? 2 * l->cap : 16;
-				char **grown = realloc(l->keys, cap * sizeof(*grown));
+/*
+ * Collect the stream keys matching pattern on every master (one server: on
+ * it), sorted. False with err on failure.
+ */
+static bool scan_all(struct rclient *c, const char *pattern, struct keylist *l, char *err,
+                     size_t errlen)
+{
+	char why[900];
 
-				if (!grown)
-					goto oom;
-				l->keys = grown;
-				l->cap = cap;
-			}
-			k = strndup(keys->element[i]->str, keys->element[i]->len);
-			if (!k)
-				goto oom;
-			l->keys[l->n++] = k;
-		}
-		freeReplyObject(r);
-		continue;
-	oom:
-		freeReplyObject(r);
+	switch (rclient_scan_streams(c, pattern, keylist_add, l, why, sizeof(why))) {
+	case RCLIENT_OK:
+		break;
+	case RCLIENT_REFUSED:
+		(void)snprintf(err, errlen, "SCAN failed: %s", why);
+		return false;
+	case RCLIENT_ABORTED:
 		(void)snprintf(err, errlen, "out of memory");
 		return false;
-	} while (strcmp(cursor, "0") != 0);
+	default:
+		(void)snprintf(err, errlen, "%s", why);
+		return false;
+	}
 	/* SCAN may return a key twice; sort, then drop repeats. */
 	if (l->n > 1) {
 		size_t kept = 1;
@@ -482,22 +449,6 @@ static bool scan_streams(redisContext *c, const char *pattern, struct keylist *l
 	return true;
 }
 
-/* scan_streams() on the one server, or on every master of the cluster. */
-static bool scan_all(struct rconn *c, const char *pattern, struct keylist *l, char *err,
-                     size_t errlen)
-{
-	if (!c->cl)
-		return scan_streams(c->c, pattern, l, err, errlen);
-	for (int m = 0; m < ccluster_nmasters(c->cl); m++) {
-		bool permanent;
-		struct ccluster_conn *n = ccluster_master(c->cl, m, &permanent, err, errlen);
-
-		if (!n || !scan_streams(n->c, pattern, l, err, errlen))
-			return false;
-	}
-	return true;
-}
-
 /*
  * The relay's watermark for stream key and the slot, as "LSN:index" (the
  * stored value is "<commit LSN, 16 hex digits>:<index in the transaction,
@@ -505,7 +456,7 @@ static bool scan_all(struct rconn *c, const char *pattern, struct keylist *l, ch
  * kept per hash tag); NULL when there is none. Other values are shown as
  * they are.
  */
-static const char *watermark(struct rconn *c, const struct relay_config *cf, const char *key,
+static const char *watermark(struct rclient *c, const struct relay_config *cf, const char *key,
                              char *buf, size_t len, char *err, size_t errlen, bool *failed)
 {
 	struct buf tag = {0}, wm = {0};
@@ -529,7 +480,7 @@ static const char *watermark(struct rconn *c, const struct relay_config *cf, con
 		buf_putc(&wm, ':');
 		buf_puts(&wm, cf->slot);
 		argv[1] = wm.data;
-		r = wm.failed ? NULL : rcmd(c, wm.data, 2, argv, why, sizeof(why));
+		r = wm.failed ? NULL : rclient_call(c, wm.data, 2, argv, why, sizeof(why));
 		if (!r) {
 			(void)snprintf(err, errlen, "GET failed: %s", why);
 			*failed = true;
@@ -568,7 +519,7 @@ static const char *const group_head[] = {"STREAM",  "GROUP", "CONSUMERS",
  * One stream: a row in streams, a row per group in groups. Returns false
  * with err when the connection failed; a stream deleted meanwhile is skipped.
  */
-static bool describe_stream(struct rconn *c, const struct relay_config *cf, const char *key,
+static bool describe_stream(struct rclient *c, const struct relay_config *cf, const char *key,
                             struct table *streams, struct table *groups, char *err, size_t errlen)
 {
 	const char *info_argv[3] = {"XINFO", "STREAM", key};
@@ -578,7 +529,7 @@ static bool describe_stream(struct rconn *c, const struct relay_config *cf, cons
 	const char *wm;
 	bool failed;
 
-	info = rcmd(c, key, 3, info_argv, why, sizeof(why));
+	info = rclient_call(c, key, 3, info_argv, why, sizeof(why));
 	if (!info) {
 		(void)snprintf(err, errlen, "XINFO STREAM failed: %s", why);
 		return false;
@@ -596,7 +547,7 @@ static bool describe_stream(struct rconn *c, const struct relay_config *cf, cons
 		freeReplyObject(info);
 		return true;
 	}
-	gr = rcmd(c, key, 3, groups_argv, why, sizeof(why));
+	gr = rclient_call(c, key, 3, groups_argv, why, sizeof(why));
 	if (!gr) {
 		freeReplyObject(info);
 		(void)snprintf(err, errlen, "XINFO GROUPS failed: %s", why);
@@ -649,7 +600,7 @@ static bool describe_stream(struct rconn *c, const struct relay_config *cf, cons
  * found. Returns EXIT_SLOT_GAP when a gap is suspected, EXIT_REDIS_SETUP when
  * the record could not be read, else EXIT_OK.
  */
-static int record_section(struct rconn *c, const struct relay_config *cf,
+static int record_section(struct rclient *c, const struct relay_config *cf,
                           const struct slot_view *view, FILE *out)
 {
 	const char *argv[2] = {"GET", NULL};
@@ -664,7 +615,7 @@ static int record_section(struct rconn *c, const struct relay_config *cf,
 	(void)snprintf(key, sizeof(key), "%s", kb.failed ? "" : kb.data);
 	buf_finish(&kb);
 	argv[1] = key;
-	r = rcmd(c, key, 2, argv, why, sizeof(why));
+	r = rclient_call(c, key, 2, argv, why, sizeof(why));
 	fprintf(out, "Slot record (%s):\n", key);
 	if (!r || r->type == REDIS_REPLY_ERROR) {
 		fprintf(out, "  error: GET failed: %s\n", r ? r->str : why);
@@ -730,34 +681,24 @@ static int redis_section(const struct relay_config *cf, const char *pattern,
 	struct table groups = {.ncols = 6, .head = group_head, .right = 0x1c};
 	struct keylist keys = {0};
 	char desc[300], err[1024];
-	struct rconn conn = {0}, *c = &conn;
+	struct rclient *c;
 	bool permanent;
 	int rc = EXIT_OK, rec_rc = EXIT_OK;
 
 	(void)redis_target_describe(&cf->redis, desc, sizeof(desc));
 	fprintf(out, "\nRedis: %s\n", desc);
-	if (cf->redis.cluster) {
-		conn.cl = ccluster_create(&cf->redis, cf->redis_timeout_ms);
-		if (!conn.cl) {
-			fprintf(out, "  error: out of memory\n");
-			return EXIT_REDIS_SETUP;
-		}
-		if (!ccluster_refresh(conn.cl, &permanent, err, sizeof(err))) {
-			fprintf(out, "  error: %s\n", err);
-			ccluster_destroy(conn.cl);
-			return EXIT_REDIS_SETUP;
-		}
-		fprintf(out, "  cluster: %d masters\n", ccluster_nmasters(conn.cl));
-	} else {
-		struct redis_conn one;
-
-		(void)redis_conn_connect(&one, &cf->redis, cf->redis_timeout_ms, err, sizeof(err));
-		conn.c = one.c;
-		if (!conn.c) {
-			fprintf(out, "  error: %s\n", err);
-			return EXIT_REDIS_SETUP;
-		}
+	c = rclient_create(&cf->redis, cf->redis_timeout_ms);
+	if (!c) {
+		fprintf(out, "  error: out of memory\n");
+		return EXIT_REDIS_SETUP;
 	}
+	if (!rclient_connect(c, &permanent, err, sizeof(err))) {
+		fprintf(out, "  error: %s\n", err);
+		rclient_destroy(c);
+		return EXIT_REDIS_SETUP;
+	}
+	if (rclient_is_cluster(c))
+		fprintf(out, "  cluster: %d masters\n", rclient_nmasters(c));
 	rec_rc = record_section(c, cf, view, out);
 	if (!scan_all(c, pattern, &keys, err, sizeof(err))) {
 		fprintf(out, "  error: %s\n", err);
@@ -790,9 +731,7 @@ out:
 	table_finish(&streams);
 	table_finish(&groups);
 	keylist_finish(&keys);
-	if (conn.c)
-		redisFree(conn.c);
-	ccluster_destroy(conn.cl);
+	rclient_destroy(c);
 	return rc != EXIT_OK ? rc : rec_rc;
 }
 

@@ -42,7 +42,7 @@
 #include <string.h>
 
 #include "buf.h"
-#include "consumer_cluster.h"
+#include "rclient.h"
 #include "event.h"
 #include "exitcode.h"
 #include "log.h"
@@ -98,8 +98,8 @@ struct column {
 struct verify {
 	const struct relay_config *cf;
 	PGconn *conn;
-	redisContext *rc;    /* one server */
-	struct ccluster *cl; /* or a cluster */
+	redisContext *rc;   /* one server */
+	struct rclient *cl; /* or a cluster */
 	struct column *cols;
 	int ncols, idcol, aggcol;
 	char *schema, *table, *qtable; /* qtable: quoted schema.table */
@@ -538,7 +538,7 @@ static redisReply *rcmd(struct verify *v, const char *key, int argc, const char 
 	redisReply *r;
 
 	if (v->cl)
-		return ccluster_command(v->cl, key, argc, argv, v->err, sizeof(v->err));
+		return rclient_call(v->cl, key, argc, argv, v->err, sizeof(v->err));
 	r = redisCommandArgv(v->rc, argc, argv, NULL);
 	if (!r)
 		snprintf(v->err, sizeof(v->err), "Redis: %s",
@@ -552,10 +552,10 @@ static int redis_setup(struct verify *v)
 	bool permanent;
 
 	if (cf->redis.cluster) {
-		v->cl = ccluster_create(&cf->redis, cf->redis_timeout_ms);
+		v->cl = rclient_create(&cf->redis, cf->redis_timeout_ms);
 		if (!v->cl)
 			return EXIT_FAILURE_RUNTIME;
-		if (!ccluster_refresh(v->cl, &permanent, v->err, sizeof(v->err)))
+		if (!rclient_connect(v->cl, &permanent, v->err, sizeof(v->err)))
 			return EXIT_REDIS_SETUP;
 	} else {
 		struct redis_conn one;
@@ -1377,7 +1377,7 @@ static void free_all(struct verify *v)
 	stream_tmpl_free(v->tmpl);
 	if (v->rc)
 		redisFree(v->rc);
-	ccluster_destroy(v->cl);
+	rclient_destroy(v->cl);
 	PQfinish(v->conn);
 }
 
