@@ -946,12 +946,53 @@ static bool judge_page(struct verify *v, size_t si, const redisReply *page, cons
 	return nlook == 0 || judge_unkept(v, s->name, look, nlook);
 }
 
-/* Read stream si from its position up to end (an XRANGE end id), page by page. */
+/*
+ * Entries of stream si from pos up to end (XRANGE ids), page by page, each
+ * page judged; pos moves past every entry read.
+ */
+static bool read_pages(struct verify *v, size_t si, char *pos, size_t poslen, const char *end,
+                       const char *cmp_sql, bool rescan)
+{
+	const char *name = v->streams[si].name;
+	char count[16];
+	const char *argv[6] = {"XRANGE", name, pos, end, "COUNT", count};
+
+	snprintf(count, sizeof(count), "%d", PAGE);
+	for (;;) {
+		redisReply *r = rcmd(v, name, 6, argv);
+		size_t n;
+		bool ok;
+
+		if (!r)
+			return false;
+		if (r->type == REDIS_REPLY_ERROR) {
+			snprintf(v->err, sizeof(v->err), "XRANGE %s: %s", name, r->str);
+			freeReplyObject(r);
+			return false;
+		}
+		n = r->type == REDIS_REPLY_ARRAY ? r->elements : 0;
+		ok = n == 0 || judge_page(v, si, r, cmp_sql, rescan);
+		if (ok && n > 0) {
+			const redisReply *last = r->element[n - 1];
+
+			if (last->type == REDIS_REPLY_ARRAY && last->elements == 2 &&
+			    reply_str(last->element[0]))
+				next_id(last->element[0]->str, pos, poslen);
+			else
+				n = 0;
+		}
+		freeReplyObject(r);
+		if (!ok)
+			return false;
+		if (n < PAGE)
+			return true;
+	}
+}
+
+/* Read stream si on from where the last step stopped, up to end. */
 static bool read_stream(struct verify *v, size_t si, const char *end, const char *cmp_sql)
 {
 	struct vstream *s = &v->streams[si];
-	char count[16];
-	const char *argv[6] = {"XRANGE", s->name, s->pos, end, "COUNT", count};
 
 	if (!s->started) {
 		/* From --since, less the skew: no entry of a row of the range is older. */
@@ -964,36 +1005,7 @@ static bool read_stream(struct verify *v, size_t si, const char *end, const char
 		s->trimmed = stream_trimmed(v, s->name);
 		s->started = true;
 	}
-	snprintf(count, sizeof(count), "%d", PAGE);
-	for (;;) {
-		redisReply *r = rcmd(v, s->name, 6, argv);
-		size_t n;
-		bool ok;
-
-		if (!r)
-			return false;
-		if (r->type == REDIS_REPLY_ERROR) {
-			snprintf(v->err, sizeof(v->err), "XRANGE %s: %s", s->name, r->str);
-			freeReplyObject(r);
-			return false;
-		}
-		n = r->type == REDIS_REPLY_ARRAY ? r->elements : 0;
-		ok = n == 0 || judge_page(v, si, r, cmp_sql, false);
-		if (ok && n > 0) {
-			const redisReply *last = r->element[n - 1];
-
-			if (last->type == REDIS_REPLY_ARRAY && last->elements == 2 &&
-			    reply_str(last->element[0]))
-				next_id(last->element[0]->str, s->pos, sizeof(s->pos));
-			else
-				n = 0;
-		}
-		freeReplyObject(r);
-		if (!ok)
-			return false;
-		if (n < PAGE)
-			return true;
-	}
+	return read_pages(v, si, s->pos, sizeof(s->pos), end, cmp_sql, false);
 }
 
 /*
@@ -1002,40 +1014,9 @@ static bool read_stream(struct verify *v, size_t si, const char *end, const char
  */
 static bool rescan_stream(struct verify *v, size_t si, const char *cmp_sql)
 {
-	struct vstream *s = &v->streams[si];
-	char start[48] = "-", count[16];
-	const char *argv[6] = {"XRANGE", s->name, start, "+", "COUNT", count};
+	char start[48] = "-";
 
-	snprintf(count, sizeof(count), "%d", PAGE);
-	for (;;) {
-		redisReply *r = rcmd(v, s->name, 6, argv);
-		size_t n;
-		bool ok;
-
-		if (!r)
-			return false;
-		if (r->type == REDIS_REPLY_ERROR) {
-			snprintf(v->err, sizeof(v->err), "XRANGE %s: %s", s->name, r->str);
-			freeReplyObject(r);
-			return false;
-		}
-		n = r->type == REDIS_REPLY_ARRAY ? r->elements : 0;
-		ok = n == 0 || judge_page(v, si, r, cmp_sql, true);
-		if (ok && n > 0) {
-			const redisReply *last = r->element[n - 1];
-
-			if (last->type == REDIS_REPLY_ARRAY && last->elements == 2 &&
-			    reply_str(last->element[0]))
-				next_id(last->element[0]->str, start, sizeof(start));
-			else
-				n = 0;
-		}
-		freeReplyObject(r);
-		if (!ok)
-			return false;
-		if (n < PAGE)
-			return true;
-	}
+	return read_pages(v, si, start, sizeof(start), "+", cmp_sql, true);
 }
 
 /* Rows no entry matched: in a dead letter, in a trimmed stream, or missing. */
