@@ -81,7 +81,7 @@ void consumer_sleep(int64_t ms)
 	int64_t deadline = time_mono_us() + ms * 1000;
 
 	while (!consumer_stop_requested) {
-		int64_t left = consumer_ms_until(deadline, time_mono_us());
+		int64_t left = rclient_ms_until(deadline, time_mono_us());
 		struct pollfd p = {.fd = wake_pipe[0], .events = POLLIN};
 
 		if (left <= 0)

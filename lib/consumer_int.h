@@ -79,12 +79,6 @@ extern volatile sig_atomic_t consumer_stop_requested;
  */
 bool consumer_install_signals(void);
 
-/* Milliseconds from now_us until when_us, rounded up; 0 once it has passed. */
-static inline int64_t consumer_ms_until(int64_t when_us, int64_t now_us)
-{
-	return when_us > now_us ? (when_us - now_us + 999) / 1000 : 0;
-}
-
 /* Sleep up to ms, waking early on a stop signal. */
 void consumer_sleep(int64_t ms);
 

@@ -506,10 +506,10 @@ enum step consumer_read_new(struct consumer *c, int64_t now_us)
 	enum step st;
 	bool got;
 
-	if (cf->stream_pattern && consumer_ms_until(c->next_scan_us, now_us) < block)
-		block = consumer_ms_until(c->next_scan_us, now_us);
-	if (cf->claim_idle_ms > 0 && consumer_ms_until(c->next_claim_us, now_us) < block)
-		block = consumer_ms_until(c->next_claim_us, now_us);
+	if (cf->stream_pattern && rclient_ms_until(c->next_scan_us, now_us) < block)
+		block = rclient_ms_until(c->next_scan_us, now_us);
+	if (cf->claim_idle_ms > 0 && rclient_ms_until(c->next_claim_us, now_us) < block)
+		block = rclient_ms_until(c->next_claim_us, now_us);
 	if (block < 1)
 		block = 1; /* BLOCK 0 would wait forever */
 

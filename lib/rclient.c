@@ -254,12 +254,6 @@ bool rclient_connect_master(struct rclient *rc, int i, bool *ret_permanent, char
 	return true;
 }
 
-/* Milliseconds from now_us until when_us, rounded up; 0 once it has passed. */
-static int64_t ms_until(int64_t when_us, int64_t now_us)
-{
-	return when_us > now_us ? (when_us - now_us + 999) / 1000 : 0;
-}
-
 /* A transport failure on n: n is closed (its replies would be out of step); returns NULL. */
 static struct redisReply *node_failed(struct rnode *n, enum rclient_status *st)
 {
@@ -321,7 +315,7 @@ static struct redisReply *node_command(struct rclient *rc, struct rnode *n, int 
 			}
 			continue;
 		}
-		left = ms_until(deadline, time_mono_us());
+		left = rclient_ms_until(deadline, time_mono_us());
 		if (left <= 0) {
 			msg_set(err, errlen, "no reply to %s from Redis at %s within %" PRId64 " ms", argv[0],
 			        n->desc, timeout_ms);

@@ -43,6 +43,12 @@ enum rclient_status {
 
 struct rclient;
 
+/* Milliseconds from now_us until when_us, rounded up; 0 once it has passed. */
+static inline int64_t rclient_ms_until(int64_t when_us, int64_t now_us)
+{
+	return when_us > now_us ? (when_us - now_us + 999) / 1000 : 0;
+}
+
 /*
  * A client for target t (borrowed; it must outlive the client): one server,
  * a Sentinel-named master, or the cluster whose seeds t->cluster names.

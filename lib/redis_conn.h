@@ -1,7 +1,7 @@
 /*
  * redis_conn.h - one way to reach a Redis server, for the relay's sink
- * (sink_setup.c, sink_redis.c), outbox-consume (consumer.c, consumer_cluster.c) and
- * `outbox-relay status`: connect over TCP or a unix socket within a timeout,
+ * (sink_setup.c, sink_redis.c), and outbox-consume, `outbox-relay status` and
+ * verify (rclient.c): connect over TCP or a unix socket within a timeout,
  * the same timeout for every reply, TCP keepalive, TLS (redis_tls.h), AUTH
  * (user and password), SELECT; Sentinel discovery (redis_sentinel.h) with the
  * ROLE check; and the one rule that says which error replies no retry can

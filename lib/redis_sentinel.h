@@ -6,7 +6,7 @@
  * the first that answers moves to the front of the list; the caller connects
  * to the address, checks that ROLE says master and, when it does not (or on a
  * lost connection, or a READONLY reply), asks again. Shared by the relay
- * (sink_setup.c), outbox-consume and outbox-relay status (consumer.c) and the
+ * (sink_setup.c), outbox-consume, outbox-relay status and verify (rclient.c) and the
  * preflight checks. The reply parsers are pure; the rest does blocking I/O
  * and never logs.
  */

@@ -6,7 +6,7 @@
  * and asked for CLUSTER SLOTS until a reply passes cluster_slots_parse().
  * The sink turns the map into its connections (sink_setup.c) and routes
  * commands by it (sink_redis.c); outbox-consume and status have their own client
- * (consumer_cluster.h). Blocking I/O; nothing here logs.
+ * (rclient.h). Blocking I/O; nothing here logs.
  */
 #ifndef RELAY_SINK_CLUSTER_H
 #define RELAY_SINK_CLUSTER_H
