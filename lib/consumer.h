@@ -8,15 +8,12 @@
  * and acknowledges it (XACK) only after the line has been flushed: delivery
  * is at-least-once.
  *
- * Three parts, usable on their own:
- *   - configuration: flags and OUTBOX_CONSUME_* environment variables
- *     (consumer_config.c);
- *   - rendering: one stream entry as one JSON line (pure, no I/O;
- *     consumer_render.c);
- *   - consumer_run(): the program's main loop (consumer.c, with
- *     consumer_read.c and consumer_command.c; their shared state is in
- *     consumer_int.h). Like relay_run() it is the one part of this module
- *     that logs (to stderr, through log.h).
+ * Here: the configuration (flags and OUTBOX_CONSUME_* environment
+ * variables, consumer_config.c) and consumer_run(), the program's main loop
+ * (consumer.c, with consumer_read.c and consumer_command.c; their shared
+ * state is in consumer_int.h). Like relay_run() it is the one part of this
+ * module that logs (to stderr, through log.h). Rendering an entry as a JSON
+ * line is consumer_render.h.
  */
 #ifndef RELAY_CONSUMER_H
 #define RELAY_CONSUMER_H
@@ -28,11 +25,6 @@
 
 #include "config.h"
 #include "redis_url.h"
-
-/* Keys of every JSON line ahead of the entry's own fields. "entry_id" and not
- * "id": the outbox's own id column arrives as a field named "id". */
-#define CONSUMER_KEY_STREAM "stream"
-#define CONSUMER_KEY_ENTRY_ID "entry_id"
 
 struct consumer_config {
 	char *redis_url;                    /* --redis-url, default "redis://127.0.0.1:6379" */
@@ -76,46 +68,6 @@ enum config_result consumer_config_load(struct consumer_config *cf, int argc, ch
 void consumer_usage(FILE *out);
 /* Free everything consumer_config_load allocated; NULL-safe; zeroes *cf. */
 void consumer_config_finish(struct consumer_config *cf);
-
-/* ---- Rendering ---- */
-
-/* One field of a stream entry; binary-safe, not NUL-terminated. */
-struct consumer_field {
-	const char *name;
-	size_t name_len;
-	const char *value;
-	size_t value_len;
-};
-
-/*
- * True for the fields embedded as JSON when their value parses as one JSON
- * text: "payload" and "headers". Every other field is a JSON string.
- */
-bool consumer_is_json_field(const char *name, size_t len);
-
-struct consumer_fmt;
-
-/* NULL when out of memory. */
-struct consumer_fmt *consumer_fmt_create(void);
-void consumer_fmt_destroy(struct consumer_fmt *f); /* NULL is a no-op */
-
-/*
- * Render one entry as one line:
- *   {"stream":"<stream>","entry_id":"<id>","<name>":<value>,...}\n
- * with the fields in entry order. Values of consumer_is_json_field() fields
- * that are one valid JSON text (nested less deeply than yajl_gen's limit of
- * 128 levels) are embedded, re-encoded compactly with numbers kept digit for
- * digit; any other value, including invalid JSON, is a string. Strings are
- * escaped as JSON requires (quotes, backslashes, control characters as
- * \uXXXX); valid UTF-8 passes through, each byte of an invalid UTF-8
- * sequence becomes U+FFFD. On success *ret_line and *ret_len hold the line
- * including the newline, owned by f and valid until the next call. Returns
- * false only when out of memory.
- */
-bool consumer_fmt_line(struct consumer_fmt *f, const char *stream, size_t stream_len,
-                       const char *entry_id, size_t entry_id_len,
-                       const struct consumer_field *fields, size_t nfields, const char **ret_line,
-                       size_t *ret_len);
 
 /* ---- Main loop ---- */
 

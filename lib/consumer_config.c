@@ -12,6 +12,7 @@
  */
 #include "msg.h"
 #include "consumer.h"
+#include "consumer_render.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -16,6 +16,7 @@
 #include <hiredis/hiredis.h>
 
 #include "consumer.h"
+#include "consumer_render.h"
 #include "rclient.h"
 
 #define PROGNAME "outbox-consume"

@@ -1,13 +1,13 @@
 /*
  * consumer_render.c - outbox-consume's rendering: one stream entry as one
- * JSON line (consumer_fmt_line(), see consumer.h), with yajl.
+ * JSON line (consumer_fmt_line(), see consumer_render.h), with yajl.
  *
  * Pure: no I/O, no logging; unit-tested (tests/unit/test_consumer.c).
  * "payload" and "headers" values that are one JSON text are embedded,
  * re-encoded compactly with numbers kept digit for digit; everything else is
  * a JSON string, invalid UTF-8 repaired byte by byte to U+FFFD.
  */
-#include "consumer.h"
+#include "consumer_render.h"
 
 #include <stdlib.h>
 #include <string.h>

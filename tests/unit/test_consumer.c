@@ -7,6 +7,7 @@
  * errors that never show a password).
  */
 #include "consumer.h"
+#include "consumer_render.h"
 
 #include <stdarg.h>
 #include <stdbool.h>
