@@ -28,59 +28,8 @@
  * type (int4), so the relay would read its name from pg_type; the test says it. */
 #define POSINT_OID 16392
 
-#define MAX_LINES 256
-
-/* Lines of one fixture file, trailing newline stripped; owned by the caller. */
-struct lines {
-	char *text;
-	char *line[MAX_LINES];
-	size_t len[MAX_LINES];
-	size_t n;
-};
-
-static bool read_fixture(const char *name, struct lines *ls)
-{
-	char path[1024];
-	FILE *f;
-	long size;
-	char *p, *end;
-
-	memset(ls, 0, sizeof(*ls));
-	snprintf(path, sizeof(path), "%s/pgoutput/%s", FIXTURES_DIR, name);
-	f = fopen(path, "rb");
-	if (!f) {
-		printf("# cannot open %s\n", path);
-		return false;
-	}
-	if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0 ||
-	    !(ls->text = malloc((size_t)size + 1)) ||
-	    fread(ls->text, 1, (size_t)size, f) != (size_t)size) {
-		fclose(f);
-		free(ls->text);
-		ls->text = NULL;
-		return false;
-	}
-	fclose(f);
-	ls->text[size] = '\0';
-	p = ls->text;
-	end = ls->text + size;
-	while (p < end && ls->n < MAX_LINES) {
-		char *nl = memchr(p, '\n', (size_t)(end - p));
-		size_t l = nl ? (size_t)(nl - p) : (size_t)(end - p);
-
-		if (nl)
-			*nl = '\0';
-		if (l > 0) {
-			ls->line[ls->n] = p;
-			ls->len[ls->n] = l;
-			ls->n++;
-		}
-		if (!nl)
-			break;
-		p = nl + 1;
-	}
-	return true;
-}
+#define FIXTURE_SUBDIR "pgoutput"
+#include "fixture.h"
 
 /* One captured pgoutput message: "LSN HEX" (the row's lsn is the XLogData dataStart). */
 struct msg {
@@ -129,7 +78,7 @@ static size_t read_msgs(struct msg *msgs, size_t max)
 	for (size_t i = 0; i < ls.n && n < max; i++)
 		if (parse_msg(ls.line[i], &msgs[n]))
 			n++;
-	free(ls.text);
+	free_fixture(&ls);
 	return n;
 }
 
@@ -276,7 +225,7 @@ TEST(differential_against_wal2json)
 	CHECK_INT(actions['M'], 4);
 	CHECK(types_seen > 100);
 out:
-	free(ls.text);
+	free_fixture(&ls);
 	free_msgs(msgs, nmsg);
 	pgo_destroy(p);
 	w2j_destroy(w);
@@ -697,7 +646,7 @@ TEST(builtin_type_names)
 	}
 	CHECK(n > 150);
 	CHECK(pgo_type_name(p, 99999, -1) == NULL);
-	free(ls.text);
+	free_fixture(&ls);
 	pgo_destroy(p);
 }
 

@@ -16,68 +16,8 @@
 #error "FIXTURES_DIR must be defined (absolute path of tests/fixtures)"
 #endif
 
-#define MAX_LINES 16
-
-/* Lines of one fixture file, trailing newline stripped; owned by the caller. */
-struct lines {
-	char *text;
-	char *line[MAX_LINES];
-	size_t len[MAX_LINES];
-	size_t n;
-};
-
-/* Read tests/fixtures/wal2json/<name> into *ls; false when unreadable. */
-static bool read_fixture(const char *name, struct lines *ls)
-{
-	char path[1024];
-	FILE *f;
-	long size;
-	char *p, *end;
-
-	memset(ls, 0, sizeof(*ls));
-	snprintf(path, sizeof(path), "%s/wal2json/%s", FIXTURES_DIR, name);
-	f = fopen(path, "rb");
-	if (!f) {
-		printf("# cannot open %s\n", path);
-		return false;
-	}
-	if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
-		fclose(f);
-		return false;
-	}
-	ls->text = malloc((size_t)size + 1);
-	if (!ls->text || fread(ls->text, 1, (size_t)size, f) != (size_t)size) {
-		fclose(f);
-		free(ls->text);
-		ls->text = NULL;
-		return false;
-	}
-	fclose(f);
-	ls->text[size] = '\0';
-	p = ls->text;
-	end = ls->text + size;
-	while (p < end && ls->n < MAX_LINES) {
-		char *nl = memchr(p, '\n', (size_t)(end - p));
-		size_t l = nl ? (size_t)(nl - p) : (size_t)(end - p);
-
-		if (l > 0) {
-			ls->line[ls->n] = p;
-			ls->len[ls->n] = l;
-			ls->n++;
-		}
-		if (!nl)
-			break;
-		*nl = '\0';
-		p = nl + 1;
-	}
-	return true;
-}
-
-static void free_fixture(struct lines *ls)
-{
-	free(ls->text);
-	ls->text = NULL;
-}
+#define FIXTURE_SUBDIR "wal2json"
+#include "fixture.h"
 
 /* Decode a NUL-terminated string. */
 static bool dec(struct w2j_decoder *d, const char *s, struct w2j_change *c)
