@@ -1,0 +1,160 @@
+/*
+ * test_txn_spool.c - unit tests for lib/txn_spool.c: messages come back in
+ * the order they went in, byte for byte, with their LSNs, whether they were
+ * held in memory, in the file, or across both; clear and reuse; a directory
+ * that cannot take the file is a failure with its name, not a lost message.
+ */
+#include "txn_spool.h"
+#include "test.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <unistd.h>
+
+/* Message i: i bytes (plus i * 37 for every seventh), each byte a function of i and its offset. */
+static size_t msg_len(size_t i)
+{
+	return i % 7 == 0 ? i * 37 : i;
+}
+
+static void msg_fill(char *p, size_t i)
+{
+	for (size_t k = 0; k < msg_len(i); k++)
+		p[k] = (char)(i * 31 + k * 7 + (k >> 8));
+}
+
+/* Add n messages, read them back twice (rewind), compare each. */
+static bool roundtrip(struct txn_spool *s, size_t n)
+{
+	char *want = malloc(n * 37 + 1);
+	bool ok = want != NULL;
+
+	for (size_t i = 0; ok && i < n; i++) {
+		msg_fill(want, i);
+		ok = txn_spool_add(s, want, msg_len(i), (lsn_t)(0x1000 + i));
+	}
+	CHECK_INT(txn_spool_count(s), n);
+	for (int pass = 0; ok && pass < 2; pass++) {
+		size_t i = 0;
+		const char *data;
+		size_t len;
+		lsn_t lsn;
+		int r;
+
+		while ((r = txn_spool_next(s, &data, &len, &lsn)) == 1) {
+			msg_fill(want, i);
+			if (len != msg_len(i) || lsn != (lsn_t)(0x1000 + i) ||
+			    (len && memcmp(data, want, len) != 0)) {
+				printf("# message %zu differs (len %zu, want %zu)\n", i, len, msg_len(i));
+				ok = false;
+				break;
+			}
+			i++;
+		}
+		ok = ok && r == 0 && i == n;
+		ok = ok && txn_spool_rewind(s);
+	}
+	free(want);
+	return ok;
+}
+
+TEST(memory_only)
+{
+	struct txn_spool *s = txn_spool_create(1 << 20, NULL);
+
+	CHECK(s != NULL);
+	CHECK(roundtrip(s, 50));
+	CHECK_INT(txn_spool_spilled(s), 0);
+	txn_spool_destroy(s);
+}
+
+TEST(spills_in_order)
+{
+	/* 1000 bytes of memory: the first messages stay there, the rest go to the file. */
+	struct txn_spool *s = txn_spool_create(1000, NULL);
+
+	CHECK(s != NULL);
+	CHECK(roundtrip(s, 300));
+	CHECK(txn_spool_spilled(s) > 0);
+	CHECK(txn_spool_bytes(s) > txn_spool_spilled(s));
+	txn_spool_destroy(s);
+}
+
+TEST(file_only)
+{
+	struct txn_spool *s = txn_spool_create(0, NULL);
+
+	CHECK(s != NULL);
+	CHECK(roundtrip(s, 120));
+	CHECK_INT(txn_spool_spilled(s), txn_spool_bytes(s));
+	txn_spool_destroy(s);
+}
+
+TEST(clear_and_reuse)
+{
+	struct txn_spool *s = txn_spool_create(2000, NULL);
+	const char *data;
+	size_t len;
+	lsn_t lsn;
+
+	CHECK(s != NULL);
+	for (int round = 0; round < 3; round++) {
+		CHECK(roundtrip(s, (size_t)(100 + round * 50)));
+		txn_spool_clear(s);
+		CHECK_INT(txn_spool_count(s), 0);
+		CHECK_INT(txn_spool_bytes(s), 0);
+		CHECK_INT(txn_spool_next(s, &data, &len, &lsn), 0);
+	}
+	/* After a spill, a small transaction is all in memory again. */
+	CHECK(roundtrip(s, 10));
+	CHECK_INT(txn_spool_spilled(s), 0);
+	txn_spool_destroy(s);
+}
+
+TEST(empty_messages)
+{
+	struct txn_spool *s = txn_spool_create(0, NULL);
+	const char *data;
+	size_t len = 99;
+	lsn_t lsn = 0;
+
+	CHECK(s != NULL);
+	CHECK(txn_spool_add(s, "", 0, 7));
+	CHECK_INT(txn_spool_next(s, &data, &len, &lsn), 1);
+	CHECK_INT(len, 0);
+	CHECK_INT(lsn, 7);
+	CHECK_INT(txn_spool_next(s, &data, &len, &lsn), 0);
+	txn_spool_destroy(s);
+}
+
+TEST(unwritable_dir_fails_with_its_name)
+{
+	struct txn_spool *s = txn_spool_create(20, "/nonexistent/spool-dir");
+	char big[64] = {0};
+	const char *data = NULL;
+	size_t len = 0;
+	lsn_t lsn;
+
+	CHECK(s != NULL);
+	CHECK(txn_spool_add(s, "tiny", 4, 1)); /* fits in memory (4 + 12 <= 20) */
+	CHECK(!txn_spool_add(s, big, sizeof(big), 2));
+	CHECK(strstr(txn_spool_errmsg(s), "/nonexistent/spool-dir") != NULL);
+	/* Failed: nothing is read back as if it were whole. */
+	CHECK_INT(txn_spool_next(s, &data, &len, &lsn), -1);
+	txn_spool_clear(s);
+	CHECK(txn_spool_add(s, "again", 5, 3));
+	CHECK_INT(txn_spool_next(s, &data, &len, &lsn), 1);
+	CHECK_MEM(data, len, "again");
+	txn_spool_destroy(s);
+}
+
+int main(void)
+{
+	RUN(memory_only);
+	RUN(spills_in_order);
+	RUN(file_only);
+	RUN(clear_and_reuse);
+	RUN(empty_messages);
+	RUN(unwritable_dir_fails_with_its_name);
+	return test_done();
+}
