@@ -200,6 +200,14 @@ static bool check_trim(const char *value, char *why, size_t whylen)
 	return false;
 }
 
+static bool check_plugin(const char *value, char *why, size_t whylen)
+{
+	if (strcmp(value, "wal2json") == 0 || strcmp(value, "pgoutput") == 0)
+		return true;
+	snprintf(why, whylen, "must be wal2json or pgoutput");
+	return false;
+}
+
 static bool check_id_format(const char *value, char *why, size_t whylen)
 {
 	if (strcmp(value, "any") == 0 || strcmp(value, "uuid") == 0)
@@ -230,8 +238,20 @@ static const struct opt_def option_table[] = {
             "or PGPASSWORD",
             "set it to a libpq connection string, e.g. \"host=db dbname=app user=relay\""),
     STR("slot", 0, ALL, slot, "outbox_relay", check_slot, "NAME",
-        "logical replication slot (plugin wal2json) to stream from; 1-63 lower-case letters, "
+        "logical replication slot (plugin wal2json or pgoutput) to stream from; 1-63 lower-case "
+        "letters, "
         "digits or underscores"),
+    STR("plugin", 0, ALL, plugin, "wal2json", check_plugin, "PLUGIN",
+        "output plugin of a slot the relay creates: wal2json, or pgoutput (built into "
+        "PostgreSQL, needs a publication: --publication); an existing slot streams with its "
+        "own plugin, which the relay names at start"),
+    NUM("txn-memory", OPT_SIZE, 0, RP, txn_memory, "64MiB", 0, 64 * OPT_GIB, "SIZE",
+        "pgoutput: memory one transaction's messages may take while the relay holds them until "
+        "its commit (pgoutput's Begin lacks the commit end the events' _lsn is); the rest goes "
+        "to an unlinked temporary file in $TMPDIR, else /tmp"),
+    STR("publication", 0, RP, publication, NULL, NULL, "NAME",
+        "pgoutput: the publication of the outbox table's inserts; by default the slot's name. "
+        "Created FOR TABLE --table WITH (publish = 'insert') when missing and the role may"),
     BOOL("create-slot", RP, create_slot, "true",
          "create the slot when it does not exist; with --no-create-slot a missing slot is an error "
          "(exit code 4)"),

@@ -31,6 +31,9 @@ struct relay_config {
 	/* PostgreSQL */
 	char *pg_dsn;           /* --pg-dsn / OUTBOX_RELAY_PG_DSN: conninfo or URI (required) */
 	char *slot;             /* --slot, default "outbox_relay" */
+	char *plugin;           /* --plugin wal2json|pgoutput: of a slot the relay creates */
+	char *publication;      /* --publication (pgoutput), NULL: the slot's name */
+	int64_t txn_memory;     /* --txn-memory (pgoutput): bytes of a held transaction in memory */
 	bool create_slot;       /* --create-slot / --no-create-slot, default true */
 	bool failover_slot;     /* --[no-]failover-slot, default true: FAILOVER on PostgreSQL 17+ */
 	char *table;            /* --table, default "public.outbox" (schema-qualified) */

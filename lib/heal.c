@@ -45,7 +45,8 @@ struct heal {
 	struct {
 		bool exists, invalidated, active;
 		lsn_t confirmed;
-		char why[96]; /* "wal_status lost", "invalidation_reason ..." */
+		char why[96];    /* "wal_status lost", "invalidation_reason ..." */
+		char plugin[16]; /* an existing slot's; else --plugin: what a new one is made with */
 	} slot;
 	char err[1024];
 };
@@ -97,6 +98,7 @@ static int read_slot(struct heal *h)
 	PGresult *res;
 
 	memset(&h->slot, 0, sizeof(h->slot));
+	snprintf(h->slot.plugin, sizeof(h->slot.plugin), "%s", h->cf->plugin);
 	buf_puts(&q, "SELECT plugin, confirmed_flush_lsn, coalesce(wal_status, ''), active, ");
 	buf_puts(&q, PQserverVersion(h->repl) >= 170000 ? "coalesce(invalidation_reason, '')" : "''");
 	buf_puts(&q, " FROM pg_catalog.pg_replication_slots WHERE slot_name = ");
@@ -108,14 +110,17 @@ static int read_slot(struct heal *h)
 	if (PQntuples(res) == 1) {
 		const char *c = PQgetvalue(res, 0, 1);
 
-		if (strcmp(PQgetvalue(res, 0, 0), "wal2json") != 0) {
+		if (strcmp(PQgetvalue(res, 0, 0), "wal2json") != 0 &&
+		    strcmp(PQgetvalue(res, 0, 0), "pgoutput") != 0) {
 			snprintf(h->err, sizeof(h->err),
-			         "replication slot \"%s\" exists but its plugin is \"%s\", not wal2json: "
-			         "use another --slot or drop it",
+			         "replication slot \"%s\" exists but its plugin is \"%s\", not wal2json or "
+			         "pgoutput: use another --slot or drop it",
 			         h->cf->slot, PQgetvalue(res, 0, 0));
 			PQclear(res);
 			return EXIT_SLOT;
 		}
+		/* An invalidated slot is made again with its own plugin. */
+		snprintf(h->slot.plugin, sizeof(h->slot.plugin), "%s", PQgetvalue(res, 0, 0));
 		h->slot.exists = true;
 		if (!PQgetisnull(res, 0, 1))
 			(void)lsn_parse(c, strlen(c), &h->slot.confirmed);
@@ -154,7 +159,9 @@ static int create_slot(struct heal *h, lsn_t *at, char *snapshot, size_t snaplen
 	}
 	buf_puts(&q, "CREATE_REPLICATION_SLOT \"");
 	buf_puts(&q, h->cf->slot);
-	buf_puts(&q, "\" LOGICAL wal2json (SNAPSHOT 'export'");
+	buf_puts(&q, "\" LOGICAL ");
+	buf_puts(&q, h->slot.plugin);
+	buf_puts(&q, " (SNAPSHOT 'export'");
 	if (h->cf->failover_slot && PQserverVersion(h->repl) >= 170000)
 		buf_puts(&q, ", FAILOVER");
 	buf_puts(&q, ")");

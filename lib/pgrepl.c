@@ -31,8 +31,9 @@ struct pgrepl {
 	char *tbl_name;          /* PostgreSQL resolved --table (case folded, quotes gone) */
 	struct slot_guard guard; /* pgrepl_set_guard; guard.owner is copied to guard_owner */
 	char guard_owner[160];
-	char gap[256]; /* the gap the last start accepted ("" none) */
-	struct {       /* the slot as the last start found it */
+	char gap[256];   /* the gap the last start accepted ("" none) */
+	char plugin[16]; /* the slot's output plugin: wal2json or pgoutput */
+	struct {         /* the slot as the last start found it */
 		bool known, exists, invalidated, failover;
 		lsn_t confirmed;
 		char invalid_why[64];
@@ -120,6 +121,16 @@ void pgrepl_set_guard(struct pgrepl *p, const struct slot_guard *g)
 const char *pgrepl_gap_accepted(const struct pgrepl *p)
 {
 	return p->gap;
+}
+
+const char *pgrepl_plugin(const struct pgrepl *p)
+{
+	return p->plugin[0] ? p->plugin : p->cf->plugin;
+}
+
+const char *pgrepl_publication(const struct pgrepl *p)
+{
+	return p->cf->publication ? p->cf->publication : p->cf->slot;
 }
 
 const char *pgrepl_table_schema(const struct pgrepl *p)
@@ -229,7 +240,8 @@ static enum pg_status classify_command_state(struct pgrepl *p, const char *state
 	if (strstr(p->errmsg, "may not be used as an output plugin")) {
 		append_hint(p, "add wal2json to output_plugin_libraries in postgresql.conf, e.g. "
 		               "output_plugin_libraries = 'pgoutput, test_decoding, wal2json', then "
-		               "reload PostgreSQL");
+		               "reload PostgreSQL; or stream with --plugin pgoutput (built in, allowed "
+		               "everywhere) on a new --slot");
 		return PG_FATAL_SETUP;
 	}
 	if (strcmp(state, "55006") == 0) /* object_in_use: slot active elsewhere */
@@ -241,7 +253,8 @@ static enum pg_status classify_command_state(struct pgrepl *p, const char *state
 		return PG_FATAL_SLOT;
 	}
 	if (strcmp(state, "58P01") == 0 || strstr(p->errmsg, "could not access file")) {
-		append_hint(p, "install the wal2json output plugin (Debian: postgresql-15-wal2json)");
+		append_hint(p, "install the wal2json output plugin (Debian: postgresql-15-wal2json), or "
+		               "stream with --plugin pgoutput (built in) on a new --slot");
 		return PG_FATAL_SETUP;
 	}
 	if (strstr(p->errmsg, "wal_level")) {
@@ -435,6 +448,8 @@ enum pg_status pgrepl_recheck(struct pgrepl *p)
 	return PG_OK;
 }
 
+static enum pg_status ensure_publication(struct pgrepl *p);
+
 static enum pg_status ensure_slot(struct pgrepl *p)
 {
 	enum pg_status st = PG_RETRY;
@@ -443,6 +458,7 @@ static enum pg_status ensure_slot(struct pgrepl *p)
 	bool exists;
 
 	p->gap[0] = '\0';
+	p->plugin[0] = '\0';
 	p->facts.known = false;
 	p->altered_failover = false;
 	buf_puts(&q, "SELECT plugin, slot_type, database, temporary, confirmed_flush_lsn, "
@@ -463,15 +479,18 @@ static enum pg_status ensure_slot(struct pgrepl *p)
 		const char *db = PQgetvalue(res, 0, 2);
 		lsn_t confirmed = LSN_INVALID;
 
-		if (strcmp(type, "logical") != 0 || strcmp(plugin, "wal2json") != 0) {
+		if (strcmp(type, "logical") != 0 ||
+		    (strcmp(plugin, "wal2json") != 0 && strcmp(plugin, "pgoutput") != 0)) {
 			snprintf(p->errmsg, sizeof(p->errmsg),
 			         "replication slot \"%s\" exists but is a %s slot with plugin \"%s\"; "
-			         "outbox-relay needs a logical wal2json slot: use another --slot or drop "
-			         "it with SELECT pg_drop_replication_slot('%s')",
+			         "outbox-relay needs a logical wal2json or pgoutput slot: use another --slot "
+			         "or drop it with SELECT pg_drop_replication_slot('%s')",
 			         p->cf->slot, type, plugin[0] ? plugin : "(none)", p->cf->slot);
 			PQclear(res);
 			return PG_FATAL_SLOT;
 		}
+		/* The slot's own plugin decides, whatever --plugin says. */
+		snprintf(p->plugin, sizeof(p->plugin), "%s", plugin);
 		if (strcmp(db, PQdb(p->conn)) != 0) {
 			snprintf(p->errmsg, sizeof(p->errmsg),
 			         "replication slot \"%s\" belongs to database \"%s\", not \"%s\": "
@@ -532,14 +551,22 @@ static enum pg_status ensure_slot(struct pgrepl *p)
 	if (!p->cf->create_slot) {
 		snprintf(p->errmsg, sizeof(p->errmsg),
 		         "replication slot \"%s\" does not exist and --no-create-slot is set: create it "
-		         "with SELECT pg_create_logical_replication_slot('%s', 'wal2json') or drop "
+		         "with SELECT pg_create_logical_replication_slot('%s', '%s') or drop "
 		         "--no-create-slot",
-		         p->cf->slot, p->cf->slot);
+		         p->cf->slot, p->cf->slot, p->cf->plugin);
 		return PG_FATAL_SLOT;
+	}
+	/* A publication that would lose events is refused before a slot holds WAL for it. */
+	if (strcmp(p->cf->plugin, "pgoutput") == 0) {
+		st = ensure_publication(p);
+		if (st != PG_OK)
+			return st;
 	}
 	buf_puts(&q, "CREATE_REPLICATION_SLOT \"");
 	buf_puts(&q, p->cf->slot);
-	buf_puts(&q, "\" LOGICAL wal2json (SNAPSHOT 'nothing'");
+	buf_puts(&q, "\" LOGICAL ");
+	buf_puts(&q, p->cf->plugin);
+	buf_puts(&q, " (SNAPSHOT 'nothing'");
 	if (p->cf->failover_slot && PQserverVersion(p->conn) >= 170000)
 		buf_puts(&q, ", FAILOVER");
 	buf_puts(&q, ")");
@@ -551,6 +578,7 @@ static enum pg_status ensure_slot(struct pgrepl *p)
 			return PG_RETRY;
 		return st;
 	}
+	snprintf(p->plugin, sizeof(p->plugin), "%s", p->cf->plugin);
 	p->slot_confirmed = LSN_INVALID;
 	if (PQntuples(res) == 1 && PQnfields(res) >= 2 && !PQgetisnull(res, 0, 1))
 		(void)lsn_parse(PQgetvalue(res, 0, 1), strlen(PQgetvalue(res, 0, 1)), &p->slot_confirmed);
@@ -649,6 +677,112 @@ static enum pg_status check_table(struct pgrepl *p)
 	return missing ? PG_FATAL_SCHEMA : PG_OK;
 }
 
+/* s as a double-quoted SQL identifier (quotes doubled). */
+static void put_ident(struct buf *b, const char *s)
+{
+	buf_putc(b, '"');
+	for (; *s; s++) {
+		if (*s == '"')
+			buf_putc(b, '"');
+		buf_putc(b, *s);
+	}
+	buf_putc(b, '"');
+}
+
+/*
+ * pgoutput: the publication must publish every insert of the outbox table,
+ * whole: created FOR TABLE ... WITH (publish = 'insert') when missing (the
+ * role must own the table, or be able to create publications); an existing
+ * one is checked, and what is wrong is said with the statement that fixes it.
+ */
+static enum pg_status ensure_publication(struct pgrepl *p)
+{
+	const char *pub = pgrepl_publication(p);
+	enum pg_status st = PG_RETRY;
+	struct buf q = {0}, tbl = {0};
+	PGresult *res;
+	bool v15 = PQserverVersion(p->conn) >= 150000;
+
+	put_ident(&tbl, p->tbl_schema);
+	buf_putc(&tbl, '.');
+	put_ident(&tbl, p->tbl_name);
+	/* Row filters and column lists (15+) would drop rows or fields without a word. */
+	buf_puts(&q, "SELECT b.pubinsert, t.tablename IS NOT NULL, ");
+	if (v15) {
+		buf_puts(&q, "t.rowfilter IS NOT NULL, coalesce(cardinality(t.attnames), 0) < (SELECT "
+		             "count(*) FROM pg_catalog.pg_attribute a WHERE a.attrelid = ");
+		buf_put_sql_literal(&q, tbl.data ? tbl.data : "");
+		buf_puts(&q, "::regclass AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '')");
+	} else {
+		buf_puts(&q, "false, false");
+	}
+	buf_puts(&q, " FROM pg_catalog.pg_publication b LEFT JOIN pg_catalog.pg_publication_tables t "
+	             "ON t.pubname = b.pubname AND t.schemaname = ");
+	buf_put_sql_literal(&q, p->tbl_schema);
+	buf_puts(&q, " AND t.tablename = ");
+	buf_put_sql_literal(&q, p->tbl_name);
+	buf_puts(&q, " WHERE b.pubname = ");
+	buf_put_sql_literal(&q, pub);
+	res = q.failed || tbl.failed ? NULL : run(p, q.data, PGRES_TUPLES_OK, &st);
+	buf_finish(&q);
+	if (!res) {
+		buf_finish(&tbl);
+		return st;
+	}
+	if (PQntuples(res) == 0) {
+		PQclear(res);
+		buf_puts(&q, "CREATE PUBLICATION ");
+		put_ident(&q, pub);
+		buf_puts(&q, " FOR TABLE ");
+		buf_puts(&q, tbl.data);
+		buf_puts(&q, " WITH (publish = 'insert')");
+		res = q.failed ? NULL : PQexec(p->conn, q.data);
+		if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+			char why[400];
+
+			snprintf(why, sizeof(why), "%s", PQerrorMessage(p->conn));
+			why[strcspn(why, "\n")] = '\0';
+			snprintf(p->errmsg, sizeof(p->errmsg),
+			         "publication \"%s\" does not exist and could not be created (%s): run %s; "
+			         "as the table's owner, or point --publication at one that publishes the "
+			         "table's inserts",
+			         pub, why, q.data ? q.data : "CREATE PUBLICATION");
+			PQclear(res);
+			buf_finish(&q);
+			buf_finish(&tbl);
+			return PG_FATAL_SETUP;
+		}
+		PQclear(res);
+		buf_finish(&q);
+		buf_finish(&tbl);
+		return PG_OK;
+	}
+	if (strcmp(PQgetvalue(res, 0, 0), "t") != 0)
+		snprintf(p->errmsg, sizeof(p->errmsg),
+		         "publication \"%s\" does not publish inserts: run ALTER PUBLICATION \"%s\" SET "
+		         "(publish = 'insert')",
+		         pub, pub);
+	else if (strcmp(PQgetvalue(res, 0, 1), "t") != 0)
+		snprintf(p->errmsg, sizeof(p->errmsg),
+		         "publication \"%s\" does not include the outbox table %s: run ALTER PUBLICATION "
+		         "\"%s\" ADD TABLE %s",
+		         pub, tbl.data, pub, tbl.data);
+	else if (strcmp(PQgetvalue(res, 0, 2), "t") == 0 || strcmp(PQgetvalue(res, 0, 3), "t") == 0)
+		snprintf(p->errmsg, sizeof(p->errmsg),
+		         "publication \"%s\" publishes %s with a %s: rows or columns it leaves out would "
+		         "never reach the streams; run ALTER PUBLICATION \"%s\" SET TABLE %s",
+		         pub, tbl.data,
+		         strcmp(PQgetvalue(res, 0, 2), "t") == 0 ? "row filter (WHERE)" : "column list",
+		         pub, tbl.data);
+	else
+		st = PG_OK;
+	if (st != PG_OK)
+		st = PG_FATAL_SETUP;
+	PQclear(res);
+	buf_finish(&tbl);
+	return st;
+}
+
 enum pg_status pgrepl_start(struct pgrepl *p)
 {
 	enum pg_status st = PG_RETRY;
@@ -703,6 +837,26 @@ enum pg_status pgrepl_start(struct pgrepl *p)
 	if (st != PG_OK)
 		goto fail;
 
+	if (strcmp(p->plugin, "pgoutput") == 0) {
+		st = p->created_slot ? PG_OK : ensure_publication(p);
+		if (st != PG_OK)
+			goto fail;
+		/* Always 0/0, as below. Messages of any prefix come: the relay filters. */
+		buf_puts(&q, "START_REPLICATION SLOT \"");
+		buf_puts(&q, p->cf->slot);
+		buf_puts(&q, "\" LOGICAL 0/0 (proto_version '1', publication_names ");
+		{
+			struct buf names = {0};
+
+			put_ident(&names, pgrepl_publication(p));
+			buf_put_sql_literal(&q, names.data ? names.data : "");
+			buf_finish(&names);
+		}
+		if (PQserverVersion(p->conn) >= 140000)
+			buf_puts(&q, ", messages 'true'");
+		buf_puts(&q, ")");
+		goto start;
+	}
 	/* Always 0/0: the server starts at the slot's confirmed position; a higher
 	 * start would silently skip transactions. */
 	buf_puts(&q, "START_REPLICATION SLOT \"");
@@ -720,6 +874,7 @@ enum pg_status pgrepl_start(struct pgrepl *p)
 	buf_puts(&q, ", \"add-msg-prefixes\" ");
 	buf_put_sql_literal(&q, p->cf->message_prefix);
 	buf_puts(&q, ")");
+start:
 	if (q.failed) {
 		set_err(p, "", "out of memory");
 		goto fail_q;

@@ -76,6 +76,10 @@ const char *pgrepl_dbname(const struct pgrepl *p);
  * The outbox table as PostgreSQL resolved --table on the last start (case
  * folded, quotes removed): what wal2json's change objects carry. NULL before.
  */
+/* The slot's output plugin (wal2json or pgoutput), known once a start found or made the slot. */
+const char *pgrepl_plugin(const struct pgrepl *p);
+/* pgoutput: the publication streamed (--publication, by default the slot's name). */
+const char *pgrepl_publication(const struct pgrepl *p);
 const char *pgrepl_table_schema(const struct pgrepl *p);
 const char *pgrepl_table_name(const struct pgrepl *p);
 

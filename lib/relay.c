@@ -297,6 +297,8 @@ static void relay_free(struct relay *r)
 	pgrepl_destroy(r->pg);
 	sink_redis_destroy(r->sink);
 	w2j_destroy(r->dec);
+	pgo_destroy(r->pgo);
+	txn_spool_destroy(r->spool);
 	mapper_destroy(r->map);
 	confirm_finish(&r->cfm);
 	buf_finish(&r->content);
@@ -399,7 +401,8 @@ static bool step_wal(struct relay *r, int64_t now, bool *more)
 				r->received = m.wal_end;
 			if (m.wal_end > r->server_wal_end)
 				r->server_wal_end = m.wal_end;
-			if (!r->in_txn && !confirm_mark(&r->cfm, sink_redis_last_seq(r->sink), m.wal_end, 0, 0))
+			if (!r->in_txn && !r->spooling &&
+			    !confirm_mark(&r->cfm, sink_redis_last_seq(r->sink), m.wal_end, 0, 0))
 				return out_of_memory(r);
 			if (m.reply_requested) {
 				relay_advance_confirm(r);
@@ -613,7 +616,9 @@ static int relay_run_once(const struct relay_config *cf, uint64_t *refused)
 	r.pg = pgrepl_create(cf);
 	r.sink = sink_redis_create(cf, r.m);
 	r.dec = w2j_create();
-	if (!r.m || !r.pg || !r.sink || !r.dec) {
+	/* A pgoutput transaction is held in memory up to --txn-memory, past that in a file. */
+	r.spool = txn_spool_create((size_t)cf->txn_memory, NULL);
+	if (!r.m || !r.pg || !r.sink || !r.dec || !r.spool) {
 		log_error("out of memory at startup");
 		relay_free(&r);
 		return EXIT_FAILURE_RUNTIME;

@@ -24,6 +24,7 @@ void relay_pg_lost(struct relay *r, const char *why)
 		log_debug("PostgreSQL: %s; next try in %lld ms", why, (long long)delay);
 	r->pg_down = true;
 	r->in_txn = false; /* a partial transaction is sent again in full */
+	r->spooling = false;
 	pgrepl_close(r->pg);
 }
 
@@ -172,6 +173,16 @@ int relay_try_pg(struct relay *r)
 		if (!r->pg_ever_started) {
 			struct buf real = {0};
 
+			if (strcmp(pgrepl_plugin(r->pg), "pgoutput") == 0)
+				log_info("slot \"%s\" streams with pgoutput, publication \"%s\"%s", r->cf->slot,
+				         pgrepl_publication(r->pg),
+				         strcmp(r->cf->plugin, "pgoutput") != 0
+				             ? " (the slot's plugin, not --plugin's)"
+				             : "");
+			else if (strcmp(r->cf->plugin, "wal2json") != 0)
+				log_info("slot \"%s\" streams with wal2json (the slot's plugin, not --plugin's)",
+				         r->cf->slot);
+
 			buf_puts(&real, pgrepl_table_schema(r->pg));
 			buf_putc(&real, '.');
 			buf_puts(&real, pgrepl_table_name(r->pg));
@@ -204,6 +215,16 @@ int relay_try_pg(struct relay *r)
 		r->pg_ever_started = true;
 		r->pg_down = r->standby = false;
 		r->in_txn = false; /* pg_bo resets once a message arrives */
+		r->spooling = false;
+		r->pgoutput = strcmp(pgrepl_plugin(r->pg), "pgoutput") == 0;
+		if (r->pgoutput) {
+			pgo_destroy(r->pgo);
+			r->pgo = pgo_create();
+			if (!r->pgo) {
+				log_error("out of memory creating the pgoutput decoder");
+				return EXIT_FAILURE_RUNTIME;
+			}
+		}
 		r->last_pg_msg_us = time_mono_us();
 		r->last_status_us = 0; /* report our position right away */
 		return -1;

@@ -19,6 +19,8 @@
 #include "pgrepl.h"
 #include "relay.h"
 #include "sink_redis.h"
+#include "pgoutput.h"
+#include "txn_spool.h"
 #include "wal2json.h"
 
 #define MSGS_PER_ROUND 1024
@@ -37,6 +39,13 @@ struct relay {
 	struct metrics_server *http;
 	struct w2j_decoder *dec;
 	struct mapper *map;
+	/* pgoutput slots: the decoder (made anew at every start: the server sends
+	 * its Relation messages again) and the transaction held until its Commit,
+	 * which alone carries the commit end the events' _lsn is (txn_spool.h). */
+	bool pgoutput;
+	struct pgo_decoder *pgo;
+	struct txn_spool *spool;
+	bool spooling; /* between a pgoutput Begin and its Commit */
 
 	/* Current transaction (between B and C). */
 	bool in_txn;

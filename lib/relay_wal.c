@@ -157,12 +157,192 @@ static void begin_txn(struct relay *r, const struct w2j_change *ch, lsn_t data_s
 #define INSERT_PREFIX "{\"action\":\"I\""
 #define INSERT_PREFIX_LEN (sizeof(INSERT_PREFIX) - 1)
 
+/* One decoded change. raw/rawlen: the message as it came (dead letters keep
+ * it); held: the message whose buffer the sink may keep (NULL: copy). */
+static bool handle_change(struct relay *r, const struct pg_msg *m, const struct w2j_change *ch,
+                          const char *raw, size_t rawlen, const struct pg_msg *held)
+{
+	char lsnbuf[LSN_STRLEN];
+
+	switch (ch->action) {
+	case W2J_BEGIN:
+		if (ch->nextlsn == LSN_INVALID) {
+			log_error("wal2json BEGIN at %s has no \"nextlsn\"; is include-lsn ignored?",
+			          lsn_format(m->data_start, lsnbuf));
+			return false;
+		}
+		begin_txn(r, ch, m->data_start);
+		return true;
+	case W2J_COMMIT:
+		r->in_txn = false;
+		relay_count(&r->m->transactions);
+		/* dataStart of C is the commit record's end: the LSN to confirm. */
+		return confirm_mark(&r->cfm, sink_redis_last_seq(r->sink), m->data_start,
+		                    r->next_index > 0 ? m->data_start : LSN_INVALID,
+		                    r->tx.committed_unix_us);
+	case W2J_INSERT:
+		if (!is_outbox_table(r, ch))
+			return true;
+		if (!r->in_txn) {
+			log_error("INSERT at %s outside a transaction; wal2json must run with "
+			          "include-transaction",
+			          lsn_format(m->data_start, lsnbuf));
+			return false;
+		}
+		/* Dead letters keep the row as it came, before decoding changed it. */
+		return map_and_queue(r, ch->columns, ch->ncolumns, raw, rawlen, held);
+	case W2J_UPDATE:
+		relay_count(&r->m->ignored[IGN_UPDATE]);
+		return true;
+	case W2J_DELETE:
+		relay_count(&r->m->ignored[IGN_DELETE]);
+		return true;
+	case W2J_TRUNCATE:
+		relay_count(&r->m->ignored[IGN_TRUNCATE]);
+		return true;
+	case W2J_MESSAGE:
+		/* wal2json passes only --message-prefix (add-msg-prefixes); pgoutput sends all. */
+		if (r->pgoutput && (!ch->prefix || strcmp(ch->prefix, r->cf->message_prefix) != 0))
+			return true;
+		if (!ch->transactional || !r->in_txn) {
+			relay_count(&r->m->ignored[IGN_MESSAGE]);
+			log_warn("skipping a non-transactional logical message with prefix \"%s\" at "
+			         "%s: only pg_logical_emit_message(true, ...) is delivered",
+			         ch->prefix ? ch->prefix : "", lsn_format(m->data_start, lsnbuf));
+			if (!r->in_txn)
+				return confirm_mark(&r->cfm, sink_redis_last_seq(r->sink), m->data_start, 0, 0);
+			return true;
+		} else {
+			struct w2j_field *fields;
+			size_t n;
+
+			/* content lives in the decoder, which the next decode reuses. */
+			buf_reset(&r->content);
+			buf_append(&r->content, ch->content, ch->content_len);
+			if (r->content.failed)
+				return false;
+			if (!w2j_decode_object(r->dec, r->content.data, r->content.len, &fields, &n)) {
+				char reason[600];
+
+				const char *e = w2j_errmsg(r->dec);
+
+				if (strstr(e, "not a JSON object"))
+					snprintf(reason, sizeof(reason), "%s", e);
+				else
+					snprintf(reason, sizeof(reason), "message content is not a JSON object: %s", e);
+				return dead_letter(r, DEAD_NOT_JSON, reason, raw, rawlen);
+			}
+			return map_and_queue(r, fields, n, raw, rawlen, NULL);
+		}
+	}
+	return true;
+}
+
+/* A message no decoder could read: dead-lettered in its transaction, or at its own LSN. */
+static bool undecodable(struct relay *r, const struct pg_msg *m, const char *plugin,
+                        const char *err, const char *raw, size_t len)
+{
+	char reason[600];
+
+	snprintf(reason, sizeof(reason), "undecodable %s output: %s", plugin, err);
+	if (!r->in_txn) {
+		/* Outside B..C there is no transaction to attach it to; keep it
+		 * anyway, positioned at its own LSN. */
+		r->tx = (struct txn_info){.commit_lsn = m->data_start};
+		r->next_index = 0;
+	}
+	return dead_letter(r, DEAD_UNDECODABLE, reason, raw, len);
+}
+
+/* One pgoutput message decoded and handled, with every change it carries. */
+static bool pgo_handle(struct relay *r, const struct pg_msg *m, lsn_t commit_end)
+{
+	struct w2j_change ch;
+	bool has;
+
+	if (!pgo_decode(r->pgo, m->data, m->len, m->data_start, &ch, &has))
+		return undecodable(r, m, "pgoutput", pgo_errmsg(r->pgo), m->data, m->len);
+	while (has) {
+		if (ch.action == W2J_BEGIN)
+			ch.nextlsn = commit_end; /* what wal2json's BEGIN says */
+		if (!handle_change(r, m, &ch, m->data, m->len, NULL))
+			return false;
+		has = pgo_next(r->pgo, &ch); /* a TRUNCATE of several tables */
+	}
+	return true;
+}
+
+/* The commit record's end in a pgoutput Commit ('C', flags, commit LSN, end LSN, time). */
+static lsn_t commit_end_of(const char *d, size_t len)
+{
+	uint64_t v = 0;
+
+	if (len < 26 || d[0] != 'C')
+		return LSN_INVALID;
+	for (int i = 0; i < 8; i++)
+		v = v << 8 | (unsigned char)d[10 + i];
+	return (lsn_t)v;
+}
+
+/*
+ * pgoutput: a transaction is held from its Begin to its Commit (txn_spool.h),
+ * then decoded and handled in order with the commit end its events need.
+ */
+static bool handle_pgoutput(struct relay *r, const struct pg_msg *m)
+{
+	char kind = m->len ? m->data[0] : '\0';
+
+	if (kind == 'B' && !r->spooling) {
+		txn_spool_clear(r->spool);
+		r->spooling = true;
+	}
+	if (r->spooling && kind != 'C') {
+		if (!txn_spool_add(r->spool, m->data, m->len, m->data_start)) {
+			log_error("holding a pgoutput transaction until its commit: %s",
+			          txn_spool_errmsg(r->spool));
+			return false;
+		}
+		return true;
+	}
+	if (r->spooling) {
+		lsn_t end = commit_end_of(m->data, m->len);
+		const char *data;
+		size_t len;
+		lsn_t at;
+		int got;
+
+		r->spooling = false;
+		if (end == LSN_INVALID)
+			return undecodable(r, m, "pgoutput", "a Commit message without its end LSN", m->data,
+			                   m->len);
+		if (!txn_spool_rewind(r->spool))
+			got = -1;
+		else
+			while ((got = txn_spool_next(r->spool, &data, &len, &at)) == 1) {
+				struct pg_msg held = {
+				    .type = 'w', .data_start = at, .data = (char *)data, .len = len};
+
+				if (!pgo_handle(r, &held, end))
+					return false;
+			}
+		if (got < 0) {
+			log_error("reading back a pgoutput transaction: %s", txn_spool_errmsg(r->spool));
+			return false;
+		}
+		if (txn_spool_spilled(r->spool))
+			log_info("a pgoutput transaction of %zu messages (%llu bytes) was held until its "
+			         "commit, %llu bytes of it in a temporary file",
+			         txn_spool_count(r->spool), (unsigned long long)txn_spool_bytes(r->spool),
+			         (unsigned long long)txn_spool_spilled(r->spool));
+		txn_spool_clear(r->spool);
+	}
+	return pgo_handle(r, m, LSN_INVALID);
+}
+
 /* Returns false only on a fatal (out-of-memory) failure. */
 bool relay_handle_xlogdata(struct relay *r, const struct pg_msg *m)
 {
 	struct w2j_change ch;
-	char lsnbuf[LSN_STRLEN];
-
 	const char *raw; /* the message as it came (decoding in place changes it) */
 	size_t rawlen;
 	bool inplace = m->len >= W2J_INPLACE_MIN;
@@ -170,6 +350,8 @@ bool relay_handle_xlogdata(struct relay *r, const struct pg_msg *m)
 	if (m->data_start > r->received)
 		r->received = m->data_start;
 	sink_redis_backlog_at(r->sink, m->data_start);
+	if (r->pgoutput)
+		return handle_pgoutput(r, m);
 	if ((int64_t)m->len > r->cf->max_event_bytes && r->in_txn && m->len > INSERT_PREFIX_LEN &&
 	    memcmp(m->data, INSERT_PREFIX, INSERT_PREFIX_LEN) == 0) {
 		/* An outbox row (add-tables lets no other through) too big to publish:
@@ -184,89 +366,13 @@ bool relay_handle_xlogdata(struct relay *r, const struct pg_msg *m)
 	}
 	/* A large row is decoded in its own buffer, which may then go to Redis as it is. */
 	if (!(inplace ? w2j_decode_inplace(r->dec, m->data, m->len, DEAD_RAW_MAX + 4, &ch)
-	              : w2j_decode(r->dec, m->data, m->len, &ch))) {
-		char reason[600];
-
-		snprintf(reason, sizeof(reason), "undecodable wal2json output: %s", w2j_errmsg(r->dec));
-		if (!r->in_txn) {
-			/* Outside B..C there is no transaction to attach it to; keep it
-			 * anyway, positioned at its own LSN. */
-			r->tx = (struct txn_info){.commit_lsn = m->data_start};
-			r->next_index = 0;
-		}
-		return dead_letter(r, DEAD_UNDECODABLE, reason, m->data, m->len);
-	}
+	              : w2j_decode(r->dec, m->data, m->len, &ch)))
+		return undecodable(r, m, "wal2json", w2j_errmsg(r->dec), m->data, m->len);
 	/* Read now: the next decode (a message's content) forgets it. */
 	raw = inplace ? w2j_original(r->dec, &rawlen) : NULL;
-	if (!raw)
+	if (!raw) {
 		raw = m->data;
-	switch (ch.action) {
-	case W2J_BEGIN:
-		if (ch.nextlsn == LSN_INVALID) {
-			log_error("wal2json BEGIN at %s has no \"nextlsn\"; is include-lsn ignored?",
-			          lsn_format(m->data_start, lsnbuf));
-			return false;
-		}
-		begin_txn(r, &ch, m->data_start);
-		return true;
-	case W2J_COMMIT:
-		r->in_txn = false;
-		relay_count(&r->m->transactions);
-		/* dataStart of C is the commit record's end: the LSN to confirm. */
-		return confirm_mark(&r->cfm, sink_redis_last_seq(r->sink), m->data_start,
-		                    r->next_index > 0 ? m->data_start : LSN_INVALID,
-		                    r->tx.committed_unix_us);
-	case W2J_INSERT:
-		if (!is_outbox_table(r, &ch))
-			return true;
-		if (!r->in_txn) {
-			log_error("INSERT at %s outside a transaction; wal2json must run with "
-			          "include-transaction",
-			          lsn_format(m->data_start, lsnbuf));
-			return false;
-		}
-		/* Dead letters keep the row as it came, before decoding changed it. */
-		return map_and_queue(r, ch.columns, ch.ncolumns, raw, m->len, inplace ? m : NULL);
-	case W2J_UPDATE:
-		relay_count(&r->m->ignored[IGN_UPDATE]);
-		return true;
-	case W2J_DELETE:
-		relay_count(&r->m->ignored[IGN_DELETE]);
-		return true;
-	case W2J_TRUNCATE:
-		relay_count(&r->m->ignored[IGN_TRUNCATE]);
-		return true;
-	case W2J_MESSAGE:
-		if (!ch.transactional || !r->in_txn) {
-			relay_count(&r->m->ignored[IGN_MESSAGE]);
-			log_warn("skipping a non-transactional logical message with prefix \"%s\" at "
-			         "%s: only pg_logical_emit_message(true, ...) is delivered",
-			         ch.prefix ? ch.prefix : "", lsn_format(m->data_start, lsnbuf));
-			if (!r->in_txn)
-				return confirm_mark(&r->cfm, sink_redis_last_seq(r->sink), m->data_start, 0, 0);
-			return true;
-		} else {
-			struct w2j_field *fields;
-			size_t n;
-
-			/* content lives in the decoder, which the next decode reuses. */
-			buf_reset(&r->content);
-			buf_append(&r->content, ch.content, ch.content_len);
-			if (r->content.failed)
-				return false;
-			if (!w2j_decode_object(r->dec, r->content.data, r->content.len, &fields, &n)) {
-				char reason[600];
-
-				const char *e = w2j_errmsg(r->dec);
-
-				if (strstr(e, "not a JSON object"))
-					snprintf(reason, sizeof(reason), "%s", e);
-				else
-					snprintf(reason, sizeof(reason), "message content is not a JSON object: %s", e);
-				return dead_letter(r, DEAD_NOT_JSON, reason, raw, m->len);
-			}
-			return map_and_queue(r, fields, n, raw, m->len, NULL);
-		}
+		rawlen = m->len;
 	}
-	return true;
+	return handle_change(r, m, &ch, raw, m->len, inplace ? m : NULL);
 }

@@ -1,0 +1,136 @@
+#!/bin/bash
+# 55_pgoutput: --plugin pgoutput (issue 22). (a) The relay creates a pgoutput
+# slot and its publication (FOR TABLE, inserts only). (b) The same WAL through
+# a wal2json slot and that pgoutput slot gives identical stream entries, field
+# by field (_lsn, _xid and _committed_at included): rows of every type the
+# republish test covers and more, NULLs, a column added in the middle (a new
+# Relation message), transactions mixing logical messages (the relay's prefix
+# and another) with rows, noise on another table, a rolled-back transaction,
+# a savepoint rolled back, and one transaction larger than the relay holds in
+# memory (it goes to a file). (c) An existing slot's plugin decides. (e) heal
+# makes a dropped pgoutput slot again with pgoutput, every row of the gap once.
+# (d) A publication that does not publish the table's inserts whole is
+# refused, with the statement to run, before a slot is made for it.
+. "$(dirname "$0")/lib.sh"
+setup_tmp
+pg_start
+load_schema
+redis_start
+
+psql_q "CREATE TABLE typed (id text PRIMARY KEY, aggregate_type text, n numeric(12,4), nn numeric,
+        f float8, r real, i int8, s int2, b bool, bin bytea, tags text[], ints int4[], payload jsonb,
+        headers json, ts timestamptz, tsn timestamp, d date, t time, iv interval, u uuid,
+        vc varchar(20), ch char(5), note text, created_at timestamptz DEFAULT now());
+        CREATE TABLE noise (k int PRIMARY KEY, v text)" >/dev/null
+
+# ---- (a) the relay makes the slot and the publication -------------------------------
+W2J=(--slot s_w2j --table public.typed --stream 'w2j:{aggregate_type}')
+# --txn-memory 1MiB: the big transaction below goes to a file
+PGO=(--slot s_pgo --plugin pgoutput --table public.typed --stream 'pgo:{aggregate_type}' --txn-memory 1MiB)
+slot_create s_w2j
+relay_drain "${PGO[@]}"
+assert_eq "pgoutput" "$(psql_q "SELECT plugin FROM pg_replication_slots WHERE slot_name = 's_pgo'")" \
+	"(a) slot s_pgo created with pgoutput"
+assert_eq "t|f|f|f|public.typed" "$(psql_q "SELECT pubinsert, pubupdate, pubdelete, pubtruncate,
+	(SELECT string_agg(schemaname || '.' || tablename, ',') FROM pg_publication_tables t WHERE t.pubname = p.pubname)
+	FROM pg_publication p WHERE pubname = 's_pgo'")" "(a) publication s_pgo: inserts of public.typed only"
+assert_match "$(cat "$RELAY_LOG")" 'slot "s_pgo" streams with pgoutput, publication "s_pgo"' "(a) the relay says so"
+
+# ---- (b) the same WAL through both ------------------------------------------------
+psql_q "BEGIN;
+INSERT INTO noise VALUES (1, 'a'), (2, 'b');
+INSERT INTO typed (id, aggregate_type, n, nn, f, r, i, s, b, bin, tags, ints, payload, headers, ts, tsn, d, t, iv, u, vc, ch, note) VALUES
+ ('t-1', 'typed', 12.5, 'NaN', 0.1, 1.5, 9007199254740993, -7, true, '\\xdeadbeef', '{x,\"y z\"}', '{1,NULL,3}',
+  '{\"a\": 1, \"s\": \"q\\\"uote\", \"big\": 123456789012345678901234567890}', '{ \"k\" :  [1,2] }',
+  '2026-11-21 23:51:54.886854+02', '2026-11-21 23:51:54', '2026-11-21', '12:34:56.5', '1 day 02:03:04',
+  'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', 'vär\"char', 'ab', E'line1\nline2 \"quoted\" tab\tend \\\\ back \x01ctl'),
+ ('t-2', 'typed', -0.0001, '1e-30', 1e300, '-Infinity', -1, 0, false, '', '{}', '{}', '[]', 'null',
+  'infinity', '-infinity', '0001-01-01', '00:00', '0', NULL, '', NULL, NULL);
+SELECT pg_logical_emit_message(true, 'outbox', '{\"id\": \"m-1\", \"aggregate_type\": \"typed\", \"payload\": {\"x\": 1}}');
+SELECT pg_logical_emit_message(true, 'other', 'not ours');
+UPDATE noise SET v = 'c' WHERE k = 1;
+COMMIT;
+BEGIN; INSERT INTO typed (id, aggregate_type, f) VALUES ('rolled-back', 'typed', 'NaN'); ROLLBACK;
+BEGIN;
+INSERT INTO typed (id, aggregate_type, f, note) VALUES ('t-3', 'typed', 'NaN', 'before the savepoint');
+SAVEPOINT s1; INSERT INTO typed (id, aggregate_type) VALUES ('in-savepoint', 'typed'); ROLLBACK TO s1;
+DELETE FROM noise WHERE k = 2;
+INSERT INTO typed (id, aggregate_type, payload) VALUES ('t-4', 'other', '{\"deep\": {\"a\": [1, {\"b\": null}]}}');
+COMMIT;
+ALTER TABLE typed ADD COLUMN extra text, DROP COLUMN r;
+INSERT INTO typed (id, aggregate_type, extra, ts) VALUES ('t-5', 'typed', 'after alter', '2000-02-29 00:00:00+00');
+SELECT pg_logical_emit_message(false, 'outbox', '{\"id\": \"nontx\", \"aggregate_type\": \"typed\"}');
+TRUNCATE noise;
+INSERT INTO typed (id, aggregate_type, payload, note)
+  SELECT 'big-' || g, (ARRAY['typed','other'])[g % 2 + 1], jsonb_build_object('g', g, 'pad', repeat('p', 300)), repeat('n', g % 50)
+  FROM generate_series(1, 20000) g;" >/dev/null
+relay_drain "${W2J[@]}"
+relay_drain "${PGO[@]}"
+assert_match "$(cat "$RELAY_LOG")" 'streams with pgoutput' "(b) the pgoutput relay ran"
+assert_match "$(cat "$RELAY_LOG")" 'a pgoutput transaction of 200[0-9][0-9] messages .* bytes of it in a temporary file' \
+	"(b) the 20,000-row transaction went past --txn-memory, into a file"
+for t in typed other; do
+	rx entries "w2j:$t" >"$T/w2j.$t"
+	rx entries "pgo:$t" >"$T/pgo.$t"
+done
+python3 - "$T" <<'PY' || fail "(b) the pgoutput entries differ from the wal2json ones"
+import json, sys
+d = sys.argv[1]
+total = 0
+for t in ("typed", "other"):
+    a = [json.loads(l)["fields"] for l in open(f"{d}/w2j.{t}")]
+    b = [json.loads(l)["fields"] for l in open(f"{d}/pgo.{t}")]
+    if len(a) != len(b):
+        print(f"{t}: wal2json {len(a)} entries, pgoutput {len(b)}", file=sys.stderr)
+        sys.exit(1)
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            print(f"{t} entry {i}:\n wal2json {x}\n pgoutput {y}", file=sys.stderr)
+            sys.exit(1)
+    total += len(a)
+print(total)
+PY
+assert_eq 20006 "$(($(xlen w2j:typed) + $(xlen w2j:other)))" "(b) every row and the message, once"
+ok "(b) the pgoutput entries equal the wal2json ones, field by field"
+assert_eq 0 "$(redis_cli XLEN outbox:dead-letter)" "(b) nothing dead-lettered"
+
+# ---- (c) an existing slot's plugin decides ------------------------------------------
+psql_q "INSERT INTO typed (id, aggregate_type) VALUES ('t-6', 'typed')" >/dev/null
+relay_drain --slot s_pgo --table public.typed --stream 'pgo:{aggregate_type}' --txn-memory 1MiB
+assert_match "$(cat "$RELAY_LOG")" 'streams with pgoutput, publication "s_pgo" \(the slot.s plugin, not --plugin.s\)' \
+	"(c) a pgoutput slot streams with pgoutput without --plugin, and says so"
+assert_eq "t-6" "$(rx fields pgo:typed id | tail -n 1)" "(c) and publishes"
+
+# ---- (e) heal a dropped pgoutput slot ------------------------------------------------
+psql_q "SELECT pg_drop_replication_slot('s_pgo');
+        INSERT INTO typed (id, aggregate_type) SELECT 'gap-' || g, 'typed' FROM generate_series(1, 20) g" >/dev/null
+relay_run_until "$(current_lsn)" "${PGO[@]}" || true
+assert_eq 8 "$RELAY_RC" "(e) the dropped slot is a gap: exit 8"
+HEAL_RC=0
+HEAL_OUT=$(timeout -k 5 120 "$RELAY_BIN" heal --pg-dsn "$PG_DSN" --redis-url "$REDIS_URL" --http-addr "" \
+	"${PGO[@]}" 2>&1) || HEAL_RC=$?
+assert_eq 0 "$HEAL_RC" "(e) heal exit code ($(tail -n 1 <<<"$HEAL_OUT"))"
+assert_eq "pgoutput" "$(psql_q "SELECT plugin FROM pg_replication_slots WHERE slot_name = 's_pgo'")" \
+	"(e) heal made the slot again with pgoutput"
+psql_q "INSERT INTO typed (id, aggregate_type) VALUES ('after-heal', 'typed')" >/dev/null
+relay_drain "${PGO[@]}"
+rx fields pgo:typed id | grep -E '^(gap-|after-heal)' | sort | uniq -c | awk '{print $1}' | sort -u >"$T/counts"
+assert_eq 1 "$(cat "$T/counts")" "(e) every row of the gap and after it once"
+assert_eq 21 "$(rx fields pgo:typed id | grep -cE '^(gap-|after-heal)')" "(e) all 21 of them"
+
+# ---- (d) publications that would lose events ----------------------------------------
+refused() { # PUBLICATION SQL WANT: the relay on a new pgoutput slot exits 3 naming the fix
+	psql_q "$2" >/dev/null
+	relay_run_until "$(current_lsn)" --slot "s_$1" --plugin pgoutput --publication "$1" --table public.typed || true
+	assert_eq 3 "$RELAY_RC" "(d) publication $1: exit code"
+	assert_match "$(grep -m1 'error' "$RELAY_LOG")" "$3" "(d) publication $1: the line says what to run"
+}
+refused p_upd "CREATE PUBLICATION p_upd FOR TABLE typed WITH (publish = 'update')" \
+	'does not publish inserts: run ALTER PUBLICATION "p_upd" SET \(publish = .insert.\)'
+refused p_other "CREATE PUBLICATION p_other FOR TABLE noise" \
+	'does not include the outbox table "public"."typed": run ALTER PUBLICATION "p_other" ADD TABLE'
+refused p_where "CREATE PUBLICATION p_where FOR TABLE typed WHERE (aggregate_type = 'typed')" \
+	'with a row filter .WHERE.: rows or columns it leaves out would never reach the streams'
+refused p_cols "CREATE PUBLICATION p_cols FOR TABLE typed (id, aggregate_type)" \
+	'with a column list'
+pass
