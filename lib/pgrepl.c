@@ -31,9 +31,10 @@ struct pgrepl {
 	char *tbl_name;          /* PostgreSQL resolved --table (case folded, quotes gone) */
 	struct slot_guard guard; /* pgrepl_set_guard; guard.owner is copied to guard_owner */
 	char guard_owner[160];
-	char gap[256];   /* the gap the last start accepted ("" none) */
-	char plugin[16]; /* the slot's output plugin: wal2json or pgoutput */
-	struct {         /* the slot as the last start found it */
+	char gap[256];     /* the gap the last start accepted ("" none) */
+	char plugin[16];   /* the slot's output plugin: wal2json or pgoutput */
+	bool stream_fatal; /* the stream ended for a reason no reconnect fixes */
+	struct {           /* the slot as the last start found it */
 		bool known, exists, invalidated, failover;
 		lsn_t confirmed;
 		char invalid_why[64];
@@ -126,6 +127,11 @@ const char *pgrepl_gap_accepted(const struct pgrepl *p)
 const char *pgrepl_plugin(const struct pgrepl *p)
 {
 	return p->plugin[0] ? p->plugin : p->cf->plugin;
+}
+
+bool pgrepl_stream_fatal(const struct pgrepl *p)
+{
+	return p->stream_fatal;
 }
 
 const char *pgrepl_publication(const struct pgrepl *p)
@@ -448,7 +454,7 @@ enum pg_status pgrepl_recheck(struct pgrepl *p)
 	return PG_OK;
 }
 
-static enum pg_status ensure_publication(struct pgrepl *p);
+static enum pg_status ensure_publication(struct pgrepl *p, bool slot_exists);
 
 static enum pg_status ensure_slot(struct pgrepl *p)
 {
@@ -558,7 +564,7 @@ static enum pg_status ensure_slot(struct pgrepl *p)
 	}
 	/* A publication that would lose events is refused before a slot holds WAL for it. */
 	if (strcmp(p->cf->plugin, "pgoutput") == 0) {
-		st = ensure_publication(p);
+		st = ensure_publication(p, false);
 		if (st != PG_OK)
 			return st;
 	}
@@ -694,8 +700,11 @@ static void put_ident(struct buf *b, const char *s)
  * whole: created FOR TABLE ... WITH (publish = 'insert') when missing (the
  * role must own the table, or be able to create publications); an existing
  * one is checked, and what is wrong is said with the statement that fixes it.
+ * pgoutput reads the publication as of each change it decodes: for an
+ * existing slot a missing one is not made, since it would not cover what the
+ * slot holds (the relay makes the publication first, then the slot).
  */
-static enum pg_status ensure_publication(struct pgrepl *p)
+static enum pg_status ensure_publication(struct pgrepl *p, bool slot_exists)
 {
 	const char *pub = pgrepl_publication(p);
 	enum pg_status st = PG_RETRY;
@@ -728,6 +737,19 @@ static enum pg_status ensure_publication(struct pgrepl *p)
 	if (!res) {
 		buf_finish(&tbl);
 		return st;
+	}
+	if (slot_exists && PQntuples(res) == 0) {
+		snprintf(p->errmsg, sizeof(p->errmsg),
+		         "publication \"%s\" does not exist, and slot \"%s\" does: pgoutput reads a "
+		         "publication as of each change it decodes, so one made now would not cover what "
+		         "the slot holds; create it (CREATE PUBLICATION \"%s\" FOR TABLE %s WITH "
+		         "(publish = 'insert')), drop the slot (SELECT pg_drop_replication_slot('%s')) and "
+		         "start the relay, which makes it again; then outbox-relay republish the rows "
+		         "committed since the old slot was made",
+		         pub, p->cf->slot, pub, tbl.data, p->cf->slot);
+		PQclear(res);
+		buf_finish(&tbl);
+		return PG_FATAL_SETUP;
 	}
 	if (PQntuples(res) == 0) {
 		PQclear(res);
@@ -838,7 +860,7 @@ enum pg_status pgrepl_start(struct pgrepl *p)
 		goto fail;
 
 	if (strcmp(p->plugin, "pgoutput") == 0) {
-		st = p->created_slot ? PG_OK : ensure_publication(p);
+		st = p->created_slot ? PG_OK : ensure_publication(p, true);
 		if (st != PG_OK)
 			goto fail;
 		/* Always 0/0, as below. Messages of any prefix come: the relay filters. */
@@ -947,6 +969,16 @@ int pgrepl_next(struct pgrepl *p, struct pg_msg *ret)
 		else
 			set_err(p, "replication stream ended: ", PQerrorMessage(p->conn));
 		PQclear(res);
+		if (strstr(p->errmsg, "publication") && strstr(p->errmsg, "does not exist")) {
+			/* pgoutput met a change from before its publication was made: every
+			 * reconnect would meet it again (or, seen here, pass over it). */
+			append_hint(p, "the slot was made before its publication, and pgoutput reads a "
+			               "publication as of each change: drop the slot and start the "
+			               "relay, which makes the publication first, then the slot; then "
+			               "outbox-relay republish the rows committed since the old slot "
+			               "was made");
+			p->stream_fatal = true;
+		}
 		return -1;
 	}
 	if (n < 0) {

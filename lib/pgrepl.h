@@ -78,6 +78,8 @@ const char *pgrepl_dbname(const struct pgrepl *p);
  */
 /* The slot's output plugin (wal2json or pgoutput), known once a start found or made the slot. */
 const char *pgrepl_plugin(const struct pgrepl *p);
+/* The last pgrepl_next() failure is one no reconnect fixes (exit EXIT_PG_SETUP). */
+bool pgrepl_stream_fatal(const struct pgrepl *p);
 /* pgoutput: the publication streamed (--publication, by default the slot's name). */
 const char *pgrepl_publication(const struct pgrepl *p);
 const char *pgrepl_table_schema(const struct pgrepl *p);

@@ -391,6 +391,10 @@ static bool step_wal(struct relay *r, int64_t now, bool *more)
 		if (got == 0)
 			break;
 		if (got < 0) {
+			if (pgrepl_stream_fatal(r->pg)) {
+				log_error("%s", pgrepl_errmsg(r->pg));
+				return finish(r, EXIT_PG_SETUP, "the slot cannot be decoded");
+			}
 			relay_pg_lost(r, pgrepl_errmsg(r->pg));
 			break;
 		}

@@ -100,7 +100,7 @@ slot_heal() {
 	assert_contains "$line" "outbox-relay heal" "the exit 8 line names outbox-relay heal"
 	HEAL_N=$((${HEAL_N:-0} + 1))
 	timeout -k 5 240 "$RELAY_BIN" heal --pg-dsn "$PG_DSN" --redis-url "$REDIS_URL" --log-level info \
-		--http-addr "" "${RELAY_OPTS[@]}" >"$T/heal.$HEAL_N.log" 2>&1 ||
+		--http-addr "" "${RELAY_OPTS[@]}" ${RELAY_PLUGIN:+--plugin "$RELAY_PLUGIN"} >"$T/heal.$HEAL_N.log" 2>&1 ||
 		fail "outbox-relay heal failed: $(tail -n 3 "$T/heal.$HEAL_N.log")"
 	log "healed: $(grep '^heal ' "$T/heal.$HEAL_N.log" || tail -n 1 "$T/heal.$HEAL_N.log")"
 	relay_start "${RELAY_OPTS[@]}"

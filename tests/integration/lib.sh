@@ -447,9 +447,16 @@ current_lsn() { psql_q "SELECT pg_current_wal_lsn()"; }
 # for the few assertions whose server message differs between major versions.
 pg_version_num() { psql_q "SHOW server_version_num"; }
 
-# slot_create NAME [PLUGIN]: create a logical slot through SQL (default wal2json).
+# slot_create NAME [PLUGIN [TABLE]]: create a logical slot through SQL (default
+# $RELAY_PLUGIN, else wal2json). pgoutput: the publication NAME of TABLE
+# (default public.outbox) first, as the relay does (a slot made before its
+# publication cannot decode what it holds from before it).
 slot_create() {
-	psql_q "SELECT lsn FROM pg_create_logical_replication_slot('$1', '${2:-wal2json}')" >/dev/null
+	local plugin=${2:-${RELAY_PLUGIN:-wal2json}}
+	if [ "$plugin" = pgoutput ] && [ -z "$(psql_q "SELECT 1 FROM pg_publication WHERE pubname = '$1'")" ]; then
+		psql_q "CREATE PUBLICATION \"$1\" FOR TABLE ${3:-public.outbox} WITH (publish = 'insert')" >/dev/null
+	fi
+	psql_q "SELECT lsn FROM pg_create_logical_replication_slot('$1', '$plugin')" >/dev/null
 }
 
 # slot_confirmed_lsn SLOT: confirmed_flush_lsn, empty when the slot does not exist.
@@ -569,9 +576,10 @@ redis_stop() {
 
 # The HTTP endpoint is off unless a test asks for it (a later --http-addr
 # wins): parallel tests would otherwise all want the default :9187.
+# RELAY_PLUGIN=pgoutput: every relay run and slot_create use pgoutput (wal2json when unset).
 _relay_args() {
 	RELAY_ARGS=(--pg-dsn "$PG_DSN" --redis-url "$REDIS_URL" --log-level "$RELAY_LOG_LEVEL"
-		--http-addr "")
+		--http-addr "" ${RELAY_PLUGIN:+--plugin "$RELAY_PLUGIN"})
 }
 
 _next_log() {
