@@ -245,7 +245,7 @@ static const struct opt_def option_table[] = {
         "output plugin of a slot the relay creates: wal2json, or pgoutput (built into "
         "PostgreSQL, needs a publication: --publication); an existing slot streams with its "
         "own plugin, which the relay names at start"),
-    NUM("txn-memory", OPT_SIZE, 0, RP, txn_memory, "64MiB", 0, 64 * OPT_GIB, "SIZE",
+    NUM("txn-memory", OPT_SIZE, 0, RP, txn_memory, "8MiB", 0, 64 * OPT_GIB, "SIZE",
         "pgoutput: memory one transaction's messages may take while the relay holds them until "
         "its commit (pgoutput's Begin lacks the commit end the events' _lsn is); the rest goes "
         "to an unlinked temporary file in $TMPDIR, else /tmp"),

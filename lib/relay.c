@@ -386,7 +386,14 @@ static bool step_wal(struct relay *r, int64_t now, bool *more)
 		return true;
 	for (i = 0; i < MSGS_PER_ROUND && !sink_redis_full(r->sink); i++) {
 		struct pg_msg m;
-		int got = pgrepl_next(r->pg, &m);
+		int got;
+
+		/* A held pgoutput transaction goes out first, as the window allows. */
+		if (r->replaying && !relay_pgoutput_replay(r))
+			return out_of_memory(r);
+		if (r->replaying)
+			break;
+		got = pgrepl_next(r->pg, &m);
 
 		if (got == 0)
 			break;

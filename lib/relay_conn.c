@@ -24,7 +24,7 @@ void relay_pg_lost(struct relay *r, const char *why)
 		log_debug("PostgreSQL: %s; next try in %lld ms", why, (long long)delay);
 	r->pg_down = true;
 	r->in_txn = false; /* a partial transaction is sent again in full */
-	r->spooling = false;
+	r->spooling = r->replaying = false;
 	pgrepl_close(r->pg);
 }
 
@@ -215,7 +215,7 @@ int relay_try_pg(struct relay *r)
 		r->pg_ever_started = true;
 		r->pg_down = r->standby = false;
 		r->in_txn = false; /* pg_bo resets once a message arrives */
-		r->spooling = false;
+		r->spooling = r->replaying = false;
 		r->pgoutput = strcmp(pgrepl_plugin(r->pg), "pgoutput") == 0;
 		if (r->pgoutput) {
 			pgo_destroy(r->pgo);

@@ -45,7 +45,9 @@ struct relay {
 	bool pgoutput;
 	struct pgo_decoder *pgo;
 	struct txn_spool *spool;
-	bool spooling; /* between a pgoutput Begin and its Commit */
+	bool spooling;    /* between a pgoutput Begin and its Commit */
+	bool replaying;   /* the held transaction is being handled (relay_pgoutput_replay) */
+	lsn_t replay_end; /* its commit end */
 
 	/* Current transaction (between B and C). */
 	bool in_txn;
@@ -110,6 +112,8 @@ bool relay_send_status(struct relay *r, bool reply_requested);
 
 /* relay_wal.c: one XLogData message; false only on a fatal (out-of-memory) failure. */
 bool relay_handle_xlogdata(struct relay *r, const struct pg_msg *m);
+/* Handle held pgoutput messages while the sink has room; false only on a fatal failure. */
+bool relay_pgoutput_replay(struct relay *r);
 
 /* relay_conn.c: losing a server (retry with backoff), and (re)connecting: an exit code, or -1 to go
  * on. */

@@ -285,8 +285,10 @@ static lsn_t commit_end_of(const char *d, size_t len)
 }
 
 /*
- * pgoutput: a transaction is held from its Begin to its Commit (txn_spool.h),
- * then decoded and handled in order with the commit end its events need.
+ * pgoutput: a transaction is held from its Begin to its Commit (txn_spool.h);
+ * at the Commit, which is held too, it is replayed: relay_pgoutput_replay()
+ * decodes and handles the held messages in order, with the commit end their
+ * events need, as far as the sink's window allows each round.
  */
 static bool handle_pgoutput(struct relay *r, const struct pg_msg *m)
 {
@@ -296,47 +298,61 @@ static bool handle_pgoutput(struct relay *r, const struct pg_msg *m)
 		txn_spool_clear(r->spool);
 		r->spooling = true;
 	}
-	if (r->spooling && kind != 'C') {
-		if (!txn_spool_add(r->spool, m->data, m->len, m->data_start)) {
-			log_error("holding a pgoutput transaction until its commit: %s",
-			          txn_spool_errmsg(r->spool));
-			return false;
-		}
-		return true;
+	if (!r->spooling)
+		return pgo_handle(r, m, LSN_INVALID); /* outside a transaction: a message */
+	if (!txn_spool_add(r->spool, m->data, m->len, m->data_start)) {
+		log_error("holding a pgoutput transaction until its commit: %s",
+		          txn_spool_errmsg(r->spool));
+		return false;
 	}
-	if (r->spooling) {
-		lsn_t end = commit_end_of(m->data, m->len);
+	if (kind != 'C')
+		return true;
+	r->spooling = false;
+	r->replay_end = commit_end_of(m->data, m->len);
+	if (r->replay_end == LSN_INVALID) {
+		txn_spool_clear(r->spool);
+		return undecodable(r, m, "pgoutput", "a Commit message without its end LSN", m->data,
+		                   m->len);
+	}
+	if (txn_spool_spilled(r->spool))
+		log_info("a pgoutput transaction of %zu messages (%llu bytes) was held until its "
+		         "commit, %llu bytes of it in a temporary file",
+		         txn_spool_count(r->spool), (unsigned long long)txn_spool_bytes(r->spool),
+		         (unsigned long long)txn_spool_spilled(r->spool));
+	r->replaying = txn_spool_rewind(r->spool);
+	if (!r->replaying) {
+		log_error("reading back a pgoutput transaction: %s", txn_spool_errmsg(r->spool));
+		return false;
+	}
+	return relay_pgoutput_replay(r);
+}
+
+/* See relay_int.h. */
+bool relay_pgoutput_replay(struct relay *r)
+{
+	while (r->replaying && !sink_redis_full(r->sink)) {
 		const char *data;
 		size_t len;
 		lsn_t at;
-		int got;
+		int got = txn_spool_next(r->spool, &data, &len, &at);
 
-		r->spooling = false;
-		if (end == LSN_INVALID)
-			return undecodable(r, m, "pgoutput", "a Commit message without its end LSN", m->data,
-			                   m->len);
-		if (!txn_spool_rewind(r->spool))
-			got = -1;
-		else
-			while ((got = txn_spool_next(r->spool, &data, &len, &at)) == 1) {
-				struct pg_msg held = {
-				    .type = 'w', .data_start = at, .data = (char *)data, .len = len};
-
-				if (!pgo_handle(r, &held, end))
-					return false;
-			}
 		if (got < 0) {
 			log_error("reading back a pgoutput transaction: %s", txn_spool_errmsg(r->spool));
 			return false;
 		}
-		if (txn_spool_spilled(r->spool))
-			log_info("a pgoutput transaction of %zu messages (%llu bytes) was held until its "
-			         "commit, %llu bytes of it in a temporary file",
-			         txn_spool_count(r->spool), (unsigned long long)txn_spool_bytes(r->spool),
-			         (unsigned long long)txn_spool_spilled(r->spool));
-		txn_spool_clear(r->spool);
+		if (got == 0) {
+			r->replaying = false;
+			txn_spool_clear(r->spool);
+			break;
+		}
+		{
+			struct pg_msg held = {.type = 'w', .data_start = at, .data = (char *)data, .len = len};
+
+			if (!pgo_handle(r, &held, r->replay_end))
+				return false;
+		}
 	}
-	return pgo_handle(r, m, LSN_INVALID);
+	return true;
 }
 
 /* Returns false only on a fatal (out-of-memory) failure. */
