@@ -123,6 +123,18 @@ static inline void buf_put_sql_literal(struct buf *b, const char *s)
 	buf_putc(b, '\'');
 }
 
+/* s as a double-quoted SQL identifier (quotes doubled). */
+static inline void buf_put_sql_ident(struct buf *b, const char *s)
+{
+	buf_putc(b, '"');
+	for (; *s; s++) {
+		if (*s == '"')
+			buf_putc(b, '"');
+		buf_putc(b, *s);
+	}
+	buf_putc(b, '"');
+}
+
 /* printf into the buffer (the sticky failure flag on OOM or an encoding error). */
 static inline void buf_printf(struct buf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

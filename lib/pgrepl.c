@@ -683,18 +683,6 @@ static enum pg_status check_table(struct pgrepl *p)
 	return missing ? PG_FATAL_SCHEMA : PG_OK;
 }
 
-/* s as a double-quoted SQL identifier (quotes doubled). */
-static void put_ident(struct buf *b, const char *s)
-{
-	buf_putc(b, '"');
-	for (; *s; s++) {
-		if (*s == '"')
-			buf_putc(b, '"');
-		buf_putc(b, *s);
-	}
-	buf_putc(b, '"');
-}
-
 /*
  * pgoutput: the publication must publish every insert of the outbox table,
  * whole: created FOR TABLE ... WITH (publish = 'insert') when missing (the
@@ -712,9 +700,9 @@ static enum pg_status ensure_publication(struct pgrepl *p, bool slot_exists)
 	PGresult *res;
 	bool v15 = PQserverVersion(p->conn) >= 150000;
 
-	put_ident(&tbl, p->tbl_schema);
+	buf_put_sql_ident(&tbl, p->tbl_schema);
 	buf_putc(&tbl, '.');
-	put_ident(&tbl, p->tbl_name);
+	buf_put_sql_ident(&tbl, p->tbl_name);
 	/* Row filters and column lists (15+) would drop rows or fields without a word. */
 	buf_puts(&q, "SELECT b.pubinsert, t.tablename IS NOT NULL, ");
 	if (v15) {
@@ -754,7 +742,7 @@ static enum pg_status ensure_publication(struct pgrepl *p, bool slot_exists)
 	if (PQntuples(res) == 0) {
 		PQclear(res);
 		buf_puts(&q, "CREATE PUBLICATION ");
-		put_ident(&q, pub);
+		buf_put_sql_ident(&q, pub);
 		buf_puts(&q, " FOR TABLE ");
 		buf_puts(&q, tbl.data);
 		buf_puts(&q, " WITH (publish = 'insert')");
@@ -870,7 +858,7 @@ enum pg_status pgrepl_start(struct pgrepl *p)
 		{
 			struct buf names = {0};
 
-			put_ident(&names, pgrepl_publication(p));
+			buf_put_sql_ident(&names, pgrepl_publication(p));
 			buf_put_sql_literal(&q, names.data ? names.data : "");
 			buf_finish(&names);
 		}

@@ -627,9 +627,7 @@ static int relay_run_once(const struct relay_config *cf, uint64_t *refused)
 	r.pg = pgrepl_create(cf);
 	r.sink = sink_redis_create(cf, r.m);
 	r.dec = w2j_create();
-	/* A pgoutput transaction is held in memory up to --txn-memory, past that in a file. */
-	r.spool = txn_spool_create((size_t)cf->txn_memory, NULL);
-	if (!r.m || !r.pg || !r.sink || !r.dec || !r.spool) {
+	if (!r.m || !r.pg || !r.sink || !r.dec) {
 		log_error("out of memory at startup");
 		relay_free(&r);
 		return EXIT_FAILURE_RUNTIME;

@@ -220,7 +220,10 @@ int relay_try_pg(struct relay *r)
 		if (r->pgoutput) {
 			pgo_destroy(r->pgo);
 			r->pgo = pgo_create();
-			if (!r->pgo) {
+			/* A transaction is held in memory up to --txn-memory, past that in a file. */
+			if (!r->spool)
+				r->spool = txn_spool_create((size_t)r->cf->txn_memory, NULL);
+			if (!r->pgo || !r->spool) {
 				log_error("out of memory creating the pgoutput decoder");
 				return EXIT_FAILURE_RUNTIME;
 			}

@@ -386,9 +386,7 @@ bool relay_handle_xlogdata(struct relay *r, const struct pg_msg *m)
 		return undecodable(r, m, "wal2json", w2j_errmsg(r->dec), m->data, m->len);
 	/* Read now: the next decode (a message's content) forgets it. */
 	raw = inplace ? w2j_original(r->dec, &rawlen) : NULL;
-	if (!raw) {
+	if (!raw)
 		raw = m->data;
-		rawlen = m->len;
-	}
 	return handle_change(r, m, &ch, raw, m->len, inplace ? m : NULL);
 }

@@ -746,6 +746,15 @@ static char *compare_cols(struct verify *v)
 	return q.data;
 }
 
+/* The row of res (column 0: the rendered id) whose id is id, or -1. */
+static int row_of(const PGresult *res, const char *id)
+{
+	for (int r = 0; r < PQntuples(res); r++)
+		if (strcmp(PQgetvalue(res, r, 0), id) == 0)
+			return r;
+	return -1;
+}
+
 struct pending {
 	const char *id;
 	const redisReply *fv;
@@ -829,12 +838,9 @@ static bool judge_unkept(struct verify *v, const char *stream, const struct pend
 	if (!res)
 		return false;
 	for (size_t i = 0; i < nlook; i++) {
-		int r;
+		int r = row_of(res, look[i].id);
 
-		for (r = 0; r < PQntuples(res); r++)
-			if (strcmp(PQgetvalue(res, r, 0), look[i].id) == 0)
-				break;
-		if (r == PQntuples(res)) {
+		if (r < 0) {
 			found(v, K_ORPHAN, stream, look[i].id, NULL);
 			continue;
 		}
@@ -929,12 +935,9 @@ static bool judge_page(struct verify *v, size_t si, const redisReply *page, cons
 		if (!res)
 			return false;
 		for (size_t i = 0; i < ncmp; i++) {
-			int r;
+			int r = row_of(res, cmp[i].id);
 
-			for (r = 0; r < PQntuples(res); r++)
-				if (strcmp(PQgetvalue(res, r, 0), cmp[i].id) == 0)
-					break;
-			if (r == PQntuples(res)) {
+			if (r < 0) {
 				/* Its row was read but is not found by id: the id was rendered otherwise. */
 				found(v, K_DIFFERS, s->name, cmp[i].id, "(the row is not found by this id)");
 				continue;
