@@ -302,6 +302,7 @@ static void relay_free(struct relay *r)
 	mapper_destroy(r->map);
 	confirm_finish(&r->cfm);
 	buf_finish(&r->content);
+	buf_finish(&r->pgo_raw);
 }
 
 /* ---- the loop ---- */

@@ -55,6 +55,7 @@ struct relay {
 	char committed_at[64];
 	uint32_t next_index;
 	struct buf content; /* copy of a logical message's content */
+	struct buf pgo_raw; /* a pgoutput change as wal2json prints it: a dead letter's raw */
 
 	struct confirm cfm; /* marks, acknowledged and confirmed positions (confirm.h) */
 

@@ -98,19 +98,116 @@ enum map_result relay_map_event(struct mapper *m, const struct relay_config *cf,
 	return mr;
 }
 
-static bool map_and_queue(struct relay *r, const struct w2j_field *fields, size_t n,
-                          const char *raw, size_t len, const struct pg_msg *held)
+/*
+ * A pgoutput change written as wal2json (format-version 2) would print it, so
+ * that a dead letter's raw reads the same on both plugins (pgoutput's own
+ * bytes are binary). Only the first DEAD_RAW_MAX + 8 bytes are kept in b (a
+ * dead letter keeps at most DEAD_RAW_MAX); the return value is the whole
+ * rendering's length, what raw_bytes reports.
+ */
+struct raw_out {
+	struct buf *b;
+	size_t total;
+};
+
+static void raw_put(struct raw_out *o, const char *s, size_t n)
+{
+	size_t room = DEAD_RAW_MAX + 8 > o->b->len ? DEAD_RAW_MAX + 8 - o->b->len : 0;
+
+	buf_append(o->b, s, n < room ? n : room);
+	o->total += n;
+}
+
+static void raw_put_str(struct raw_out *o, const char *s, size_t n)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t from = 0;
+
+	raw_put(o, "\"", 1);
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		char esc[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+
+		if (c >= 0x20 && c != '"' && c != '\\')
+			continue;
+		raw_put(o, s + from, i - from);
+		from = i + 1;
+		if (c == '"' || c == '\\') {
+			esc[1] = (char)c;
+			raw_put(o, esc, 2);
+		} else {
+			raw_put(o, esc, 6);
+		}
+	}
+	raw_put(o, s + from, n - from);
+	raw_put(o, "\"", 1);
+}
+
+static size_t render_pgo_raw(struct buf *b, const struct w2j_change *ch)
+{
+	struct raw_out o = {b, 0};
+
+	buf_reset(b);
+	if (ch->action == W2J_MESSAGE) {
+		raw_put(&o, "{\"action\":\"M\",\"transactional\":", 32);
+		raw_put(&o, ch->transactional ? "true" : "false", ch->transactional ? 4 : 5);
+		raw_put(&o, ",\"prefix\":", 10);
+		raw_put_str(&o, ch->prefix ? ch->prefix : "", ch->prefix ? strlen(ch->prefix) : 0);
+		raw_put(&o, ",\"content\":", 11);
+		raw_put_str(&o, ch->content, ch->content_len);
+		raw_put(&o, "}", 1);
+		return o.total;
+	}
+	raw_put(&o, "{\"action\":\"I\",\"schema\":", 24);
+	raw_put_str(&o, ch->schema, ch->schema_len);
+	raw_put(&o, ",\"table\":", 9);
+	raw_put_str(&o, ch->table, ch->table_len);
+	raw_put(&o, ",\"columns\":[", 12);
+	for (size_t i = 0; i < ch->ncolumns; i++) {
+		const struct w2j_field *f = &ch->columns[i];
+
+		raw_put(&o, i ? ",{\"name\":" : "{\"name\":", i ? 9 : 8);
+		raw_put_str(&o, f->name, f->name_len);
+		raw_put(&o, ",\"type\":", 8);
+		raw_put_str(&o, f->type ? f->type : "", f->type ? f->type_len : 0);
+		raw_put(&o, ",\"value\":", 9);
+		if (f->kind == W2J_KIND_STRING)
+			raw_put_str(&o, f->value, f->value_len);
+		else if (f->kind == W2J_KIND_NULL)
+			raw_put(&o, "null", 4);
+		else
+			raw_put(&o, f->value, f->value_len);
+		raw_put(&o, "}", 1);
+	}
+	raw_put(&o, "]}", 2);
+	return o.total;
+}
+
+/* ch: the change, whose raw a pgoutput dead letter renders (raw is NULL then). */
+static bool map_and_queue(struct relay *r, const struct w2j_change *ch, const struct w2j_field *fields,
+                          size_t n, const char *raw, size_t len, const struct pg_msg *held)
 {
 	const char *reason = NULL;
 	char why[200];
 	struct event ev;
 	enum map_result mr;
 	uint64_t mv = sink_redis_max_value(r->sink);
+	uint32_t index = r->next_index++;
 
 	if (r->refused && (!mv || r->refused - 1 < mv))
 		mv = r->refused - 1;
-	mr = relay_map_event(r->map, r->cf, &r->tx, r->next_index++, fields, n, raw, len, mv, &ev,
-	                     &reason, why, sizeof(why));
+	mr = relay_map_event(r->map, r->cf, &r->tx, index, fields, n, raw, len, mv, &ev, &reason, why,
+	                     sizeof(why));
+	if (mr == MAP_DEAD_LETTER && !raw && !mapper_failed(r->map)) {
+		/* Mapped again with the rendering: only dead letters pay for it. */
+		len = render_pgo_raw(&r->pgo_raw, ch);
+		if (r->pgo_raw.failed) {
+			log_error("out of memory rendering a dead letter's raw");
+			return false;
+		}
+		mr = relay_map_event(r->map, r->cf, &r->tx, index, fields, n, r->pgo_raw.data, len, mv,
+		                     &ev, &reason, why, sizeof(why));
+	}
 	if (mapper_failed(r->map)) {
 		log_error("out of memory mapping an event");
 		return false;
@@ -189,8 +286,9 @@ static bool handle_change(struct relay *r, const struct pg_msg *m, const struct 
 			          lsn_format(m->data_start, lsnbuf));
 			return false;
 		}
-		/* Dead letters keep the row as it came, before decoding changed it. */
-		return map_and_queue(r, ch->columns, ch->ncolumns, raw, rawlen, held);
+		/* Dead letters keep the row as it came, before decoding changed it
+		 * (pgoutput: rendered as wal2json prints it, raw is NULL). */
+		return map_and_queue(r, ch, ch->columns, ch->ncolumns, raw, rawlen, held);
 	case W2J_UPDATE:
 		relay_count(&r->m->ignored[IGN_UPDATE]);
 		return true;
@@ -230,9 +328,13 @@ static bool handle_change(struct relay *r, const struct pg_msg *m, const struct 
 					snprintf(reason, sizeof(reason), "%s", e);
 				else
 					snprintf(reason, sizeof(reason), "message content is not a JSON object: %s", e);
+				if (!raw) {
+					rawlen = render_pgo_raw(&r->pgo_raw, ch);
+					raw = r->pgo_raw.data;
+				}
 				return dead_letter(r, DEAD_NOT_JSON, reason, raw, rawlen);
 			}
-			return map_and_queue(r, fields, n, raw, rawlen, NULL);
+			return map_and_queue(r, ch, fields, n, raw, rawlen, NULL);
 		}
 	}
 	return true;
@@ -265,7 +367,7 @@ static bool pgo_handle(struct relay *r, const struct pg_msg *m, lsn_t commit_end
 	while (has) {
 		if (ch.action == W2J_BEGIN)
 			ch.nextlsn = commit_end; /* what wal2json's BEGIN says */
-		if (!handle_change(r, m, &ch, m->data, m->len, NULL))
+		if (!handle_change(r, m, &ch, NULL, 0, NULL))
 			return false;
 		has = pgo_next(r->pgo, &ch); /* a TRUNCATE of several tables */
 	}

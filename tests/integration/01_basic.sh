@@ -12,8 +12,8 @@ redis_start
 # current LSN (confirming keepalives on an idle outbox).
 relay_run_until "$(current_lsn)" || true
 assert_eq 0 "$RELAY_RC" "first run (creates the slot) exit code"
-assert_eq "wal2json|f" "$(psql_q "SELECT plugin, temporary FROM pg_replication_slots WHERE slot_name = 'outbox_relay'")" \
-	"slot outbox_relay created with wal2json, not temporary"
+assert_eq "${RELAY_PLUGIN:-wal2json}|f" "$(psql_q "SELECT plugin, temporary FROM pg_replication_slots WHERE slot_name = 'outbox_relay'")" \
+	"slot outbox_relay created with ${RELAY_PLUGIN:-wal2json}, not temporary"
 
 # 500 events, one session. Rows of size-1 transactions go through
 # outbox_emit() with a header; the others are INSERT ... SELECT.

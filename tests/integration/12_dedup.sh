@@ -12,9 +12,9 @@ psql_q "CREATE TABLE public.outbox_loose (id text, aggregate_type text, aggregat
                                           payload jsonb, headers jsonb, created_at timestamptz DEFAULT now())"
 redis_start
 # All three slots exist before the rows are written, so each sees all of them.
-slot_create s_a
-slot_create s_replay
-slot_create s_nodedup
+slot_create s_a "" public.outbox_loose
+slot_create s_replay "" public.outbox_loose
+slot_create s_nodedup "" public.outbox_loose
 
 ins() { psql_q "INSERT INTO outbox_loose (id, aggregate_type, aggregate_id, event_type, payload) VALUES ('$1', 'order', '$2', 'created', '{}')"; }
 ins dup-1 first
