@@ -4,10 +4,12 @@
  * PostgreSQL: a plain connection reads the catalogs (wal_level, slots and
  * WAL senders in use, output_plugin_libraries, the outbox table, the slot);
  * a replication connection like the relay's proves REPLICATION, and a
- * TEMPORARY wal2json slot on it (dropped at once) proves that wal2json loads
- * and is allowed. Redis: connect, AUTH, SELECT, COMMAND INFO for every
- * command the relay uses, INFO for the role and the eviction policy; nothing
- * is written.
+ * TEMPORARY slot on it (dropped at once) proves that the output plugin the
+ * relay would use (the existing slot's, else --plugin) loads and is allowed;
+ * for pgoutput the publication is checked as pgrepl.c's ensure_publication
+ * judges it (nothing is created). Redis: connect, AUTH, SELECT, COMMAND INFO
+ * for every command the relay uses, INFO for the role and the eviction
+ * policy; nothing is written.
  */
 #include "preflight.h"
 
@@ -30,7 +32,7 @@
 #include "redis_sentinel.h"
 #include "redis_tls.h"
 
-/* How long the wal2json check waits for a temporary slot's consistent point. */
+/* How long the plugin check waits for a temporary slot's consistent point. */
 #define SLOT_CHECK_TIMEOUT_MS 10000
 
 #if defined(__GNUC__)
@@ -311,7 +313,6 @@ static bool has_column(const PGresult *res, const char *name)
 	return false;
 }
 
-/* The outbox table and the columns the relay maps, resolved as pgrepl.c does. */
 /*
  * Run the query built in q (then freed) on c. NULL when building it ran out
  * of memory (pf->oom set) or libpq had no memory for a result; a result of
@@ -329,7 +330,12 @@ static PGresult *exec_query(struct preflight *pf, PGconn *c, struct buf *q)
 	return res;
 }
 
-static void check_table(const struct relay_config *cf, struct preflight *pf, PGconn *c)
+/*
+ * The outbox table and the columns the relay maps, resolved as pgrepl.c does;
+ * its real schema and name into schema and name (left "" when not found).
+ */
+static void check_table(const struct relay_config *cf, struct preflight *pf, PGconn *c,
+                        char *schema, char *name, size_t len)
 {
 	struct buf q = {0};
 	struct stream_tmpl *t;
@@ -369,6 +375,8 @@ static void check_table(const struct relay_config *cf, struct preflight *pf, PGc
 		PQclear(res);
 		return;
 	}
+	snprintf(schema, len, "%s", PQgetvalue(res, 0, 0));
+	snprintf(name, len, "%s", PQgetvalue(res, 0, 1));
 	if (!has_column(res, cf->id_column))
 		add(pf, PREFLIGHT_PROBLEM,
 		    "column \"%s\" (named by --id-column) does not exist in outbox table \"%s\": add the "
@@ -404,9 +412,11 @@ struct pg_facts {
 	int max_slots, used_slots;
 	int max_senders, used_senders;
 	bool has_opl; /* output_plugin_libraries exists */
-	bool opl_wal2json;
+	bool opl_wal2json, opl_pgoutput;
 	char opl[256];
-	bool slot_exists;
+	bool slot_exists; /* a logical wal2json or pgoutput slot the relay would use */
+	char plugin[16];  /* the plugin the relay would use: the slot's, else --plugin */
+	char tbl_schema[128], tbl_name[128]; /* the outbox table as resolved ("" when missing) */
 };
 
 static void read_facts(struct preflight *pf, PGconn *c, struct pg_facts *f)
@@ -446,6 +456,8 @@ static void read_facts(struct preflight *pf, PGconn *c, struct pg_facts *f)
 			n = strcspn(s, " ,\"");
 			if (n == 8 && strncmp(s, "wal2json", 8) == 0)
 				f->opl_wal2json = true;
+			if (n == 8 && strncmp(s, "pgoutput", 8) == 0)
+				f->opl_pgoutput = true;
 			s += n;
 		}
 	}
@@ -453,7 +465,11 @@ static void read_facts(struct preflight *pf, PGconn *c, struct pg_facts *f)
 	PQclear(res);
 }
 
-/* The slot as pgrepl.c's ensure_slot judges it; sets f->slot_exists. */
+/*
+ * The slot as pgrepl.c's ensure_slot judges it: sets f->slot_exists (a slot
+ * the relay would use) and f->plugin, the plugin the relay would use (an
+ * existing slot's own, whatever --plugin says; else --plugin).
+ */
 static void check_slot(const struct relay_config *cf, struct preflight *pf, PGconn *c,
                        struct pg_facts *f)
 {
@@ -461,6 +477,7 @@ static void check_slot(const struct relay_config *cf, struct preflight *pf, PGco
 	PGresult *res;
 	const char *plugin, *type, *db, *wal_status;
 
+	snprintf(f->plugin, sizeof(f->plugin), "%s", cf->plugin);
 	buf_puts(&q, "SELECT plugin, slot_type, database, coalesce(wal_status, ''), active, "
 	             "confirmed_flush_lsn FROM pg_catalog.pg_replication_slots WHERE slot_name = ");
 	buf_put_sql_literal(&q, cf->slot);
@@ -472,15 +489,14 @@ static void check_slot(const struct relay_config *cf, struct preflight *pf, PGco
 		PQclear(res);
 		return;
 	}
-	f->slot_exists = PQntuples(res) == 1;
-	if (!f->slot_exists) {
+	if (PQntuples(res) != 1) {
 		PQclear(res);
 		if (!cf->create_slot)
 			add(pf, PREFLIGHT_PROBLEM,
 			    "replication slot \"%s\" does not exist and --no-create-slot is set: create "
-			    "it with SELECT pg_create_logical_replication_slot('%s', 'wal2json') or drop "
+			    "it with SELECT pg_create_logical_replication_slot('%s', '%s') or drop "
 			    "--no-create-slot",
-			    cf->slot, cf->slot);
+			    cf->slot, cf->slot, cf->plugin);
 		else if (f->max_slots > 0 && f->used_slots >= f->max_slots)
 			add(pf, PREFLIGHT_PROBLEM,
 			    "replication slot \"%s\" does not exist and all replication slots are in use "
@@ -489,20 +505,28 @@ static void check_slot(const struct relay_config *cf, struct preflight *pf, PGco
 			    cf->slot, f->used_slots, f->max_slots);
 		else
 			add(pf, PREFLIGHT_OK,
-			    "replication slot \"%s\" does not exist: the relay will create it", cf->slot);
+			    "replication slot \"%s\" does not exist: the relay will create it (%s)", cf->slot,
+			    cf->plugin);
 		return;
 	}
 	plugin = PQgetvalue(res, 0, 0);
 	type = PQgetvalue(res, 0, 1);
 	db = PQgetvalue(res, 0, 2);
 	wal_status = PQgetvalue(res, 0, 3);
-	if (strcmp(type, "logical") != 0 || strcmp(plugin, "wal2json") != 0)
+	if (strcmp(type, "logical") != 0 ||
+	    (strcmp(plugin, "wal2json") != 0 && strcmp(plugin, "pgoutput") != 0)) {
 		add(pf, PREFLIGHT_PROBLEM,
 		    "replication slot \"%s\" exists but is a %s slot with plugin \"%s\"; outbox-relay "
-		    "needs a logical wal2json slot: use another --slot or drop it with SELECT "
-		    "pg_drop_replication_slot('%s')",
+		    "needs a logical wal2json or pgoutput slot: use another --slot or drop it with "
+		    "SELECT pg_drop_replication_slot('%s')",
 		    cf->slot, type, plugin[0] ? plugin : "(none)", cf->slot);
-	else if (strcmp(db, f->db) != 0)
+		PQclear(res);
+		return;
+	}
+	/* The slot's own plugin decides, whatever --plugin says. */
+	snprintf(f->plugin, sizeof(f->plugin), "%s", plugin);
+	f->slot_exists = true;
+	if (strcmp(db, f->db) != 0)
 		add(pf, PREFLIGHT_PROBLEM,
 		    "replication slot \"%s\" belongs to database \"%s\", not \"%s\": fix dbname in "
 		    "--pg-dsn or use another --slot",
@@ -521,10 +545,164 @@ static void check_slot(const struct relay_config *cf, struct preflight *pf, PGco
 		    cf->slot);
 	else
 		add(pf, PREFLIGHT_OK,
-		    "replication slot \"%s\" exists (wal2json, database %s, confirmed "
-		    "up to %s)",
-		    cf->slot, db, PQgetisnull(res, 0, 5) ? "?" : PQgetvalue(res, 0, 5));
+		    "replication slot \"%s\" exists (%s, database %s, confirmed up to %s)", cf->slot,
+		    plugin, db, PQgetisnull(res, 0, 5) ? "?" : PQgetvalue(res, 0, 5));
 	PQclear(res);
+}
+
+/*
+ * output_plugin_libraries (where the server has it) must allow the plugin
+ * the relay would use; true when a problem was added.
+ */
+static bool check_opl(struct preflight *pf, const struct pg_facts *f)
+{
+	char line[1024], *alt;
+
+	if (!f->has_opl)
+		return false;
+	if (strcmp(f->plugin, "pgoutput") == 0) {
+		if (f->opl_pgoutput)
+			return false;
+		add(pf, PREFLIGHT_PROBLEM,
+		    "library \"pgoutput\" may not be used as an output plugin; add pgoutput to "
+		    "output_plugin_libraries in postgresql.conf, e.g. output_plugin_libraries = "
+		    "'pgoutput, test_decoding, wal2json', then reload PostgreSQL "
+		    "(output_plugin_libraries = '%s')",
+		    f->opl);
+		return true;
+	}
+	if (f->opl_wal2json)
+		return false;
+	(void)pgrepl_explain_command("library \"wal2json\" may not be used as an output plugin", "",
+	                             line, sizeof(line));
+	/* The relay's hint offers --plugin pgoutput: only where pgoutput is allowed. */
+	alt = strstr(line, "; or stream with --plugin pgoutput");
+	if (alt && !f->opl_pgoutput)
+		*alt = '\0';
+	add(pf, PREFLIGHT_PROBLEM, "%s (output_plugin_libraries = '%s')", line, f->opl);
+	return true;
+}
+
+/*
+ * pgoutput: the publication as pgrepl.c's ensure_publication judges it. It
+ * must publish every insert of the outbox table, whole. When it is missing
+ * the relay creates it before a new slot (if the role may: it must own the
+ * table, or be a superuser, and have CREATE on the database), but refuses an
+ * existing slot whose publication is missing. Nothing is created here.
+ */
+static void check_publication(const struct relay_config *cf, struct preflight *pf, PGconn *c,
+                              const struct pg_facts *f)
+{
+	const char *pub = cf->publication ? cf->publication : cf->slot;
+	struct buf q = {0}, tbl = {0}, create = {0};
+	PGresult *res;
+	bool v15 = PQserverVersion(c) >= 150000;
+
+	if (!f->tbl_name[0]) {
+		add(pf, PREFLIGHT_SKIPPED, "the publication check (pgoutput) needs the outbox table");
+		return;
+	}
+	buf_put_sql_ident(&tbl, f->tbl_schema);
+	buf_putc(&tbl, '.');
+	buf_put_sql_ident(&tbl, f->tbl_name);
+	buf_puts(&create, "CREATE PUBLICATION ");
+	buf_put_sql_ident(&create, pub);
+	buf_puts(&create, " FOR TABLE ");
+	buf_puts(&create, tbl.data ? tbl.data : "");
+	buf_puts(&create, " WITH (publish = 'insert')");
+	if (tbl.failed || create.failed) {
+		pf->oom = true;
+		goto out;
+	}
+	/* The relay's own query: row filters and column lists (15+) would drop rows or fields. */
+	buf_puts(&q, "SELECT b.pubinsert, t.tablename IS NOT NULL, ");
+	if (v15) {
+		buf_puts(&q, "t.rowfilter IS NOT NULL, coalesce(cardinality(t.attnames), 0) < (SELECT "
+		             "count(*) FROM pg_catalog.pg_attribute a WHERE a.attrelid = ");
+		buf_put_sql_literal(&q, tbl.data);
+		buf_puts(&q, "::regclass AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '')");
+	} else {
+		buf_puts(&q, "false, false");
+	}
+	buf_puts(&q, " FROM pg_catalog.pg_publication b LEFT JOIN pg_catalog.pg_publication_tables t "
+	             "ON t.pubname = b.pubname AND t.schemaname = ");
+	buf_put_sql_literal(&q, f->tbl_schema);
+	buf_puts(&q, " AND t.tablename = ");
+	buf_put_sql_literal(&q, f->tbl_name);
+	buf_puts(&q, " WHERE b.pubname = ");
+	buf_put_sql_literal(&q, pub);
+	res = exec_query(pf, c, &q);
+	if (!res)
+		goto out;
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		add_command_problem(pf, c, res);
+		PQclear(res);
+		goto out;
+	}
+	if (PQntuples(res) == 0 && f->slot_exists) {
+		add(pf, PREFLIGHT_PROBLEM,
+		    "publication \"%s\" does not exist, and slot \"%s\" does: pgoutput reads a "
+		    "publication as of each change it decodes, so one made now would not cover what "
+		    "the slot holds; create it (%s), drop the slot (SELECT "
+		    "pg_drop_replication_slot('%s')) and start the relay, which makes it again; then "
+		    "outbox-relay republish the rows committed since the old slot was made",
+		    pub, cf->slot, create.data, cf->slot);
+	} else if (PQntuples(res) == 0 && !cf->create_slot) {
+		add(pf, PREFLIGHT_PROBLEM,
+		    "publication \"%s\" does not exist: run %s before creating the slot (a slot made "
+		    "before its publication cannot decode what it holds from before it)",
+		    pub, create.data);
+	} else if (PQntuples(res) == 0) {
+		PGresult *may;
+
+		/* CREATE PUBLICATION ... FOR TABLE: the table's owner (or a superuser) with CREATE
+		 * on the database. */
+		buf_puts(&q, "SELECT r.rolsuper OR (pg_catalog.pg_has_role(c.relowner, 'USAGE') AND "
+		             "pg_catalog.has_database_privilege(current_database(), 'CREATE')) FROM "
+		             "pg_catalog.pg_roles r, pg_catalog.pg_class c WHERE r.rolname = current_user "
+		             "AND c.oid = ");
+		buf_put_sql_literal(&q, tbl.data);
+		buf_puts(&q, "::regclass");
+		may = exec_query(pf, c, &q);
+		if (may && PQresultStatus(may) != PGRES_TUPLES_OK)
+			add_command_problem(pf, c, may);
+		else if (may && PQntuples(may) == 1 && strcmp(PQgetvalue(may, 0, 0), "t") == 0)
+			add(pf, PREFLIGHT_OK,
+			    "publication \"%s\" does not exist: the relay will create it (%s) before the "
+			    "slot",
+			    pub, create.data);
+		else if (may)
+			add(pf, PREFLIGHT_PROBLEM,
+			    "publication \"%s\" does not exist and user %s may not create it (it must own "
+			    "%s, or be a superuser, and have CREATE on database %s): run %s; as the table's "
+			    "owner, or point --publication at one that publishes the table's inserts",
+			    pub, f->user, tbl.data, f->db, create.data);
+		PQclear(may);
+	} else if (strcmp(PQgetvalue(res, 0, 0), "t") != 0) {
+		add(pf, PREFLIGHT_PROBLEM,
+		    "publication \"%s\" does not publish inserts: run ALTER PUBLICATION \"%s\" SET "
+		    "(publish = 'insert')",
+		    pub, pub);
+	} else if (strcmp(PQgetvalue(res, 0, 1), "t") != 0) {
+		add(pf, PREFLIGHT_PROBLEM,
+		    "publication \"%s\" does not include the outbox table %s: run ALTER PUBLICATION "
+		    "\"%s\" ADD TABLE %s",
+		    pub, tbl.data, pub, tbl.data);
+	} else if (strcmp(PQgetvalue(res, 0, 2), "t") == 0 || strcmp(PQgetvalue(res, 0, 3), "t") == 0) {
+		add(pf, PREFLIGHT_PROBLEM,
+		    "publication \"%s\" publishes %s with a %s: rows or columns it leaves out would "
+		    "never reach the streams; run ALTER PUBLICATION \"%s\" SET TABLE %s",
+		    pub, tbl.data,
+		    strcmp(PQgetvalue(res, 0, 2), "t") == 0 ? "row filter (WHERE)" : "column list", pub,
+		    tbl.data);
+	} else {
+		add(pf, PREFLIGHT_OK, "publication \"%s\" publishes the inserts of the outbox table %s",
+		    pub, tbl.data);
+	}
+	PQclear(res);
+out:
+	buf_finish(&tbl);
+	buf_finish(&create);
 }
 
 /* Run a replication command, bounded by timeout_ms; NULL on timeout (cancelled). */
@@ -574,10 +752,11 @@ static PGresult *exec_bounded(PGconn *c, const char *sql, int timeout_ms, bool *
 }
 
 /*
- * On the replication connection: IDENTIFY_SYSTEM, then a TEMPORARY wal2json
- * slot, dropped at once: proves the plugin is installed and allowed.
+ * On the replication connection: IDENTIFY_SYSTEM, then a TEMPORARY slot with
+ * plugin (wal2json or pgoutput), dropped at once: proves the plugin is
+ * installed and allowed.
  */
-static void check_wal2json(struct preflight *pf, PGconn *c, bool opl_reported)
+static void check_plugin(struct preflight *pf, PGconn *c, const char *plugin, bool opl_reported)
 {
 	char name[64], sql[160];
 	PGresult *res;
@@ -596,13 +775,12 @@ static void check_wal2json(struct preflight *pf, PGconn *c, bool opl_reported)
 	PQclear(res);
 	snprintf(name, sizeof(name), "outbox_relay_check_%ld", (long)getpid());
 	snprintf(sql, sizeof(sql),
-	         "CREATE_REPLICATION_SLOT \"%s\" TEMPORARY LOGICAL wal2json (SNAPSHOT 'nothing')",
-	         name);
+	         "CREATE_REPLICATION_SLOT \"%s\" TEMPORARY LOGICAL %s (SNAPSHOT 'nothing')", name,
+	         plugin);
 	res = exec_bounded(c, sql, SLOT_CHECK_TIMEOUT_MS, &timed_out);
 	if (timed_out) {
 		add(pf, PREFLIGHT_SKIPPED,
-		    "the wal2json check: its temporary slot waited %d s for running "
-		    "transactions to end",
+		    "the %s check: its temporary slot waited %d s for running transactions to end", plugin,
 		    SLOT_CHECK_TIMEOUT_MS / 1000);
 		return;
 	}
@@ -622,9 +800,8 @@ static void check_wal2json(struct preflight *pf, PGconn *c, bool opl_reported)
 	snprintf(sql, sizeof(sql), "DROP_REPLICATION_SLOT \"%s\"", name);
 	res = PQexec(c, sql);
 	PQclear(res);
-	add(pf, PREFLIGHT_OK,
-	    "wal2json loads as an output plugin (a temporary slot was created and "
-	    "dropped)");
+	add(pf, PREFLIGHT_OK, "%s loads as an output plugin (a temporary slot was created and dropped)",
+	    plugin);
 }
 
 static void check_pg(const struct relay_config *cf, struct preflight *pf)
@@ -649,8 +826,8 @@ static void check_pg(const struct relay_config *cf, struct preflight *pf)
 		else
 			add(pf, PREFLIGHT_PROBLEM, "%s", line);
 		add(pf, PREFLIGHT_SKIPPED,
-		    "the other PostgreSQL checks (REPLICATION, wal_level, slots, wal2json, "
-		    "outbox table) need a connection");
+		    "the other PostgreSQL checks (REPLICATION, wal_level, slots, output plugin, "
+		    "publication, outbox table) need a connection");
 		PQfinish(c);
 		return;
 	}
@@ -670,14 +847,11 @@ static void check_pg(const struct relay_config *cf, struct preflight *pf)
 		    "no free WAL sender: %d of max_wal_senders = %d in use; raise max_wal_senders in "
 		    "postgresql.conf and restart PostgreSQL",
 		    f.used_senders, f.max_senders);
-	if (f.has_opl && !f.opl_wal2json) {
-		(void)pgrepl_explain_command("library \"wal2json\" may not be used as an output plugin", "",
-		                             line, sizeof(line));
-		add(pf, PREFLIGHT_PROBLEM, "%s (output_plugin_libraries = '%s')", line, f.opl);
-		opl_reported = true;
-	}
-	check_table(cf, pf, c);
-	check_slot(cf, pf, c, &f);
+	check_table(cf, pf, c, f.tbl_schema, f.tbl_name, sizeof(f.tbl_name));
+	check_slot(cf, pf, c, &f); /* decides f.plugin */
+	opl_reported = check_opl(pf, &f);
+	if (strcmp(f.plugin, "pgoutput") == 0)
+		check_publication(cf, pf, c, &f);
 	PQfinish(c);
 	room_slots = f.used_slots < f.max_slots;
 
@@ -690,24 +864,24 @@ static void check_pg(const struct relay_config *cf, struct preflight *pf)
 			add(pf, PREFLIGHT_PROBLEM, "%s", line);
 		}
 		add(pf, PREFLIGHT_SKIPPED,
-		    "the wal2json check needs a replication connection (no free WAL sender)");
+		    "the %s check needs a replication connection (no free WAL sender)", f.plugin);
 		goto done;
 	}
 	rc = pg_connect(cf, "database");
 	if (!rc || PQstatus(rc) != CONNECTION_OK) {
 		(void)pgrepl_explain_connect(rc ? PQerrorMessage(rc) : "out of memory", line, sizeof(line));
 		add(pf, PREFLIGHT_PROBLEM, "%s", line);
-		add(pf, PREFLIGHT_SKIPPED, "the wal2json check needs a replication connection");
+		add(pf, PREFLIGHT_SKIPPED, "the %s check needs a replication connection", f.plugin);
 		PQfinish(rc);
 		goto done;
 	}
 	if (strcmp(f.wal_level, "logical") != 0)
-		add(pf, PREFLIGHT_SKIPPED, "the wal2json check needs wal_level = logical");
+		add(pf, PREFLIGHT_SKIPPED, "the %s check needs wal_level = logical", f.plugin);
 	else if (!room_slots)
 		add(pf, PREFLIGHT_SKIPPED,
-		    "the wal2json check needs a free replication slot for a temporary slot");
+		    "the %s check needs a free replication slot for a temporary slot", f.plugin);
 	else
-		check_wal2json(pf, rc, opl_reported);
+		check_plugin(pf, rc, f.plugin, opl_reported);
 	PQfinish(rc);
 done:
 	if (pf->nproblems == nbad)

@@ -1,17 +1,20 @@
 /*
  * preflight.h - the prerequisites --check-config checks by connecting:
  * PostgreSQL (reachable, authenticated, REPLICATION, wal_level, free slots
- * and WAL senders, wal2json loadable and allowed, the outbox table and its
- * columns, the slot) and Redis (reachable, AUTH, the commands the relay
- * uses, a master, the eviction policy).
+ * and WAL senders, the outbox table and its columns, the slot, the output
+ * plugin the relay would use -- the existing slot's, else --plugin --
+ * loadable and allowed, and for pgoutput the publication) and Redis
+ * (reachable, AUTH, the commands the relay uses, a master, the eviction
+ * policy).
  *
  * Every check that can run runs, so one pass lists every problem it can
  * find; a check that needs what failed before (a connection) is reported as
  * skipped. Problems read like the relay's own startup errors: one line
- * naming the fix. Nothing is created that outlives the check: the wal2json
+ * naming the fix. Nothing is created that outlives the check: the plugin
  * check creates a TEMPORARY replication slot and drops it before returning,
- * and no Redis key, function or script is written. This module never logs,
- * prints or exits: the caller prints the items.
+ * no publication is created, and no Redis key, function or script is
+ * written. This module never logs, prints or exits: the caller prints the
+ * items.
  */
 #ifndef RELAY_PREFLIGHT_H
 #define RELAY_PREFLIGHT_H
