@@ -14,6 +14,11 @@ relay_run_until "$(current_lsn)" || true
 assert_eq 0 "$RELAY_RC" "first run (creates the slot) exit code"
 assert_eq "${RELAY_PLUGIN:-wal2json}|f" "$(psql_q "SELECT plugin, temporary FROM pg_replication_slots WHERE slot_name = 'outbox_relay'")" \
 	"slot outbox_relay created with ${RELAY_PLUGIN:-wal2json}, not temporary"
+if [ "${RELAY_PLUGIN:-}" = pgoutput ] && pg_has_setting output_plugin_libraries; then
+	# lib.sh left wal2json out of output_plugin_libraries: this server is one where it cannot run.
+	assert_contains "$(psql_q "SELECT pg_create_logical_replication_slot('w2j_refused', 'wal2json')" 2>&1)" \
+		"may not be used as an output plugin" "wal2json is not allowed on this server (pgoutput runs)"
+fi
 
 # 500 events, one session. Rows of size-1 transactions go through
 # outbox_emit() with a header; the others are INSERT ... SELECT.

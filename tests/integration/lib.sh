@@ -397,7 +397,12 @@ pg_start() {
 			log_connections = off
 		EOF
 		if pg_has_setting output_plugin_libraries; then
-			echo "output_plugin_libraries = 'pgoutput,test_decoding,wal2json'" >>"$PGDATA/postgresql.conf"
+			# pgoutput runs (RELAY_PLUGIN) prove the relay needs nothing else: wal2json is not allowed.
+			if [ "${RELAY_PLUGIN:-}" = pgoutput ]; then
+				echo "output_plugin_libraries = 'pgoutput,test_decoding'" >>"$PGDATA/postgresql.conf"
+			else
+				echo "output_plugin_libraries = 'pgoutput,test_decoding,wal2json'" >>"$PGDATA/postgresql.conf"
+			fi
 		fi
 		if [ -n "$PG_CHROOT" ]; then
 			# The chroot has no /dev/shm.
