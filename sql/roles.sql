@@ -58,7 +58,36 @@ ALTER ROLE outbox_relay WITH LOGIN REPLICATION
 -- turn those standbys into "retrying" relays. max_wal_senders bounds them anyway.
 
 COMMENT ON ROLE outbox_relay IS
-    'outbox-relay: logical decoding (wal2json) of the outbox; LOGIN REPLICATION only, no table privileges';
+    'outbox-relay: logical decoding (wal2json or pgoutput) of the outbox; LOGIN REPLICATION only, no table privileges';
+
+-- --plugin pgoutput: the publication (not executed by this file).
+--
+-- pgoutput decodes only the tables of a publication: --publication, by default
+-- the slot's name (--slot, default outbox_relay). The relay creates a missing one
+-- before its slot, but CREATE PUBLICATION ... FOR TABLE takes ownership of the
+-- table (or SUPERUSER) and CREATE on the database, which outbox_relay has not:
+-- it stops instead (exit code 3) with one line giving the statement, and makes
+-- no slot. So, once, BEFORE the relay's first start with --plugin pgoutput, run
+-- as the outbox table's owner (with CREATE on the database) or a superuser, in
+-- the outbox's database:
+--
+--     CREATE PUBLICATION outbox_relay FOR TABLE public.outbox WITH (publish = 'insert');
+--
+-- (your --publication and --table if not the defaults; no row filter and no
+-- column list: the relay refuses a publication that would leave events out.)
+-- Before, not after: pgoutput reads a publication as of each change it
+-- decodes, so a pgoutput slot made before its publication silently passes over
+-- the rows it holds from before the publication (PostgreSQL 15, no error); the
+-- relay refuses to start on such a slot while the publication is missing (exit
+-- code 3), but cannot tell once someone has made it.
+-- It is left out of this file on purpose: this file is for a superuser, once
+-- per cluster, in any database; the publication belongs in the outbox's
+-- database, with the table's names, made once.
+-- With an existing publication the role still needs nothing more: no SELECT on
+-- the table (decoding does not check table privileges), no CREATE on the
+-- database, no ownership of the publication (the relay only reads
+-- pg_publication and pg_publication_tables, readable by PUBLIC).
+-- wal2json needs no publication; one that exists is ignored by a wal2json slot.
 
 -- Check (expect: t | t | f | f | f | f | 0 | f):
 --   SELECT r.rolcanlogin, r.rolreplication, r.rolsuper, r.rolcreatedb, r.rolcreaterole,

@@ -22,6 +22,15 @@
 #      exactly once, a group acknowledges them, the next round trims them, and
 #      no NOPERM (XINFO GROUPS, XPENDING, XTRIM run inside the relay's call).
 #      Without +xtrim the relay exits 5 with one line naming the permissions.
+#  (f) PostgreSQL role with --plugin pgoutput (default slot and publication,
+#      outbox_relay): (f1) without a publication the role cannot create one
+#      (it is not the table's owner and has no CREATE on the database; nor
+#      with CREATE on the database alone): exit code 3, one line giving the
+#      CREATE PUBLICATION, no slot and no publication left;
+#      (f2) once the table's owner (not a superuser) ran the CREATE PUBLICATION
+#      of sql/roles.sql, the same role, still without table privileges, creates
+#      its pgoutput slot and delivers events and messages exactly once, across
+#      a restart.
 RELAY_TIMEOUT=${RELAY_TIMEOUT:-60}
 . "$(dirname "$0")/lib.sh"
 ROOT=$(cd "$TESTS_DIR/.." && pwd)
@@ -353,6 +362,68 @@ cluster_ids_exactly_once "$T/expected"
 # (e) --trim acked in Redis Cluster.
 for p in $CLUSTER_MASTER_PORTS; do rcli "$p" CONFIG SET stream-node-max-entries 4 >/dev/null; done
 acl_trim "e, Cluster" roles_cluster "127.0.0.1:$(cluster_live_port)"
+
+# ---------------------------------------------------------------------------
+# (f) the PostgreSQL role with --plugin pgoutput
+# ---------------------------------------------------------------------------
+# The outbox table's owner: an ordinary role with CREATE on the database, as
+# CREATE PUBLICATION ... FOR TABLE requires.
+psql_q "CREATE ROLE outbox_owner NOLOGIN; GRANT CREATE ON DATABASE postgres TO outbox_owner;
+        ALTER TABLE public.outbox OWNER TO outbox_owner" >/dev/null
+RELAY_REDIS=$REDIS_URL
+PGO=(--plugin pgoutput --stream 'pgo:{aggregate_type}' --dead-letter-stream pgo:dead-letter
+	--pg-password-file "$T/pg-password") # default --slot and --publication: outbox_relay
+pgo_slot() { psql_q "SELECT plugin FROM pg_replication_slots WHERE slot_name = 'outbox_relay'"; }
+
+# (f1) No publication: the role may not create it.
+emit 3 order
+relay_run "${PGO[@]}" || true
+assert_eq 3 "$RELAY_RC" "(f1) pgoutput without a publication, not the table's owner: exit code"
+errs=$(grep ' error: ' "$RELAY_LOG" || true)
+assert_eq 1 "$(printf '%s\n' "$errs" | grep -c .)" "(f1) one error line [${errs:0:400}]"
+assert_eq 1 "$(grep -c 'CREATE PUBLICATION' "$RELAY_LOG")" "(f1) one log line gives the CREATE PUBLICATION"
+assert_contains "$errs" "CREATE PUBLICATION \"outbox_relay\" FOR TABLE \"public\".\"outbox\" WITH (publish = 'insert')" \
+	"(f1) the line gives the statement"
+assert_contains "$errs" "as the table's owner" "(f1) the line says who runs it"
+assert_eq "" "$(pgo_slot)" "(f1) no slot was made"
+assert_eq 0 "$(psql_q "SELECT count(*) FROM pg_publication")" "(f1) no publication was made"
+assert_eq "" "$(rx streams 'pgo:*')" "(f1) nothing was published"
+# CREATE on the database alone is not enough either: the table's ownership is.
+psql_q "GRANT CREATE ON DATABASE postgres TO outbox_relay" >/dev/null
+relay_run "${PGO[@]}" || true
+psql_q "REVOKE CREATE ON DATABASE postgres FROM outbox_relay" >/dev/null
+assert_eq 3 "$RELAY_RC" "(f1) with CREATE on the database, still not the owner: exit code"
+assert_eq 1 "$(grep -c 'CREATE PUBLICATION' "$RELAY_LOG")" "(f1) one log line gives the CREATE PUBLICATION"
+assert_contains "$(grep ' error: ' "$RELAY_LOG")" "must be owner of table outbox" "(f1) the line says the owner is needed"
+assert_eq "" "$(pgo_slot)" "(f1) still no slot"
+
+# (f2) The owner runs what sql/roles.sql says (its one CREATE PUBLICATION line).
+sql=$(sed -n 's/^--[[:space:]]*\(CREATE PUBLICATION .*\)$/\1/p' "$ROLES_SQL")
+assert_eq 1 "$(printf '%s\n' "$sql" | grep -c .)" "(f2) sql/roles.sql gives one CREATE PUBLICATION [$sql]"
+psql_q "SET ROLE outbox_owner; $sql" >/dev/null || fail "(f2) the table's owner could not run [$sql]"
+assert_eq "outbox_owner|t|f|f|f" "$(psql_q "SELECT pubowner::regrole, pubinsert, pubupdate, pubdelete, pubtruncate
+	FROM pg_publication WHERE pubname = 'outbox_relay'")" "(f2) publication outbox_relay, owned by outbox_owner, inserts only"
+relay_drain "${PGO[@]}"
+assert_eq pgoutput "$(pgo_slot)" "(f2) the outbox_relay role created the pgoutput slot"
+assert_match "$(cat "$RELAY_LOG")" 'slot "outbox_relay" streams with pgoutput, publication "outbox_relay"' \
+	"(f2) the relay streams with pgoutput and the publication"
+: >"$T/expected" # the rows of (f1) predate the slot
+emit 20 order
+emit 5 invoice
+psql_q "SELECT outbox_emit_message('order', 'pm-' || i, 'messaged', jsonb_build_object('i', i))
+        FROM generate_series(1, 5) i" >>"$T/expected"
+relay_drain "${PGO[@]}"
+emit 5 customer # and after a restart on the existing slot
+relay_drain "${PGO[@]}"
+rx ids 'pgo:*' pgo:dead-letter >"$T/got.pgo" || fail "(f2) could not read pgo:*"
+ids_exactly_once "$T/expected" "$T/got.pgo" "(f2) pgoutput, outbox_relay role"
+assert_eq 35 "$(wc -l <"$T/got.pgo")" "(f2) 35 entries in pgo:*"
+assert_eq 0 "$(xlen pgo:dead-letter)" "(f2) no dead letters"
+assert_eq "f|f|f|f" "$(psql_q "SELECT has_table_privilege('outbox_relay', 'public.outbox', 'SELECT'),
+		has_database_privilege('outbox_relay', 'postgres', 'CREATE'),
+		pg_has_role('outbox_relay', 'outbox_owner', 'USAGE'),
+		(SELECT rolsuper FROM pg_roles WHERE rolname = 'outbox_relay')")" \
+	"(f2) the role still has no SELECT on the outbox, no CREATE on the database, is not the owner, not superuser"
 
 # No relay log ever contained a real password either.
 all_logs=$(cat "$T"/relay.*.log)
