@@ -35,32 +35,6 @@ REC=outbox-relay:slot:outbox_relay
 psql_q "CREATE TABLE app_ctl (stop int)"
 
 gap_line() { grep ' error: ' "$RELAY_LOG" | tail -n 1; }
-rows_now() { psql_q "SELECT count(*) FROM outbox"; }
-# wait_rows N: until the application committed N more rows
-wait_rows() {
-	local want=$(($(rows_now) + $1))
-	wait_for "[ \"\$(rows_now)\" -ge $want ]" 30 || fail "the application loop stalled"
-}
-# app_start TAG: the application, committing until app_stop (one transaction
-# per iteration; every third has a second event of the same aggregate)
-app_start() {
-	psql_q "DELETE FROM app_ctl" >/dev/null
-	psql_q "DO \$\$ DECLARE i int := 0; BEGIN
-		LOOP
-			i := i + 1;
-			PERFORM outbox_emit('order', '$1-' || i, 'created', '{}');
-			IF i % 3 = 0 THEN PERFORM outbox_emit('order', '$1-' || i, 'paid', '{}'); END IF;
-			COMMIT;
-			EXIT WHEN EXISTS (SELECT 1 FROM app_ctl);
-			PERFORM pg_sleep(0.005);
-		END LOOP;
-	END \$\$" >/dev/null &
-	APP_PID=$!
-}
-app_stop() {
-	psql_q "INSERT INTO app_ctl VALUES (1)" >/dev/null
-	wait "$APP_PID" || fail "the application loop failed"
-}
 heal() { # ARGS...: outbox-relay heal; output in $HEAL_OUT, exit code in $HEAL_RC
 	HEAL_RC=0
 	HEAL_OUT=$(timeout -k 5 120 "$RELAY_BIN" heal --pg-dsn "$PG_DSN" --redis-url "$REDIS_URL" \

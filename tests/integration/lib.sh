@@ -464,6 +464,34 @@ slot_create() {
 	psql_q "SELECT lsn FROM pg_create_logical_replication_slot('$1', '$plugin')" >/dev/null
 }
 
+# The application: app_start TAG commits outbox rows until app_stop, one
+# transaction per iteration 5 ms apart (every third has a second event of the
+# same aggregate, "TAG-<i>"), in one background psql session; rows_now counts
+# the rows, wait_rows N waits until N more were committed.
+rows_now() { psql_q "SELECT count(*) FROM outbox"; }
+wait_rows() {
+	local want=$(($(rows_now) + $1))
+	wait_for "[ \"\$(rows_now)\" -ge $want ]" 30 || fail "the application loop stalled"
+}
+app_start() {
+	psql_q "CREATE TABLE IF NOT EXISTS app_ctl (stop int); DELETE FROM app_ctl" >/dev/null
+	psql_q "DO \$\$ DECLARE i int := 0; BEGIN
+		LOOP
+			i := i + 1;
+			PERFORM outbox_emit('order', '$1-' || i, 'created', '{}');
+			IF i % 3 = 0 THEN PERFORM outbox_emit('order', '$1-' || i, 'paid', '{}'); END IF;
+			COMMIT;
+			EXIT WHEN EXISTS (SELECT 1 FROM app_ctl);
+			PERFORM pg_sleep(0.005);
+		END LOOP;
+	END \$\$" >/dev/null &
+	APP_PID=$!
+}
+app_stop() {
+	psql_q "INSERT INTO app_ctl VALUES (1)" >/dev/null
+	wait "$APP_PID" || fail "the application loop failed"
+}
+
 # slot_confirmed_lsn SLOT: confirmed_flush_lsn, empty when the slot does not exist.
 slot_confirmed_lsn() {
 	psql_q "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = '$1'"
