@@ -683,6 +683,68 @@ static enum pg_status check_table(struct pgrepl *p)
 	return missing ? PG_FATAL_SCHEMA : PG_OK;
 }
 
+/* See pgrepl.h. */
+void pgrepl_publication_query(struct buf *q, const char *pub, const char *schema, const char *name,
+                              const char *tbl, bool v15)
+{
+	/* Row filters and column lists (15+) would drop rows or fields without a word. */
+	buf_puts(q, "SELECT b.pubinsert, t.tablename IS NOT NULL, ");
+	if (v15) {
+		buf_puts(q, "t.rowfilter IS NOT NULL, coalesce(cardinality(t.attnames), 0) < (SELECT "
+		            "count(*) FROM pg_catalog.pg_attribute a WHERE a.attrelid = ");
+		buf_put_sql_literal(q, tbl);
+		buf_puts(q, "::regclass AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '')");
+	} else {
+		buf_puts(q, "false, false");
+	}
+	buf_puts(q, " FROM pg_catalog.pg_publication b LEFT JOIN pg_catalog.pg_publication_tables t "
+	            "ON t.pubname = b.pubname AND t.schemaname = ");
+	buf_put_sql_literal(q, schema);
+	buf_puts(q, " AND t.tablename = ");
+	buf_put_sql_literal(q, name);
+	buf_puts(q, " WHERE b.pubname = ");
+	buf_put_sql_literal(q, pub);
+}
+
+/* See pgrepl.h. */
+bool pgrepl_publication_whole(const char *const cells[4], const char *pub, const char *tbl,
+                              char *why, size_t whylen)
+{
+	if (strcmp(cells[0], "t") != 0)
+		snprintf(why, whylen,
+		         "publication \"%s\" does not publish inserts: run ALTER PUBLICATION \"%s\" SET "
+		         "(publish = 'insert')",
+		         pub, pub);
+	else if (strcmp(cells[1], "t") != 0)
+		snprintf(why, whylen,
+		         "publication \"%s\" does not include the outbox table %s: run ALTER PUBLICATION "
+		         "\"%s\" ADD TABLE %s",
+		         pub, tbl, pub, tbl);
+	else if (strcmp(cells[2], "t") == 0 || strcmp(cells[3], "t") == 0)
+		snprintf(why, whylen,
+		         "publication \"%s\" publishes %s with a %s: rows or columns it leaves out would "
+		         "never reach the streams; run ALTER PUBLICATION \"%s\" SET TABLE %s",
+		         pub, tbl, strcmp(cells[2], "t") == 0 ? "row filter (WHERE)" : "column list", pub,
+		         tbl);
+	else
+		return true;
+	return false;
+}
+
+/* See pgrepl.h. */
+void pgrepl_publication_missing_for_slot(char *out, size_t outlen, const char *pub,
+                                         const char *slot, const char *tbl)
+{
+	snprintf(out, outlen,
+	         "publication \"%s\" does not exist, and slot \"%s\" does: pgoutput reads a "
+	         "publication as of each change it decodes, so one made now would not cover what "
+	         "the slot holds; create it (CREATE PUBLICATION \"%s\" FOR TABLE %s WITH "
+	         "(publish = 'insert')), drop the slot (SELECT pg_drop_replication_slot('%s')) and "
+	         "start the relay, which makes it again; then outbox-relay republish the rows "
+	         "committed since the old slot was made",
+	         pub, slot, pub, tbl, slot);
+}
+
 /*
  * pgoutput: the publication must publish every insert of the outbox table,
  * whole: created FOR TABLE ... WITH (publish = 'insert') when missing (the
@@ -698,28 +760,12 @@ static enum pg_status ensure_publication(struct pgrepl *p, bool slot_exists)
 	enum pg_status st = PG_RETRY;
 	struct buf q = {0}, tbl = {0};
 	PGresult *res;
-	bool v15 = PQserverVersion(p->conn) >= 150000;
 
 	buf_put_sql_ident(&tbl, p->tbl_schema);
 	buf_putc(&tbl, '.');
 	buf_put_sql_ident(&tbl, p->tbl_name);
-	/* Row filters and column lists (15+) would drop rows or fields without a word. */
-	buf_puts(&q, "SELECT b.pubinsert, t.tablename IS NOT NULL, ");
-	if (v15) {
-		buf_puts(&q, "t.rowfilter IS NOT NULL, coalesce(cardinality(t.attnames), 0) < (SELECT "
-		             "count(*) FROM pg_catalog.pg_attribute a WHERE a.attrelid = ");
-		buf_put_sql_literal(&q, tbl.data ? tbl.data : "");
-		buf_puts(&q, "::regclass AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '')");
-	} else {
-		buf_puts(&q, "false, false");
-	}
-	buf_puts(&q, " FROM pg_catalog.pg_publication b LEFT JOIN pg_catalog.pg_publication_tables t "
-	             "ON t.pubname = b.pubname AND t.schemaname = ");
-	buf_put_sql_literal(&q, p->tbl_schema);
-	buf_puts(&q, " AND t.tablename = ");
-	buf_put_sql_literal(&q, p->tbl_name);
-	buf_puts(&q, " WHERE b.pubname = ");
-	buf_put_sql_literal(&q, pub);
+	pgrepl_publication_query(&q, pub, p->tbl_schema, p->tbl_name, tbl.data ? tbl.data : "",
+	                         PQserverVersion(p->conn) >= 150000);
 	res = q.failed || tbl.failed ? NULL : run(p, q.data, PGRES_TUPLES_OK, &st);
 	buf_finish(&q);
 	if (!res) {
@@ -727,14 +773,8 @@ static enum pg_status ensure_publication(struct pgrepl *p, bool slot_exists)
 		return st;
 	}
 	if (slot_exists && PQntuples(res) == 0) {
-		snprintf(p->errmsg, sizeof(p->errmsg),
-		         "publication \"%s\" does not exist, and slot \"%s\" does: pgoutput reads a "
-		         "publication as of each change it decodes, so one made now would not cover what "
-		         "the slot holds; create it (CREATE PUBLICATION \"%s\" FOR TABLE %s WITH "
-		         "(publish = 'insert')), drop the slot (SELECT pg_drop_replication_slot('%s')) and "
-		         "start the relay, which makes it again; then outbox-relay republish the rows "
-		         "committed since the old slot was made",
-		         pub, p->cf->slot, pub, tbl.data, p->cf->slot);
+		pgrepl_publication_missing_for_slot(p->errmsg, sizeof(p->errmsg), pub, p->cf->slot,
+		                                    tbl.data);
 		PQclear(res);
 		buf_finish(&tbl);
 		return PG_FATAL_SETUP;
@@ -766,28 +806,14 @@ static enum pg_status ensure_publication(struct pgrepl *p, bool slot_exists)
 		buf_finish(&q);
 		buf_finish(&tbl);
 		return PG_OK;
+	} else {
+		const char *cells[4] = {PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1), PQgetvalue(res, 0, 2),
+		                        PQgetvalue(res, 0, 3)};
+
+		st = pgrepl_publication_whole(cells, pub, tbl.data, p->errmsg, sizeof(p->errmsg))
+		         ? PG_OK
+		         : PG_FATAL_SETUP;
 	}
-	if (strcmp(PQgetvalue(res, 0, 0), "t") != 0)
-		snprintf(p->errmsg, sizeof(p->errmsg),
-		         "publication \"%s\" does not publish inserts: run ALTER PUBLICATION \"%s\" SET "
-		         "(publish = 'insert')",
-		         pub, pub);
-	else if (strcmp(PQgetvalue(res, 0, 1), "t") != 0)
-		snprintf(p->errmsg, sizeof(p->errmsg),
-		         "publication \"%s\" does not include the outbox table %s: run ALTER PUBLICATION "
-		         "\"%s\" ADD TABLE %s",
-		         pub, tbl.data, pub, tbl.data);
-	else if (strcmp(PQgetvalue(res, 0, 2), "t") == 0 || strcmp(PQgetvalue(res, 0, 3), "t") == 0)
-		snprintf(p->errmsg, sizeof(p->errmsg),
-		         "publication \"%s\" publishes %s with a %s: rows or columns it leaves out would "
-		         "never reach the streams; run ALTER PUBLICATION \"%s\" SET TABLE %s",
-		         pub, tbl.data,
-		         strcmp(PQgetvalue(res, 0, 2), "t") == 0 ? "row filter (WHERE)" : "column list",
-		         pub, tbl.data);
-	else
-		st = PG_OK;
-	if (st != PG_OK)
-		st = PG_FATAL_SETUP;
 	PQclear(res);
 	buf_finish(&tbl);
 	return st;

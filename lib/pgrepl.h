@@ -146,6 +146,26 @@ const char *pgrepl_errmsg(const struct pgrepl *p);
  * connection attempt that failed with libpq's message msg, or for a command
  * that failed with msg and SQLSTATE state ("" when unknown).
  */
+/*
+ * pgoutput's publication as the relay judges it (ensure_publication in
+ * pgrepl.c; --check-config asks the same). pgrepl_publication_query() appends
+ * to q the catalog query whose row (none: the publication does not exist) has
+ * four "t"/"f" cells: publishes inserts, includes the table, has a row filter,
+ * has a column list (v15: the server is 15+, which has the last two). tbl is
+ * the table's quoted "schema"."name". pgrepl_publication_whole() judges the
+ * cells: false, with the line naming the ALTER PUBLICATION to run in why,
+ * when the publication would leave events out.
+ * pgrepl_publication_missing_for_slot(): the line for an existing slot whose
+ * publication is missing (the relay refuses to make one for it).
+ */
+struct buf;
+void pgrepl_publication_query(struct buf *q, const char *pub, const char *schema, const char *name,
+                              const char *tbl, bool v15);
+bool pgrepl_publication_whole(const char *const cells[4], const char *pub, const char *tbl,
+                              char *why, size_t whylen);
+void pgrepl_publication_missing_for_slot(char *out, size_t outlen, const char *pub,
+                                         const char *slot, const char *tbl);
+
 enum pg_status pgrepl_explain_connect(const char *msg, char *out, size_t outlen);
 enum pg_status pgrepl_explain_command(const char *msg, const char *state, char *out, size_t outlen);
 

@@ -614,23 +614,8 @@ static void check_publication(const struct relay_config *cf, struct preflight *p
 		pf->oom = true;
 		goto out;
 	}
-	/* The relay's own query: row filters and column lists (15+) would drop rows or fields. */
-	buf_puts(&q, "SELECT b.pubinsert, t.tablename IS NOT NULL, ");
-	if (v15) {
-		buf_puts(&q, "t.rowfilter IS NOT NULL, coalesce(cardinality(t.attnames), 0) < (SELECT "
-		             "count(*) FROM pg_catalog.pg_attribute a WHERE a.attrelid = ");
-		buf_put_sql_literal(&q, tbl.data);
-		buf_puts(&q, "::regclass AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '')");
-	} else {
-		buf_puts(&q, "false, false");
-	}
-	buf_puts(&q, " FROM pg_catalog.pg_publication b LEFT JOIN pg_catalog.pg_publication_tables t "
-	             "ON t.pubname = b.pubname AND t.schemaname = ");
-	buf_put_sql_literal(&q, f->tbl_schema);
-	buf_puts(&q, " AND t.tablename = ");
-	buf_put_sql_literal(&q, f->tbl_name);
-	buf_puts(&q, " WHERE b.pubname = ");
-	buf_put_sql_literal(&q, pub);
+	/* The relay's own query and judgement (pgrepl.h). */
+	pgrepl_publication_query(&q, pub, f->tbl_schema, f->tbl_name, tbl.data, v15);
 	res = exec_query(pf, c, &q);
 	if (!res)
 		goto out;
@@ -640,13 +625,10 @@ static void check_publication(const struct relay_config *cf, struct preflight *p
 		goto out;
 	}
 	if (PQntuples(res) == 0 && f->slot_exists) {
-		add(pf, PREFLIGHT_PROBLEM,
-		    "publication \"%s\" does not exist, and slot \"%s\" does: pgoutput reads a "
-		    "publication as of each change it decodes, so one made now would not cover what "
-		    "the slot holds; create it (%s), drop the slot (SELECT "
-		    "pg_drop_replication_slot('%s')) and start the relay, which makes it again; then "
-		    "outbox-relay republish the rows committed since the old slot was made",
-		    pub, cf->slot, create.data, cf->slot);
+		char line[1024];
+
+		pgrepl_publication_missing_for_slot(line, sizeof(line), pub, cf->slot, tbl.data);
+		add(pf, PREFLIGHT_PROBLEM, "%s", line);
 	} else if (PQntuples(res) == 0 && !cf->create_slot) {
 		add(pf, PREFLIGHT_PROBLEM,
 		    "publication \"%s\" does not exist: run %s before creating the slot (a slot made "
@@ -678,26 +660,16 @@ static void check_publication(const struct relay_config *cf, struct preflight *p
 			    "owner, or point --publication at one that publishes the table's inserts",
 			    pub, f->user, tbl.data, f->db, create.data);
 		PQclear(may);
-	} else if (strcmp(PQgetvalue(res, 0, 0), "t") != 0) {
-		add(pf, PREFLIGHT_PROBLEM,
-		    "publication \"%s\" does not publish inserts: run ALTER PUBLICATION \"%s\" SET "
-		    "(publish = 'insert')",
-		    pub, pub);
-	} else if (strcmp(PQgetvalue(res, 0, 1), "t") != 0) {
-		add(pf, PREFLIGHT_PROBLEM,
-		    "publication \"%s\" does not include the outbox table %s: run ALTER PUBLICATION "
-		    "\"%s\" ADD TABLE %s",
-		    pub, tbl.data, pub, tbl.data);
-	} else if (strcmp(PQgetvalue(res, 0, 2), "t") == 0 || strcmp(PQgetvalue(res, 0, 3), "t") == 0) {
-		add(pf, PREFLIGHT_PROBLEM,
-		    "publication \"%s\" publishes %s with a %s: rows or columns it leaves out would "
-		    "never reach the streams; run ALTER PUBLICATION \"%s\" SET TABLE %s",
-		    pub, tbl.data,
-		    strcmp(PQgetvalue(res, 0, 2), "t") == 0 ? "row filter (WHERE)" : "column list", pub,
-		    tbl.data);
 	} else {
-		add(pf, PREFLIGHT_OK, "publication \"%s\" publishes the inserts of the outbox table %s",
-		    pub, tbl.data);
+		const char *cells[4] = {PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1), PQgetvalue(res, 0, 2),
+		                        PQgetvalue(res, 0, 3)};
+		char line[1024];
+
+		if (!pgrepl_publication_whole(cells, pub, tbl.data, line, sizeof(line)))
+			add(pf, PREFLIGHT_PROBLEM, "%s", line);
+		else
+			add(pf, PREFLIGHT_OK, "publication \"%s\" publishes the inserts of the outbox table %s",
+			    pub, tbl.data);
 	}
 	PQclear(res);
 out:

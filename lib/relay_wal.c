@@ -184,8 +184,9 @@ static size_t render_pgo_raw(struct buf *b, const struct w2j_change *ch)
 }
 
 /* ch: the change, whose raw a pgoutput dead letter renders (raw is NULL then). */
-static bool map_and_queue(struct relay *r, const struct w2j_change *ch, const struct w2j_field *fields,
-                          size_t n, const char *raw, size_t len, const struct pg_msg *held)
+static bool map_and_queue(struct relay *r, const struct w2j_change *ch,
+                          const struct w2j_field *fields, size_t n, const char *raw, size_t len,
+                          const struct pg_msg *held)
 {
 	const char *reason = NULL;
 	char why[200];
@@ -205,8 +206,8 @@ static bool map_and_queue(struct relay *r, const struct w2j_change *ch, const st
 			log_error("out of memory rendering a dead letter's raw");
 			return false;
 		}
-		mr = relay_map_event(r->map, r->cf, &r->tx, index, fields, n, r->pgo_raw.data, len, mv,
-		                     &ev, &reason, why, sizeof(why));
+		mr = relay_map_event(r->map, r->cf, &r->tx, index, fields, n, r->pgo_raw.data, len, mv, &ev,
+		                     &reason, why, sizeof(why));
 	}
 	if (mapper_failed(r->map)) {
 		log_error("out of memory mapping an event");
