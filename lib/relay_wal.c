@@ -118,12 +118,16 @@ static void raw_put(struct raw_out *o, const char *s, size_t n)
 	o->total += n;
 }
 
+/* A string literal (its length known at compile time). */
+#define RAW_LIT(o, lit) raw_put((o), (lit), sizeof(lit) - 1)
+
+/* s as a JSON string, escaped as PostgreSQL's escape_json() (which wal2json uses) does. */
 static void raw_put_str(struct raw_out *o, const char *s, size_t n)
 {
 	static const char hex[] = "0123456789abcdef";
 	size_t from = 0;
 
-	raw_put(o, "\"", 1);
+	RAW_LIT(o, "\"");
 	for (size_t i = 0; i < n; i++) {
 		unsigned char c = (unsigned char)s[i];
 		char esc[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
@@ -132,54 +136,98 @@ static void raw_put_str(struct raw_out *o, const char *s, size_t n)
 			continue;
 		raw_put(o, s + from, i - from);
 		from = i + 1;
-		if (c == '"' || c == '\\') {
+		switch (c) {
+		case '"':
+		case '\\':
 			esc[1] = (char)c;
-			raw_put(o, esc, 2);
-		} else {
+			break;
+		case '\b':
+			esc[1] = 'b';
+			break;
+		case '\f':
+			esc[1] = 'f';
+			break;
+		case '\n':
+			esc[1] = 'n';
+			break;
+		case '\r':
+			esc[1] = 'r';
+			break;
+		case '\t':
+			esc[1] = 't';
+			break;
+		default:
 			raw_put(o, esc, 6);
+			continue;
 		}
+		raw_put(o, esc, 2);
 	}
 	raw_put(o, s + from, n - from);
-	raw_put(o, "\"", 1);
+	RAW_LIT(o, "\"");
 }
 
-static size_t render_pgo_raw(struct buf *b, const struct w2j_change *ch)
+static size_t render_pgo_raw(struct buf *b, const struct w2j_change *ch, const struct txn_info *tx)
 {
 	struct raw_out o = {b, 0};
+	char num[LSN_STRLEN];
 
 	buf_reset(b);
+	/* wal2json's order with the relay's options: action, xid, timestamp, lsn, then the rest. */
+	if (ch->action == W2J_MESSAGE)
+		RAW_LIT(&o, "{\"action\":\"M\"");
+	else
+		RAW_LIT(&o, "{\"action\":\"I\"");
+	if (tx->has_xid) {
+		snprintf(num, sizeof(num), "%u", tx->xid);
+		RAW_LIT(&o, ",\"xid\":");
+		raw_put(&o, num, strlen(num));
+	}
+	if (tx->committed_at) {
+		RAW_LIT(&o, ",\"timestamp\":");
+		raw_put_str(&o, tx->committed_at, tx->committed_at_len);
+	}
+	if (ch->lsn != LSN_INVALID) {
+		lsn_format(ch->lsn, num);
+		RAW_LIT(&o, ",\"lsn\":");
+		raw_put_str(&o, num, strlen(num));
+	}
 	if (ch->action == W2J_MESSAGE) {
-		raw_put(&o, "{\"action\":\"M\",\"transactional\":", 32);
-		raw_put(&o, ch->transactional ? "true" : "false", ch->transactional ? 4 : 5);
-		raw_put(&o, ",\"prefix\":", 10);
+		RAW_LIT(&o, ",\"transactional\":");
+		if (ch->transactional)
+			RAW_LIT(&o, "true");
+		else
+			RAW_LIT(&o, "false");
+		RAW_LIT(&o, ",\"prefix\":");
 		raw_put_str(&o, ch->prefix ? ch->prefix : "", ch->prefix ? strlen(ch->prefix) : 0);
-		raw_put(&o, ",\"content\":", 11);
+		RAW_LIT(&o, ",\"content\":");
 		raw_put_str(&o, ch->content, ch->content_len);
-		raw_put(&o, "}", 1);
+		RAW_LIT(&o, "}");
 		return o.total;
 	}
-	raw_put(&o, "{\"action\":\"I\",\"schema\":", 24);
+	RAW_LIT(&o, ",\"schema\":");
 	raw_put_str(&o, ch->schema, ch->schema_len);
-	raw_put(&o, ",\"table\":", 9);
+	RAW_LIT(&o, ",\"table\":");
 	raw_put_str(&o, ch->table, ch->table_len);
-	raw_put(&o, ",\"columns\":[", 12);
+	RAW_LIT(&o, ",\"columns\":[");
 	for (size_t i = 0; i < ch->ncolumns; i++) {
 		const struct w2j_field *f = &ch->columns[i];
 
-		raw_put(&o, i ? ",{\"name\":" : "{\"name\":", i ? 9 : 8);
+		if (i)
+			RAW_LIT(&o, ",");
+		RAW_LIT(&o, "{\"name\":");
 		raw_put_str(&o, f->name, f->name_len);
-		raw_put(&o, ",\"type\":", 8);
+		RAW_LIT(&o, ",\"type\":");
 		raw_put_str(&o, f->type ? f->type : "", f->type ? f->type_len : 0);
-		raw_put(&o, ",\"value\":", 9);
+		RAW_LIT(&o, ",\"value\":");
 		if (f->kind == W2J_KIND_STRING)
 			raw_put_str(&o, f->value, f->value_len);
 		else if (f->kind == W2J_KIND_NULL)
-			raw_put(&o, "null", 4);
+			RAW_LIT(&o, "null");
 		else
 			raw_put(&o, f->value, f->value_len);
-		raw_put(&o, "}", 1);
+		RAW_LIT(&o, "}");
 	}
-	raw_put(&o, "]}", 2);
+	RAW_LIT(&o, "]}");
 	return o.total;
 }
 
@@ -201,7 +249,7 @@ static bool map_and_queue(struct relay *r, const struct w2j_change *ch,
 	                     sizeof(why));
 	if (mr == MAP_DEAD_LETTER && !raw && !mapper_failed(r->map)) {
 		/* Mapped again with the rendering: only dead letters pay for it. */
-		len = render_pgo_raw(&r->pgo_raw, ch);
+		len = render_pgo_raw(&r->pgo_raw, ch, &r->tx);
 		if (r->pgo_raw.failed) {
 			log_error("out of memory rendering a dead letter's raw");
 			return false;
@@ -330,7 +378,7 @@ static bool handle_change(struct relay *r, const struct pg_msg *m, const struct 
 				else
 					snprintf(reason, sizeof(reason), "message content is not a JSON object: %s", e);
 				if (!raw) {
-					rawlen = render_pgo_raw(&r->pgo_raw, ch);
+					rawlen = render_pgo_raw(&r->pgo_raw, ch, &r->tx);
 					raw = r->pgo_raw.data;
 				}
 				return dead_letter(r, DEAD_NOT_JSON, reason, raw, rawlen);

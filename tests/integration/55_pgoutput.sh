@@ -10,7 +10,8 @@
 # memory (it goes to a file). (c) An existing slot's plugin decides. (e) heal
 # makes a dropped pgoutput slot again with pgoutput, every row of the gap once.
 # (d) A publication that does not publish the table's inserts whole is
-# refused, with the statement to run, before a slot is made for it.
+# refused, with the statement to run, before a slot is made for it. In (b) a
+# row no stream takes is dead-lettered by both: equal entries, raw included.
 . "$(dirname "$0")/lib.sh"
 setup_tmp
 pg_start
@@ -24,9 +25,10 @@ psql_q "CREATE TABLE typed (id text PRIMARY KEY, aggregate_type text, n numeric(
         CREATE TABLE noise (k int PRIMARY KEY, v text)" >/dev/null
 
 # ---- (a) the relay makes the slot and the publication -------------------------------
-W2J=(--slot s_w2j --table public.typed --stream 'w2j:{aggregate_type}')
+W2J=(--slot s_w2j --table public.typed --stream 'w2j:{aggregate_type}' --dead-letter-stream w2j:dead)
 # --txn-memory 1MiB: the big transaction below goes to a file
-PGO=(--slot s_pgo --plugin pgoutput --table public.typed --stream 'pgo:{aggregate_type}' --txn-memory 1MiB)
+PGO=(--slot s_pgo --plugin pgoutput --table public.typed --stream 'pgo:{aggregate_type}' --txn-memory 1MiB
+	--dead-letter-stream pgo:dead)
 slot_create s_w2j
 relay_drain "${PGO[@]}"
 assert_eq "pgoutput" "$(psql_q "SELECT plugin FROM pg_replication_slots WHERE slot_name = 's_pgo'")" \
@@ -46,6 +48,8 @@ INSERT INTO typed (id, aggregate_type, n, nn, f, r, i, s, b, bin, tags, ints, pa
   'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', 'vär\"char', 'ab', E'line1\nline2 \"quoted\" tab\tend \\\\ back \x01ctl'),
  ('t-2', 'typed', -0.0001, '1e-30', 1e300, '-Infinity', -1, 0, false, '', '{}', '{}', '[]', 'null',
   'infinity', '-infinity', '0001-01-01', '00:00', '0', NULL, '', NULL, NULL);
+INSERT INTO typed (id, aggregate_type, n, f, b, bin, tags, payload, note) VALUES
+ ('t-dead', NULL, 1.5, 'NaN', true, '\\x00ff', '{a,\"b c\"}', '{\"q\": \"x\\\"y\"}', E'tab\there\nnl \\ bs \x01 ctl \x08\x0c\r');
 SELECT pg_logical_emit_message(true, 'outbox', '{\"id\": \"m-1\", \"aggregate_type\": \"typed\", \"payload\": {\"x\": 1}}');
 SELECT pg_logical_emit_message(true, 'other', 'not ours');
 UPDATE noise SET v = 'c' WHERE k = 1;
@@ -91,6 +95,27 @@ for t in ("typed", "other"):
 print(total)
 PY
 assert_eq 20006 "$(($(xlen w2j:typed) + $(xlen w2j:other)))" "(b) every row and the message, once"
+# A row no stream takes (aggregate_type NULL) is dead-lettered by both; pgoutput's raw is
+# the relay's rendering of the row in wal2json's form, wal2json's is wal2json's own bytes.
+rx entries w2j:dead >"$T/w2j.dead"
+rx entries pgo:dead >"$T/pgo.dead"
+python3 - "$T" <<'PY' || fail "(b) the pgoutput dead letter differs from the wal2json one"
+import json, sys
+d = sys.argv[1]
+a = [dict(json.loads(l)["fields"]) for l in open(f"{d}/w2j.dead")]
+b = [dict(json.loads(l)["fields"]) for l in open(f"{d}/pgo.dead")]
+if len(a) != 1 or len(b) != 1:
+    sys.exit(f"dead letters: wal2json {len(a)}, pgoutput {len(b)}")
+if (a[0].pop("slot", None), b[0].pop("slot", None)) != ("s_w2j", "s_pgo"):
+    sys.exit("each dead letter names its own slot")
+if "raw" not in a[0] or a[0] != b[0]:
+    for k in sorted(set(a[0]) | set(b[0])):
+        if a[0].get(k) != b[0].get(k):
+            print(f"field {k}:\n wal2json {a[0].get(k)!r}\n pgoutput {b[0].get(k)!r}", file=sys.stderr)
+    sys.exit(1)
+PY
+assert_contains "$(cat "$T/pgo.dead")" 't-dead' "(b) the dead letter is the t-dead row"
+ok "(b) the dead letter of a row no stream takes is the same on both, raw included"
 ok "(b) the pgoutput entries equal the wal2json ones, field by field"
 assert_eq 0 "$(redis_cli XLEN outbox:dead-letter)" "(b) nothing dead-lettered"
 
