@@ -557,8 +557,18 @@ char *metrics_render(struct metrics *m, const char *slot)
 		sample(&o, "outbox_relay_redis_maxmemory_bytes", slot, load(&m->redis_maxmemory));
 	}
 
-	family(&o, "outbox_relay_info", "gauge", "Build information; always 1.");
-	sample1(&o, "outbox_relay_info", slot, "version", OUTBOX_RELAY_VERSION, 1);
+	family(&o, "outbox_relay_info", "gauge",
+	       "Build information and the slot's output plugin (\"\" until streaming); always 1.");
+	{
+		static const char *const plugins[] = {"", "wal2json", "pgoutput"};
+		int p = atomic_load_explicit(&m->plugin, memory_order_relaxed);
+		const char *name = p > 0 && p < 3 ? plugins[p] : "";
+
+		begin(&o, "outbox_relay_info", slot);
+		label(&o, "version", OUTBOX_RELAY_VERSION, strlen(OUTBOX_RELAY_VERSION));
+		label(&o, "plugin", name, strlen(name));
+		end_u64(&o, 1);
+	}
 
 	if (o.failed || !o.data) {
 		free(o.data);

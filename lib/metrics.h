@@ -41,6 +41,13 @@ enum dead_reason {
 
 enum ignored_kind { IGN_UPDATE = 0, IGN_DELETE, IGN_TRUNCATE, IGN_MESSAGE, IGN_NKINDS };
 
+/* outbox_relay_info's plugin label: "" until the relay streams, then the slot's plugin. */
+enum metrics_plugin {
+	METRICS_PLUGIN_UNKNOWN = 0,
+	METRICS_PLUGIN_WAL2JSON,
+	METRICS_PLUGIN_PGOUTPUT
+};
+
 /* Commit->publish latency buckets, seconds (upper bounds; +Inf implied). */
 #define METRICS_LATENCY_BUCKETS 14
 extern const double metrics_latency_bounds[METRICS_LATENCY_BUCKETS];
@@ -72,6 +79,7 @@ struct metrics {
 	_Atomic uint64_t redis_used_memory; /* INFO memory of the node closest to its maxmemory */
 	_Atomic uint64_t redis_maxmemory;   /* 0: no limit */
 	_Atomic bool redis_memory_known;
+	_Atomic int plugin; /* the slot's plugin, once streaming: enum metrics_plugin */
 
 	/* Latency histogram (cumulative on render). */
 	_Atomic uint64_t latency_bucket[METRICS_LATENCY_BUCKETS + 1]; /* non-cumulative; last = +Inf */

@@ -170,6 +170,11 @@ int relay_try_pg(struct relay *r)
 			log_error("out of memory");
 			return EXIT_FAILURE_RUNTIME;
 		}
+		atomic_store_explicit(&r->m->plugin,
+		                      strcmp(pgrepl_plugin(r->pg), "pgoutput") == 0
+		                          ? METRICS_PLUGIN_PGOUTPUT
+		                          : METRICS_PLUGIN_WAL2JSON,
+		                      memory_order_relaxed);
 		if (!r->pg_ever_started) {
 			struct buf real = {0};
 

@@ -52,6 +52,7 @@ assert_eq 120 "$(metric outbox_relay_commit_to_publish_seconds_count)" "one late
 confirmed=$(metric outbox_relay_confirmed_lsn)
 assert_ge "$confirmed" "$(lsn_to_int "$end")" "confirmed_lsn metric >= the LSN the slot confirmed"
 assert_contains "$(cat "$T/scrape")" 'slot="outbox_relay"' "every series carries the slot label"
+assert_contains "$(grep '^outbox_relay_info' "$T/scrape")" "plugin=\"${RELAY_PLUGIN:-wal2json}\"} 1" "outbox_relay_info names the slot's plugin"
 
 # A second relay on the same slot is a standby: alive, /readyz 503.
 main_log=$RELAY_LOG

@@ -198,6 +198,7 @@ TEST(render_values)
 	m->server_wal_end = 22145064 + 1000;
 	m->state = STATE_STREAMING;
 	m->redis_connected = true;
+	m->plugin = METRICS_PLUGIN_PGOUTPUT;
 
 	text = metrics_render(m, "s1");
 	CHECK(text != NULL);
@@ -249,6 +250,7 @@ TEST(render_values)
 	CHECK_LINE(text, "outbox_relay_state{slot=\"s1\",state=\"stopping\"} 0");
 	CHECK_LINE(text, "outbox_relay_redis_connected{slot=\"s1\"} 1");
 	CHECK(strstr(text, "\noutbox_relay_info{slot=\"s1\",version=\"") != NULL);
+	CHECK(strstr(text, ",plugin=\"pgoutput\"} 1\n") != NULL);
 	CHECK_LINE(text, "# TYPE outbox_relay_commit_to_publish_seconds histogram");
 	CHECK(text[strlen(text) - 1] == '\n');
 
