@@ -697,6 +697,30 @@ static bool has_prefix_ci(const char *s, size_t n, const char *p)
 	return n >= pn && strncasecmp(s, p, pn) == 0;
 }
 
+/* Numbers and booleans are rendered, never kept by reference. */
+static bool rendered(const struct pgo_column *c)
+{
+	switch (c->typoid) {
+	case OID_INT2:
+	case OID_INT4:
+	case OID_INT8:
+	case OID_OID:
+	case OID_FLOAT4:
+	case OID_FLOAT8:
+	case OID_NUMERIC:
+	case OID_BOOL:
+		return true;
+	default:
+		return false;
+	}
+}
+
+/* A string value left in the message (pgoutput.h, Ownership). */
+static bool by_reference(const struct pgo_column *c, size_t n)
+{
+	return n >= PGO_BY_REFERENCE && !rendered(c);
+}
+
 /*
  * One text value as wal2json's pg_decode_write_value() writes it for this
  * type OID: numbers bare (NaN and infinities as null, anything else is an
@@ -707,6 +731,7 @@ static bool render_value(struct pgo_decoder *d, const struct pgo_column *c, cons
                          struct w2j_field *f, size_t *used)
 {
 	char *dst = d->arena + *used;
+	bool ref = by_reference(c, n); /* decided on the length decode_tuple() sized the arena by */
 
 	switch (c->typoid) {
 	case OID_INT2:
@@ -747,6 +772,11 @@ static bool render_value(struct pgo_decoder *d, const struct pgo_column *c, cons
 	default:
 		f->kind = W2J_KIND_STRING;
 		break;
+	}
+	if (ref) {
+		f->value = v;
+		f->value_len = n;
+		return true;
 	}
 	memcpy(dst, v, n);
 	dst[n] = '\0';
@@ -790,7 +820,8 @@ static bool decode_tuple(struct pgo_decoder *d, struct rd *r, struct pgo_relatio
 		if (!rd_u32(r, &len) || !rd_need(r, len))
 			return fail(d, "pgoutput tuple data is truncated (column %u)", i + 1);
 		r->pos += len;
-		need += (size_t)len + 1;
+		if (!(rel && i < rel->ncols && by_reference(&rel->cols[i], len)))
+			need += (size_t)len + 1;
 	}
 	if (!rel)
 		return true;

@@ -14,19 +14,25 @@
 #include "relay_int.h"
 
 /*
- * held (not NULL): the WAL message, decoded in place, whose buffer the sink
- * may keep for the large values that lie inside it (sink_redis.h says who
- * owns what); values anywhere else are copied.
+ * held (not NULL): the message whose buffer the sink may keep for the large
+ * values that lie inside it (sink_redis.h says who owns what): wal2json's,
+ * decoded in place in libpq's buffer (pgrepl_take_buffer()), or pgoutput's,
+ * read back from the transaction spool's file into an allocation of its own
+ * (txn_spool_take_buffer()); values anywhere else are copied.
  */
 static bool relay_queue_event(struct relay *r, const struct event *ev, bool dead,
                               const struct pg_msg *held)
 {
-	struct sink_hold hold = {held ? pgrepl_buffer(r->pg) : NULL, held ? held->data : NULL,
-	                         held ? held->len : 0, pgrepl_free_buffer};
-	bool ok = sink_redis_publish_held(r->sink, ev, dead, &hold);
+	struct sink_hold hold = {NULL, held ? held->data : NULL, held ? held->len : 0, free};
+	bool ok;
 
+	if (held && r->pgoutput)
+		hold.p = txn_spool_buffer(r->spool);
+	else if (held)
+		hold = (struct sink_hold){pgrepl_buffer(r->pg), held->data, held->len, pgrepl_free_buffer};
+	ok = sink_redis_publish_held(r->sink, ev, dead, &hold);
 	if (held && !hold.p) /* the sink keeps it now */
-		(void)pgrepl_take_buffer(r->pg);
+		(void)(r->pgoutput ? txn_spool_take_buffer(r->spool) : pgrepl_take_buffer(r->pg));
 	if (!ok)
 		log_error("out of memory queueing an event for Redis");
 	return ok;
@@ -410,13 +416,15 @@ static bool pgo_handle(struct relay *r, const struct pg_msg *m, lsn_t commit_end
 {
 	struct w2j_change ch;
 	bool has;
+	/* Read back from the spool's file into a buffer of its own: the sink may keep it. */
+	const struct pg_msg *held = r->spool && txn_spool_buffer(r->spool) == m->data ? m : NULL;
 
 	if (!pgo_decode(r->pgo, m->data, m->len, m->data_start, &ch, &has))
 		return undecodable(r, m, "pgoutput", pgo_errmsg(r->pgo), m->data, m->len);
 	while (has) {
 		if (ch.action == W2J_BEGIN)
 			ch.nextlsn = commit_end; /* what wal2json's BEGIN says */
-		if (!handle_change(r, m, &ch, NULL, 0, NULL))
+		if (!handle_change(r, m, &ch, NULL, 0, held))
 			return false;
 		has = pgo_next(r->pgo, &ch); /* a TRUNCATE of several tables */
 	}

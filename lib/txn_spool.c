@@ -29,6 +29,7 @@ struct txn_spool {
 	size_t rd_mem;
 	uint64_t rd_file;
 	struct buf rd; /* one record read back from the file */
+	bool rd_last;  /* the last txn_spool_next() returned rd's bytes */
 	bool failed;
 	char err[512];
 };
@@ -177,6 +178,7 @@ int txn_spool_next(struct txn_spool *s, const char **data, size_t *len, lsn_t *w
 
 	if (s->failed)
 		return -1;
+	s->rd_last = false;
 	if (s->rd_mem < s->mem.len) {
 		const char *h = s->mem.data + s->rd_mem;
 
@@ -201,6 +203,7 @@ int txn_spool_next(struct txn_spool *s, const char **data, size_t *len, lsn_t *w
 			return -1;
 		s->rd.len = n;
 		*data = s->rd.data;
+		s->rd_last = true;
 		s->rd_file += HDR + (uint64_t)n;
 	} else {
 		return 0;
@@ -208,6 +211,22 @@ int txn_spool_next(struct txn_spool *s, const char **data, size_t *len, lsn_t *w
 	*len = n;
 	*wal_start = (lsn_t)l;
 	return 1;
+}
+
+void *txn_spool_buffer(const struct txn_spool *s)
+{
+	return s->rd_last ? s->rd.data : NULL;
+}
+
+void *txn_spool_take_buffer(struct txn_spool *s)
+{
+	void *p = txn_spool_buffer(s);
+
+	if (p) {
+		s->rd = (struct buf){0};
+		s->rd_last = false;
+	}
+	return p;
 }
 
 bool txn_spool_rewind(struct txn_spool *s)
@@ -219,6 +238,7 @@ bool txn_spool_rewind(struct txn_spool *s)
 
 void txn_spool_clear(struct txn_spool *s)
 {
+	s->rd_last = false;
 	buf_reset(&s->mem);
 	s->count = 0;
 	s->rd_mem = 0;

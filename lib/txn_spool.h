@@ -14,7 +14,8 @@
  *
  * Ownership: the spool copies what spool_add() is given; the bytes
  * spool_next() returns are the spool's, valid until the next spool_next(),
- * spool_clear() or spool_destroy(). Pure but for the file: no logging.
+ * spool_clear() or spool_destroy() -- unless txn_spool_take_buffer() took
+ * them. Pure but for the file: no logging.
  */
 #ifndef RELAY_TXN_SPOOL_H
 #define RELAY_TXN_SPOOL_H
@@ -43,6 +44,16 @@ bool txn_spool_add(struct txn_spool *s, const char *data, size_t len, lsn_t wal_
  * *wal_start set, 0 after the last, -1 on a failure (txn_spool_errmsg()).
  */
 int txn_spool_next(struct txn_spool *s, const char **data, size_t *len, lsn_t *wal_start);
+/*
+ * The allocation the last txn_spool_next() read its message into when it
+ * came from the file (NULL when it lay in memory, which is one allocation
+ * for many). txn_spool_take_buffer() hands it over: the caller frees it with
+ * free(), and the next read allocates another. So a sink may keep pointers
+ * into a large message (sink_redis.h) with no copy of its own.
+ */
+void *txn_spool_buffer(const struct txn_spool *s);
+void *txn_spool_take_buffer(struct txn_spool *s);
+
 /* Read from the first message again. False on a file failure. */
 bool txn_spool_rewind(struct txn_spool *s);
 

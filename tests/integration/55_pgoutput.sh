@@ -67,7 +67,13 @@ SELECT pg_logical_emit_message(false, 'outbox', '{\"id\": \"nontx\", \"aggregate
 TRUNCATE noise;
 INSERT INTO typed (id, aggregate_type, payload, note)
   SELECT 'big-' || g, (ARRAY['typed','other'])[g % 2 + 1], jsonb_build_object('g', g, 'pad', repeat('p', 300)), repeat('n', g % 50)
-  FROM generate_series(1, 20000) g;" >/dev/null
+  FROM generate_series(1, 20000) g;
+INSERT INTO typed (id, aggregate_type, payload, note, bin)
+  SELECT 'large-' || g, 'typed', jsonb_build_object('pad', repeat(E'q\"\\\\ \x01', 30000 * g)), repeat(E'n\t', 50000),
+         decode(repeat('ab', 40000), 'hex') FROM generate_series(1, 3) g;" >/dev/null
+# Large values (64 KiB and more: the decoder leaves them in the message) in a transaction held in
+# memory, and above in one read back from the file (whose buffer the sink keeps).
+psql_q "INSERT INTO typed (id, aggregate_type, note) VALUES ('large-in-memory', 'other', repeat(E'\u00e9\\\\', 70000))" >/dev/null
 relay_drain "${W2J[@]}"
 relay_drain "${PGO[@]}"
 assert_match "$(cat "$RELAY_LOG")" 'streams with pgoutput' "(b) the pgoutput relay ran"
@@ -94,7 +100,7 @@ for t in ("typed", "other"):
     total += len(a)
 print(total)
 PY
-assert_eq 20006 "$(($(xlen w2j:typed) + $(xlen w2j:other)))" "(b) every row and the message, once"
+assert_eq 20010 "$(($(xlen w2j:typed) + $(xlen w2j:other)))" "(b) every row and the message, once"
 # A row no stream takes (aggregate_type NULL) is dead-lettered by both; pgoutput's raw is
 # the relay's rendering of the row in wal2json's form, wal2json's is wal2json's own bytes.
 rx entries w2j:dead >"$T/w2j.dead"

@@ -47,6 +47,9 @@ slot_create outbox_relay
 mkdir -p "$T/oracle"
 chmod 777 "$T/oracle"
 RELAY_OPTS=(--dedup-window 1h --retry-max 2s)
+# pgoutput: transactions past 1 MiB are read back from the spool's file, whose
+# buffer the sink keeps for large values (the path without a copy) -- under faults.
+[ "${RELAY_PLUGIN:-}" != pgoutput ] || RELAY_OPTS+=(--txn-memory 1MiB)
 
 HAS_HEAL=0
 if "$RELAY_BIN" heal --help >/dev/null 2>&1; then

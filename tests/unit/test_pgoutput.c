@@ -555,6 +555,86 @@ TEST(tuple_kinds)
 	pgo_destroy(p);
 }
 
+/* An Insert into relation 6 (v text, b bytea) of a text value of vlen bytes
+ * and a bytea value "\\x" + blen hex digits, in a malloc'd message. */
+static char *big_insert(size_t vlen, size_t blen, size_t *n)
+{
+	char *m = malloc(vlen + blen + 64), *q = m;
+
+	*q++ = 'I';
+	memcpy(q, "\0\0\0\6N\0\2t", 8);
+	q += 8;
+	for (int sh = 24; sh >= 0; sh -= 8)
+		*q++ = (char)(vlen >> sh);
+	memset(q, 'v', vlen);
+	q += vlen;
+	*q++ = 't';
+	for (int sh = 24; sh >= 0; sh -= 8)
+		*q++ = (char)((blen + 2) >> sh);
+	*q++ = '\\';
+	*q++ = 'x';
+	memset(q, 'a', blen);
+	q += blen;
+	*n = (size_t)(q - m);
+	return m;
+}
+
+/* Large string values point into the message (pgoutput.h, Ownership); smaller ones, numbers and
+ * every value of a different length are copied, NUL-terminated; the arena is sized for exactly
+ * the copied ones (ASan would see an overflow at the bytea edge, whose "\\x" is cut). */
+TEST(large_values_by_reference)
+{
+	static const size_t sizes[][2] = {{PGO_BY_REFERENCE, 10},     {PGO_BY_REFERENCE - 1, 10},
+	                                  {10, PGO_BY_REFERENCE - 2}, {10, PGO_BY_REFERENCE - 1},
+	                                  {10, PGO_BY_REFERENCE},     {300000, 200000}};
+	struct pgo_decoder *p = pgo_create();
+	struct b b = {.n = 0};
+	struct w2j_change c;
+	bool has = true;
+
+	begin(p, 0);
+	u8(&b, 'R');
+	u32(&b, 6);
+	str(&b, "s");
+	str(&b, "big");
+	u8(&b, 'd');
+	u16(&b, 2);
+	u8(&b, 0);
+	str(&b, "v");
+	u32(&b, 25);
+	u32(&b, 0xffffffff);
+	u8(&b, 0);
+	str(&b, "b");
+	u32(&b, 17);
+	u32(&b, 0xffffffff);
+	CHECK(feed(p, &b, &c, &has) && !has);
+	for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+		size_t vlen = sizes[k][0], blen = sizes[k][1], n;
+		char *m = big_insert(vlen, blen, &n);
+
+		CHECK(pgo_decode(p, m, n, 0x2000, &c, &has) && has && c.ncolumns == 2);
+		for (int i = 0; i < 2; i++) {
+			const struct w2j_field *f = &c.columns[i];
+			size_t want = i ? blen : vlen, wire = i ? blen + 2 : vlen;
+			bool inside = f->value >= m && f->value < m + n;
+
+			CHECK_INT(f->value_len, want);
+			CHECK(f->kind == W2J_KIND_STRING);
+			for (size_t j = 0; j < want; j++)
+				if (f->value[j] != (i ? 'a' : 'v')) {
+					CHECK(!"the value's bytes");
+					break;
+				}
+			/* By reference exactly when its text on the wire is 64 KiB or more. */
+			CHECK(inside == (wire >= PGO_BY_REFERENCE));
+			if (!inside)
+				CHECK(f->value[want] == '\0');
+		}
+		free(m);
+	}
+	pgo_destroy(p);
+}
+
 TEST(message_content_ends_at_nul)
 {
 	struct pgo_decoder *p = pgo_create();
@@ -685,5 +765,6 @@ int main(void)
 	RUN(commit_timestamps);
 	RUN(builtin_type_names);
 	RUN(type_messages);
+	RUN(large_values_by_reference);
 	return test_done();
 }

@@ -90,6 +90,44 @@ TEST(file_only)
 	txn_spool_destroy(s);
 }
 
+/* A message read back from the file lies in an allocation of its own, which can be taken (and
+ * freed by the taker) while the spool reads on; one held in memory cannot be taken. */
+TEST(take_buffer_of_file_records)
+{
+	struct txn_spool *s = txn_spool_create(100, NULL);
+	const char *data;
+	size_t len;
+	lsn_t lsn;
+	char a[40], big[5000];
+
+	CHECK(s != NULL);
+	memset(a, 'a', sizeof(a));
+	memset(big, 'b', sizeof(big));
+	CHECK(txn_spool_add(s, a, sizeof(a), 1));     /* in memory */
+	CHECK(txn_spool_add(s, big, sizeof(big), 2)); /* past the cap: the file */
+	CHECK(txn_spool_add(s, big, 3000, 3));
+	CHECK(txn_spool_next(s, &data, &len, &lsn) == 1 && lsn == 1);
+	CHECK(txn_spool_buffer(s) == NULL && txn_spool_take_buffer(s) == NULL);
+	CHECK(txn_spool_next(s, &data, &len, &lsn) == 1 && lsn == 2);
+	CHECK(txn_spool_buffer(s) == data);
+	{
+		char *mine = txn_spool_take_buffer(s);
+
+		CHECK(mine == data && txn_spool_buffer(s) == NULL);
+		/* The next read goes to a new allocation: the taken one keeps its bytes. */
+		CHECK(txn_spool_next(s, &data, &len, &lsn) == 1 && lsn == 3 && len == 3000);
+		CHECK(data != mine && txn_spool_buffer(s) == data);
+		CHECK(memcmp(mine, big, sizeof(big)) == 0);
+		free(mine);
+	}
+	CHECK(memcmp(data, big, 3000) == 0);
+	CHECK(txn_spool_next(s, &data, &len, &lsn) == 0);
+	CHECK(txn_spool_buffer(s) == NULL);
+	txn_spool_clear(s);
+	CHECK(txn_spool_buffer(s) == NULL);
+	txn_spool_destroy(s);
+}
+
 TEST(clear_and_reuse)
 {
 	struct txn_spool *s = txn_spool_create(2000, NULL);
@@ -153,6 +191,7 @@ int main(void)
 	RUN(memory_only);
 	RUN(spills_in_order);
 	RUN(file_only);
+	RUN(take_buffer_of_file_records);
 	RUN(clear_and_reuse);
 	RUN(empty_messages);
 	RUN(unwritable_dir_fails_with_its_name);
