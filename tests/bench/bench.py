@@ -632,12 +632,17 @@ def cmd_latency(sock, stream, receipts_file, out_json, runs_json=None):
 # ---------------------------------------------------------------------------
 # report
 # ---------------------------------------------------------------------------
-CONTENDER_ORDER = ["pg_recvlogical", "relay", "relay_nodedup", "relay_tcp", "relay_tls", "relay_cluster"]
+# Mode plugins: pg_recvlogical_pgo / relay_pgo are the same with pgoutput (their "vs pg_recvlogical"
+# is against pg_recvlogical_pgo, the baseline before them in this order).
+CONTENDER_ORDER = ["pg_recvlogical", "relay", "relay_nodedup", "relay_tcp", "relay_tls", "relay_cluster",
+                   "pg_recvlogical_pgo", "relay_pgo"]
 CONTENDER_LABEL = {"pg_recvlogical": "pg_recvlogical", "relay": "outbox-relay (defaults)",
                    "relay_nodedup": "outbox-relay --dedup-window 0",
                    "relay_tcp": "outbox-relay, single node over TCP",
                    "relay_tls": "outbox-relay, single node over TLS (rediss://)",
-                   "relay_cluster": "outbox-relay, 3-master cluster"}
+                   "relay_cluster": "outbox-relay, 3-master cluster",
+                   "pg_recvlogical_pgo": "pg_recvlogical, pgoutput",
+                   "relay_pgo": "outbox-relay --plugin pgoutput"}
 
 
 def med(xs):
@@ -667,7 +672,7 @@ def cluster_summary(mrows, shapes, blog):
             ev = int(cr[0]["events"])
             rates = [ev / r["wall_s"] for r in cr]
             rate = med(rates)
-            if cont == "pg_recvlogical":
+            if cont.startswith("pg_recvlogical"):
                 base = rate
             red = [r["redis"] for r in cr if r.get("redis")]
             pct = lambda n: fmt(med([r["procs"].get(n, {}).get("pct") for r in cr]), ".0f")
@@ -739,7 +744,7 @@ def cmd_report(results, backlogs=None, latency=None):
                 rates = [ev / r["wall_s"] for r in cr]
                 rate = med(rates)
                 cpu_ev = med([(r["user_s"] + r["sys_s"]) / ev * 1e6 for r in cr])
-                if cont == "pg_recvlogical":
+                if cont.startswith("pg_recvlogical"):
                     base = rate
                 lx = med([ev / r["redis"]["last_xadd_s"] for r in cr
                           if r.get("redis") and r["redis"].get("last_xadd_s")])

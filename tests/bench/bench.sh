@@ -3,7 +3,10 @@
 # pg_recvlogical (the physical limit of wal2json decoding). See README.md.
 #
 #   tests/bench/bench.sh [--quick] [--out DIR] [--rounds N] [--shapes a,b,..]
-#                        [--modes noaof,aof,cluster,tls] [--no-latency] [--wait-idle MIN] [--keep]
+#                        [--modes noaof,aof,cluster,tls,plugins] [--no-latency] [--wait-idle MIN] [--keep]
+#
+# Mode plugins: wal2json and pgoutput side by side on the same backlogs,
+# pg_recvlogical and the relay with each (Redis without AOF).
 #
 # Installs nothing. Builds the relay in release mode (build-bench/) unless
 # RELAY_BIN is set. Starts its own PostgreSQL 15 + wal2json and redis-server on
@@ -29,7 +32,7 @@ KEEP=0
 LAT_RATES=${LAT_RATES:-"1000 5000 20000"}
 
 usage() {
-	sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
 	exit "${1:-2}"
 }
 
@@ -82,7 +85,7 @@ for s in $USER_SHAPES; do
 	[ -n "${SHAPE[$s]:-}" ] || { echo "bench.sh: unknown shape $s (known: $ALL_SHAPES $CLUSTER_SHAPES)" >&2; exit 2; }
 done
 for m in $MODES; do
-	case $m in noaof | aof | cluster | tls) ;; *) echo "bench.sh: unknown mode $m (noaof, aof, cluster, tls)" >&2; exit 2 ;; esac
+	case $m in noaof | aof | cluster | tls | plugins) ;; *) echo "bench.sh: unknown mode $m (noaof, aof, cluster, tls, plugins)" >&2; exit 2 ;; esac
 done
 shapes_for() { # shapes_for MODE
 	if [ -n "$USER_SHAPES" ]; then echo "$USER_SHAPES"
@@ -93,8 +96,12 @@ shapes_for() { # shapes_for MODE
 contenders_for() { # contenders_for MODE
 	if [ "$1" = cluster ]; then echo "pg_recvlogical relay relay_tcp relay_cluster"
 	elif [ "$1" = tls ]; then echo "pg_recvlogical relay_tcp relay_tls"
+	elif [ "$1" = plugins ]; then echo "pg_recvlogical relay pg_recvlogical_pgo relay_pgo"
 	else echo "pg_recvlogical relay relay_nodedup"; fi
 }
+# The plugin of a contender's slot (mode plugins: the *_pgo ones use pgoutput and
+# the publication bench_pub, inserts of public.outbox, made before their slots).
+plugin_of() { case $1 in *_pgo) echo pgoutput ;; *) echo wal2json ;; esac; }
 # One slot per contender and round, all created before the backlog is written.
 MAX_SLOTS=16
 [ "$ROUNDS" -ge 1 ] && [ "$ROUNDS" -le 3 ] && [ $((4 * ROUNDS)) -lt $MAX_SLOTS ] ||
@@ -476,6 +483,9 @@ describe_env() {
 	case " $MODES " in *" tls "*)
 		echo "- mode tls: one redis-server (appendonly no) with a plain TCP port and a TLS port on 127.0.0.1 (server certificate from a throwaway EC P-256 CA, tls-auth-clients no); the relay verifies it with --redis-tls-ca-file" ;;
 	esac
+	case " $MODES " in *" plugins "*)
+		echo "- mode plugins: one redis-server (appendonly no); pg_recvlogical and the relay with wal2json, and with pgoutput (publication bench_pub, inserts of public.outbox; pg_recvlogical with proto_version 1, messages true, as the relay asks), on the same backlog" ;;
+	esac
 	case " $MODES " in *" cluster "*)
 		echo "- mode cluster: single node (appendonly no) on a unix socket and on 127.0.0.1 TCP; Redis Cluster of 3 masters, no replicas, 127.0.0.1 TCP, cluster-enabled yes, save '', appendonly no; every server on this machine" ;;
 	esac
@@ -528,7 +538,7 @@ drain() {
 	slot=$(slot_name "$c" "$round")
 	logf=$T/$MODE.$shape.$c.$round.log
 	case $c in
-	relay | relay_nodedup) redis_reset; rsrv=(--redis "$RSOCK"); url="unix://$RSOCK" ;;
+	relay | relay_nodedup | relay_pgo) redis_reset; rsrv=(--redis "$RSOCK"); url="unix://$RSOCK" ;;
 	relay_tcp) redis_reset; rsrv=(--redis "127.0.0.1:$SPORT"); url="redis://127.0.0.1:$SPORT" ;;
 	relay_tls)
 		redis_reset
@@ -557,8 +567,15 @@ drain() {
 			-o include-timestamp=1 -o add-tables=public.outbox -o add-msg-prefixes=outbox \
 			-f /dev/null || rc=$?
 		;;
+	pg_recvlogical_pgo) # the options the relay sends pgoutput (PostgreSQL 14+)
+		"$PY" "$BENCH_PY" run "${common[@]}" -- \
+			"$PG_BINDIR/pg_recvlogical" --no-loop -d "$DSN" --slot "$slot" --start --endpos "$endpos" \
+			-o proto_version=1 -o publication_names=bench_pub -o messages=true \
+			-f /dev/null || rc=$?
+		;;
 	*)
 		[ "$c" = relay_nodedup ] && args=(--dedup-window 0)
+		[ "$c" = relay_pgo ] && args=(--plugin pgoutput --publication bench_pub)
 		"$PY" "$BENCH_PY" run "${common[@]}" "${rsrv[@]}" --xlen "$xpat" "${check[@]}" -- \
 			"$RELAY_BIN" --pg-dsn "$DSN" --slot "$slot" --no-create-slot \
 			--redis-url "$url" --stream 'outbox:{aggregate_type}' --endpos "$endpos" --http-addr "" \
@@ -566,7 +583,7 @@ drain() {
 		;;
 	esac
 	[ "$rc" = 0 ] || { tail -n 20 "$logf" >&2; die "$c on $shape (round $round) exited with $rc"; }
-	if [ "$c" != pg_recvlogical ]; then
+	if [ "${c#pg_recvlogical}" = "$c" ]; then # a relay
 		local pub xl di
 		pub=$(sed -n 's/.*stopped (.*published=\([0-9]*\).*/\1/p' "$logf" | tail -n 1)
 		read -r xl di < <(tail -n 1 "$OUT/drains.jsonl" | "$PY" -c '
@@ -601,9 +618,13 @@ run_shape() {
 	# All slots in one psql session, one statement after the other, nothing else
 	# writing: every slot starts before the first backlog row.
 	{
+		if [ "$MODE" = plugins ]; then
+			echo "SET client_min_messages = warning; DROP PUBLICATION IF EXISTS bench_pub;"
+			echo "CREATE PUBLICATION bench_pub FOR TABLE public.outbox WITH (publish = 'insert');"
+		fi
 		for r in $(seq 1 "$ROUNDS"); do
 			for c in $CONTENDERS; do
-				echo "SELECT pg_create_logical_replication_slot('$(slot_name "$c" "$r")', 'wal2json');"
+				echo "SELECT pg_create_logical_replication_slot('$(slot_name "$c" "$r")', '$(plugin_of "$c")');"
 			done
 		done
 	} | psql_q >/dev/null
