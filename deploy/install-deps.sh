@@ -14,7 +14,7 @@ PACKAGES=(
 	postgresql-15 postgresql-15-wal2json postgresql-client-15
 	redis-server redis-tools redis-sentinel
 	# tests: sanitizers, fuzzing, and the small tools the scripts use
-	clang libclang-rt-14-dev clang-format python3 procps util-linux curl openssl
+	clang libclang-rt-14-dev clang-format python3 python3-redis python3-psycopg2 procps util-linux curl openssl
 	# promtool, for 73_alerts (deploy/prometheus/alerts.yml); the package is
 	# about 19 MB to download (96 MB installed), the server in it stays stopped
 	prometheus
