@@ -31,6 +31,8 @@
  */
 #include "consumer_int.h"
 
+#include "consumer_handler.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -144,12 +146,42 @@ static enum step scan_streams(struct consumer *c)
 	return STEP_OK;
 }
 
+/*
+ * Worker mode: after a batch in which the handler failed, pause (100 ms,
+ * doubling per batch in a row with a failure, up to --retry-max, full
+ * jitter), then read this consumer's pending entries again: each failed one
+ * is delivered again (its delivery count grows, for --max-deliveries).
+ */
+static void retry_failed(struct consumer *c)
+{
+	int64_t ms = 100;
+
+	for (int i = 0; i < c->fail_streak && ms < c->cf->retry_max_ms; i++)
+		ms *= 2;
+	if (ms > c->cf->retry_max_ms)
+		ms = c->cf->retry_max_ms;
+	if (c->fail_streak < 30)
+		c->fail_streak++;
+	consumer_sleep(ms / 2 + (int64_t)(random() % (ms / 2 + 1)));
+	c->retry_due = false;
+	for (size_t i = 0; i < c->nstreams; i++)
+		c->streams[i].live = false;
+}
+
 /* One round: discovery, own pending entries, claims, new entries. */
 static enum step step_once(struct consumer *c)
 {
 	const struct consumer_config *cf = c->cf;
-	int64_t now = time_mono_us();
+	int64_t now;
 	enum step st;
+
+	if (c->retry_due)
+		retry_failed(c);
+	else if (c->handled)
+		c->fail_streak = 0;
+	if (consumer_stop_requested)
+		return STEP_STOP;
+	now = time_mono_us();
 
 	if (cf->stream_pattern && now >= c->next_scan_us) {
 		st = scan_streams(c);
@@ -209,6 +241,7 @@ static void consumer_finish(struct consumer *c)
 	free(c->ack_argv);
 	free(c->ack_lens);
 	consumer_fmt_destroy(c->fmt);
+	handler_destroy(c->handler);
 }
 
 /* See consumer.h. */
@@ -227,6 +260,15 @@ int consumer_run(const struct consumer_config *cf)
 	if (!c.fmt) {
 		log_error("out of memory");
 		return EXIT_FAILURE_RUNTIME;
+	}
+	if (cf->exec_cmd || cf->handler_cmd) {
+		c.handler = handler_create(cf->exec_cmd, cf->handler_cmd);
+		if (!c.handler) {
+			log_error("out of memory");
+			consumer_finish(&c);
+			return EXIT_FAILURE_RUNTIME;
+		}
+		srandom((unsigned)(time_mono_us() ^ getpid()));
 	}
 	c.rc = consumer_client_create(&cf->redis);
 	if (!c.rc) {
@@ -303,6 +345,9 @@ int consumer_run(const struct consumer_config *cf)
 			consumer_sleep(delay);
 		}
 	}
+	if (c.handler)
+		log_info("worker: handled=%" PRIu64 " failed=%" PRIu64 " poisoned=%" PRIu64, c.handled,
+		         c.failed, c.poisoned);
 	if (rc == EXIT_OK)
 		log_info("exiting after %" PRIu64 " event%s printed: %s", c.printed,
 		         c.printed == 1 ? "" : "s",

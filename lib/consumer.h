@@ -49,6 +49,11 @@ struct consumer_config {
 	int64_t batch;            /* --batch N (XREADGROUP COUNT), default 100 */
 	int64_t claim_idle_ms;    /* --claim-min-idle (old: --claim-idle), 1m, in ms; 0 off */
 	bool create_group;        /* --create-group */
+	char *exec_cmd;           /* --exec CMD: worker mode, one process per event */
+	char *handler_cmd;        /* --handler CMD: worker mode, one co-process */
+	int64_t max_deliveries;   /* --max-deliveries N: then to the poison stream; 0 = never */
+	char *poison_prefix;      /* --poison-prefix, default "outbox-consume:poison" */
+	int64_t retry_max_ms;     /* --retry-max: the longest pause before a failed event again */
 	/* Lines for cmd/ to log (a password file open to others); see config.h. */
 	char warnings[CONFIG_WARNINGS_MAX][CONFIG_WARNING_LEN];
 	size_t nwarnings;

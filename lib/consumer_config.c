@@ -110,6 +110,23 @@ static const struct opt_def copt_table[] = {
     BOOL("create-group", create_group,
          "create the group on each stream when missing (XGROUP CREATE KEY GROUP 0 MKSTREAM), so "
          "it starts at the stream's first entry"),
+    STR("exec", 0, exec_cmd, NULL, "CMD",
+        "worker mode: run CMD (with /bin/sh -c) once per event, its JSON line on stdin; exit "
+        "status 0 acknowledges the event, any other leaves it pending, to be delivered again"),
+    STR("handler", 0, handler_cmd, NULL, "CMD",
+        "worker mode: run CMD once and keep it: each event goes to its stdin as one line, and it "
+        "answers one line on its stdout, done, retry or dead (an optional reason after a space)"),
+    NUM("max-deliveries", OPT_INT, 0, max_deliveries, "0", 0, 1000000, "N",
+        "worker mode: an event delivered N times without success (to any consumer of the group) "
+        "is moved to the poison stream and acknowledged, atomically; 0 never moves one",
+        NULL),
+    STR("poison-prefix", 0, poison_prefix, "outbox-consume:poison", "PREFIX",
+        "the poison stream of stream S is PREFIX:{S} (or PREFIX:{T} when S has the hash tag {T}), "
+        "in S's cluster slot"),
+    NUM("retry-max", OPT_DURATION, 0, retry_max_ms, "30s", 1, OPT_MS_DAY, "DURATION",
+        "worker mode: a failed event is delivered again after 100 ms, doubling up to this, with "
+        "jitter",
+        NULL),
 };
 
 #undef NUM
@@ -157,6 +174,15 @@ static bool finish_config(struct consumer_config *cf, char *err, size_t errlen)
 		        "missing --stream or --stream-pattern (or %sSTREAM, %sSTREAM_PATTERN): say "
 		        "which streams to read, e.g. --stream-pattern 'outbox:*'",
 		        ENV_PREFIX, ENV_PREFIX);
+		return false;
+	}
+	if (cf->exec_cmd && cf->handler_cmd) {
+		msg_set(err, errlen, "--exec and --handler are two forms of one worker mode: give one");
+		return false;
+	}
+	if (cf->max_deliveries > 0 && !cf->exec_cmd && !cf->handler_cmd) {
+		msg_set(err, errlen,
+		        "--max-deliveries needs a handler that can fail: add --exec CMD or --handler CMD");
 		return false;
 	}
 	if (!cf->consumer && !default_consumer_name(&cf->consumer, err, errlen))
@@ -212,6 +238,8 @@ void consumer_usage(FILE *out)
 	        "Fields follow in entry order; payload and headers are embedded as JSON when\n"
 	        "they parse. An entry is acknowledged (XACK) only after its line is flushed:\n"
 	        "at-least-once. Pending entries of this consumer are read first.\n"
+	        "Worker mode (--exec or --handler): each event goes to a program instead, and is\n"
+	        "acknowledged when the program succeeded; see --max-deliveries for poison events.\n"
 	        "\n"
 	        "Every option can also be set with its %s* environment variable; flags win.\n"
 	        "Durations, as for outbox-relay: 500ms, 90s, 5m, 1h, 2d, or a bare number of\n"

@@ -61,6 +61,12 @@ struct consumer {
 	size_t capack;
 
 	uint64_t printed;
+
+	/* Worker mode (--exec, --handler; consumer_handler.h). */
+	struct handler *handler;
+	bool retry_due;  /* an event failed: its stream's pending entries are read again */
+	int fail_streak; /* batches in a row with a failure: the backoff's exponent */
+	uint64_t handled, failed, poisoned;
 	int64_t next_scan_us, next_claim_us;
 	bool dead_letter_noted; /* said once that --stream-pattern skips it */
 

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "consumer_handler.h"
 #include "exitcode.h"
 #include "log.h"
 
@@ -119,6 +120,138 @@ static enum step xack(struct consumer *c, const char *key, size_t n)
 }
 
 /*
+ * How many times the group delivered entry id of key (XPENDING's extended
+ * form); 0 when it is not pending or the reply says nothing.
+ */
+static int64_t deliveries(struct consumer *c, const char *key, const char *id, enum step *st)
+{
+	const char *argv[7] = {"XPENDING", key, c->cf->group, id, id, "1", c->cf->consumer};
+	redisReply *r = consumer_command(c, key, 7, argv, NULL, CMD_TIMEOUT_MS, false, st);
+	int64_t n = 0;
+
+	if (!r)
+		return -1;
+	if (consumer_reply_is_array(r) && r->elements == 1 && consumer_reply_is_array(r->element[0]) &&
+	    r->element[0]->elements == 4 && r->element[0]->element[3]->type == REDIS_REPLY_INTEGER)
+		n = r->element[0]->element[3]->integer;
+	freeReplyObject(r);
+	return n;
+}
+
+/*
+ * Move entry id of key (fields kv) to its poison stream and acknowledge it,
+ * in one script: it is never acknowledged without being moved, nor moved
+ * twice (a retry after a lost reply finds it acknowledged: XACK 0, no XADD).
+ */
+static enum step poison(struct consumer *c, const char *key, const redisReply *id,
+                        const redisReply *kv, int64_t delivered, const char *why)
+{
+	static const char script[] =
+	    "if redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end "
+	    "redis.call('XADD', KEYS[2], '*', unpack(ARGV, 3)) return 1";
+	const char *open = strchr(key, '{'), *close = open ? strchr(open + 1, '}') : NULL;
+	char pkey[1024], ndel[24];
+	size_t n = 7 + 12 + kv->elements, k = 0;
+	const char **argv = calloc(n, sizeof(*argv));
+	size_t *lens = calloc(n, sizeof(*lens));
+	enum step st = STEP_OK;
+	redisReply *r;
+
+	if (!argv || !lens) {
+		free(argv);
+		free(lens);
+		return consumer_fail(c, STEP_FATAL, EXIT_FAILURE_RUNTIME, "out of memory");
+	}
+	if (open && close && close > open + 1) /* the stream's own hash tag */
+		(void)snprintf(pkey, sizeof(pkey), "%s:{%.*s}", c->cf->poison_prefix,
+		               (int)(close - open - 1), open + 1);
+	else
+		(void)snprintf(pkey, sizeof(pkey), "%s:{%s}", c->cf->poison_prefix, key);
+	(void)snprintf(ndel, sizeof(ndel), "%" PRId64, delivered);
+#define ARG(p, l) (argv[k] = (p), lens[k++] = (l))
+	ARG("EVAL", 4);
+	ARG(script, sizeof(script) - 1);
+	ARG("2", 1);
+	ARG(key, strlen(key));
+	ARG(pkey, strlen(pkey));
+	ARG(c->cf->group, strlen(c->cf->group));
+	ARG(id->str, id->len);
+	ARG("poison_stream", 13);
+	ARG(key, strlen(key));
+	ARG("poison_entry_id", 15);
+	ARG(id->str, id->len);
+	ARG("poison_group", 12);
+	ARG(c->cf->group, strlen(c->cf->group));
+	ARG("poison_consumer", 15);
+	ARG(c->cf->consumer, strlen(c->cf->consumer));
+	ARG("poison_deliveries", 17);
+	ARG(ndel, strlen(ndel));
+	ARG("poison_error", 12);
+	ARG(why, strlen(why));
+	for (size_t j = 0; j < kv->elements; j++)
+		ARG(kv->element[j]->str, kv->element[j]->len);
+#undef ARG
+	r = consumer_command(c, key, (int)k, argv, lens, CMD_TIMEOUT_MS, false, &st);
+	free(argv);
+	free(lens);
+	if (!r)
+		return st;
+	if (r->type == REDIS_REPLY_ERROR)
+		st = consumer_error_reply(c, "EVAL (moving a poison entry)", key, r->str);
+	else if (r->type == REDIS_REPLY_INTEGER && r->integer == 1) {
+		c->poisoned++;
+		log_warn("entry %s of stream \"%s\" failed %" PRId64 " deliver%s (last: %s): moved to "
+		         "\"%s\" and acknowledged",
+		         id->str, key, delivered, delivered == 1 ? "y" : "ies", why, pkey);
+	}
+	freeReplyObject(r);
+	return st;
+}
+
+/*
+ * Worker mode: one entry to the handler. *ack is set when it may be
+ * acknowledged with the batch; a poison entry is moved and acknowledged here.
+ * redelivered: read again (own pending, claimed), whose earlier deliveries
+ * may already have reached --max-deliveries.
+ */
+static enum step handle_entry(struct consumer *c, const char *key, const redisReply *id,
+                              const redisReply *kv, const char *line, size_t linelen,
+                              bool redelivered, bool *ack)
+{
+	int64_t max = c->cf->max_deliveries, n = 1;
+	enum step st = STEP_OK;
+	enum handler_result hr;
+	char why[512];
+
+	*ack = false;
+	if (max > 0 && redelivered) {
+		n = deliveries(c, key, id->str, &st);
+		if (n < 0)
+			return st;
+		if (n - 1 >= max) /* this delivery is past the limit: the earlier ones all failed */
+			return poison(c, key, id, kv, n - 1, "delivered without success (consumers died?)");
+	}
+	hr = handler_run(c->handler, line, linelen, why, sizeof(why));
+	if (hr == HANDLER_DONE) {
+		c->handled++;
+		*ack = true;
+		return STEP_OK;
+	}
+	c->failed++;
+	if (hr == HANDLER_DEAD)
+		return poison(c, key, id, kv, n, why);
+	if (n < 1)
+		n = 1; /* not pending any more (acknowledged elsewhere): this one delivery */
+	if (max > 0 && n >= max)
+		return poison(c, key, id, kv, n, why);
+	log_warn("handler failed on entry %s of stream \"%s\" (delivery %" PRId64 "): %s; it stays "
+	         "pending and is delivered again",
+	         id->str, key, n, why);
+	c->retry_due = true;
+	return STEP_OK;
+}
+
+/*
  * Print the entries of one stream (an XREADGROUP or XAUTOCLAIM entry list:
  * [id, [field, value, ...] or nil] each), flush stdout, then XACK what was
  * printed. Entries deleted before they could be read (nil fields) are
@@ -128,7 +261,7 @@ static enum step xack(struct consumer *c, const char *key, size_t n)
  * the last entry handled.
  */
 static enum step print_entries(struct consumer *c, const char *key, const redisReply *entries,
-                               char *last, size_t lastlen)
+                               char *last, size_t lastlen, bool redelivered)
 {
 	enum step st = STEP_OK, ack_st;
 	size_t nack = 0;
@@ -186,7 +319,16 @@ static enum step print_entries(struct consumer *c, const char *key, const redisR
 			st = consumer_fail(c, STEP_FATAL, EXIT_FAILURE_RUNTIME, "out of memory");
 			break;
 		}
-		if (fwrite(line, 1, linelen, stdout) != linelen) {
+		if (c->handler) {
+			bool ack;
+
+			/* The line without its newline: the handler gets one line per event. */
+			st = handle_entry(c, key, id, kv, line, linelen - 1, redelivered, &ack);
+			if (st != STEP_OK)
+				break;
+			if (!ack)
+				continue;
+		} else if (fwrite(line, 1, linelen, stdout) != linelen) {
 			st = consumer_fail(c, STEP_FATAL, EXIT_FAILURE_RUNTIME,
 			                   "could not write to standard output: %s", strerror(errno));
 			break;
@@ -312,7 +454,7 @@ enum step consumer_read_own_pending(struct consumer *c, struct cstream *s)
 		log_info("re-reading %zu pending entr%s of stream \"%s\" delivered earlier to "
 		         "consumer \"%s\"",
 		         entries->elements, entries->elements == 1 ? "y" : "ies", s->key, c->cf->consumer);
-		st = print_entries(c, s->key, entries, last, sizeof(last));
+		st = print_entries(c, s->key, entries, last, sizeof(last), true);
 		freeReplyObject(r);
 		if (st != STEP_OK)
 			return st;
@@ -359,7 +501,7 @@ enum step consumer_claim_stream(struct consumer *c, struct cstream *s)
 			log_info("claimed %zu entr%s of stream \"%s\" pending for more than %" PRId64 " ms",
 			         entries->elements, entries->elements == 1 ? "y" : "ies", s->key,
 			         c->cf->claim_idle_ms);
-			st = print_entries(c, s->key, entries, NULL, 0);
+			st = print_entries(c, s->key, entries, NULL, 0, true);
 		}
 		freeReplyObject(r);
 		if (st != STEP_OK)
@@ -451,7 +593,7 @@ static enum step read_streams(struct consumer *c, const size_t *idx, size_t n, u
 		}
 		memcpy(key, s->element[0]->str, s->element[0]->len);
 		key[s->element[0]->len] = '\0';
-		st = print_entries(c, key, s->element[1], NULL, 0);
+		st = print_entries(c, key, s->element[1], NULL, 0, false);
 	}
 	freeReplyObject(r);
 	return st;
