@@ -697,10 +697,10 @@ static bool has_prefix_ci(const char *s, size_t n, const char *p)
 	return n >= pn && strncasecmp(s, p, pn) == 0;
 }
 
-/* Numbers and booleans are rendered, never kept by reference. */
-static bool rendered(const struct pgo_column *c)
+/* Types wal2json prints as bare numbers. */
+static bool is_number(uint32_t typoid)
 {
-	switch (c->typoid) {
+	switch (typoid) {
 	case OID_INT2:
 	case OID_INT4:
 	case OID_INT8:
@@ -708,11 +708,16 @@ static bool rendered(const struct pgo_column *c)
 	case OID_FLOAT4:
 	case OID_FLOAT8:
 	case OID_NUMERIC:
-	case OID_BOOL:
 		return true;
 	default:
 		return false;
 	}
+}
+
+/* Numbers and booleans are rendered, never kept by reference. */
+static bool rendered(const struct pgo_column *c)
+{
+	return is_number(c->typoid) || c->typoid == OID_BOOL;
 }
 
 /* A string value left in the message (pgoutput.h, Ownership). */
@@ -733,14 +738,7 @@ static bool render_value(struct pgo_decoder *d, const struct pgo_column *c, cons
 	char *dst = d->arena + *used;
 	bool ref = by_reference(c, n); /* decided on the length decode_tuple() sized the arena by */
 
-	switch (c->typoid) {
-	case OID_INT2:
-	case OID_INT4:
-	case OID_INT8:
-	case OID_OID:
-	case OID_FLOAT4:
-	case OID_FLOAT8:
-	case OID_NUMERIC:
+	if (is_number(c->typoid)) {
 		if (has_prefix_ci(v, n, "NaN") || has_prefix_ci(v, n, "Infinity") ||
 		    has_prefix_ci(v, n, "-Infinity")) {
 			f->kind = W2J_KIND_NULL;
@@ -755,23 +753,18 @@ static bool render_value(struct pgo_decoder *d, const struct pgo_column *c, cons
 		if (n == 0)
 			return fail(d, "column \"%s\": an empty number", c->name);
 		f->kind = W2J_KIND_NUMBER;
-		break;
-	case OID_BOOL:
+	} else if (c->typoid == OID_BOOL) {
 		f->kind = W2J_KIND_BOOL;
 		f->value = n == 1 && v[0] == 't' ? "true" : "false";
 		f->value_len = strlen(f->value);
 		return true;
-	case OID_BYTEA:
+	} else {
 		/* bytea_output 'hex', which the relay sets: "\x…" */
-		if (n >= 2 && v[0] == '\\' && v[1] == 'x') {
+		if (c->typoid == OID_BYTEA && n >= 2 && v[0] == '\\' && v[1] == 'x') {
 			v += 2;
 			n -= 2;
 		}
 		f->kind = W2J_KIND_STRING;
-		break;
-	default:
-		f->kind = W2J_KIND_STRING;
-		break;
 	}
 	if (ref) {
 		f->value = v;
