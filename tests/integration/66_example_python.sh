@@ -132,6 +132,9 @@ assert_eq "$N" "$(redis_cli XLEN "$S")" "the relay published $N events to $S"
 
 WENV=(OUTBOX_EXAMPLE_TEST_SLEEP=0.01) # a slow handler and a slow ack: ~20 ms per event
 worker_start w1 --claim-idle 60
+# The worker creates its effects table as it starts; the killer reads it from the first pause.
+wait_for "[ \"\$(psql_q \"SELECT to_regclass('consumer_effects') IS NOT NULL\")\" = t ]" 30 ||
+	fail "worker w1 did not create its effects table ($(tail -n 3 "$WLOG"))"
 killer w1 65 "$T/kill.1" # not a multiple of the batch (10): entries of the batch are left
 read -r e1 p1 d1 <"$T/kill.1"
 log "1st SIGKILL of w1: $e1 effects, $p1 entries pending for w1, $d1 of them with their effect committed"
