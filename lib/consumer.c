@@ -177,8 +177,8 @@ static enum step step_once(struct consumer *c)
 
 	if (c->retry_due)
 		retry_failed(c);
-	else if (c->handled)
-		c->fail_streak = 0;
+	else
+		c->fail_streak = 0; /* the last step had no failure: the streak is over */
 	if (consumer_stop_requested)
 		return STEP_STOP;
 	now = time_mono_us();
