@@ -15,6 +15,10 @@ PACKAGES=(
 	redis-server redis-tools redis-sentinel
 	# tests: sanitizers, fuzzing, and the small tools the scripts use
 	clang libclang-rt-14-dev clang-format python3 python3-redis python3-psycopg2 procps util-linux curl openssl
+	# 57_example_node (deploy/examples/node): Node.js 18, npm (installs the
+	# example's vendored ioredis offline) and pg; with their node-* modules
+	# about 21 MB to download, most of it npm's
+	nodejs npm node-pg
 	# promtool, for 73_alerts (deploy/prometheus/alerts.yml); the package is
 	# about 19 MB to download (96 MB installed), the server in it stays stopped
 	prometheus
