@@ -26,6 +26,10 @@
 #include "config.h"
 #include "redis_url.h"
 
+/* The commands of the option rows (opt.h): reading, and `outbox-consume poison`. */
+#define CONSUMER_CMD_RUN 0x1u
+#define CONSUMER_CMD_POISON 0x2u /* outbox-consume poison list|replay */
+
 struct consumer_config {
 	char *redis_url;                    /* --redis-url, default "redis://127.0.0.1:6379" */
 	struct redis_target redis;          /* parsed from redis_url (password file applied) */
@@ -54,6 +58,9 @@ struct consumer_config {
 	int64_t max_deliveries;   /* --max-deliveries N: then to the poison stream; 0 = never */
 	char *poison_prefix;      /* --poison-prefix, default "outbox-consume:poison" */
 	int64_t retry_max_ms;     /* --retry-max: the longest pause before a failed event again */
+	char **entries;           /* poison replay --entry ID (repeatable) */
+	size_t nentries;
+	bool all; /* poison replay --all */
 	/* Lines for cmd/ to log (a password file open to others); see config.h. */
 	char warnings[CONFIG_WARNINGS_MAX][CONFIG_WARNING_LEN];
 	size_t nwarnings;
@@ -69,6 +76,16 @@ struct consumer_config {
  */
 enum config_result consumer_config_load(struct consumer_config *cf, int argc, char **argv,
                                         char **envp, char *err, size_t errlen);
+/*
+ * consumer_config_load() for command cmd (CONSUMER_CMD_*): the rows it
+ * accepts, prog named in errors, usage printed for --help. Without --stream
+ * and --stream-pattern, CONSUMER_CMD_POISON means every poison stream.
+ */
+enum config_result consumer_config_load_as(struct consumer_config *cf, unsigned cmd,
+                                           const char *prog, void (*usage)(FILE *), int argc,
+                                           char **argv, char **envp, char *err, size_t errlen);
+/* --help's option list of command cmd (CONSUMER_CMD_*). */
+void consumer_print_options(unsigned cmd, FILE *out);
 /* Print the usage text (every option, its variable and default) to out. */
 void consumer_usage(FILE *out);
 /* Free everything consumer_config_load allocated; NULL-safe; zeroes *cf. */
@@ -86,5 +103,17 @@ void consumer_config_finish(struct consumer_config *cf);
  * --create-group, unsupported server).
  */
 int consumer_run(const struct consumer_config *cf);
+
+/* ---- Poison streams (consumer_poison.c) ---- */
+
+/*
+ * `outbox-consume poison list|replay [OPTIONS]`: argv[0] is "poison". Lists
+ * the poison entries of the chosen streams, or moves chosen ones back to
+ * their streams (one script each: XADD of the event's own fields, XDEL of
+ * the poison entry). Prints to stdout, errors as one line on stderr. Returns
+ * the exit code: 0; 2 for bad options (a replay without --entry or --all);
+ * 5 when Redis fails or refuses; 7 when an --entry is not a poison entry.
+ */
+int consumer_poison_main(int argc, char **argv, char **envp);
 
 #endif

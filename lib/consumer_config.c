@@ -27,18 +27,21 @@
 
 #define PROGNAME "outbox-consume"
 #define ENV_PREFIX "OUTBOX_CONSUME_"
-#define CMD 0x1u /* outbox-consume has one command */
+#define CMD CONSUMER_CMD_RUN
+#define BOTH (CONSUMER_CMD_RUN | CONSUMER_CMD_POISON) /* rows `poison` shares */
 
 #define F(f) offsetof(struct consumer_config, f), sizeof(((struct consumer_config *)0)->f)
 /* "" leaves a string unset, as an empty variable in a manifest does. */
 #define STR(n, fl, f, def, mv, h)                                                                  \
 	OPT_ROW(n, OPT_STRING, OPT_F_EMPTY_UNSET | (fl), CMD, F(f), 0, def, 0, 0, NULL, mv, h, NULL)
+#define SHR(n, fl, f, def, mv, h)                                                                  \
+	OPT_ROW(n, OPT_STRING, OPT_F_EMPTY_UNSET | (fl), BOTH, F(f), 0, def, 0, 0, NULL, mv, h, NULL)
 #define BOOL(n, f, h) OPT_ROW(n, OPT_BOOL, 0, CMD, F(f), 0, "false", 0, 0, NULL, NULL, h, NULL)
 #define NUM(n, k, fl, f, def, lo, hi, mv, h, alias)                                                \
 	OPT_ROW(n, k, fl, CMD, F(f), 0, def, lo, hi, NULL, mv, h, alias)
 
 static const struct opt_def copt_table[] = {
-    OPT_ROW("redis-url", OPT_REDIS_URL, OPT_F_SECRET, CMD, F(redis_url),
+    OPT_ROW("redis-url", OPT_REDIS_URL, OPT_F_SECRET, BOTH, F(redis_url),
             offsetof(struct consumer_config, redis), "redis://127.0.0.1:6379", 0, 0, NULL, "URL",
             "Redis server, as for outbox-relay: redis://[[user]:password@]host[:port][/db], "
             "unix:///path/to/redis.sock[?db=N] or /path/to/redis.sock, Redis Cluster seeds "
@@ -46,33 +49,33 @@ static const struct opt_def copt_table[] = {
             "redis-sentinel://[[user]:password@]host:port[,host:port...][/db]#master (rediss://, "
             "rediss-cluster:// and rediss-sentinel:// for TLS)",
             NULL),
-    STR("redis-password-file", 0, redis_password_file, NULL, "PATH",
+    SHR("redis-password-file", 0, redis_password_file, NULL, "PATH",
         "read the Redis password from the first line of this file; it overrides a password in "
         "--redis-url"),
-    STR("redis-sentinel-user", 0, redis_sentinel_user, NULL, "NAME",
+    SHR("redis-sentinel-user", 0, redis_sentinel_user, NULL, "NAME",
         "redis-sentinel:// only: the Sentinels' ACL user (needs a Sentinel password)"),
-    STR("redis-sentinel-password", OPT_F_SECRET | OPT_F_PASSWORD, redis_sentinel_password, NULL,
+    SHR("redis-sentinel-password", OPT_F_SECRET | OPT_F_PASSWORD, redis_sentinel_password, NULL,
         "PASSWORD",
         "redis-sentinel:// only: the Sentinels' password (the one in --redis-url is the "
         "master's); prefer the -file option or the variable"),
-    STR("redis-sentinel-password-file", 0, redis_sentinel_password_file, NULL, "PATH",
+    SHR("redis-sentinel-password-file", 0, redis_sentinel_password_file, NULL, "PATH",
         "redis-sentinel:// only: read the Sentinels' password from the first line of this file; "
         "it overrides --redis-sentinel-password"),
-    STR("redis-tls-ca-file", 0, tls_ca_file, NULL, "PATH",
+    SHR("redis-tls-ca-file", 0, tls_ca_file, NULL, "PATH",
         "rediss:// only: CA bundle (PEM) for the server's certificate; default: the system's "
         "trust store"),
-    STR("redis-tls-cert-file", 0, tls_cert_file, NULL, "PATH",
+    SHR("redis-tls-cert-file", 0, tls_cert_file, NULL, "PATH",
         "rediss:// only: client certificate (PEM); needs --redis-tls-key-file"),
-    STR("redis-tls-key-file", 0, tls_key_file, NULL, "PATH",
+    SHR("redis-tls-key-file", 0, tls_key_file, NULL, "PATH",
         "rediss:// only: private key (PEM) of --redis-tls-cert-file"),
-    STR("redis-tls-server-name", 0, tls_server_name, NULL, "NAME",
+    SHR("redis-tls-server-name", 0, tls_server_name, NULL, "NAME",
         "rediss:// only: the name the certificate must carry; default: the URL's host"),
-    OPT_ROW("stream", OPT_LIST, OPT_F_DEDUP, CMD, F(streams),
+    OPT_ROW("stream", OPT_LIST, OPT_F_DEDUP, BOTH, F(streams),
             offsetof(struct consumer_config, nstreams), NULL, 0, 0, NULL, "KEY",
             "stream to read; repeat the flag for more (the variable takes a comma-separated list; "
             "flags replace it)",
             NULL),
-    STR("stream-pattern", 0, stream_pattern, NULL, "GLOB",
+    SHR("stream-pattern", 0, stream_pattern, NULL, "GLOB",
         "also read every stream whose key matches this pattern (SCAN MATCH syntax, e.g. "
         "'outbox:*'); looked for again every 5 s"),
     STR("dead-letter-stream", 0, dead_letter_stream, "outbox:dead-letter", "KEY",
@@ -81,14 +84,16 @@ static const struct opt_def copt_table[] = {
         "--include-dead-letter, to read it"),
     BOOL("include-dead-letter", include_dead_letter,
          "let --stream-pattern read the dead-letter stream too"),
-    OPT_ROW("group", OPT_STRING, OPT_F_REQUIRED, CMD, F(group), 0, NULL, 0, 0, NULL, "NAME",
-            "consumer group to read as",
+    OPT_ROW("group", OPT_STRING, OPT_F_REQUIRED | OPT_F_ONLY, CMD, F(group), 0, NULL, 0, 0, NULL,
+            "NAME", "consumer group to read as",
             "name the consumer group to read as, e.g. --group workers"),
     STR("consumer", 0, consumer, NULL, "NAME",
         "consumer name within the group (default: HOSTNAME-PID); a stable name, such as a pod "
         "name, lets a restarted consumer pick up its own pending entries at once"),
-    NUM("count", OPT_INT, 0, count, "0", 0, INT64_MAX, "N",
-        "exit 0 after printing N events; 0 reads until stopped", NULL),
+    OPT_ROW("count", OPT_INT, 0, BOTH, F(count), 0, "0", 0, INT64_MAX, NULL, "N",
+            "exit 0 after printing N events (poison list: print at most N entries); 0 reads until "
+            "stopped (lists all)",
+            NULL),
     NUM("block-timeout", OPT_DURATION, 0, block_ms, "5s", 1, OPT_MS_DAY, "DURATION",
         "longest XREADGROUP BLOCK wait for new entries; in a Redis Cluster the pause between "
         "polling rounds, at most 100 ms",
@@ -120,9 +125,16 @@ static const struct opt_def copt_table[] = {
         "worker mode: an event delivered N times without success (to any consumer of the group) "
         "is moved to the poison stream and acknowledged, atomically; 0 never moves one",
         NULL),
-    STR("poison-prefix", 0, poison_prefix, "outbox-consume:poison", "PREFIX",
+    SHR("poison-prefix", 0, poison_prefix, "outbox-consume:poison", "PREFIX",
         "the poison stream of stream S is PREFIX:{S} (or PREFIX:{T} when S has the hash tag {T}), "
         "in S's cluster slot"),
+    OPT_ROW("entry", OPT_LIST, OPT_F_DEDUP | OPT_F_ONLY, CONSUMER_CMD_POISON, F(entries),
+            offsetof(struct consumer_config, nentries), NULL, 0, 0, NULL, "ID",
+            "poison replay: the poison entry to move back to its stream (as poison list shows "
+            "it); repeat the flag for more",
+            NULL),
+    OPT_ROW("all", OPT_BOOL, OPT_F_ONLY, CONSUMER_CMD_POISON, F(all), 0, "false", 0, 0, NULL, NULL,
+            "poison replay: move back every poison entry of the streams chosen", NULL),
     NUM("retry-max", OPT_DURATION, 0, retry_max_ms, "30s", 1, OPT_MS_DAY, "DURATION",
         "worker mode: a failed event is delivered again after 100 ms, doubling up to this, with "
         "jitter",
@@ -131,6 +143,7 @@ static const struct opt_def copt_table[] = {
 
 #undef NUM
 #undef BOOL
+#undef SHR
 #undef STR
 #undef F
 
@@ -166,10 +179,23 @@ static bool default_consumer_name(char **ret, char *err, size_t errlen)
 	return *ret ? true : msg_oom(err, errlen);
 }
 
-/* Checks across options, defaults computed at run time, the password files. */
-static bool finish_config(struct consumer_config *cf, char *err, size_t errlen)
+/* The spec of command cmd (CONSUMER_CMD_*), named prog in errors, its --help usage. */
+static struct opt_spec spec_of(unsigned cmd, const char *prog, void (*usage)(FILE *))
 {
-	if (cf->nstreams == 0 && !cf->stream_pattern) {
+	struct opt_spec s = spec;
+
+	s.cmd = cmd;
+	s.prog = prog;
+	s.usage = usage;
+	return s;
+}
+
+/* Checks across options, defaults computed at run time, the password files. */
+static bool finish_config(const struct opt_spec *sp, struct consumer_config *cf, char *err,
+                          size_t errlen)
+{
+	/* poison list and replay without a stream: every poison stream. */
+	if (sp->cmd == CMD && cf->nstreams == 0 && !cf->stream_pattern) {
 		msg_set(err, errlen,
 		        "missing --stream or --stream-pattern (or %sSTREAM, %sSTREAM_PATTERN): say "
 		        "which streams to read, e.g. --stream-pattern 'outbox:*'",
@@ -188,11 +214,11 @@ static bool finish_config(struct consumer_config *cf, char *err, size_t errlen)
 	if (!cf->consumer && !default_consumer_name(&cf->consumer, err, errlen))
 		return false;
 	if (cf->redis_password_file &&
-	    !opt_replace_secret(&spec, cf, "redis-password-file", cf->redis_password_file,
+	    !opt_replace_secret(sp, cf, "redis-password-file", cf->redis_password_file,
 	                        &cf->redis.password, err, errlen))
 		return false;
 	if (cf->redis_sentinel_password_file &&
-	    !opt_replace_secret(&spec, cf, "redis-sentinel-password-file",
+	    !opt_replace_secret(sp, cf, "redis-sentinel-password-file",
 	                        cf->redis_sentinel_password_file, &cf->redis_sentinel_password, err,
 	                        errlen))
 		return false;
@@ -210,13 +236,23 @@ static bool finish_config(struct consumer_config *cf, char *err, size_t errlen)
 enum config_result consumer_config_load(struct consumer_config *cf, int argc, char **argv,
                                         char **envp, char *err, size_t errlen)
 {
+	return consumer_config_load_as(cf, CMD, PROGNAME, consumer_usage, argc, argv, envp, err,
+	                               errlen);
+}
+
+/* See consumer.h. */
+enum config_result consumer_config_load_as(struct consumer_config *cf, unsigned cmd,
+                                           const char *prog, void (*usage)(FILE *), int argc,
+                                           char **argv, char **envp, char *err, size_t errlen)
+{
+	struct opt_spec sp = spec_of(cmd, prog, usage);
 	struct consumer_config built;
 	enum opt_result r;
 
 	memset(cf, 0, sizeof(*cf));
 	memset(&built, 0, sizeof(built));
-	r = opt_load(&spec, &built, argc, argv, envp, err, errlen);
-	if (r == OPT_OK && !finish_config(&built, err, errlen))
+	r = opt_load(&sp, &built, argc, argv, envp, err, errlen);
+	if (r == OPT_OK && !finish_config(&sp, &built, err, errlen))
 		r = OPT_ERROR;
 	if (r == OPT_OK) {
 		*cf = built;
@@ -240,6 +276,8 @@ void consumer_usage(FILE *out)
 	        "at-least-once. Pending entries of this consumer are read first.\n"
 	        "Worker mode (--exec or --handler): each event goes to a program instead, and is\n"
 	        "acknowledged when the program succeeded; see --max-deliveries for poison events.\n"
+	        "List them, or move them back to their streams: outbox-consume poison list|replay\n"
+	        "(outbox-consume poison --help).\n"
 	        "\n"
 	        "Every option can also be set with its %s* environment variable; flags win.\n"
 	        "Durations, as for outbox-relay: 500ms, 90s, 5m, 1h, 2d, or a bare number of\n"
@@ -258,6 +296,14 @@ void consumer_usage(FILE *out)
 	             "finished first), 1 when stdout fails, 2 for bad options, 5 when Redis refuses\n"
 	             "the setup (credentials, missing group without --create-group). Lost connections\n"
 	             "are retried.\n");
+}
+
+/* See consumer.h. */
+void consumer_print_options(unsigned cmd, FILE *out)
+{
+	struct opt_spec sp = spec_of(cmd, PROGNAME, consumer_usage);
+
+	opt_print_options(&sp, out);
 }
 
 /* See consumer.h. */

@@ -4,9 +4,11 @@
  * entries other consumers left pending too long) and prints one JSON line
  * per event, acknowledging each only after it has been written.
  *
- * This file only parses the configuration and hands over to consumer_run().
+ * This file only parses the configuration and hands over to consumer_run(),
+ * or to consumer_poison_main() for `outbox-consume poison list|replay`.
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "config.h"
 #include "consumer.h"
@@ -21,6 +23,8 @@ int main(int argc, char **argv)
 	char err[1024];
 	int rc;
 
+	if (argc > 1 && strcmp(argv[1], "poison") == 0)
+		return consumer_poison_main(argc - 1, argv + 1, environ);
 	switch (consumer_config_load(&cf, argc, argv, environ, err, sizeof(err))) {
 	case CONFIG_OK:
 		break;
