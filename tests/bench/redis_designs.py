@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""redis_designs.py - command streams of candidate publish designs (issue 24, item 2).
+
+Each design publishes the same entries (the ones the relay wrote, read back with
+XRANGE) in batches of BATCH consecutive events, as the relay would send them, so
+that redis_designs.sh can count Redis's instructions per event for each under
+callgrind, next to a bare XADD of the same entries. These are prototypes of the
+Redis side only: they do the commands a design needs per batch (lookups, XADDs,
+dedup inserts, the watermark), not its error paths (a foreign watermark, a
+failed XADD, bucket splits), which cost nothing per event while nothing fails.
+
+  redis_designs.py lua                             the candidate function library
+  redis_designs.py gen DESIGN SOCK STREAM OUT      RESP commands into OUT, prints events
+
+Designs (K dedup shards of a bucket, sized for 24 ids each as the relay's function
+sizes them, shard = the dedup field's first three bytes mod K):
+
+  bare     XADD per entry, nothing else (the reference).
+  watch    WATCH watermark base; FCALL_RO cand_check (watermark, then one HEXISTS per
+           id: the duplicates' indexes); MULTI; XADD per new entry (native: the
+           entry's bytes never enter Lua); FCALL cand_commit (one HSETNX per id,
+           the watermark); EXEC. A concurrent writer of the stream's watermark or
+           dedup index makes EXEC fail and the relay repeat the batch.
+  native   WATCH watermark base; GET watermark; HMGET per shard the batch touches;
+           MULTI; XADD per new entry; HSET per shard (its ids); SET watermark; EXEC.
+           No Lua at all: the relay computes the shards (it knows K from the index).
+  guard    MULTI; FCALL cand_guard (watermark check and HSETNX per id, in Lua, with
+           only the ids as arguments); XADD per entry; EXEC. The lower bound of
+           "ids through Lua, entries native": it cannot skip a duplicate's XADD.
+"""
+import os
+import sys
+import uuid
+import zlib
+
+BATCH = 126  # the relay's mean events per FCALL in redis_breakdown.sh's run
+LOAD = 24
+
+LUA = r"""#!lua name=cand
+local function shard(f, k)
+  local x, y, z = string.byte(f, 1, 3)
+  return (x + y * 256 + z * 65536) % k
+end
+redis.register_function{function_name = 'cand_check', flags = {'no-writes'},
+  callback = function(keys, args)
+    local call = redis.call
+    local wm = call('GET', keys[1]) or ''
+    local k, pre = tonumber(args[1]), keys[2] .. ':'
+    local res = {wm}
+    for i = 2, #args do
+      local f = args[i]
+      if call('HEXISTS', pre .. shard(f, k), f) == 1 then res[#res + 1] = i - 1 end
+    end
+    return res
+  end}
+redis.register_function('cand_commit', function(keys, args)
+  local call = redis.call
+  local k, pre = tonumber(args[3]), keys[2] .. ':'
+  for i = 4, #args do
+    local f = args[i]
+    call('HSETNX', pre .. shard(f, k), f, '1')
+  end
+  call('SET', keys[1], args[1] .. ' ' .. args[2])
+  call('HSET', keys[2], 'k', args[3])
+  return 1
+end)
+redis.register_function('cand_guard', function(keys, args)
+  local call = redis.call
+  local wm = call('GET', keys[1]) or ''
+  if wm > args[1] then return redis.error_reply('OUTBOX_BEHIND') end
+  local k, pre = tonumber(args[3]), keys[2] .. ':'
+  local n = 0
+  for i = 4, #args do
+    local f = args[i]
+    n = n + call('HSETNX', pre .. shard(f, k), f, '1')
+  end
+  call('SET', keys[1], args[1] .. ' ' .. args[2])
+  return n
+end)
+"""
+
+
+def dedup_field(eid):
+    """A 19-byte field like the relay's for a UUID: 3 bytes of hash, 16 of UUID."""
+    try:
+        u = uuid.UUID(eid).bytes
+    except ValueError:
+        u = eid.encode()[:16].ljust(16, b"\0")
+    h = (zlib.crc32(eid.encode()) & 0xFFFFFF).to_bytes(3, "big")
+    return h + u
+
+
+def resp(f, *args):
+    f.write(b"*%d\r\n" % len(args))
+    for a in args:
+        if isinstance(a, str):
+            a = a.encode("utf-8", "surrogateescape")
+        elif isinstance(a, int):
+            a = b"%d" % a
+        f.write(b"$%d\r\n%s\r\n" % (len(a), a))
+
+
+def gen(design, sock, stream, out):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+    import rx  # noqa: E402  (tests/integration/rx.py)
+    c = rx.Client(sock)
+    entries = []
+    for _, kv in c.xrange(stream):
+        eid = dict(kv).get("id", "")
+        flat = []
+        for name, value in kv:
+            flat += [name, value]
+        entries.append((dedup_field(eid), flat))
+    key = stream
+    wm, base = "outbox-relay:wm:{%s}" % key, "outbox-relay:dedup:{%s}" % key
+    k = max(1, -(-len(entries) // LOAD))
+    owner = "7000000000000000000/bench"
+    with open(out, "wb") as f:
+        if design == "bare":
+            for _, flat in entries:
+                resp(f, "XADD", key, "*", *flat)
+        for b in range(0, len(entries) if design != "bare" else 0, BATCH):
+            batch = entries[b:b + BATCH]
+            top = "%016X:%08X" % (b + len(batch), 0)
+            ids = [d for d, _ in batch]
+            if design == "watch":
+                resp(f, "WATCH", wm, base)
+                resp(f, "FCALL_RO", "cand_check", 2, wm, base, k, *ids)
+                resp(f, "MULTI")
+                for _, flat in batch:
+                    resp(f, "XADD", key, "*", *flat)
+                resp(f, "FCALL", "cand_commit", 2, wm, base, top, owner, k, *ids)
+                resp(f, "EXEC")
+            elif design == "native":
+                shards = {}
+                for d in ids:
+                    j = (d[0] + d[1] * 256 + d[2] * 65536) % k
+                    shards.setdefault(j, []).append(d)
+                resp(f, "WATCH", wm, base)
+                resp(f, "GET", wm)
+                for j, fs in shards.items():
+                    resp(f, "HMGET", "%s:%d" % (base, j), *fs)
+                resp(f, "MULTI")
+                for _, flat in batch:
+                    resp(f, "XADD", key, "*", *flat)
+                for j, fs in shards.items():
+                    args = []
+                    for d in fs:
+                        args += [d, b"1"]
+                    resp(f, "HSET", "%s:%d" % (base, j), *args)
+                resp(f, "SET", wm, top + " " + owner)
+                resp(f, "EXEC")
+            elif design == "guard":
+                resp(f, "MULTI")
+                resp(f, "FCALL", "cand_guard", 2, wm, base, top, owner, k, *ids)
+                for _, flat in batch:
+                    resp(f, "XADD", key, "*", *flat)
+                resp(f, "EXEC")
+            else:
+                sys.stderr.write("redis_designs: unknown design %s\n" % design)
+                sys.exit(2)
+    print(len(entries))
+
+
+def main(argv):
+    if len(argv) == 2 and argv[1] == "lua":
+        sys.stdout.write(LUA)
+        return 0
+    if len(argv) == 6 and argv[1] == "gen":
+        gen(*argv[2:6])
+        return 0
+    sys.stderr.write(__doc__)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
