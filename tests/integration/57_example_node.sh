@@ -16,8 +16,9 @@
 . "$(dirname "$0")/example_consumer.sh"
 
 EXAMPLE_DIR=$TESTS_DIR/../deploy/examples/node
-command -v node >/dev/null && command -v npm >/dev/null ||
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
 	skip "no node or npm on PATH (Debian: nodejs npm node-pg)"
+fi
 # pg from the system (Debian's node-pg in /usr/share/nodejs), not from vendor/.
 (cd / && node -e 'require("pg")') >/dev/null 2>&1 || skip "node cannot require('pg') (Debian: node-pg)"
 node_major=$(node -p 'process.versions.node.split(".")[0]')
