@@ -14,6 +14,9 @@
 #     poison_* field; a worker with a working handler then handles it once
 #     and nothing stays pending.
 # (d) replay --all moves the other two back; the poison streams are empty.
+# (e) the same through a Redis Cluster (three masters, redis-cluster:// URL):
+#     the poison streams found on every master, each entry moved back on its
+#     stream's slot.
 . "$(dirname "$0")/lib.sh"
 CONSUME_BIN=${CONSUME_BIN:-$(dirname "$RELAY_BIN")/../outbox-consume/outbox-consume}
 [ -x "$CONSUME_BIN" ] || fail "outbox-consume not found at $CONSUME_BIN"
@@ -200,4 +203,45 @@ assert_eq 14 "$(xlen outbox:order)" "(d) outbox:order has o-bad2 again"
 assert_eq 7 "$(xlen outbox:invoice)" "(d) outbox:invoice has i-bad again"
 assert_eq "" "$(poison list)" "(d) list shows nothing"
 assert_eq 2 "$(rx fields outbox:order aggregate_id | grep -c '^o-bad2$')" "(d) o-bad2 in outbox:order twice: the original and the replay"
+# ---- (e) a Redis Cluster ------------------------------------------------------------------
+cluster_start 3
+CS="outbox:order outbox:invoice outbox:customer"
+for st in $CS; do
+	for i in 1 2; do cluster_rx cmd XADD "$st" '*' id "$st-$i" payload '{"n": 1}' >/dev/null; done
+	cluster_rx cmd XADD "$st" '*' id "$st-bad" payload '{"poison": true}' >/dev/null
+done
+# slot_owner SLOT: the id of the master serving it
+slot_owner() {
+	cluster_nodes | awk -v s="$1" '$3 ~ /master/ { for (i = 9; i <= NF; i++) { n = split($i, r, "-"); if (s >= r[1] && s <= r[n]) print $1 } }'
+}
+owners=$(for st in $CS; do slot_owner "$(rcli "${CLUSTER_MASTER_PORTS%% *}" cluster keyslot "outbox-consume:poison:{$st}")"; done | sort -u | wc -l)
+assert_ge "$owners" 2 "(e) the three poison streams are on more than one master"
+cpoison() { consume poison "$1" --redis-url "$CLUSTER_URL" "${@:2}"; }
+cat >"$T/cdead.sh" <<EOF
+#!/bin/bash
+while IFS= read -r line; do case "\$line" in *poison*) echo "dead cluster says no" ;; *) echo done ;; esac; done
+EOF
+chmod +x "$T/cdead.sh"
+env -u OUTBOX_CONSUME_GROUP -u OUTBOX_CONSUME_STREAM -u OUTBOX_CONSUME_STREAM_PATTERN \
+	-u OUTBOX_CONSUME_POISON_PREFIX \
+	"$CONSUME_BIN" --redis-url "$CLUSTER_URL" --stream-pattern 'outbox:*' --group gc --consumer wc \
+	--create-group --block-timeout 200ms --handler "$T/cdead.sh" >"$T/wc.stdout" 2>"$T/wc.log" &
+WPID=$!
+echo "$WPID" >>"$T/relay.pids"
+wait_for "[ \"\$(cpoison list 2>/dev/null | grep -c .)\" = 3 ]" 120 ||
+	fail "(e) the cluster worker did not move 3 events ($(tail -n 3 "$T/wc.log"))"
+stop_worker "(e)"
+cpoison list >"$T/clist.out" || fail "(e) poison list through the cluster failed"
+assert_eq "outbox:customer outbox:invoice outbox:order" "$(sed 's/.* stream=\([^ ]*\) .*/\1/' "$T/clist.out" | sort | paste -sd ' ')" "(e) list: one entry of each stream"
+assert_eq 3 "$(grep -c ' group=gc consumer=wc deliveries=1 .* error=cluster says no$' "$T/clist.out")" "(e) list: group, consumer, deliveries, error"
+pid=$(grep " stream=outbox:invoice " "$T/clist.out" | cut -d' ' -f1)
+out=$(cpoison replay --stream outbox:invoice --entry "$pid" 2>&1) || fail "(e) replay --entry through the cluster failed: $out"
+assert_match "$out" "^$pid -> [0-9]+-[0-9]+ stream=outbox:invoice\$" "(e) replay --entry: the line"
+out=$(cpoison replay --all 2>&1) || fail "(e) replay --all through the cluster failed: $out"
+assert_eq 2 "$(printf '%s\n' "$out" | grep -c ' -> ')" "(e) replay --all: the other two"
+assert_eq "" "$(cpoison list)" "(e) the poison streams are empty"
+for st in $CS; do
+	assert_eq "$st-1 $st-2 $st-bad $st-bad" "$(cluster_rx fields "$st" id | paste -sd ' ')" "(e) $st: its event back at the end, once"
+	assert_not_contains "$(cluster_rx entries "$st" | tail -n 1)" "poison_" "(e) $st: no poison_* field"
+done
 pass
