@@ -48,6 +48,9 @@
 #define CLAIM_INTERVAL_MAX_MS 10000
 #define RETRY_BASE_MS 200 /* reconnect backoff: doubles up to RETRY_MAX_MS */
 #define RETRY_MAX_MS 5000
+#define LAG_REFRESH_MS 3000 /* --http-addr: the lag gauges read again */
+/* /healthz: the loop waits up to --block-timeout per turn; a turn this much later is stuck. */
+#define STUCK_AFTER_MS 60000
 
 static struct cstream *find_stream(struct consumer *c, const char *key, size_t len)
 {
@@ -104,6 +107,8 @@ static bool scan_found(void *arg, const char *key, size_t len)
 	}
 	if (!add_stream(c, key, len, false))
 		return false;
+	/* Its series appear at 0, so that an alert on their increase sees the first one. */
+	consumer_metrics_count(c->metrics, c->streams[c->nstreams - 1].key, CONSUMER_EV_HANDLED, 0);
 	log_info("reading stream \"%s\" (matches \"%s\")", c->streams[c->nstreams - 1].key,
 	         c->cf->stream_pattern);
 	return true;
@@ -168,6 +173,87 @@ static void retry_failed(struct consumer *c)
 		c->streams[i].live = false;
 }
 
+/* A field of an XINFO reply (name, value, ... pairs). */
+static const redisReply *field(const redisReply *map, const char *name)
+{
+	if (!consumer_reply_is_array(map))
+		return NULL;
+	for (size_t i = 0; i + 1 < map->elements; i += 2) {
+		const redisReply *k = map->element[i];
+
+		if (consumer_reply_is_string(k) && k->len == strlen(name) &&
+		    memcmp(k->str, name, k->len) == 0)
+			return map->element[i + 1];
+	}
+	return NULL;
+}
+
+/*
+ * One group of stream key into the lag table: XINFO GROUPS' lag (Redis 7.0;
+ * nil when it cannot tell), XPENDING's summary and the server's TIME for the
+ * pending count and the oldest one's age. An error reply (the group or the
+ * stream deleted meanwhile) leaves the row out.
+ */
+static enum step lag_of_group(struct consumer *c, const char *key, const redisReply *g,
+                              const redisReply *now)
+{
+	const redisReply *name = field(g, "name"), *lag = field(g, "lag");
+	const char *argv[3] = {"XPENDING", key, NULL};
+	enum step st = STEP_OK;
+	uint64_t pending;
+	int64_t age;
+	redisReply *r;
+
+	if (!consumer_reply_is_string(name))
+		return STEP_OK;
+	argv[2] = name->str;
+	r = consumer_command(c, key, 3, argv, NULL, CMD_TIMEOUT_MS, false, &st);
+	if (!r)
+		return st;
+	age = consumer_metrics_oldest_pending_ms(r, now, &pending);
+	if (age >= -1)
+		consumer_metrics_lag_add(c->metrics, key, name->str,
+		                         lag && lag->type == REDIS_REPLY_INTEGER ? lag->integer : -1,
+		                         pending, age);
+	else
+		log_debug("lag of group \"%s\" on stream \"%s\" left out: XPENDING answered %s", name->str,
+		          key, r->type == REDIS_REPLY_ERROR ? r->str : "an unexpected reply");
+	freeReplyObject(r);
+	return STEP_OK;
+}
+
+/*
+ * --http-addr: read the lag of every group of every stream this consumer
+ * reads (its own group and the others) and hand the table to the metrics.
+ * Done by the loop through its own client, never by the HTTP thread.
+ */
+static enum step refresh_lag(struct consumer *c)
+{
+	enum step st = STEP_OK;
+
+	consumer_metrics_lag_begin(c->metrics);
+	for (size_t i = 0; i < c->nstreams && st == STEP_OK; i++) {
+		const char *key = c->streams[i].key;
+		const char *groups_argv[3] = {"XINFO", "GROUPS", key}, *time_argv[1] = {"TIME"};
+		redisReply *gr, *now;
+
+		gr = consumer_command(c, key, 3, groups_argv, NULL, CMD_TIMEOUT_MS, false, &st);
+		if (!gr)
+			return st;
+		/* TIME of the server holding the stream, the clock its entry ids come from. */
+		now = consumer_reply_is_array(gr) && gr->elements > 0
+		          ? consumer_command(c, key, 1, time_argv, NULL, CMD_TIMEOUT_MS, false, &st)
+		          : NULL;
+		for (size_t j = 0; st == STEP_OK && now && j < gr->elements; j++)
+			st = lag_of_group(c, key, gr->element[j], now);
+		freeReplyObject(now);
+		freeReplyObject(gr);
+	}
+	if (st == STEP_OK)
+		consumer_metrics_lag_commit(c->metrics);
+	return st;
+}
+
 /* One round: discovery, own pending entries, claims, new entries. */
 static enum step step_once(struct consumer *c)
 {
@@ -219,6 +305,12 @@ static enum step step_once(struct consumer *c)
 		}
 		c->next_claim_us = now + every * 1000;
 	}
+	if (c->metrics && now >= c->next_lag_us) {
+		st = refresh_lag(c);
+		if (st != STEP_OK)
+			return st;
+		c->next_lag_us = now + LAG_REFRESH_MS * 1000;
+	}
 	return consumer_read_new(c, time_mono_us());
 }
 
@@ -231,8 +323,10 @@ static int64_t backoff_ms(int attempt)
 	return ms < RETRY_MAX_MS ? ms : RETRY_MAX_MS;
 }
 
-static void consumer_finish(struct consumer *c)
+static void consumer_finish(struct consumer *c, struct consumer_metrics_server *http)
 {
+	consumer_metrics_server_stop(http);
+	consumer_metrics_destroy(c->metrics);
 	rclient_destroy(c->rc);
 	for (size_t i = 0; i < c->nstreams; i++)
 		free(c->streams[i].key);
@@ -248,6 +342,7 @@ static void consumer_finish(struct consumer *c)
 int consumer_run(const struct consumer_config *cf)
 {
 	struct consumer c;
+	struct consumer_metrics_server *http = NULL;
 	int rc = EXIT_OK, attempt = 0;
 
 	memset(&c, 0, sizeof(c));
@@ -265,7 +360,7 @@ int consumer_run(const struct consumer_config *cf)
 		c.handler = handler_create(cf->exec_cmd, cf->handler_cmd);
 		if (!c.handler) {
 			log_error("out of memory");
-			consumer_finish(&c);
+			consumer_finish(&c, http);
 			return EXIT_FAILURE_RUNTIME;
 		}
 		srandom((unsigned)(time_mono_us() ^ getpid()));
@@ -273,19 +368,43 @@ int consumer_run(const struct consumer_config *cf)
 	c.rc = consumer_client_create(&cf->redis);
 	if (!c.rc) {
 		log_error("out of memory");
-		consumer_finish(&c);
+		consumer_finish(&c, http);
 		return EXIT_FAILURE_RUNTIME;
 	}
 	for (size_t i = 0; i < cf->nstreams; i++) {
 		if (!add_stream(&c, cf->streams[i], strlen(cf->streams[i]), true)) {
 			log_error("out of memory");
-			consumer_finish(&c);
+			consumer_finish(&c, http);
 			return EXIT_FAILURE_RUNTIME;
 		}
 	}
 
+	if (cf->http_addr) {
+		char err[1024];
+
+		c.metrics = consumer_metrics_create(cf->group);
+		if (!c.metrics) {
+			log_error("out of memory");
+			consumer_finish(&c, http);
+			return EXIT_FAILURE_RUNTIME;
+		}
+		for (size_t i = 0; i < c.nstreams; i++)
+			consumer_metrics_count(c.metrics, c.streams[i].key, CONSUMER_EV_HANDLED, 0);
+		http = consumer_metrics_serve(c.metrics, cf->http_addr, STUCK_AFTER_MS + cf->block_ms, err,
+		                              sizeof(err));
+		if (!http) {
+			log_error("%s", err);
+			consumer_finish(&c, http);
+			return EXIT_USAGE;
+		}
+		log_info("serving /metrics and /healthz on %s (port %d)", cf->http_addr,
+		         consumer_metrics_server_port(http));
+	}
+
 	while (!consumer_stop_requested) {
 		enum step st;
+
+		consumer_metrics_heartbeat(c.metrics, c.connected);
 
 		if (!c.connected) {
 			char err[1024];
@@ -320,7 +439,8 @@ int consumer_run(const struct consumer_config *cf)
 			 * consumer's pending entries again before anything new. */
 			for (size_t i = 0; i < c.nstreams; i++)
 				c.streams[i].live = false;
-			c.next_scan_us = c.next_claim_us = time_mono_us();
+			c.next_scan_us = c.next_claim_us = c.next_lag_us = time_mono_us();
+			consumer_metrics_heartbeat(c.metrics, true);
 		}
 
 		st = step_once(&c);
@@ -352,6 +472,6 @@ int consumer_run(const struct consumer_config *cf)
 		log_info("exiting after %" PRIu64 " event%s printed: %s", c.printed,
 		         c.printed == 1 ? "" : "s",
 		         consumer_stop_requested ? "stopped by a signal" : "--count reached");
-	consumer_finish(&c);
+	consumer_finish(&c, http);
 	return rc;
 }

@@ -58,6 +58,7 @@ struct consumer_config {
 	int64_t max_deliveries;   /* --max-deliveries N: then to the poison stream; 0 = never */
 	char *poison_prefix;      /* --poison-prefix, default "outbox-consume:poison" */
 	int64_t retry_max_ms;     /* --retry-max: the longest pause before a failed event again */
+	char *http_addr;          /* --http-addr: /metrics and /healthz; NULL = off */
 	char **entries;           /* poison replay --entry ID (repeatable) */
 	size_t nentries;
 	bool all; /* poison replay --all */

@@ -139,6 +139,9 @@ static const struct opt_def copt_table[] = {
         "worker mode: a failed event is delivered again after 100 ms, doubling up to this, with "
         "jitter",
         NULL),
+    STR("http-addr", 0, http_addr, NULL, "ADDR",
+        "serve /metrics (Prometheus) and /healthz on host:port, :port or [ipv6]:port (port 0: "
+        "any free one, logged); unset or empty: off"),
 };
 
 #undef NUM

@@ -16,6 +16,7 @@
 #include <hiredis/hiredis.h>
 
 #include "consumer.h"
+#include "consumer_metrics.h"
 #include "consumer_render.h"
 #include "rclient.h"
 
@@ -68,6 +69,9 @@ struct consumer {
 	int fail_streak; /* batches in a row with a failure: the backoff's exponent */
 	uint64_t handled, failed, poisoned;
 	int64_t next_scan_us, next_claim_us;
+	/* --http-addr: NULL when off (consumer_metrics_* then do nothing). */
+	struct consumer_metrics *metrics;
+	int64_t next_lag_us;    /* the next lag refresh (consumer.c) */
 	bool dead_letter_noted; /* said once that --stream-pattern skips it */
 
 	int exit_code;     /* with STEP_FATAL */

@@ -20,6 +20,7 @@
 #include "consumer_handler.h"
 #include "exitcode.h"
 #include "log.h"
+#include "lsn.h"
 
 /* Redis Cluster: the longest pause between two rounds of non-blocking reads
  * when the last round found nothing (--block-timeout caps it too). */
@@ -200,6 +201,7 @@ static enum step poison(struct consumer *c, const char *key, const redisReply *i
 		st = consumer_error_reply(c, "EVAL (moving a poison entry)", key, r->str);
 	else if (r->type == REDIS_REPLY_INTEGER && r->integer == 1) {
 		c->poisoned++;
+		consumer_metrics_count(c->metrics, key, CONSUMER_EV_POISONED, 1);
 		log_warn("entry %s of stream \"%s\" failed %" PRId64 " deliver%s (last: %s): moved to "
 		         "\"%s\" and acknowledged",
 		         id->str, key, delivered, delivered == 1 ? "y" : "ies", why, pkey);
@@ -221,6 +223,7 @@ static enum step handle_entry(struct consumer *c, const char *key, const redisRe
 	int64_t max = c->cf->max_deliveries, n = 1;
 	enum step st = STEP_OK;
 	enum handler_result hr;
+	int64_t t0;
 	char why[512];
 
 	*ack = false;
@@ -231,13 +234,18 @@ static enum step handle_entry(struct consumer *c, const char *key, const redisRe
 		if (n - 1 >= max) /* this delivery is past the limit: the earlier ones all failed */
 			return poison(c, key, id, kv, n - 1, "delivered without success (consumers died?)");
 	}
+	t0 = time_mono_us();
 	hr = handler_run(c->handler, line, linelen, why, sizeof(why));
+	consumer_metrics_observe_handler(c->metrics, time_mono_us() - t0);
+	consumer_metrics_heartbeat(c->metrics, c->connected);
 	if (hr == HANDLER_DONE) {
 		c->handled++;
+		consumer_metrics_count(c->metrics, key, CONSUMER_EV_HANDLED, 1);
 		*ack = true;
 		return STEP_OK;
 	}
 	c->failed++;
+	consumer_metrics_count(c->metrics, key, CONSUMER_EV_FAILED, 1);
 	if (hr == HANDLER_DEAD)
 		return poison(c, key, id, kv, n, why);
 	if (n < 1)
@@ -247,6 +255,7 @@ static enum step handle_entry(struct consumer *c, const char *key, const redisRe
 	log_warn("handler failed on entry %s of stream \"%s\" (delivery %" PRId64 "): %s; it stays "
 	         "pending and is delivered again",
 	         id->str, key, n, why);
+	consumer_metrics_count(c->metrics, key, CONSUMER_EV_RETRIED, 1);
 	c->retry_due = true;
 	return STEP_OK;
 }
@@ -336,6 +345,8 @@ static enum step print_entries(struct consumer *c, const char *key, const redisR
 		c->ack_argv[3 + nack] = id->str;
 		c->ack_lens[3 + nack++] = id->len;
 		c->printed++;
+		if (!c->handler)
+			consumer_metrics_count(c->metrics, key, CONSUMER_EV_HANDLED, 1);
 		if (c->cf->count > 0 && c->printed >= (uint64_t)c->cf->count)
 			st = STEP_DONE;
 		else if (consumer_stop_requested)
@@ -652,6 +663,8 @@ enum step consumer_read_new(struct consumer *c, int64_t now_us)
 		block = rclient_ms_until(c->next_scan_us, now_us);
 	if (cf->claim_idle_ms > 0 && rclient_ms_until(c->next_claim_us, now_us) < block)
 		block = rclient_ms_until(c->next_claim_us, now_us);
+	if (c->metrics && rclient_ms_until(c->next_lag_us, now_us) < block)
+		block = rclient_ms_until(c->next_lag_us, now_us); /* the lag refresh, consumer.c */
 	if (block < 1)
 		block = 1; /* BLOCK 0 would wait forever */
 

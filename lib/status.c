@@ -22,6 +22,7 @@
  */
 #include "status.h"
 
+#include <inttypes.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -33,6 +34,7 @@
 
 #include "buf.h"
 #include "config.h"
+#include "consumer_metrics.h"
 #include "event.h"
 #include "exitcode.h"
 #include "lsn.h"
@@ -512,8 +514,42 @@ static const char *watermark(struct rclient *c, const struct relay_config *cf, c
 
 static const char *const stream_head[] = {"STREAM",        "LENGTH", "LAST-GENERATED-ID",
                                           "ENTRIES-ADDED", "GROUPS", "WATERMARK"};
-static const char *const group_head[] = {"STREAM",  "GROUP", "CONSUMERS",
-                                         "PENDING", "LAG",   "LAST-DELIVERED-ID"};
+static const char *const group_head[] = {
+    "STREAM", "GROUP", "CONSUMERS", "PENDING", "LAG", "LAST-DELIVERED-ID", "OLDEST-PENDING-AGE"};
+
+/*
+ * The age of group's oldest pending entry on stream key, as "12.3s" into
+ * buf ("-" when none is pending; consumer_metrics_oldest_pending_ms() reads
+ * it, as outbox-consume's gauge does). now is the server's TIME reply.
+ * NULL with err when the connection failed.
+ */
+static const char *pending_age(struct rclient *c, const char *key, const redisReply *group,
+                               const redisReply *now, char *buf, size_t len, char *err,
+                               size_t errlen)
+{
+	const char *argv[3] = {"XPENDING", key, NULL};
+	char why[600];
+	redisReply *r;
+	uint64_t pending;
+	int64_t age;
+
+	if (!group || group->type != REDIS_REPLY_STRING || !now)
+		return "?";
+	argv[2] = group->str;
+	r = rclient_call(c, key, 3, argv, why, sizeof(why));
+	if (!r) {
+		(void)snprintf(err, errlen, "XPENDING failed: %s", why);
+		return NULL;
+	}
+	age = consumer_metrics_oldest_pending_ms(r, now, &pending);
+	freeReplyObject(r);
+	if (age == -1)
+		return "-";
+	if (age < 0)
+		return "?";
+	(void)snprintf(buf, len, "%" PRId64 ".%01" PRId64 "s", age / 1000, age % 1000 / 100);
+	return buf;
+}
 
 /*
  * One stream: a row in streams, a row per group in groups. Returns false
@@ -572,23 +608,44 @@ static bool describe_stream(struct rclient *c, const struct relay_config *cf, co
 
 		table_add(streams, row);
 	}
-	if (gr->type == REDIS_REPLY_ARRAY) {
+	if (gr->type == REDIS_REPLY_ARRAY && gr->elements > 0) {
+		const char *time_argv[1] = {"TIME"};
+		/* The clock of the server holding the stream, which its entry ids come from. */
+		redisReply *now = rclient_call(c, key, 1, time_argv, why, sizeof(why));
+
+		if (!now) {
+			freeReplyObject(info);
+			freeReplyObject(gr);
+			(void)snprintf(err, errlen, "TIME failed: %s", why);
+			return false;
+		}
 		for (size_t i = 0; i < gr->elements; i++) {
 			const redisReply *g = gr->element[i];
-			char name_s[CELL_MAX], cons_s[32], pend_s[32], lag_s[32], ld_s[CELL_MAX];
+			char name_s[CELL_MAX], cons_s[32], pend_s[32], lag_s[32], ld_s[CELL_MAX], age_s[32];
+			const char *age =
+			    pending_age(c, key, map_get(g, "name"), now, age_s, sizeof(age_s), err, errlen);
+
+			if (!age) {
+				freeReplyObject(now);
+				freeReplyObject(info);
+				freeReplyObject(gr);
+				return false;
+			}
 			/* lag is nil in Redis 7.0 when it cannot be computed (e.g. after
 			 * deletions); absent before 7.0: both show "-". */
-			const char *row[6] = {
+			const char *row[7] = {
 			    key,
 			    reply_text(map_get(g, "name"), name_s, sizeof(name_s)),
 			    reply_text(map_get(g, "consumers"), cons_s, sizeof(cons_s)),
 			    reply_text(map_get(g, "pending"), pend_s, sizeof(pend_s)),
 			    reply_text(map_get(g, "lag"), lag_s, sizeof(lag_s)),
 			    reply_text(map_get(g, "last-delivered-id"), ld_s, sizeof(ld_s)),
+			    age,
 			};
 
 			table_add(groups, row);
 		}
+		freeReplyObject(now);
 	}
 	freeReplyObject(info);
 	freeReplyObject(gr);
@@ -678,7 +735,7 @@ static int redis_section(const struct relay_config *cf, const char *pattern,
                          const struct slot_view *view, FILE *out)
 {
 	struct table streams = {.ncols = 6, .head = stream_head, .right = 0x1a};
-	struct table groups = {.ncols = 6, .head = group_head, .right = 0x1c};
+	struct table groups = {.ncols = 7, .head = group_head, .right = 0x5c};
 	struct keylist keys = {0};
 	char desc[300], err[1024];
 	struct rclient *c;

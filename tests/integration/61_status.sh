@@ -65,9 +65,9 @@ for s in outbox:order outbox:invoice; do
 	assert_match "$wm" '^[0-9A-F]+/[0-9A-F]+:[0-9]+$' "$s: watermark shown as LSN:index ($wm)"
 done
 # Group rows: STREAM GROUP CONSUMERS PENDING LAG LAST-DELIVERED-ID
-assert_match "$OUT" '^  outbox:order +workers +1 +4 +11 +[0-9]+-[0-9]+$' "outbox:order/workers: 1 consumer, 4 pending, lag 11"
-assert_match "$OUT" '^  outbox:order +audit +0 +0 +0 ' "outbox:order/audit: nothing pending, lag 0"
-assert_match "$OUT" '^  outbox:invoice +workers +0 +0 +15 +0-0$' "outbox:invoice/workers: untouched, lag 15"
+assert_match "$OUT" '^  outbox:order +workers +1 +4 +11 +[0-9]+-[0-9]+ +[0-9]+\.[0-9]s$' "outbox:order/workers: 1 consumer, 4 pending, lag 11, the oldest pending age"
+assert_match "$OUT" '^  outbox:order +audit +0 +0 +0 +[0-9]+-[0-9]+ +-$' "outbox:order/audit: nothing pending, lag 0, no pending age"
+assert_match "$OUT" '^  outbox:invoice +workers +0 +0 +15 +0-0 +-$' "outbox:invoice/workers: untouched, lag 15"
 
 # ---------------------------------------------------------------------------
 # While the relay streams: active, with its pid

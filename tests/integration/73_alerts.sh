@@ -1,10 +1,12 @@
 #!/bin/bash
 # 73_alerts: deploy/prometheus/alerts.yml is valid and watches series the
-# relay really serves.
+# relay and outbox-consume really serve.
 #  - every outbox_relay_* name in an alert expression appears in a /metrics
 #    scrape of a relay streaming from the harness's PostgreSQL to its Redis,
-#    and every label matcher of such a name (e.g. state="streaming") matches
-#    at least one scraped sample; `up` is Prometheus's own series;
+#    every outbox_consume_* name in a scrape of `outbox-consume --http-addr`
+#    reading what the relay published, and every label matcher of such a
+#    name (e.g. state="streaming") matches at least one scraped sample; `up`
+#    is Prometheus's own series;
 #  - `promtool check rules` accepts the file and `promtool test rules` passes
 #    deploy/prometheus/alerts.test.yml (each alert fires on synthetic series
 #    that should trigger it, with the expected labels and text, and not on
@@ -36,10 +38,28 @@ assert_eq 200 "$(http_get "$PORT" /metrics)" "/metrics status"
 cp "$T/http.body" "$T/scrape"
 relay_stop
 
-python3 - "$RULES" "$T/scrape" >"$T/names.out" 2>&1 <<'PY' || { cat "$T/names.out"; fail "alerts.yml names series /metrics does not serve"; }
+# outbox-consume's scrape, once its loop has read the lag table.
+CONSUME_BIN=${CONSUME_BIN:-$(dirname "$RELAY_BIN")/../outbox-consume/outbox-consume}
+[ -x "$CONSUME_BIN" ] || fail "outbox-consume not found at $CONSUME_BIN"
+env -u OUTBOX_CONSUME_GROUP -u OUTBOX_CONSUME_STREAM -u OUTBOX_CONSUME_STREAM_PATTERN \
+	"$CONSUME_BIN" --redis-url "$REDIS_URL" --stream outbox:order --group alerts --create-group \
+	--block-timeout 200ms --http-addr 127.0.0.1:0 >"$T/consume.stdout" 2>"$T/consume.log" &
+CPID=$!
+echo "$CPID" >>"$T/relay.pids"
+wait_for "grep -q 'serving /metrics' '$T/consume.log'" 60 || fail "outbox-consume serves no HTTP endpoint"
+CPORT=$(sed -n 's/.*serving \/metrics.*(port \([0-9]*\)).*/\1/p' "$T/consume.log" | head -n 1)
+[ -n "$CPORT" ] || fail "no port in outbox-consume's log"
+wait_for "[ \"\$(http_get $CPORT /metrics)\" = 200 ] && grep -q '^outbox_consume_lag_entries{' '$T/http.body'" 60 ||
+	fail "outbox-consume's scrape never had the lag gauges"
+cp "$T/http.body" "$T/consume.scrape"
+kill -TERM "$CPID"
+wait "$CPID" || fail "outbox-consume exited with $? after SIGTERM"
+
+python3 - "$RULES" "$T/scrape" "$T/consume.scrape" >"$T/names.out" 2>&1 <<'PY' || { cat "$T/names.out"; fail "alerts.yml names series /metrics does not serve"; }
 import re, sys
-rules, scrape = open(sys.argv[1]).read(), open(sys.argv[2]).read()
-samples = [l for l in scrape.split("\n") if l and not l.startswith("#")]
+rules = open(sys.argv[1]).read()
+scrapes = {p: [l for l in open(f).read().split("\n") if l and not l.startswith("#")]
+           for p, f in (("outbox_relay_", sys.argv[2]), ("outbox_consume_", sys.argv[3]))}
 exprs = []
 lines = rules.split("\n")
 for i, l in enumerate(lines):  # "expr: X" or "expr: >-" followed by indented lines
@@ -57,8 +77,10 @@ for i, l in enumerate(lines):  # "expr: X" or "expr: >-" followed by indented li
 bad, names = 0, set()
 for e in exprs:
     for name, sel in re.findall(r"\b([a-z_:][a-z0-9_:]*)\s*(\{[^}]*\})?", e):
-        if not name.startswith("outbox_relay_"):
+        prefix = next((p for p in scrapes if name.startswith(p)), None)
+        if not prefix:
             continue
+        samples = scrapes[prefix]
         names.add(name)
         have = [s for s in samples if re.match(re.escape(name) + r"[{ ]", s)]
         if not have:
@@ -70,7 +92,7 @@ for e in exprs:
                    "=~": lambda v: re.fullmatch(val, v), "!~": lambda v: not re.fullmatch(val, v)}[op]
             if not any(hit(v) for v in vals):
                 print("no sample of %s has %s%s\"%s\"" % (name, lab, op, val)); bad += 1
-print("%d expressions, %d relay series names: %s" % (len(exprs), len(names), " ".join(sorted(names))))
+print("%d expressions, %d relay and consumer series names: %s" % (len(exprs), len(names), " ".join(sorted(names))))
 sys.exit(1 if bad or not exprs else 0)
 PY
 ok "$(tail -n 1 "$T/names.out")"
