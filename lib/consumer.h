@@ -117,4 +117,11 @@ int consumer_run(const struct consumer_config *cf);
  */
 int consumer_poison_main(int argc, char **argv, char **envp);
 
+/*
+ * The poison stream of stream key into buf: PREFIX:{T} when key has the hash
+ * tag {T}, else PREFIX:{key}, so that it is in the stream's cluster slot.
+ * False when it does not fit.
+ */
+bool consumer_poison_key(const char *prefix, const char *key, char *buf, size_t len);
+
 #endif

@@ -89,11 +89,12 @@ static bool fail(struct poison *p, int code, const char *fmt, ...)
 }
 
 /*
- * The poison stream of stream key, as consumer_read.c names it: PREFIX:{T}
- * when key has a non-empty hash tag {T}, else PREFIX:{key}. False when it
- * does not fit.
+ * The poison stream of stream key: PREFIX:{T} when key has a non-empty hash
+ * tag {T} (so it shares the stream's cluster slot), else PREFIX:{key}. The
+ * one place this name is made: the consumer writes there, poison list and
+ * replay read there. False when it does not fit.
  */
-static bool poison_key(const char *prefix, const char *key, char *buf, size_t len)
+bool consumer_poison_key(const char *prefix, const char *key, char *buf, size_t len)
 {
 	const char *open = strchr(key, '{'), *close = open ? strchr(open + 1, '}') : NULL;
 	int n;
@@ -156,7 +157,7 @@ static bool find_keys(struct poison *p)
 	size_t n = 0, j = 0;
 
 	for (size_t i = 0; i < cf->nstreams; i++) {
-		if (!poison_key(cf->poison_prefix, cf->streams[i], key, sizeof(key)))
+		if (!consumer_poison_key(cf->poison_prefix, cf->streams[i], key, sizeof(key)))
 			return fail(p, EXIT_USAGE, "--stream \"%.100s...\" is too long", cf->streams[i]);
 		if (!add_key(p, key, strlen(key)))
 			return fail(p, EXIT_FAILURE_RUNTIME, "out of memory");

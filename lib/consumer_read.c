@@ -150,7 +150,6 @@ static enum step poison(struct consumer *c, const char *key, const redisReply *i
 	static const char script[] =
 	    "if redis.call('XACK', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end "
 	    "redis.call('XADD', KEYS[2], '*', unpack(ARGV, 3)) return 1";
-	const char *open = strchr(key, '{'), *close = open ? strchr(open + 1, '}') : NULL;
 	char pkey[1024], ndel[24];
 	size_t n = 7 + 12 + kv->elements, k = 0;
 	const char **argv = calloc(n, sizeof(*argv));
@@ -163,11 +162,13 @@ static enum step poison(struct consumer *c, const char *key, const redisReply *i
 		free(lens);
 		return consumer_fail(c, STEP_FATAL, EXIT_FAILURE_RUNTIME, "out of memory");
 	}
-	if (open && close && close > open + 1) /* the stream's own hash tag */
-		(void)snprintf(pkey, sizeof(pkey), "%s:{%.*s}", c->cf->poison_prefix,
-		               (int)(close - open - 1), open + 1);
-	else
-		(void)snprintf(pkey, sizeof(pkey), "%s:{%s}", c->cf->poison_prefix, key);
+	if (!consumer_poison_key(c->cf->poison_prefix, key, pkey, sizeof(pkey))) {
+		free(argv);
+		free(lens);
+		return consumer_fail(c, STEP_FATAL, EXIT_USAGE,
+		                     "the poison stream name of %s is too long: shorten --poison-prefix",
+		                     key);
+	}
 	(void)snprintf(ndel, sizeof(ndel), "%" PRId64, delivered);
 #define ARG(p, l) (argv[k] = (p), lens[k++] = (l))
 	ARG("EVAL", 4);
