@@ -3,8 +3,8 @@
 // PostgreSQL, XACK after the commit, XAUTOCLAIM of dead consumers' entries,
 // and a dead-letter stream for entries that keep failing. See README.md here.
 //
-// Needs Node.js 18, ioredis 5 (vendored here: npm ci --offline) and pg 8
-// (Debian: node-pg). The Node twin of ../python/consumer.py: same options,
+// Needs Node.js 18 or later, ioredis 5 and pg 8 (both vendored here: npm ci
+// --offline). The Node twin of ../python/consumer.py: same options,
 // same table, same dead-letter fields.
 'use strict';
 
