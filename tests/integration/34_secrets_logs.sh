@@ -17,8 +17,7 @@
 #                        written as \n, no log line starts with "FAKE"
 . "$(dirname "$0")/lib.sh"
 setup_tmp
-CONSUME_BIN=${CONSUME_BIN:-$(dirname "$RELAY_BIN")/../outbox-consume/outbox-consume}
-[ -x "$CONSUME_BIN" ] || fail "outbox-consume not found at $CONSUME_BIN"
+need_consume_bin
 
 # No servers for the first cases: the processes retry and stay up.
 NOPG="host=$T/nowhere port=1 dbname=x user=relay connect_timeout=2"

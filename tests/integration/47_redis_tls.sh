@@ -26,8 +26,7 @@
 . "$(dirname "$0")/lib.sh"
 command -v openssl >/dev/null || skip "openssl is not installed (deploy/install-deps.sh installs it)"
 setup_tmp
-CONSUME_BIN=${CONSUME_BIN:-$(dirname "$RELAY_BIN")/../outbox-consume/outbox-consume}
-[ -x "$CONSUME_BIN" ] || fail "outbox-consume not found at $CONSUME_BIN"
+need_consume_bin
 
 TLS=$T/tls
 tls_ca "$TLS" ca "outbox-relay test CA"

@@ -85,7 +85,6 @@ lsn_ge "$c1" "$end1" || fail "slot confirmed to the end: $c1 < $end1"
 ok "slot confirmed to the end ($c1 >= $end1)"
 
 # outbox-consume and status through the same rediss-cluster:// URL.
-CONSUME_BIN=${CONSUME_BIN:-$(dirname "$RELAY_BIN")/../outbox-consume/outbox-consume}
 RC=0
 env -u OUTBOX_CONSUME_GROUP -u OUTBOX_CONSUME_STREAM -u OUTBOX_CONSUME_STREAM_PATTERN \
 	timeout -k 5 60 "$CONSUME_BIN" --redis-url "$REDIS_URL" --redis-tls-ca-file "$TLS/ca.crt" \

@@ -20,8 +20,7 @@
 #     with one line naming the server and the fix.
 . "$(dirname "$0")/lib.sh"
 setup_tmp
-CONSUME_BIN=${CONSUME_BIN:-$(dirname "$RELAY_BIN")/../outbox-consume/outbox-consume}
-[ -x "$CONSUME_BIN" ] || fail "outbox-consume not found at $CONSUME_BIN"
+need_consume_bin
 pg_start
 load_schema
 cluster_start 3

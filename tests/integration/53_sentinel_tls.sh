@@ -19,8 +19,7 @@
 command -v openssl >/dev/null || skip "openssl is not installed (deploy/install-deps.sh installs it)"
 command -v redis-sentinel >/dev/null || [ -n "$REDIS_CHROOT" ] ||
 	skip "no redis-sentinel (Debian package redis-sentinel; deploy/install-deps.sh installs it)"
-CONSUME_BIN=${CONSUME_BIN:-$(dirname "$RELAY_BIN")/../outbox-consume/outbox-consume}
-[ -x "$CONSUME_BIN" ] || fail "no outbox-consume binary at $CONSUME_BIN"
+need_consume_bin
 setup_tmp
 pg_start
 load_schema

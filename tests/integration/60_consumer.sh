@@ -10,8 +10,7 @@
 # --dead-letter-stream) and says so once; --include-dead-letter reads it.
 . "$(dirname "$0")/lib.sh"
 setup_tmp
-CONSUME_BIN=${CONSUME_BIN:-$(dirname "$RELAY_BIN")/../outbox-consume/outbox-consume}
-[ -x "$CONSUME_BIN" ] || fail "outbox-consume not found at $CONSUME_BIN"
+need_consume_bin
 pg_start
 load_schema
 redis_start

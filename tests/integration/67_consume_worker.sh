@@ -15,8 +15,7 @@
 # (e) a co-process that exits without answering is started again; its event
 #     is delivered again and handled once.
 . "$(dirname "$0")/lib.sh"
-CONSUME_BIN=${CONSUME_BIN:-$(dirname "$RELAY_BIN")/../outbox-consume/outbox-consume}
-[ -x "$CONSUME_BIN" ] || fail "outbox-consume not found at $CONSUME_BIN"
+need_consume_bin
 setup_tmp
 pg_start
 load_schema

@@ -18,8 +18,7 @@
 #     the poison streams found on every master, each entry moved back on its
 #     stream's slot.
 . "$(dirname "$0")/lib.sh"
-CONSUME_BIN=${CONSUME_BIN:-$(dirname "$RELAY_BIN")/../outbox-consume/outbox-consume}
-[ -x "$CONSUME_BIN" ] || fail "outbox-consume not found at $CONSUME_BIN"
+need_consume_bin
 setup_tmp
 pg_start
 load_schema

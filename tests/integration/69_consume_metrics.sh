@@ -14,8 +14,7 @@
 #    group with nothing pending and seconds for "stuck";
 #  - a bad --http-addr is refused with one line naming it, exit 2.
 . "$(dirname "$0")/lib.sh"
-CONSUME_BIN=${CONSUME_BIN:-$(dirname "$RELAY_BIN")/../outbox-consume/outbox-consume}
-[ -x "$CONSUME_BIN" ] || fail "outbox-consume not found at $CONSUME_BIN"
+need_consume_bin
 setup_tmp
 pg_start
 load_schema

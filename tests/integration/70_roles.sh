@@ -246,7 +246,6 @@ assert_eq OK "$(rcli_cons XGROUP CREATE outbox:order g2 0)" "outbox-consume: XGR
 assert_contains "$(rcli_cons XAUTOCLAIM outbox:order g1 c2 0 0-0 COUNT 1)" "0-0" "outbox-consume: XAUTOCLAIM"
 
 # The real consumer, as that user: reads every event once through a new group.
-CONSUME_BIN=${CONSUME_BIN:-$(dirname "$RELAY_BIN")/../outbox-consume/outbox-consume}
 if [ -x "$CONSUME_BIN" ]; then
 	n=$(wc -l <"$T/expected") # --stream-pattern skips outbox:dead-letter
 	timeout 60 "$CONSUME_BIN" --redis-url "unix://outbox-consume:@$REDIS_SOCK" \

@@ -232,7 +232,6 @@ unknown=$(comm -23 <(echo "$used") <(echo "$KNOWN"))
 	"(in: $(grep -lE "$(echo $unknown | tr ' ' '|')" "${MANIFESTS[@]}" | sed "s|$ROOT/||" | tr '\n' ' '))"
 ok "all $(wc -l <<<"$used") OUTBOX_RELAY_* variables named in deploy/ are listed by --help"
 
-CONSUME_BIN=${CONSUME_BIN:-$(dirname "$RELAY_BIN")/../outbox-consume/outbox-consume}
 cused=$(grep -ohE 'OUTBOX_CONSUME_[A-Z0-9][A-Z0-9_]*' "${MANIFESTS[@]}" | sort -u || true)
 if [ -n "$cused" ]; then
 	if [ -x "$CONSUME_BIN" ]; then

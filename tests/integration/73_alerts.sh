@@ -39,8 +39,7 @@ cp "$T/http.body" "$T/scrape"
 relay_stop
 
 # outbox-consume's scrape, once its loop has read the lag table.
-CONSUME_BIN=${CONSUME_BIN:-$(dirname "$RELAY_BIN")/../outbox-consume/outbox-consume}
-[ -x "$CONSUME_BIN" ] || fail "outbox-consume not found at $CONSUME_BIN"
+need_consume_bin
 env -u OUTBOX_CONSUME_GROUP -u OUTBOX_CONSUME_STREAM -u OUTBOX_CONSUME_STREAM_PATTERN \
 	"$CONSUME_BIN" --redis-url "$REDIS_URL" --stream outbox:order --group alerts --create-group \
 	--block-timeout 200ms --http-addr 127.0.0.1:0 >"$T/consume.stdout" 2>"$T/consume.log" &

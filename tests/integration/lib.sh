@@ -59,6 +59,11 @@ RELAY_LOG_LEVEL=${RELAY_LOG_LEVEL:-debug}
 if [ -z "${RELAY_BIN:-}" ]; then
 	RELAY_BIN=$(cd "$TESTS_DIR/.." && pwd)/build/cmd/outbox-relay/outbox-relay
 fi
+# outbox-consume of the same build (tests that run it call need_consume_bin)
+CONSUME_BIN=${CONSUME_BIN:-$(dirname "$RELAY_BIN")/../outbox-consume/outbox-consume}
+need_consume_bin() {
+	[ -x "$CONSUME_BIN" ] || fail "outbox-consume not found at $CONSUME_BIN"
+}
 
 T=
 PGDATA=
