@@ -173,21 +173,6 @@ static void retry_failed(struct consumer *c)
 		c->streams[i].live = false;
 }
 
-/* A field of an XINFO reply (name, value, ... pairs). */
-static const redisReply *field(const redisReply *map, const char *name)
-{
-	if (!consumer_reply_is_array(map))
-		return NULL;
-	for (size_t i = 0; i + 1 < map->elements; i += 2) {
-		const redisReply *k = map->element[i];
-
-		if (consumer_reply_is_string(k) && k->len == strlen(name) &&
-		    memcmp(k->str, name, k->len) == 0)
-			return map->element[i + 1];
-	}
-	return NULL;
-}
-
 /*
  * One group of stream key into the lag table: XINFO GROUPS' lag (Redis 7.0;
  * nil when it cannot tell), XPENDING's summary and the server's TIME for the
@@ -197,7 +182,7 @@ static const redisReply *field(const redisReply *map, const char *name)
 static enum step lag_of_group(struct consumer *c, const char *key, const redisReply *g,
                               const redisReply *now)
 {
-	const redisReply *name = field(g, "name"), *lag = field(g, "lag");
+	const redisReply *name = rclient_map_get(g, "name"), *lag = rclient_map_get(g, "lag");
 	const char *argv[3] = {"XPENDING", key, NULL};
 	enum step st = STEP_OK;
 	uint64_t pending;

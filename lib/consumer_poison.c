@@ -231,15 +231,6 @@ static const redisReply *entry_fields(const redisReply *e)
 	return e->element[1];
 }
 
-/* The value of field name in fields (the first one), or NULL. */
-static const redisReply *field(const redisReply *fields, const char *name)
-{
-	for (size_t i = 0; i + 1 < fields->elements; i += 2)
-		if (strcmp(fields->element[i]->str, name) == 0)
-			return fields->element[i + 1];
-	return NULL;
-}
-
 /* A value on a list line: backslash, control bytes (and, unless last, spaces) as \xHH. */
 static void put_value(const redisReply *v, bool last)
 {
@@ -275,7 +266,7 @@ static void print_entry(const char *pid, const redisReply *fields)
 	fputs(pid, stdout);
 	for (size_t i = 0; i < n; i++) {
 		printf(" %s=", cols[i].label);
-		put_value(field(fields, cols[i].field), i + 1 == n);
+		put_value(rclient_map_get(fields, cols[i].field), i + 1 == n);
 	}
 	putchar('\n');
 }
@@ -310,7 +301,7 @@ static bool each_entry(struct poison *p, const char *key, const char *end,
 				break;
 			}
 			(void)snprintf(start, sizeof(start), "(%s", e->element[0]->str);
-			from = field(f, "poison_stream");
+			from = rclient_map_get(f, "poison_stream");
 			if (from && wanted(p, from->str))
 				go = fn(p, key, e->element[0]->str, f);
 		}
@@ -365,7 +356,7 @@ static bool replay_all_one(struct poison *p, const char *key, const char *pid,
 {
 	bool gone;
 
-	return replay_one_of(p, key, pid, field(fields, "poison_stream")->str, &gone);
+	return replay_one_of(p, key, pid, rclient_map_get(fields, "poison_stream")->str, &gone);
 }
 
 /* A stream entry id as XADD makes them: MS-SEQ, or MS (digits only). */
@@ -396,7 +387,7 @@ static bool locate(struct poison *p, const char *id, size_t *key_i, char *from, 
 		if (!r)
 			return false;
 		if (r->type == REDIS_REPLY_ARRAY && r->elements == 1 && (f = entry_fields(r->element[0])) &&
-		    (s = field(f, "poison_stream")) && wanted(p, s->str)) {
+		    (s = rclient_map_get(f, "poison_stream")) && wanted(p, s->str)) {
 			if (found) {
 				freeReplyObject(r);
 				return fail(p, EXIT_USAGE,

@@ -596,3 +596,19 @@ enum rclient_status rclient_scan_streams(struct rclient *rc, const char *pattern
 	}
 	return RCLIENT_OK;
 }
+
+const redisReply *rclient_map_get(const redisReply *map, const char *name)
+{
+	size_t n = strlen(name);
+
+	if (!map || map->type != REDIS_REPLY_ARRAY)
+		return NULL;
+	for (size_t i = 0; i + 1 < map->elements; i += 2) {
+		const redisReply *k = map->element[i];
+
+		if ((k->type == REDIS_REPLY_STRING || k->type == REDIS_REPLY_STATUS) && k->len == n &&
+		    memcmp(k->str, name, n) == 0)
+			return map->element[i + 1];
+	}
+	return NULL;
+}

@@ -132,6 +132,13 @@ struct redisReply *rclient_call(struct rclient *rc, const char *key, int argc, c
                                 char *err, size_t errlen);
 
 /*
+ * The value for name in a flat [name, value, ...] reply (XINFO's maps, a
+ * stream entry's fields): the first match, NULL when map is not an array or
+ * has no such name.
+ */
+const struct redisReply *rclient_map_get(const struct redisReply *map, const char *name);
+
+/*
  * One full SCAN 0 MATCH pattern TYPE stream COUNT 1000 of every master (one
  * server: of it), calling found() once for every key returned (SCAN may
  * return a key twice). A stream whose slot moves meanwhile may be missed by

@@ -359,21 +359,6 @@ static const char *reply_text(const redisReply *r, char *buf, size_t len)
 	}
 }
 
-/* The value for name in a flat [name, value, ...] reply, NULL when absent. */
-static const redisReply *map_get(const redisReply *map, const char *name)
-{
-	if (!map || map->type != REDIS_REPLY_ARRAY)
-		return NULL;
-	for (size_t i = 0; i + 1 < map->elements; i += 2) {
-		const redisReply *k = map->element[i];
-
-		if ((k->type == REDIS_REPLY_STRING || k->type == REDIS_REPLY_STATUS) &&
-		    k->len == strlen(name) && memcmp(k->str, name, k->len) == 0)
-			return map->element[i + 1];
-	}
-	return NULL;
-}
-
 static int cmp_str(const void *a, const void *b)
 {
 	return strcmp(*(char *const *)a, *(char *const *)b);
@@ -598,11 +583,11 @@ static bool describe_stream(struct rclient *c, const struct relay_config *cf, co
 	{
 		const char *row[6] = {
 		    key,
-		    reply_text(map_get(info, "length"), len_s, sizeof(len_s)),
-		    reply_text(map_get(info, "last-generated-id"), last_s, sizeof(last_s)),
+		    reply_text(rclient_map_get(info, "length"), len_s, sizeof(len_s)),
+		    reply_text(rclient_map_get(info, "last-generated-id"), last_s, sizeof(last_s)),
 		    /* entries-added is new in Redis 7.0 */
-		    reply_text(map_get(info, "entries-added"), added_s, sizeof(added_s)),
-		    reply_text(map_get(info, "groups"), ngroups_s, sizeof(ngroups_s)),
+		    reply_text(rclient_map_get(info, "entries-added"), added_s, sizeof(added_s)),
+		    reply_text(rclient_map_get(info, "groups"), ngroups_s, sizeof(ngroups_s)),
 		    wm,
 		};
 
@@ -622,8 +607,8 @@ static bool describe_stream(struct rclient *c, const struct relay_config *cf, co
 		for (size_t i = 0; i < gr->elements; i++) {
 			const redisReply *g = gr->element[i];
 			char name_s[CELL_MAX], cons_s[32], pend_s[32], lag_s[32], ld_s[CELL_MAX], age_s[32];
-			const char *age =
-			    pending_age(c, key, map_get(g, "name"), now, age_s, sizeof(age_s), err, errlen);
+			const char *age = pending_age(c, key, rclient_map_get(g, "name"), now, age_s,
+			                              sizeof(age_s), err, errlen);
 
 			if (!age) {
 				freeReplyObject(now);
@@ -635,11 +620,11 @@ static bool describe_stream(struct rclient *c, const struct relay_config *cf, co
 			 * deletions); absent before 7.0: both show "-". */
 			const char *row[7] = {
 			    key,
-			    reply_text(map_get(g, "name"), name_s, sizeof(name_s)),
-			    reply_text(map_get(g, "consumers"), cons_s, sizeof(cons_s)),
-			    reply_text(map_get(g, "pending"), pend_s, sizeof(pend_s)),
-			    reply_text(map_get(g, "lag"), lag_s, sizeof(lag_s)),
-			    reply_text(map_get(g, "last-delivered-id"), ld_s, sizeof(ld_s)),
+			    reply_text(rclient_map_get(g, "name"), name_s, sizeof(name_s)),
+			    reply_text(rclient_map_get(g, "consumers"), cons_s, sizeof(cons_s)),
+			    reply_text(rclient_map_get(g, "pending"), pend_s, sizeof(pend_s)),
+			    reply_text(rclient_map_get(g, "lag"), lag_s, sizeof(lag_s)),
+			    reply_text(rclient_map_get(g, "last-delivered-id"), ld_s, sizeof(ld_s)),
 			    age,
 			};
 
