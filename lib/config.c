@@ -200,6 +200,14 @@ static bool check_trim(const char *value, char *why, size_t whylen)
 	return false;
 }
 
+static bool check_publish(const char *value, char *why, size_t whylen)
+{
+	if (strcmp(value, "function") == 0 || strcmp(value, "native") == 0)
+		return true;
+	msg_set(why, whylen, "expected function or native");
+	return false;
+}
+
 static bool check_plugin(const char *value, char *why, size_t whylen)
 {
 	if (strcmp(value, "wal2json") == 0 || strcmp(value, "pgoutput") == 0)
@@ -324,6 +332,13 @@ static const struct opt_def option_table[] = {
             NULL),
     STR("key-prefix", 0, ALL, key_prefix, "outbox-relay", check_key_prefix, "PREFIX",
         "prefix of the relay's own bookkeeping keys; must not contain { or }"),
+    STR("publish", 0, RP, publish, "function", check_publish, "MODE",
+        "how a batch is written: function (one call of the relay's Redis function per batch, "
+        "which checks the watermark and the dedup window inside Redis), or native (no Lua: under "
+        "WATCH the relay reads the watermark and the dedup shards the batch touches, decides, "
+        "and writes the entries, ids and watermark in one MULTI/EXEC, at a lower cost to Redis "
+        "per event; batches it cannot decide, such as large values or dedup state of old "
+        "releases, still go through the function)"),
     BOOL("redis-functions", RP, redis_functions, "true",
          "load the relay's script as a Redis function (Redis 7+); --no-redis-functions loads it "
          "with SCRIPT LOAD and calls it with EVALSHA instead"),

@@ -463,6 +463,17 @@ char *metrics_render(struct metrics *m, const char *slot)
 	sample1(&o, "outbox_relay_reconnects_total", slot, "target", "redis",
 	        load(&m->redis_reconnects));
 
+	family(&o, "outbox_relay_redis_batches_total", "counter",
+	       "Batches of events written to Redis, by path: native (MULTI/EXEC, --publish native) "
+	       "or function.");
+	sample1(&o, "outbox_relay_redis_batches_total", slot, "path", "native",
+	        load(&m->batches_native));
+	sample1(&o, "outbox_relay_redis_batches_total", slot, "path", "function",
+	        load(&m->batches_function));
+	family(&o, "outbox_relay_redis_watch_retries_total", "counter",
+	       "Native batches read again because another client changed a watched key.");
+	sample(&o, "outbox_relay_redis_watch_retries_total", slot, load(&m->watch_retries));
+
 	family(&o, "outbox_relay_transactions_total", "counter",
 	       "Committed transactions received from the replication slot.");
 	sample(&o, "outbox_relay_transactions_total", slot, load(&m->transactions));

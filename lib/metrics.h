@@ -62,6 +62,9 @@ struct metrics {
 	_Atomic uint64_t redis_errors[SINK_ERR_NKINDS]; /* by enum sink_error_kind */
 	_Atomic uint64_t pg_reconnects;
 	_Atomic uint64_t redis_reconnects;
+	_Atomic uint64_t batches_native;   /* batches written by --publish native */
+	_Atomic uint64_t batches_function; /* batches written by the function */
+	_Atomic uint64_t watch_retries;    /* native batches read again after a watched key changed */
 	_Atomic uint64_t transactions;
 	_Atomic uint64_t trimmed_entries; /* --trim acked: entries XTRIM removed */
 	_Atomic uint64_t trim_episodes;   /* --trim acked: trim rounds completed */

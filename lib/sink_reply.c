@@ -303,6 +303,10 @@ bool sink_handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 	if (e->kind == SQ_PUBLISH || e->kind == SQ_DEAD) {
 		int64_t now = time_now_us();
 
+		s->stats.function_batches++;
+		if (s->m)
+			atomic_fetch_add_explicit(&s->m->batches_function, 1, memory_order_relaxed);
+
 		for (size_t i = 0; i < r->elements; i++)
 			count_result(s, e, r->element[i], now);
 	}
