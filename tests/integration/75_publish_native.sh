@@ -1,0 +1,344 @@
+#!/bin/bash
+# 75_publish_native: --publish native (lib/sink_native.c: the function's
+# decisions made in C under WATCH, written with MULTI/EXEC) against --publish
+# function (the Lua function of lib/sink_script.c), differentially.
+#   (a) The same WAL through two relays, one per mode, each on its own slot
+#       (both made before the writes) into its own redis-server. The
+#       workload: several streams; a transaction of 3200 rows plus 50 of its
+#       own ids again (dedup shards split); ids again in later transactions
+#       (rows and messages); outbox_emit_message mixed with rows; the column
+#       types of 39_republish (numeric, float8 with NaN/Infinity, int8 past
+#       2^53, bool, bytea, text[], jsonb, json, timestamptz, date, text with
+#       quotes, tabs and newlines) and NULLs; a ~100 KiB value (held by
+#       pointer: the function's path in native mode); a row with a NULL id (a
+#       dead letter; another in part 2). Both relays stream the first part and are killed with
+#       SIGKILL once its last event is in Redis; each slot is then put back
+#       to where it began (dropped and copied from a slot made beside it
+#       before the writes), so the restarted relays replay the whole first
+#       part whatever they had confirmed (dropped by the watermark: the same
+#       count in both modes, independent of when the kill came), then drain
+#       the second part (ids of the first again: duplicates) with --endpos.
+#       Then both Redis hold: the same streams, each with the same entries
+#       field by field in the same order (entry ids aside); the same ids in
+#       each stream's dedup hashes; the same buckets in the index hash, each
+#       with the same count of ids and about the same K (two runs of the
+#       function alone differ by a shard or two: K grows from each call's
+#       "ids to come", and which events share a call depends on Redis's reply
+#       times); a TTL on every dedup shard. The final log lines give
+#       the same published/duplicates/replays, native_batches > 0 in native
+#       mode (0 with the function), and few function batches in native mode
+#       (the large value and the dead letter).
+#   (b) Switching modes on one Redis: function, native, function again, each
+#       part with ids published before the switch: no entry missing, none
+#       twice, the duplicates dropped across each switch.
+#   (c) --publish bogus (and OUTBOX_RELAY_PUBLISH=bogus): exit 2, one line
+#       naming --publish (the variable).
+# Nothing depends on the machine's speed: the waits are for conditions,
+# bounded generously.
+. "$(dirname "$0")/lib.sh"
+setup_tmp
+pg_start
+load_schema
+# A table without a primary key, so rows can share an id, with the column
+# types of 39_republish.
+psql_q "CREATE TABLE public.ev (id text, aggregate_type text, aggregate_id text, event_type text,
+        payload jsonb, headers jsonb, created_at timestamptz DEFAULT now(), n numeric(12,4), f float8,
+        i int8, b bool, bin bytea, tags text[], hj json, ts timestamptz, d date, nan float8, note text)"
+
+# One dedup bucket for the whole test, however slow the machine: a window
+# whose two-window bucket lasts the next hour.
+DW=1800
+now=$(date +%s)
+while [ $((now / (2 * DW))) -ne $(((now + 3600) / (2 * DW))) ]; do DW=$((DW + 1)); done
+OPTS=(--table public.ev --dedup-window "$DW")
+
+# final_sum LOG FIELD: FIELD=N of the relay's final line ("stopped (...): ..."), summed
+# over the final lines in LOG (one per relay run).
+final_sum() {
+	grep -o "stopped (.*" "$1" | grep -o " $2=[0-9]*" | cut -d= -f2 | awk '{ s += $1 } END { print s + 0 }'
+}
+
+# ---------------------------------------------------------------------------
+# (a) the same WAL through both modes
+# ---------------------------------------------------------------------------
+case_a() {
+	local PF PN m pid_f pid_n lf ln2 l2 x
+	PF=$(rnode_new)
+	PN=$(rnode_new)
+	# Four slots at one position (copies of the first): both relays see the
+	# same backlog ahead of their slot, and so size the dedup buckets alike.
+	slot_create s_f
+	for m in s_n bak_f bak_n; do
+		psql_q "SELECT 1 FROM pg_copy_logical_replication_slot('s_f', '$m')" >/dev/null
+	done
+	# Part 1.
+	psql_q >/dev/null <<-'SQL'
+		BEGIN;
+		INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload, n, i)
+		  SELECT 'b-' || g, 'bulk', (g % 97)::text, 'created', jsonb_build_object('g', g), g / 7.0, g
+		  FROM generate_series(1, 3200) g;
+		INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload)
+		  SELECT 'b-' || g, 'bulk', 'dup-in-tx', 'again', '{}' FROM generate_series(1, 50) g;
+		COMMIT;
+		DO $$ BEGIN
+		  FOR t IN 1..30 LOOP
+		    INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload, headers, n, f, i, b, bin,
+		                    tags, hj, ts, d, nan, note)
+		      SELECT gen_random_uuid()::text, (ARRAY['order','customer','invoice'])[g % 3 + 1], t || '-' || g,
+		             'created', jsonb_build_object('t', t, 'g', g, 's', E'q"uote\\back'),
+		             CASE WHEN g % 5 = 0 THEN NULL ELSE '{"h": 1}'::jsonb END,
+		             CASE WHEN g % 4 = 0 THEN NULL ELSE g * 1.25 END, g * 0.1, 9007199254740993 + g,
+		             CASE WHEN g % 7 = 0 THEN NULL ELSE g % 2 = 0 END,
+		             CASE WHEN g % 6 = 0 THEN ''::bytea ELSE decode(lpad(to_hex(g), 8, '0'), 'hex') END,
+		             CASE WHEN g % 8 = 0 THEN '{}'::text[] ELSE ARRAY['x', 'y z', g::text] END,
+		             ('{ "k" :  [' || g || ', 2] }')::json,
+		             CASE WHEN g % 9 = 0 THEN 'infinity'::timestamptz
+		                  ELSE '2026-11-21 23:51:54.886854+02'::timestamptz + g * interval '1 s' END,
+		             '2026-11-21'::date + g,
+		             CASE g % 3 WHEN 0 THEN 'NaN'::float8 WHEN 1 THEN 'Infinity'::float8 ELSE -1e300 END,
+		             CASE WHEN g % 2 = 0 THEN NULL ELSE E'line1\nline2 "quoted" tab\tend' END
+		      FROM generate_series(1, 50) g;
+		    PERFORM outbox_emit_message((ARRAY['order','customer','invoice'])[t % 3 + 1], 'm-' || t,
+		                                'messaged', jsonb_build_object('t', t));
+		    COMMIT;
+		  END LOOP;
+		END $$;
+		BEGIN;
+		INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload)
+		  SELECT 'b-' || g, 'bulk', 'dup-across-tx', 'again', '{}' FROM generate_series(100, 120) g;
+		SELECT 1 FROM pg_logical_emit_message(true, 'outbox', json_build_object('id', 'b-5', 'aggregate_type', 'bulk',
+		  'aggregate_id', 'msg', 'event_type', 'again', 'payload', '{}'::json)::text);
+		INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload) VALUES ('x-1', 'customer', 'x', 'row', '{}');
+		SELECT 1 FROM pg_logical_emit_message(true, 'outbox', json_build_object('id', 'x-1', 'aggregate_type', 'customer',
+		  'aggregate_id', 'x', 'event_type', 'message-same-id', 'payload', '{}'::json)::text);
+		SELECT 1 FROM pg_logical_emit_message(true, 'outbox', json_build_object('id', 'msg-dup-1', 'aggregate_type', 'order',
+		  'aggregate_id', 'm', 'event_type', 'first', 'payload', '{}'::json)::text);
+		COMMIT;
+		BEGIN;
+		INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload) VALUES ('big-0', 'order', 'big', 'before', '{}');
+		INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload, note)
+		  VALUES ('big-1', 'order', 'big', 'large', jsonb_build_object('blob', repeat('x', 102400)), NULL);
+		INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload) VALUES ('big-2', 'order', 'big', 'after', '{}');
+		INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload) VALUES (NULL, 'order', 'null-id', 'dead', '{}');
+		SELECT 1 FROM pg_logical_emit_message(true, 'outbox', json_build_object('id', 'msg-dup-1', 'aggregate_type', 'order',
+		  'aggregate_id', 'm', 'event_type', 'second', 'payload', '{}'::json)::text);
+		COMMIT;
+		INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload) VALUES ('marker-1', 'marker', 'm', 'part1', '{}');
+	SQL
+	# Both relays stream part 1 and are killed once its last event is in Redis.
+	REDIS_URL=redis://127.0.0.1:$PF
+	relay_start --slot s_f --publish function "${OPTS[@]}"
+	pid_f=$RELAY_PID
+	lf=$RELAY_LOG
+	REDIS_URL=redis://127.0.0.1:$PN
+	relay_start --slot s_n --publish native "${OPTS[@]}"
+	pid_n=$RELAY_PID
+	ln2=$RELAY_LOG
+	wait_for "[ \"\$($RX 127.0.0.1:$PF fields outbox:marker id)\" = marker-1 ]" 240 ||
+		fail "(a) function: part 1 not published in 240 s ($(tail -n 3 "$lf" | cut -c1-300))"
+	wait_for "[ \"\$($RX 127.0.0.1:$PN fields outbox:marker id)\" = marker-1 ]" 240 ||
+		fail "(a) native: part 1 not published in 240 s ($(tail -n 3 "$ln2" | cut -c1-300))"
+	kill -9 "$pid_f" "$pid_n"
+	wait "$pid_f" 2>/dev/null || true
+	wait "$pid_n" 2>/dev/null || true
+	RELAY_PID=
+	log "(a) both relays killed with SIGKILL after part 1"
+	# Each slot back to where it began.
+	for m in f n; do
+		wait_for "! slot_active s_$m" 60 || fail "(a) slot s_$m still active 60 s after the relay was killed"
+		psql_q "SELECT pg_drop_replication_slot('s_$m')" >/dev/null
+		psql_q "SELECT 1 FROM pg_copy_logical_replication_slot('bak_$m', 's_$m')" >/dev/null
+	done
+	# Part 2: ids of part 1 again, new ids, messages, another large value.
+	psql_q >/dev/null <<-'SQL'
+		BEGIN;
+		INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload)
+		  SELECT 'b-' || g, 'bulk', 'part2-dup', 'again', '{}' FROM generate_series(1, 200) g;
+		INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload)
+		  SELECT 'b2-' || g, 'bulk', (g % 13)::text, 'created', jsonb_build_object('g', g) FROM generate_series(1, 600) g;
+		COMMIT;
+		BEGIN;
+		INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload)
+		  SELECT id, aggregate_type, 'part2-dup', 'again', '{}' FROM ev WHERE aggregate_type IN ('order', 'customer')
+		    AND id IS NOT NULL ORDER BY aggregate_id, id LIMIT 40;
+		SELECT 1 FROM outbox_emit_message('invoice', 'm2', 'messaged', '{"part": 2}');
+		INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload, hj, note)
+		  VALUES ('p2-1', 'invoice', 'p2', 'created', '{"a": [1, null]}', 'null', NULL);
+		SELECT 1 FROM pg_logical_emit_message(true, 'outbox', json_build_object('id', 'x-1', 'aggregate_type', 'customer',
+		  'aggregate_id', 'x', 'event_type', 'message-part2', 'payload', '{}'::json)::text);
+		COMMIT;
+		INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload)
+		  VALUES ('big-3', 'invoice', 'big', 'large', jsonb_build_object('blob', repeat('y', 102400)));
+		INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload) VALUES (NULL, 'invoice', 'null-id', 'dead', '{}');
+		INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload) VALUES ('marker-2', 'marker', 'm', 'part2', '{}');
+	SQL
+	l2=$(current_lsn)
+	REDIS_URL=redis://127.0.0.1:$PF
+	relay_run_until "$l2" --slot s_f --publish function "${OPTS[@]}" || fail "(a) function: the drain after the kill exited $RELAY_RC"
+	F_LOGS=$RELAY_LOG
+	REDIS_URL=redis://127.0.0.1:$PN
+	relay_run_until "$l2" --slot s_n --publish native "${OPTS[@]}" || fail "(a) native: the drain after the kill exited $RELAY_RC"
+	N_LOGS=$RELAY_LOG
+	REDIS_URL=unix://$REDIS_SOCK
+
+	# The function's run on its own: every id once, nothing else.
+	psql_q "SELECT DISTINCT id FROM ev WHERE id IS NOT NULL" >"$T/a.rows"
+	$RX "127.0.0.1:$PF" ids 'outbox:*' outbox:dead-letter >"$T/a.f.ids"
+	{
+		cat "$T/a.rows"
+		echo msg-dup-1
+		grep -vxF -f "$T/a.rows" "$T/a.f.ids" | grep -v '^msg-dup-1$' | grep -E '^[0-9a-f-]{36}$' || true
+	} | sort -u >"$T/a.f.exp"
+	ids_exactly_once "$T/a.f.exp" "$T/a.f.ids" "(a) function"
+	assert_eq 32 "$(($(wc -l <"$T/a.f.exp") - $(wc -l <"$T/a.rows")))" "(a) function: the 31 messages of random ids and msg-dup-1 (x-1 and b-5 came as rows first)"
+
+	# The two Redis, compared.
+	python3 - "127.0.0.1:$PF" "127.0.0.1:$PN" "$_LIB_DIR" <<-'PY' || fail "(a) the two modes' Redis differ"
+		import re, sys
+		sys.path.insert(0, sys.argv[3])
+		from rx import Client
+		def scan(c, pattern):
+		    keys, cursor = set(), "0"
+		    while True:
+		        cursor, batch = c.call("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
+		        keys.update(batch)
+		        if cursor == "0":
+		            return sorted(keys)
+		def state(addr):
+		    c = Client(addr)
+		    st = {"streams": {}, "ids": {}, "buckets": {}, "nottl": [], "shards": 0}
+		    for s in c.streams("outbox:*"):
+		        # A dead letter names its relay's slot (s_f, s_n).
+		        st["streams"][s] = [[["slot", "<slot>"] if f[0] == "slot" and f[1] in ("s_f", "s_n") else list(f)
+		                             for f in kv] for _, kv in c.xrange(s)]
+		        if s == "outbox:dead-letter":
+		            continue
+		        base = "outbox-relay:dd:{%s}" % s
+		        ids = set()
+		        for k in scan(c, base + ":*"):
+		            st["shards"] += 1
+		            ids.update(f for f in c.call("HKEYS", k) if f != "")
+		            if c.call("TTL", k) <= 0:
+		                st["nottl"].append(k)
+		        st["ids"][s] = ids
+		        h = c.call("HGETALL", base) or []
+		        st["buckets"][s] = {h[i]: tuple(h[i + 1].split()[:2]) for i in range(0, len(h), 2)
+		                            if re.fullmatch(r"\d+:\d+", h[i])}
+		    return st
+		f, n = state(sys.argv[1]), state(sys.argv[2])
+		bad = []
+		def say(m):
+		    bad.append(m)
+		    print("[75_publish_native] FAIL: (a) " + m, file=sys.stderr)
+		if sorted(f["streams"]) != sorted(n["streams"]):
+		    say("streams: function %s, native %s" % (sorted(f["streams"]), sorted(n["streams"])))
+		for s in sorted(set(f["streams"]) & set(n["streams"])):
+		    a, b = f["streams"][s], n["streams"][s]
+		    if a != b:
+		        k = next((j for j in range(min(len(a), len(b))) if a[j] != b[j]), min(len(a), len(b)))
+		        ea, eb = (a[k] if k < len(a) else []), (b[k] if k < len(b) else [])
+		        diff = [(i, ea[i] if i < len(ea) else None, eb[i] if i < len(eb) else None)
+		                for i in range(max(len(ea), len(eb))) if (ea[i:i + 1] or None) != (eb[i:i + 1] or None)]
+		        say("%s: %d entries (function), %d (native), first difference at entry %d, fields (index, function, native): %s" % (
+		            s, len(a), len(b), k, str(diff)[:1500]))
+		    else:
+		        print("[75_publish_native] ok - (a) %s: the same %d entries, field by field, in order" % (s, len(a)))
+		for s in sorted(set(f["ids"]) | set(n["ids"])):
+		    a, b = f["ids"].get(s, set()), n["ids"].get(s, set())
+		    if a != b:
+		        say("%s: dedup ids differ: %d (function), %d (native), %d only in function (e.g. %r), %d only in native (e.g. %r)" % (
+		            s, len(a), len(b), len(a - b), sorted(a - b)[:3], len(b - a), sorted(b - a)[:3]))
+		    else:
+		        print("[75_publish_native] ok - (a) %s: the same %d ids in the dedup hashes" % (s, len(a)))
+		    # The same buckets with the same count of ids. K, as the function
+		    # grows it from each call's "ids to come", depends on how the events
+		    # fell into calls, which group commit decides by Redis's reply times:
+		    # two runs of the function alone differ by a shard or two on the bulk
+		    # stream (300 vs 301). Equal K is asserted within max(2, K/20).
+		    ba, bb = f["buckets"].get(s, {}), n["buckets"].get(s, {})
+		    far = [b for b in ba if b in bb and abs(int(ba[b][0]) - int(bb[b][0])) > max(2, int(ba[b][0]) // 20)]
+		    if sorted(ba) != sorted(bb) or any(ba[b][1] != bb[b][1] for b in ba if b in bb) or far:
+		        say("%s: bucket records (K, count) differ: function %s, native %s" % (s, ba, bb))
+		    else:
+		        print("[75_publish_native] ok - (a) %s: the same buckets and counts, K within max(2, K/20): function %s, native %s" % (s, ba, bb))
+		for name, st in (("function", f), ("native", n)):
+		    if st["nottl"]:
+		        say("%s: %d dedup shards without a TTL, e.g. %s" % (name, len(st["nottl"]), st["nottl"][:3]))
+		    else:
+		        print("[75_publish_native] ok - (a) %s: all %d dedup shards have a TTL" % (name, st["shards"]))
+		if len(f["ids"].get("outbox:bulk", set())) < 3000 or max(int(k) for k, _ in f["buckets"]["outbox:bulk"].values()) < 8:
+		    say("function: the bulk stream's dedup state did not split (test bug?): %s" % f["buckets"].get("outbox:bulk"))
+		sys.exit(1 if bad else 0)
+	PY
+	ok "(a) both Redis hold the same streams and dedup state"
+
+	assert_eq 2 "$($RX "127.0.0.1:$PF" cmd XLEN outbox:dead-letter)" "(a) function: the two NULL ids dead-lettered once each"
+	for x in published duplicates replays dead_lettered; do
+		assert_eq "$(final_sum "$F_LOGS" $x)" "$(final_sum "$N_LOGS" $x)" "(a) $x: the same in both modes"
+	done
+	assert_ge "$(final_sum "$F_LOGS" replays)" 3000 "(a) part 1 replayed after the kill (dropped by the watermark)"
+	assert_ge "$(final_sum "$F_LOGS" duplicates)" 240 "(a) part 2's ids of part 1 dropped as duplicates"
+	assert_eq 0 "$(final_sum "$F_LOGS" native_batches)" "(a) --publish function: no native batch"
+	assert_ge "$(final_sum "$F_LOGS" function_batches)" 20 "(a) --publish function: every batch through the function"
+	assert_ge "$(final_sum "$N_LOGS" native_batches)" 1 "(a) --publish native: batches written natively"
+	assert_ge 8 "$(final_sum "$N_LOGS" function_batches)" "(a) --publish native: only the large-value and dead-letter batches through the function"
+}
+
+# ---------------------------------------------------------------------------
+# (b) function, native, function on one Redis
+# ---------------------------------------------------------------------------
+case_b() {
+	local nlog
+	redis_start
+	slot_create s_sw
+	ins() { # FROM TO STREAM EVENT_TYPE: rows sw-FROM..sw-TO in one transaction
+		psql_q "INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload)
+		        SELECT 'sw-' || g, '$3', g::text, '$4', '{}' FROM generate_series($1, $2) g"
+	}
+	ins 1 400 sw1 part1
+	ins 401 800 sw2 part1
+	psql_q "SELECT outbox_emit_message('sw1', 'msg', 'part1', '{}')" >/dev/null
+	relay_drain --slot s_sw --publish function "${OPTS[@]}"
+	ins 1 100 sw1 part2-dup
+	ins 401 500 sw2 part2-dup
+	ins 801 1200 sw1 part2
+	psql_q "SELECT outbox_emit_message('sw2', 'msg', 'part2', '{}')" >/dev/null
+	relay_drain --slot s_sw --publish native "${OPTS[@]}"
+	nlog=$RELAY_LOG
+	ins 1 50 sw1 part3-dup
+	ins 801 900 sw1 part3-dup
+	ins 1201 1500 sw2 part3
+	ins 450 460 sw2 part3-dup
+	relay_drain --slot s_sw --publish function "${OPTS[@]}"
+	psql_q "SELECT DISTINCT id FROM ev WHERE id LIKE 'sw-%'" >"$T/b.exp"
+	rx ids 'outbox:sw*' >"$T/b.got"
+	grep -v '^sw-' "$T/b.got" >>"$T/b.exp" || true
+	assert_eq 2 "$(grep -vc '^sw-' "$T/b.exp")" "(b) the two messages"
+	ids_exactly_once "$T/b.exp" "$T/b.got" "(b) across function -> native -> function"
+	assert_eq 0 "$(rx fields outbox:sw1 event_type | grep -c dup || true)" "(b) sw1: no duplicate row published"
+	assert_eq 0 "$(rx fields outbox:sw2 event_type | grep -c dup || true)" "(b) sw2: no duplicate row published"
+	assert_eq 200 "$(final_sum "$nlog" duplicates)" "(b) native: the 200 ids published by the function dropped"
+	assert_ge "$(final_sum "$nlog" native_batches)" 1 "(b) native: batches written natively"
+	assert_eq 161 "$(final_sum "$RELAY_LOG" duplicates)" "(b) function again: the 161 ids published before (by both modes) dropped"
+}
+
+# ---------------------------------------------------------------------------
+# (c) a bad --publish
+# ---------------------------------------------------------------------------
+case_c() {
+	REDIS_URL=unix://$T/none.sock
+	relay_run --publish bogus || true
+	assert_eq 2 "$RELAY_RC" "(c) --publish bogus: exit code"
+	assert_eq 1 "$(grep -c . "$RELAY_LOG")" "(c) one line [$(head -c 300 "$RELAY_LOG")]"
+	assert_contains "$(cat "$RELAY_LOG")" "--publish" "(c) the line names --publish"
+	OUTBOX_RELAY_PUBLISH=bogus relay_run || true
+	assert_eq 2 "$RELAY_RC" "(c) OUTBOX_RELAY_PUBLISH=bogus: exit code"
+	assert_eq 1 "$(grep -c . "$RELAY_LOG")" "(c) one line [$(head -c 300 "$RELAY_LOG")]"
+	assert_contains "$(cat "$RELAY_LOG")" "OUTBOX_RELAY_PUBLISH" "(c) the line names OUTBOX_RELAY_PUBLISH"
+}
+
+run_case a case_a
+run_case b case_b
+run_case c case_c
+[ "${#CASES_FAILED[@]}" = 0 ] || fail "cases failed: ${CASES_FAILED[*]} (passed: ${CASES_OK[*]:-none})"
+pass
