@@ -62,6 +62,7 @@ struct node {
 	bool mem_known; /* used_memory and maxmemory were read */
 	uint64_t used_memory, maxmemory;
 	uint64_t max_bulk; /* proto-max-bulk-len, 0 unknown */
+	struct native *nat; /* --publish native: the batch in flight here (sink_native.c owns it) */
 };
 
 struct strset {
@@ -158,6 +159,28 @@ bool sink_record_reply(struct sink_redis *s, struct sq_ent *e, const redisReply 
 void sink_noperm_message(struct sink_redis *s, const char *what, const char *fix, const char *msg);
 /* Match one reply against what n's oldest outstanding request was. */
 bool sink_handle_reply(struct sink_redis *s, struct node *n, redisReply *r);
+
+/* An error reply msg to publish e: errkind and errmsg (false: the connections fail). */
+bool sink_publish_error(struct sink_redis *s, const struct sq_ent *e, const char *msg);
+/* "ASK <slot> <addr>" for e: sent to that master after ASKING, or an error. */
+bool sink_follow_ask(struct sink_redis *s, struct sq_ent *e, const char *msg);
+/* Publish e ran on n with per-event results r (an array as the function returns). */
+bool sink_publish_done(struct sink_redis *s, struct node *n, struct sq_ent *e, const redisReply *r);
+
+/* sink_native.c */
+/* --publish native was asked for. */
+bool sink_native_on(const struct sink_redis *s);
+/* Stage n's native batch's next round, or the commands up to the next batch it takes. */
+bool sink_native_stage(struct sink_redis *s, struct node *n, size_t limit);
+/* A reply for an SQ_NATIVE_MARK. */
+bool sink_native_reply(struct sink_redis *s, struct node *n, const redisReply *r);
+/* Bytes wait to be staged. */
+bool sink_native_due(const struct node *n);
+/* A native batch is in flight on n: nothing else is staged until its round is answered. */
+bool sink_native_blocks(const struct node *n);
+/* The connection closed: forget the batch in flight (the ring sends it again). */
+void sink_native_reset(struct node *n);
+void sink_native_free(struct node *n);
 
 /* sink_trim.c */
 /* The answer to one --trim acked call: entries removed, or why not. */

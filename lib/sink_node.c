@@ -37,6 +37,7 @@ void sink_node_close(struct node *n)
 	n->io = NULL;
 	n->w_wants_read = n->r_wants_write = false;
 	n->info_due = n->info_sent = n->mem_known = false;
+	sink_native_reset(n);
 }
 
 /* "host:port" or the unix socket path, for messages. */
@@ -56,6 +57,7 @@ void sink_node_finish(struct node *n)
 	ring_finish(&n->waitq);
 	ring_finish(&n->durable);
 	buf_finish(&n->wbuf);
+	sink_native_free(n);
 	free(n->host);
 	free(n->unix_path);
 	memset(n, 0, sizeof(*n));
@@ -71,6 +73,10 @@ static bool node_wants_write(const struct node *n)
 		return true;
 	if (n->w_wants_read)
 		return false; /* POLLIN wakes the blocked TLS write */
+	if (sink_native_due(n))
+		return true;
+	if (sink_native_blocks(n)) /* nothing to stage until its replies come */
+		return n->wsent < n->wbuf.len;
 	return n->sendq.len > 0 || n->part_seq || n->wsent < n->wbuf.len;
 }
 
@@ -103,9 +109,13 @@ static bool stage(struct sink_redis *s, struct node *n)
 {
 	buf_reset(&n->wbuf);
 	n->wsent = 0;
-	if (!sq_stage(&s->q, &n->sendq, &n->waitq, &n->wbuf, WBUF_FILL, &n->part_seq, &n->part_off,
-	              &n->staged_publish))
+	if (sink_native_on(s)) {
+		if (!sink_native_stage(s, n, WBUF_FILL))
+			return false;
+	} else if (!sq_stage(&s->q, &n->sendq, &n->waitq, &n->wbuf, WBUF_FILL, &n->part_seq,
+	                     &n->part_off, &n->staged_publish)) {
 		return false;
+	}
 	if (n->part_seq)
 		return !n->wbuf.failed; /* WAIT and INFO (connection probes) only between commands */
 	if (s->wait_mode && n->staged_publish) {
@@ -136,7 +146,7 @@ static bool node_write(struct sink_redis *s, struct node *n)
 		if (n->wsent == n->wbuf.len) {
 			bool was_idle = n->waitq.len == 0;
 
-			if (n->sendq.len == 0 && !n->info_due && !n->part_seq)
+			if (n->sendq.len == 0 && !n->info_due && !n->part_seq && !sink_native_due(n))
 				return true;
 			if (!stage(s, n)) {
 				snprintf(s->errmsg, sizeof(s->errmsg), "out of memory");

@@ -772,6 +772,25 @@ static void stage_cmd(const struct sink_queue *q, const struct sq_ent *e, size_t
 bool sq_stage(struct sink_queue *q, struct ring *sendq, struct ring *waitq, struct buf *wbuf,
               size_t limit, uint64_t *part_seq, size_t *part_off, bool *staged_publish)
 {
+	return sq_stage_until(q, sendq, waitq, wbuf, limit, part_seq, part_off, staged_publish, NULL,
+	                      NULL);
+}
+
+bool sq_stage_entry(struct sink_queue *q, struct sq_ent *e, struct ring *waitq, struct buf *wbuf)
+{
+	uint64_t part_seq = 0;
+	size_t part_off = 0;
+
+	if (!ring_push_u64(waitq, e->seq))
+		return false;
+	stage_cmd(q, e, 0, wbuf, SIZE_MAX, &part_seq, &part_off);
+	return !wbuf->failed && !part_seq;
+}
+
+bool sq_stage_until(struct sink_queue *q, struct ring *sendq, struct ring *waitq, struct buf *wbuf,
+                    size_t limit, uint64_t *part_seq, size_t *part_off, bool *staged_publish,
+                    bool (*stop)(void *ctx, const struct sq_ent *e), void *ctx)
+{
 	static const char asking[] = "*1\r\n$6\r\nASKING\r\n";
 
 	if (*part_seq) {
@@ -783,8 +802,11 @@ bool sq_stage(struct sink_queue *q, struct ring *sendq, struct ring *waitq, stru
 		stage_cmd(q, e, *part_off, wbuf, limit, part_seq, part_off);
 	}
 	while (!*part_seq && sendq->len > 0 && wbuf->len < limit) {
-		struct sq_ent *e = sq_ent(q, ring_pop_u64(sendq));
+		struct sq_ent *e = sq_ent(q, *(const uint64_t *)ring_at(sendq, 0));
 
+		if (e && e->state == SQ_ROUTED && stop && stop(ctx, e))
+			break;
+		(void)ring_pop_u64(sendq);
 		if (!e || e->state != SQ_ROUTED)
 			continue; /* re-routed meanwhile */
 		if (e->asking) {
@@ -804,7 +826,7 @@ bool sq_stage(struct sink_queue *q, struct ring *sendq, struct ring *waitq, stru
 /* ---- replies ---- */
 
 /* An executed command: done now, or when the connection's next WAIT succeeds. */
-static bool executed(struct ring *durable, bool wait_mode, struct sq_ent *e)
+bool sq_executed(struct ring *durable, bool wait_mode, struct sq_ent *e)
 {
 	if (wait_mode && e->kind != SQ_GROUP) {
 		e->state = SQ_EXECUTED;
@@ -824,7 +846,7 @@ enum sq_answer sq_take_reply(struct sink_queue *q, struct ring *waitq, struct ri
 	if (waitq->len == 0)
 		return SQ_A_UNKNOWN;
 	*what = ring_pop_u64(waitq);
-	if (*what >= SQ_INFO_MARK)
+	if (*what >= SQ_LOWEST_MARK)
 		return SQ_A_MARK;
 	e = sq_ent(q, *what);
 	if (!e)
@@ -837,7 +859,7 @@ enum sq_answer sq_take_reply(struct sink_queue *q, struct ring *waitq, struct ri
 	}
 	if (r->type == REDIS_REPLY_ERROR) {
 		if (e->kind == SQ_GROUP && strncmp(r->str, "BUSYGROUP", 9) == 0)
-			return executed(durable, wait_mode, e) ? SQ_A_EXECUTED : SQ_A_NOMEM;
+			return sq_executed(durable, wait_mode, e) ? SQ_A_EXECUTED : SQ_A_NOMEM;
 		return strncmp(r->str, "ASK ", 4) == 0 ? SQ_A_ASK : SQ_A_ERROR;
 	}
 	if ((e->kind == SQ_RECORD && r->type != REDIS_REPLY_STATUS) ||
@@ -847,7 +869,7 @@ enum sq_answer sq_take_reply(struct sink_queue *q, struct ring *waitq, struct ri
 		return SQ_A_MALFORMED;
 	if (e->kind == SQ_GETREC)
 		return SQ_A_READ; /* a read: nothing for WAIT to make durable */
-	return executed(durable, wait_mode, e) ? SQ_A_EXECUTED : SQ_A_NOMEM;
+	return sq_executed(durable, wait_mode, e) ? SQ_A_EXECUTED : SQ_A_NOMEM;
 }
 
 void sq_wait_done(struct sink_queue *q, struct ring *durable)

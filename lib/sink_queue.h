@@ -37,6 +37,9 @@ struct sink_hold; /* sink_redis.h */
 #define SQ_WAIT_MARK UINT64_MAX         /* WAIT / WAITAOF */
 #define SQ_ASKING_MARK (UINT64_MAX - 1) /* ASKING */
 #define SQ_INFO_MARK (UINT64_MAX - 2)   /* INFO memory (a probe of the connection, for metrics) */
+#define SQ_NATIVE_MARK (UINT64_MAX - 3) /* a command of a --publish native batch (sink_native.c) */
+#define SQ_UNWATCH_MARK (UINT64_MAX - 4) /* UNWATCH before a batch the native path hands back */
+#define SQ_LOWEST_MARK SQ_UNWATCH_MARK
 
 enum sq_kind { SQ_PUBLISH, SQ_DEAD, SQ_GROUP, SQ_RECORD, SQ_GETREC, SQ_TRIM };
 enum sq_state { SQ_QUEUED = 0, SQ_ROUTED, SQ_EXECUTED, SQ_DONE };
@@ -73,6 +76,7 @@ struct sq_ent {
 	uint8_t state;      /* enum sq_state */
 	uint8_t dead_reason;
 	bool asking;        /* send ASKING first (after an ASK redirect) */
+	bool no_native;     /* --publish native: this one goes through the function */
 	uint64_t prev_seq;  /* this relay's previous call for the same stream, 0 none */
 	struct sq_ext *ext; /* large values sent from the event's own memory, NULL none */
 	size_t max_value;   /* its largest field value, for messages */
@@ -286,6 +290,18 @@ uint16_t sq_stream_slot(const char *stream, size_t len, struct buf *tag);
  */
 bool sq_stage(struct sink_queue *q, struct ring *sendq, struct ring *waitq, struct buf *wbuf,
               size_t limit, uint64_t *part_seq, size_t *part_off, bool *staged_publish);
+
+/*
+ * sq_stage(), but stopping before the first whole command for which stop(ctx, e)
+ * is true (it stays first in sendq).
+ */
+bool sq_stage_until(struct sink_queue *q, struct ring *sendq, struct ring *waitq, struct buf *wbuf,
+                    size_t limit, uint64_t *part_seq, size_t *part_off, bool *staged_publish,
+                    bool (*stop)(void *ctx, const struct sq_ent *e), void *ctx);
+/* Stage all of e (popped from its sendq, no segments) and what its reply answers. */
+bool sq_stage_entry(struct sink_queue *q, struct sq_ent *e, struct ring *waitq, struct buf *wbuf);
+/* e ran: done, or waiting in durable for the next WAIT (false: out of memory). */
+bool sq_executed(struct ring *durable, bool wait_mode, struct sq_ent *e);
 
 enum sq_answer {
 	SQ_A_MARK,      /* *what is a mark (SQ_*_MARK): the caller handles it */

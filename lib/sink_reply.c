@@ -177,6 +177,10 @@ static bool wait_reply(struct sink_redis *s, struct node *n, const redisReply *r
 /* The reply to a mark (see sink_queue.h): not a command of the ring. */
 static bool mark_reply(struct sink_redis *s, struct node *n, uint64_t what, const redisReply *r)
 {
+	if (what == SQ_NATIVE_MARK)
+		return sink_native_reply(s, n, r);
+	if (what == SQ_UNWATCH_MARK)
+		return true; /* the function call after it answers for the batch */
 	if (what == SQ_INFO_MARK) {
 		n->info_sent = false;
 		if (r->type == REDIS_REPLY_STRING)
@@ -248,6 +252,37 @@ static bool error_reply(struct sink_redis *s, const struct sq_ent *e, const char
 	return false;
 }
 
+bool sink_publish_error(struct sink_redis *s, const struct sq_ent *e, const char *msg)
+{
+	return error_reply(s, e, msg);
+}
+
+bool sink_follow_ask(struct sink_redis *s, struct sq_ent *e, const char *msg)
+{
+	if (follow_ask(s, e, msg)) {
+		s->stats.error_replies++;
+		s->stats.ask_redirects++;
+		if (s->m)
+			atomic_fetch_add_explicit(&s->m->redis_errors[SINK_ERR_CLUSTER], 1,
+			                          memory_order_relaxed);
+		return true;
+	}
+	return error_reply(s, e, msg);
+}
+
+bool sink_publish_done(struct sink_redis *s, struct node *n, struct sq_ent *e, const redisReply *r)
+{
+	int64_t now = time_now_us();
+
+	if (!sq_executed(&n->durable, s->wait_mode, e)) {
+		snprintf(s->errmsg, sizeof(s->errmsg), "out of memory");
+		return false;
+	}
+	for (size_t i = 0; i < r->elements; i++)
+		count_result(s, e, r->element[i], now);
+	return true;
+}
+
 /* Match one reply against what n's oldest outstanding request was. */
 bool sink_handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 {
@@ -272,15 +307,7 @@ bool sink_handle_reply(struct sink_redis *s, struct node *n, redisReply *r)
 		snprintf(s->errmsg, sizeof(s->errmsg), "out of memory");
 		return false;
 	case SQ_A_ASK:
-		if (follow_ask(s, e, r->str)) {
-			s->stats.error_replies++;
-			s->stats.ask_redirects++;
-			if (s->m)
-				atomic_fetch_add_explicit(&s->m->redis_errors[SINK_ERR_CLUSTER], 1,
-				                          memory_order_relaxed);
-			return true;
-		}
-		return error_reply(s, e, r->str);
+		return sink_follow_ask(s, e, r->str);
 	case SQ_A_ERROR:
 		return error_reply(s, e, r->str);
 	case SQ_A_MALFORMED:

@@ -208,6 +208,9 @@
 	"    setk(curb, curb.k + 1)\n"                                                                 \
 	"    rcall('HSET', base, curs, record())\n"                                                    \
 	"    if nd > 0 then sliced('HDEL', src, del, nd) end\n"                                        \
+	"    if nd > 0 and p < curb.made and rcall('EXISTS', src) == 0 then\n"                         \
+	"      curb.made, c0 = p, -1\n"                                                                \
+	"    end\n"                                                                                    \
 	"  end\n"                                                                                      \
 	"  if win > 0 then\n"                                                                          \
 	"    now = tonumber(rcall('TIME')[1])\n"                                                       \
@@ -327,6 +330,7 @@
 	"            if j >= cmade then rcall('EXPIREAT', key, exps) end\n"                            \
 	"          elseif late and late - tonumber(rcall('HGET', key, f)) > win then\n"                \
 	"            rcall('HSET', key, f, off)\n"                                                     \
+	"            c0 = -1\n"                                                                        \
 	"          else\n"                                                                             \
 	"            dup, key = true, nil\n"                                                           \
 	"          end\n"                                                                              \

@@ -150,8 +150,16 @@ aged
 
 # Redis's count of calls of a command (functions' calls included).
 calls() { redis_cli INFO commandstats | sed -n "s/^cmdstat_$1:calls=\([0-9]*\),.*/\1/p" | grep . || echo 0; }
-# splits: HSCANs beyond the one per call that reads the state's index.
-splits() { echo $(($(calls hscan) - $(calls fcall))); }
+# splits: HSCANs beyond the one per call that reads the state's index; with
+# --publish native (OUTBOX_RELAY_PUBLISH=native), the hashes read whole to be
+# split: HGETALLs beyond the one per batch (one WATCH each) that reads the index.
+splits() {
+	if [ "${OUTBOX_RELAY_PUBLISH:-function}" = native ]; then
+		echo $(($(calls hgetall) - $(calls watch)))
+	else
+		echo $(($(calls hscan) - $(calls fcall)))
+	fi
+}
 # monitor / moved STREAM: watch Redis's commands (the function's too), then
 # count the ids a split moved out of a hash of the stream's dedup state.
 monitor() {
@@ -162,7 +170,7 @@ monitor() {
 moved() {
 	kill "$MONITOR_PID" 2>/dev/null || true
 	wait "$MONITOR_PID" 2>/dev/null || true
-	grep -a "\[0 lua\] \"HDEL\" \"outbox-relay:dd:{outbox:$1}:" "$T/monitor" |
+	grep -a "\] \"HDEL\" \"outbox-relay:dd:{outbox:$1}:" "$T/monitor" |
 		awk -F'" "' '{ n += NF - 2 } END { print n + 0 }'
 }
 # shards STREAM IDS WHAT: every shard of the stream's state is a listpack of at
