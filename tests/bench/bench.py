@@ -634,15 +634,24 @@ def cmd_latency(sock, stream, receipts_file, out_json, runs_json=None):
 # ---------------------------------------------------------------------------
 # Mode plugins: pg_recvlogical_pgo / relay_pgo are the same with pgoutput (their "vs pg_recvlogical"
 # is against pg_recvlogical_pgo, the baseline before them in this order).
-CONTENDER_ORDER = ["pg_recvlogical", "relay", "relay_nodedup", "relay_tcp", "relay_tls", "relay_cluster",
-                   "pg_recvlogical_pgo", "relay_pgo"]
+CONTENDER_ORDER = ["pg_recvlogical", "relay", "relay_nodedup", "relay_native", "relay_tcp", "relay_tls",
+                   "relay_cluster", "pg_recvlogical_pgo", "relay_pgo", "relay_pgo_native"]
 CONTENDER_LABEL = {"pg_recvlogical": "pg_recvlogical", "relay": "outbox-relay (defaults)",
                    "relay_nodedup": "outbox-relay --dedup-window 0",
+                   "relay_native": "outbox-relay --publish native",
                    "relay_tcp": "outbox-relay, single node over TCP",
                    "relay_tls": "outbox-relay, single node over TLS (rediss://)",
                    "relay_cluster": "outbox-relay, 3-master cluster",
                    "pg_recvlogical_pgo": "pg_recvlogical, pgoutput",
-                   "relay_pgo": "outbox-relay --plugin pgoutput"}
+                   "relay_pgo": "outbox-relay --plugin pgoutput",
+                   "relay_pgo_native": "outbox-relay --plugin pgoutput --publish native"}
+
+
+def per_batch(x):
+    """Batches written in a drain: FCALLs, plus EXECs (--publish native writes a group of
+    batches in one MULTI/EXEC; the function path sends none)."""
+    c = x["calls"]
+    return max(c.get("fcall", 0) + c.get("exec", 0), 1)
 
 
 def med(xs):
@@ -685,7 +694,7 @@ def cluster_summary(mrows, shapes, blog):
                 j = lambda v: "/".join(format(a, ",") if isinstance(a, int) else "?" for a in v)
                 ok = "✓" if xl == [ev] and di == [ev] else "✗"
                 delivered = "%s %s / %s / %s" % (ok, j(xl), j(di), j(st))
-                fc = fmt(med([ev / max(x["calls"].get("fcall", 0), 1) for x in red]), ".1f")
+                fc = fmt(med([ev / per_batch(x) for x in red]), ".1f")
             else:
                 delivered, fc = "–", "–"
             out.append("| %s (%s events) | %s | %s | %s–%s | %s | %s / %s / %s / %s | %s / %s / %s | %s | %s |" % (
@@ -767,7 +776,7 @@ def cmd_report(results, backlogs=None, latency=None):
                         fmt(med([r["procs"].get("redis", {}).get("cpu_s", 0) / ev * 1e6 for r in cr]), ".1f")
                         if red else "–"),
                     fmt(med([r["maxrss_kb"] / 1024 for r in cr]), ".1f"),
-                    rm(lambda x: ev / max(x["calls"].get("fcall", 0), 1), ".1f"),
+                    rm(lambda x: ev / per_batch(x), ".1f"),
                     rm(lambda x: ev / max(x["total_reads_processed"], 1), ".0f"),
                     fmt(med([ev / r["syscw"] for r in cr if r.get("syscw")]), ".1f") if red else "–",
                     rm(lambda x: x["total_net_input_bytes"] / ev, ",.0f"),
@@ -780,7 +789,7 @@ def cmd_report(results, backlogs=None, latency=None):
         out.append("Costs per event and CPU use during the drains (%s; medians of the rounds; "
                    "CPU %% = CPU seconds / wall seconds, 100 = one core; \"peak\" = busiest 1 s window; "
                    "first / last XADD = seconds from the client's start to its first and last stream entry):\n" % title)
-        out.append("| shape | contender | CPU µs/event: walsender / client / redis-server | client peak RSS MiB | events per FCALL | "
+        out.append("| shape | contender | CPU µs/event: walsender / client / redis-server | client peak RSS MiB | events per FCALL or EXEC | "
                    "events per Redis read | events per client write() | Redis bytes in/event | client CPU % mean / peak | "
                    "walsender CPU % mean / peak | redis-server CPU % mean / peak | machine CPU % (of 200) | "
                    "first / last XADD s |")

@@ -7,6 +7,8 @@
 #
 # Mode plugins: wal2json and pgoutput side by side on the same backlogs,
 # pg_recvlogical and the relay with each (Redis without AOF).
+# Modes noaof and aof also run the relay on --publish native (relay_native),
+# mode plugins with pgoutput (relay_pgo_native), next to the function.
 #
 # Installs nothing. Builds the relay in release mode (build-bench/) unless
 # RELAY_BIN is set. Starts its own PostgreSQL 15 + wal2json and redis-server on
@@ -96,15 +98,16 @@ shapes_for() { # shapes_for MODE
 contenders_for() { # contenders_for MODE
 	if [ "$1" = cluster ]; then echo "pg_recvlogical relay relay_tcp relay_cluster"
 	elif [ "$1" = tls ]; then echo "pg_recvlogical relay_tcp relay_tls"
-	elif [ "$1" = plugins ]; then echo "pg_recvlogical relay pg_recvlogical_pgo relay_pgo"
-	else echo "pg_recvlogical relay relay_nodedup"; fi
+	elif [ "$1" = plugins ]; then echo "pg_recvlogical relay pg_recvlogical_pgo relay_pgo relay_pgo_native"
+	else echo "pg_recvlogical relay relay_nodedup relay_native"; fi
 }
 # The plugin of a contender's slot (mode plugins: the *_pgo ones use pgoutput and
 # the publication bench_pub, inserts of public.outbox, made before their slots).
-plugin_of() { case $1 in *_pgo) echo pgoutput ;; *) echo wal2json ;; esac; }
-# One slot per contender and round, all created before the backlog is written.
+plugin_of() { case $1 in *_pgo | *_pgo_*) echo pgoutput ;; *) echo wal2json ;; esac; }
+# One slot per contender and round, all created before the backlog is written:
+# at most 5 contenders (mode plugins) x 3 rounds = 15 slots (max_replication_slots).
 MAX_SLOTS=16
-[ "$ROUNDS" -ge 1 ] && [ "$ROUNDS" -le 3 ] && [ $((4 * ROUNDS)) -lt $MAX_SLOTS ] ||
+[ "$ROUNDS" -ge 1 ] && [ "$ROUNDS" -le 3 ] && [ $((5 * ROUNDS)) -lt $MAX_SLOTS ] ||
 	{ echo "bench.sh: --rounds must be 1..3" >&2; exit 2; }
 
 log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
@@ -538,7 +541,7 @@ drain() {
 	slot=$(slot_name "$c" "$round")
 	logf=$T/$MODE.$shape.$c.$round.log
 	case $c in
-	relay | relay_nodedup | relay_pgo) redis_reset; rsrv=(--redis "$RSOCK"); url="unix://$RSOCK" ;;
+	relay | relay_nodedup | relay_native | relay_pgo | relay_pgo_native) redis_reset; rsrv=(--redis "$RSOCK"); url="unix://$RSOCK" ;;
 	relay_tcp) redis_reset; rsrv=(--redis "127.0.0.1:$SPORT"); url="redis://127.0.0.1:$SPORT" ;;
 	relay_tls)
 		redis_reset
@@ -576,6 +579,8 @@ drain() {
 	*)
 		[ "$c" = relay_nodedup ] && args=(--dedup-window 0)
 		[ "$c" = relay_pgo ] && args=(--plugin pgoutput --publication bench_pub)
+		[ "$c" = relay_native ] && args=(--publish native)
+		[ "$c" = relay_pgo_native ] && args=(--plugin pgoutput --publication bench_pub --publish native)
 		"$PY" "$BENCH_PY" run "${common[@]}" "${rsrv[@]}" --xlen "$xpat" "${check[@]}" -- \
 			"$RELAY_BIN" --pg-dsn "$DSN" --slot "$slot" --no-create-slot \
 			--redis-url "$url" --stream 'outbox:{aggregate_type}' --endpos "$endpos" --http-addr "" \
@@ -593,6 +598,13 @@ print(r.get("xlen"), r.get("distinct_ids", "-"))')
 		[ "$pub" = "$events" ] && [ "$xl" = "$events" ] && { [ "$di" = - ] || [ "$di" = "$events" ]; } ||
 			die "$c on $shape (round $round): published=$pub, XLEN=$xl, distinct ids=$di, expected $events"
 		grep -o 'peak_rss_kb=[0-9]*' "$logf" | tail -n 1 >>"$T/peak_rss.$c" || true
+		if [ "${c%_native}" != "$c" ]; then # --publish native: every batch written without the function
+			local nb fb
+			nb=$(sed -n 's/.*stopped (.* native_batches=\([0-9]*\).*/\1/p' "$logf" | tail -n 1)
+			fb=$(sed -n 's/.*stopped (.* function_batches=\([0-9]*\).*/\1/p' "$logf" | tail -n 1)
+			[ -n "$nb" ] && [ "$nb" -gt 0 ] && [ "$fb" = 0 ] ||
+				die "$c on $shape (round $round): native_batches=$nb function_batches=$fb, expected > 0 and 0"
+		fi
 	fi
 	tail -n 1 "$OUT/drains.jsonl" | "$PY" -c '
 import json, sys

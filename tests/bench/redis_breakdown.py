@@ -5,8 +5,10 @@
                                                 the Redis on unix socket SOCK) as a plain
                                                 "XADD KEY * field value ..." in RESP, to OUT
                                                 (for redis-cli --pipe); prints the count
-  redis_breakdown.py analyze CGFILE [relay|bare] one callgrind dump of redis-server -> JSON
-                                                of instructions per bucket (see BUCKETS)
+  redis_breakdown.py analyze CGFILE [relay|native|bare] [CMDSTATS]
+                                                one callgrind dump of redis-server -> JSON
+                                                of instructions per bucket (see below);
+                                                native: the relay on --publish native
   redis_breakdown.py report RELAY.json BARE.json EVENTS [CPU.json]
                                                 the table (instructions per event)
 
@@ -53,6 +55,33 @@ Two more lines are parts of the buckets above, shown apart: Lua's garbage collec
 string creation (luaS_newlstr, found as lua_pushlstring's callee other than the GC; Lua
 5.1 hashes and interns every string it is given).
 
+The relay on --publish native (kind native): no Lua; the relay sends, outside MULTI,
+UNWATCH/WATCH, GET of the watermark, TYPE, TIME, HGETALL of the dedup index and HMGET
+(HGETALL, EXISTS) of the dedup shards, then MULTI, the writes (queued), EXEC:
+
+  exec                execCommand over its recursion levels, in all
+  exec.cmd.*          call'2 (call() under execCommand) -> each xxxCommand, grouped by
+                      NATIVE_EXEC_BUCKET (HSET/HDEL of the shards and of the index hash
+                      are the same procedures: one line)
+  exec.dispatch       call'2 less the command procedures under it: call()'s bookkeeping
+                      (latency histogram, slowlog, propagation, freeClientOriginalArgv)
+  exec.free_args      execCommand -> freeClientMultiState: the queued commands' argument
+                      objects freed (a plain command frees its own in read_parse)
+  exec.watch          execCommand -> isWatchedKeyExpired, unwatchAllKeys
+  exec.other          the rest of execCommand (ACL check of each queued command, reply)
+  queue               call -> multiCommand, processCommand -> queueMultiCommand
+  watch               call -> watchCommand, unwatchCommand
+  getset              call -> getCommand, setCommand outside MULTI: the watermark's GET
+                      (read 1) and the relay's slot record (GET/SET)
+  type_time           call -> typeCommand, timeCommand (read 1)
+  dedup_read          call -> hmgetCommand, hgetallCommand, existsCommand (the index,
+                      the shards, the old layout)
+  read_parse, write, other_cmds, other: as above; dispatch: processCommand less the
+                      command procedures call() runs and less queueMultiCommand
+
+touchWatchedKey (signalModifiedKey's check for clients watching the key a write
+changed) is inside the write commands' lines; its total is shown apart (info).
+
 Callgrind counts user-space instructions only: the kernel's side of read(), write() and
 epoll_wait() is in no bucket (the CPU seconds of CPU_RUN include it).
 """
@@ -77,6 +106,29 @@ CMD_BUCKET = {
     "hdelCommand": "index",
     "getCommand": "watermark",
     "setCommand": "watermark",
+}
+
+
+# command procedure run inside EXEC -> bucket (--publish native)
+NATIVE_EXEC_BUCKET = {
+    "xaddCommand": "xadd",
+    "hsetCommand": "dedup_write",
+    "hdelCommand": "dedup_write",
+    "expireatCommand": "dedup_write",
+    "setCommand": "watermark",
+}
+# command procedure run by the client outside MULTI -> bucket (--publish native)
+NATIVE_TOP_BUCKET = {
+    "watchCommand": "watch",
+    "unwatchCommand": "watch",
+    "multiCommand": "queue",
+    "getCommand": "getset",
+    "setCommand": "getset",
+    "typeCommand": "type_time",
+    "timeCommand": "type_time",
+    "hmgetCommand": "dedup_read",
+    "hgetallCommand": "dedup_read",
+    "existsCommand": "dedup_read",
 }
 
 
@@ -240,6 +292,50 @@ def analyze(path, kind):
             "info": info}
 
 
+def analyze_native(path):
+    """The relay on --publish native: see the header."""
+    p = Profile(path)
+    b = collections.Counter()
+    cmds = collections.Counter()
+    exe = p.incl_all("execCommand")
+    procs = 0
+    for c, v in p.out["call'2"].items():
+        if base(c).endswith("Command"):
+            cmds[base(c)] += v
+            b["exec.cmd." + NATIVE_EXEC_BUCKET.get(base(c), "other")] += v
+            procs += v
+    b["exec.dispatch"] = sum(p.out["call'2"].values()) + p.self["call'2"] - procs
+    oe = p.out["execCommand"]
+    b["exec.free_args"] = sum(v for c, v in oe.items() if base(c) == "freeClientMultiState")
+    b["exec.watch"] = sum(v for c, v in oe.items()
+                          if base(c) in ("isWatchedKeyExpired", "unwatchAllKeys"))
+    b["exec.other"] = exe - sum(v for k, v in b.items() if k.startswith("exec."))
+    if not exe or not p.out["call'2"]:
+        sys.stderr.write("redis_breakdown: %s: execCommand or the commands it runs not found "
+                         "in the call graph\n" % path)
+    top = 0
+    for c, v in p.out["call"].items():
+        n = base(c)
+        if not n.endswith("Command") or n == "execCommand":
+            continue
+        cmds["top:" + n] += v
+        b[NATIVE_TOP_BUCKET.get(n, "other_cmds")] += v
+        top += v
+    queued = sum(v for c, v in p.out["processCommand"].items() if base(c) == "queueMultiCommand")
+    b["queue"] += queued
+    b["read_parse"] = p.incl_all("readQueryFromClient") - p.incl_all("processCommand")
+    b["dispatch"] = p.incl_all("processCommand") - queued - sum(
+        p.out["call"][c] for c in p.out["call"] if base(c).endswith("Command"))
+    b["write"] = p.incl_all("writeToClient")
+    b["other"] = p.total - exe - top - queued - b["read_parse"] - b["dispatch"] - b["write"]
+    touch = {f for f in p.self.keys() | p.into.keys() if base(f) == "touchWatchedKey"}
+    info = {"touch": sum(v for s in touch for c, v in p.into[s].items() if c not in touch)}
+    return {"kind": "native", "total": p.total, "summary": p.summary,
+            "fcall": p.incl_all("fcallCommand"), "exec": exe,
+            "xadd": p.incl_all("xaddCommand"), "buckets": dict(b), "cmds": dict(cmds),
+            "info": info}
+
+
 def feed(sock, stream, key, out):
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
     import rx  # noqa: E402  (tests/integration/rx.py)
@@ -283,10 +379,80 @@ ROWS = [
 ]
 
 
+NATIVE_ROWS = [
+    ("exec", "EXEC, in all (execCommand)", 0),
+    ("exec.cmd.xadd", "XADD (xaddCommand)", 1),
+    ("exec.cmd.dedup_write", "dedup writes: HSET HDEL EXPIREAT (shards and index)", 1),
+    ("exec.cmd.watermark", "watermark: SET", 1),
+    ("exec.cmd.other", "other commands inside EXEC", 1),
+    ("exec.dispatch", "call() of each queued command (bookkeeping, propagation)", 1),
+    ("exec.free_args", "free the queued commands' arguments (freeClientMultiState)", 1),
+    ("exec.watch", "WATCH check/release (isWatchedKeyExpired, unwatchAllKeys)", 1),
+    ("exec.other", "other inside EXEC (ACL check of each command, reply)", 1),
+    ("main", "XADD (xaddCommand)", 0),
+    ("queue", "MULTI, queuing each command (queueMultiCommand)", 0),
+    ("watch", "WATCH UNWATCH (watchCommand, unwatchCommand)", 0),
+    ("getset", "GET/SET outside MULTI (watermark GET, slot record)", 0),
+    ("type_time", "TYPE TIME", 0),
+    ("dedup_read", "dedup reads: HMGET HGETALL EXISTS (shards and index)", 0),
+    ("read_parse", "read + parse the query, free its arguments", 0),
+    ("dispatch", "command dispatch (processCommand, call())", 0),
+    ("write", "write replies to the socket (writeToClient)", 0),
+    ("other_cmds", "other commands (FUNCTION LOAD, INFO, PING: once a run)", 0),
+    ("other", "other (event loop, beforeSleep, cron)", 0),
+]
+
+
+def report_native(r, x, n, cpu_path=None):
+    """The table for the relay on --publish native (left) and the bare XADD (right)."""
+    def val(d, k):
+        return d.get("exec", 0) if k == "exec" else d["buckets"].get(k, 0)
+
+    print("%-62s %12s %6s %12s %6s" % ("Redis instructions per event", "native", "%", "bare XADD", "%"))
+    for k, label, ind in NATIVE_ROWS:
+        rv, xv = val(r, k), val(x, k)
+        bare_side = k in ("main", "read_parse", "dispatch", "write", "other_cmds", "other")
+        rs = "%12.0f %5.1f%%" % (rv / n, 100.0 * rv / r["total"]) if k != "main" else "%12s %6s" % ("", "")
+        xs = "%12.0f %5.1f%%" % (xv / n, 100.0 * xv / x["total"]) if bare_side else "%12s %6s" % ("", "")
+        print(("%-62s %s %s" % (("  " * ind + label)[:62], rs, xs)).rstrip())
+    print("%-62s %12.0f %5.1f%% %12.0f %5.1f%%" % ("whole redis-server process", r["total"] / n, 100.0,
+                                                    x["total"] / n, 100.0))
+    t = r.get("info", {}).get("touch", 0)
+    print("%-62s %12.0f %5.1f%%" % ("  of which touchWatchedKey, inside the writes' lines", t / n,
+                                     100.0 * t / r["total"]))
+    print()
+    print("native total / bare XADD total:              %6.2f" % (r["total"] / x["total"]))
+    print("execCommand / bare XADD's xaddCommand:       %6.2f" % (r.get("exec", 0) / max(1, x["xadd"])))
+    print("XADD inside EXEC / bare XADD's xaddCommand:  %6.2f" %
+          (r["buckets"].get("exec.cmd.xadd", 0) / max(1, x["xadd"])))
+    calls = r.get("calls", {})
+    for title, top in (("commands run inside EXEC", False), ("commands sent outside MULTI", True)):
+        print()
+        print(title + ": instructions per event (calls per event from INFO commandstats: "
+              "inside and outside together)")
+        for c, v in sorted(r["cmds"].items(), key=lambda kv: -kv[1]):
+            if c.startswith("top:") != top:
+                continue
+            name = c[4:] if top else c
+            name = name[:-len("Command")].lower()
+            cp = calls.get(name)
+            print("  %-12s %8.0f %s" % (name.upper(), v / n,
+                                        "(%.3f calls/event)" % (cp / n) if cp else ""))
+    if cpu_path and os.path.exists(cpu_path):
+        c = json.load(open(cpu_path))
+        print()
+        print("Redis CPU (INFO used_cpu_user+used_cpu_sys, runs without valgrind; NOISY on a busy machine):")
+        print("  native: %.2f us/event   bare XADD: %.2f us/event   ratio %.2f" %
+              (c["relay_us"], c["bare_us"], c["relay_us"] / c["bare_us"] if c["bare_us"] else 0))
+
+
 def report(relay_path, bare_path, events, cpu_path=None):
     r = json.load(open(relay_path))
     x = json.load(open(bare_path))
     n = float(events)
+    if r.get("kind") == "native":
+        report_native(r, x, n, cpu_path)
+        return
 
     def val(d, k):
         return d["fcall"] if k == "fcall" else d["buckets"].get(k, 0)
@@ -337,7 +503,8 @@ def main(argv):
     if argv[1] == "feed":
         feed(*argv[2:6])
     elif argv[1] == "analyze":
-        d = analyze(argv[2], argv[3] if len(argv) > 3 else "relay")
+        kind = argv[3] if len(argv) > 3 else "relay"
+        d = analyze_native(argv[2]) if kind == "native" else analyze(argv[2], kind)
         if len(argv) > 4:  # INFO commandstats file: calls per command
             calls = {}
             for line in open(argv[4]):

@@ -13,7 +13,11 @@
 # in build-bench/), CPU_RUN (1, the default: also the same two loads without
 # valgrind, Redis CPU us/event from INFO's used_cpu_user + used_cpu_sys;
 # noisy on a busy machine; 0: skip), OUT (keep the callgrind dumps, the JSON
-# and the table in this directory).
+# and the table in this directory), PUBLISH (function, the default: the relay
+# as it is, one FCALL of outbox_relay_publish per batch; native: the relay on
+# --publish native, WATCH + reads, then MULTI/EXEC, its own buckets, see
+# below; the run fails unless its final line shows native_batches > 0 and
+# function_batches=0).
 #
 # The backlog: EVENTS outbox rows (random UUID ids, 1000 per transaction, one
 # stream outbox:bench), committed before the relay starts; the relay runs
@@ -36,10 +40,25 @@
 # the XADD inside the function over the bare one (the same entries: ~1).
 # Callgrind counts user-space instructions only: the kernel's part of the
 # socket reads and writes is in no line (it is in the CPU_RUN figures).
+#
+# With PUBLISH=native the left column is the relay on --publish native: the
+# indented lines add up to the EXEC line (each command run inside EXEC, the
+# EXEC's own bookkeeping); the unindented lines (the commands sent outside
+# MULTI: WATCH/UNWATCH, the watermark GET, TYPE/TIME, the dedup reads HMGET/
+# HGETALL/EXISTS; MULTI and the queuing of each command; read + parse,
+# dispatch, write, other) plus the EXEC line add up to the whole process.
+# touchWatchedKey (every write's check for clients watching its key) is
+# inside the write commands' lines; its total is shown apart below them.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 EVENTS=${1:-20000}
 CPU_RUN=${CPU_RUN:-1}
+PUBLISH=${PUBLISH:-function}
+case $PUBLISH in
+function) KIND=relay ;;
+native) KIND=native ;;
+*) echo "redis_breakdown: PUBLISH must be function or native, not '$PUBLISH'" >&2; exit 2 ;;
+esac
 PY="python3 $ROOT/tests/bench/redis_breakdown.py"
 
 command -v valgrind >/dev/null && command -v callgrind_annotate >/dev/null ||
@@ -83,6 +102,24 @@ dump() {
 	wait_for "grep -q '^totals:' '$f'" 120 || fail "callgrind dump $f incomplete"
 	cp "$f" "$T/cg-$1.out"
 }
+# final_field LOG FIELD: FIELD=N of the relay's final line ("stopped (...): ...").
+final_field() {
+	grep -o "stopped (.*" "$1" | tail -n 1 | grep -o " $2=[0-9]*" | cut -d= -f2
+}
+# check_path: the relay's final line shows the batches went the way PUBLISH asks.
+check_path() {
+	local nb fb
+	nb=$(final_field "$RELAY_LOG" native_batches)
+	fb=$(final_field "$RELAY_LOG" function_batches)
+	[ -n "$nb" ] && [ -n "$fb" ] || fail "relay: no native_batches/function_batches in its final line"
+	if [ "$PUBLISH" = native ]; then
+		[ "$nb" -gt 0 ] || fail "relay --publish native: native_batches=$nb (no batch written natively)"
+		assert_eq 0 "$fb" "relay --publish native: function_batches=0"
+	else
+		assert_eq 0 "$nb" "relay --publish function: native_batches=0"
+	fi
+	log "relay: native_batches=$nb function_batches=$fb watch_retries=$(final_field "$RELAY_LOG" watch_retries)"
+}
 # cpu_s: redis-server's user + sys CPU seconds so far (INFO).
 cpu_s() {
 	redis_cli INFO cpu | tr -d '\r' |
@@ -100,11 +137,14 @@ log "backlog: $EVENTS rows to $end"
 CG=1
 fresh_redis
 callgrind_control -z "$REDIS_PID" >/dev/null
-relay_run_until "$end" --slot b_cg --dedup-window 1h || fail "relay exit $RELAY_RC"
+relay_run_until "$end" --slot b_cg --dedup-window 1h --publish "$PUBLISH" || fail "relay exit $RELAY_RC"
 assert_eq "$EVENTS" "$(xlen outbox:bench)" "relay: every event published once"
+check_path
 redis_cli INFO commandstats >"$T/relay.cmdstats"
 dump relay
 fcalls=$(sed -n 's/^cmdstat_fcall:calls=\([0-9]*\),.*/\1/p' "$T/relay.cmdstats")
+execs=$(sed -n 's/^cmdstat_exec:calls=\([0-9]*\),.*/\1/p' "$T/relay.cmdstats")
+fcalls=${fcalls:-0} execs=${execs:-0}
 # The entries the relay wrote, as plain XADDs.
 $PY feed "$REDIS_SOCK" outbox:bench outbox:bench "$T/xadd.resp" >"$T/feed.count"
 assert_eq "$EVENTS" "$(cat "$T/feed.count")" "bare: every entry read back"
@@ -118,14 +158,16 @@ dump bare
 redis_stop
 
 log "analysing the dumps"
-$PY analyze "$T/cg-relay.out" relay "$T/relay.cmdstats" >"$T/relay.json"
+$PY analyze "$T/cg-relay.out" "$KIND" "$T/relay.cmdstats" >"$T/relay.json"
 $PY analyze "$T/cg-bare.out" bare >"$T/bare.json"
 # Cross-check the parser against callgrind_annotate's inclusive cost by function.
 annotated() {
 	callgrind_annotate --inclusive=yes --threshold=100 "$1" 2>/dev/null |
 		sed -n "s/,//g; s/^ *\([0-9]*\) .*[^a-zA-Z_]$2[^a-zA-Z_'].*/\1/p" | head -n 1
 }
-for chk in "relay fcallCommand fcall" "relay xaddCommand xadd" "bare xaddCommand xadd"; do
+checks="relay fcallCommand fcall"
+[ "$PUBLISH" = native ] && checks="relay execCommand exec"
+for chk in "$checks" "relay xaddCommand xadd" "bare xaddCommand xadd"; do
 	read -r run fn key <<<"$chk"
 	assert_eq "$(annotated "$T/cg-$run.out" "$fn")" \
 		"$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$T/$run.json" "$key")" \
@@ -137,7 +179,7 @@ if [ "$CPU_RUN" = 1 ]; then
 	CG=0
 	fresh_redis
 	c0=$(cpu_s)
-	relay_run_until "$end" --slot b_cpu --dedup-window 1h || fail "relay (cpu) exit $RELAY_RC"
+	relay_run_until "$end" --slot b_cpu --dedup-window 1h --publish "$PUBLISH" || fail "relay (cpu) exit $RELAY_RC"
 	c1=$(cpu_s)
 	assert_eq "$EVENTS" "$(xlen outbox:bench)" "relay (cpu): every event published once"
 	fresh_redis
@@ -154,8 +196,13 @@ fi
 	echo
 	echo "Redis instructions per event (callgrind), redis-server $(redis-server --version |
 		sed 's/.*v=\([^ ]*\).*/\1/'), $EVENTS events (UUID ids), relay defaults (--dedup-window 1h,"
-	echo "watermark), no persistence; $fcalls FCALLs ($((EVENTS / (fcalls > 0 ? fcalls : 1))) events per FCALL);" \
-		"bare XADD: the same entries through redis-cli --pipe"
+	if [ "$PUBLISH" = native ]; then
+		echo "watermark) on --publish native, no persistence; $execs EXECs ($((EVENTS / (execs > 0 ? execs : 1))) events per EXEC)," \
+			"$fcalls FCALLs; bare XADD: the same entries through redis-cli --pipe"
+	else
+		echo "watermark), no persistence; $fcalls FCALLs ($((EVENTS / (fcalls > 0 ? fcalls : 1))) events per FCALL);" \
+			"bare XADD: the same entries through redis-cli --pipe"
+	fi
 	echo
 	$PY report "$T/relay.json" "$T/bare.json" "$EVENTS" "$T/cpu.json"
 } | tee "$T/table.txt"

@@ -3,19 +3,23 @@
 # designs (issue 24, item 2: "the measurement decides"), all on the same
 # entries in the same run: the relay's outbox_relay_publish function as it
 # is (the relay draining a backlog), a bare XADD of each entry, and the
-# designs of tests/bench/redis_designs.py (its header says what each sends).
+# designs of tests/bench/redis_designs.py (its header says what each sends),
+# and the relay on --publish native (WATCH + MULTI/EXEC, no Lua), draining
+# the same WAL from its own slot.
 # Each runs into a fresh redis-server under valgrind --tool=callgrind;
 # instruction counts do not mind a busy machine.
 #
 #   tests/bench/redis_designs.sh [EVENTS]      (default 20000)
 #
 # Environment: NEW_BIN (the relay binary; default: this tree's release build
-# in build-bench/), DESIGNS (default "bare watch native guard"), OUT (keep the
+# in build-bench/), DESIGNS (the Python candidates, default "bare watch
+# native guard"; "bare" is the ÷ bare column's base, so DESIGNS="bare" runs
+# just the two relay rows and bare, DESIGNS="" no candidate), OUT (keep the
 # table there).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 EVENTS=${1:-20000}
-DESIGNS=${DESIGNS:-bare watch native guard}
+DESIGNS=${DESIGNS-bare watch native guard}
 PY="python3 $ROOT/tests/bench/redis_designs.py"
 
 command -v valgrind >/dev/null || { echo "redis_designs: needs valgrind (apt-get install valgrind)" >&2; exit 2; }
@@ -55,15 +59,35 @@ dedup_ids() {
 	echo "$n"
 }
 
+# final_field LOG FIELD: FIELD=N of the relay's final line ("stopped (...): ...").
+final_field() {
+	grep -o "stopped (.*" "$1" | tail -n 1 | grep -o " $2=[0-9]*" | cut -d= -f2
+}
+
+# Both relays' slots before the backlog: they drain the identical WAL.
 slot_create b_cg
+slot_create b_cg_native
 bench_outbox_rows "$EVENTS"
 end=$(current_lsn)
 
 fresh_redis
 callgrind_control -z "$REDIS_PID" >/dev/null
-relay_run_until "$end" --slot b_cg --dedup-window 1h || fail "relay exit $RELAY_RC"
+relay_run_until "$end" --slot b_cg --dedup-window 1h --publish function || fail "relay exit $RELAY_RC"
 assert_eq "$EVENTS" "$(xlen outbox:bench)" "relay: every event published once"
 relay_total=$(total relay)
+
+fresh_redis
+callgrind_control -z "$REDIS_PID" >/dev/null
+relay_run_until "$end" --slot b_cg_native --dedup-window 1h --publish native || fail "relay --publish native exit $RELAY_RC"
+assert_eq "$EVENTS" "$(xlen outbox:bench)" "relay --publish native: every event published once"
+nb=$(final_field "$RELAY_LOG" native_batches)
+fb=$(final_field "$RELAY_LOG" function_batches)
+wr=$(final_field "$RELAY_LOG" watch_retries)
+[ -n "$nb" ] && [ -n "$fb" ] || fail "relay --publish native: no native_batches/function_batches in its final line"
+[ "$nb" -gt 0 ] || fail "relay --publish native: native_batches=$nb (no batch written natively)"
+assert_eq 0 "$fb" "relay --publish native: function_batches=0"
+log "relay --publish native: native_batches=$nb function_batches=$fb watch_retries=${wr:-?}"
+native_total=$(total native_relay)
 declare -A tot
 for d in $DESIGNS; do
 	$PY gen "$d" "$REDIS_SOCK" outbox:bench "$T/$d.resp" >"$T/$d.count"
@@ -90,6 +114,7 @@ redis_stop
 	row() { awk -v n="$EVENTS" -v t="$2" -v b="$bare" -v l="$1" \
 		'BEGIN { printf "%-44s %12.0f %10s\n", l, t / n, (b > 0 ? sprintf("%.2f", t / b) : "-") }'; }
 	row "relay (outbox_relay_publish, as it is)" "$relay_total"
+	row "relay --publish native" "$native_total"
 	for d in $DESIGNS; do row "$d" "${tot[$d]}"; done
 } | tee "$T/table.txt"
 [ -n "${OUT:-}" ] && mkdir -p "$OUT" && cp "$T/table.txt" "$OUT/"
