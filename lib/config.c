@@ -337,8 +337,9 @@ static const struct opt_def option_table[] = {
         "which checks the watermark and the dedup window inside Redis), or native (no Lua: under "
         "WATCH the relay reads the watermark and the dedup shards the batch touches, decides, "
         "and writes the entries, ids and watermark in one MULTI/EXEC, at a lower cost to Redis "
-        "per event; batches it cannot decide, such as large values or dedup state of old "
-        "releases, still go through the function)"),
+        "per event; what it does not take, namely values of 64 KiB or more, dead letters, "
+        "republish, a stream key of another type and a slot being migrated, still goes through "
+        "the function)"),
     BOOL("redis-functions", RP, redis_functions, "true",
          "load the relay's script as a Redis function (Redis 7+); --no-redis-functions loads it "
          "with SCRIPT LOAD and calls it with EVALSHA instead"),

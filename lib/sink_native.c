@@ -1542,8 +1542,13 @@ bool sink_native_stage(struct sink_redis *s, struct node *n, size_t limit)
 			struct nbatch *t;
 			int u;
 
-			if (!e || e->state != SQ_ROUTED || (u = joins(s, g, e, bytes, limit)) == -2)
+			if (!e || e->state != SQ_ROUTED)
 				break;
+			if ((u = joins(s, g, e, bytes, limit)) == -2) {
+				if (g->nb == 0)
+					e->no_native = true; /* a call it cannot read: the function's */
+				break;
+			}
 			if (u < 0) {
 				if (!grow((void **)&g->b, &g->capb, g->nb + 1, sizeof(*g->b)))
 					return false;
