@@ -212,6 +212,8 @@ struct native {
 	size_t nb, capb;
 	struct op *ops;
 	size_t nops, capops;
+	uint32_t *seen; /* batch_write's table of the ids a unit writes (power-of-two size) */
+	size_t capseen;
 };
 
 static bool grow(void **p, size_t *cap, size_t need, size_t item)
@@ -261,6 +263,7 @@ void sink_native_free(struct node *n)
 	free(g->handoff);
 	free(g->want);
 	free(g->ops);
+	free(g->seen);
 	free(g);
 	n->nat = NULL;
 }
@@ -899,6 +902,16 @@ static bool batch_write(struct sink_redis *s, struct native *g, struct nbatch *t
 
 	snprintf(top, sizeof(top), "%s", t->wm);
 	memset(&curb, 0, sizeof(curb));
+	/* The ids this unit writes, by hash: an open table of event numbers + 1, at most half full. */
+	{
+		size_t cap = 16;
+
+		while (cap < 2 * t->nev + 2)
+			cap *= 2;
+		if (!grow((void **)&g->seen, &g->capseen, cap, sizeof(*g->seen)))
+			return false;
+		memset(g->seen, 0, g->capseen * sizeof(*g->seen));
+	}
 	/* Decide, event by event, as the function does. */
 	for (size_t i = 0; i < t->nev; i++) {
 		struct nev *v = &t->ev[i];
@@ -917,10 +930,16 @@ static bool batch_write(struct sink_redis *s, struct native *g, struct nbatch *t
 			if (!dup && legacy_until(t) >= t->now && v->old_hit)
 				dup = true;
 			if (!dup) {
-				/* An earlier event of this batch with the same id was written first. */
-				for (size_t k = 0; k < i && !dup; k++)
-					if ((t->ev[k].fresh || t->ev[k].renew) && same_field(s, t, &t->ev[k], v))
+				/* An earlier event of this unit with the same id was written first. */
+				size_t j = v->h * 2654435761u & (g->capseen - 1);
+
+				for (; g->seen[j]; j = (j + 1) & (g->capseen - 1))
+					if (same_field(s, t, &t->ev[g->seen[j] - 1], v)) {
 						dup = true;
+						break;
+					}
+				if (!dup)
+					g->seen[j] = (uint32_t)i + 1; /* written below: fresh or renewed */
 			}
 			if (!dup) {
 				int64_t x = t->cur >= 0 ? t->val[(size_t)t->cur * t->nev + i] : -1;
@@ -971,8 +990,11 @@ static bool batch_write(struct sink_redis *s, struct native *g, struct nbatch *t
 		if (t->cur >= 0 && t->kmax > 0)
 			any = true;
 		if (any) {
-			uint32_t k1 = grown_k(s, e, t);
+			uint32_t k1 = grown_k(s, e, t), exp_from;
+			bool inserts = false;
 
+			for (size_t i = 0; i < t->nev; i++)
+				inserts = inserts || t->ev[i].fresh || t->ev[i].renew;
 			if (t->cur >= 0) {
 				curb = t->bk[t->cur];
 			} else {
@@ -984,30 +1006,63 @@ static bool batch_write(struct sink_redis *s, struct native *g, struct nbatch *t
 			if (kf > t->kmax && t->cur >= 0)
 				kf = t->kmax; /* cannot happen: kmax counted every candidate */
 			made = curb.made;
-			/* Ids of the hashes that split move to their place under kf. */
-			for (size_t i = 0; t->cur >= 0 && i < t->nsrc; i++) {
-				const struct srcid *x = &t->src[i];
-				const char *f = t->srcbytes.data + x->f_off;
-				uint32_t dst;
+			exp_from = made; /* hashes from here on get their expiry set when written */
+			/*
+			 * As the function does before its first insert: hashes from made on
+			 * are created (an empty field "" that never moves keeps one alive
+			 * when a split takes all its ids) with their expiry, up to 256 a call,
+			 * beyond what the previous bucket's count needs only one per 4 ids
+			 * already in the bucket; writes to hashes from there on set their
+			 * own expiry.
+			 */
+			if (inserts) {
+				uint64_t kp = t->prevb >= 0 ? (t->bk[t->prevb].c + LOAD - 1) / LOAD : 0;
+				uint64_t chunk = c0 / 4 > kp ? c0 / 4 : kp;
 
-				if (x->f_len < 3)
-					continue; /* the marker "" never moves */
-				{
-					uint32_t k = t->k0, p = x->hash, splits = 0;
+				if (chunk > (uint64_t)made + 256)
+					chunk = (uint64_t)made + 256;
+				if (chunk > k1)
+					chunk = k1;
+				for (uint32_t j = made; j < chunk; j++)
+					if (!add_op(g, j, false, "", 0, "", 0))
+						return false;
+				if (chunk > made)
+					made = (uint32_t)chunk;
+			}
+			/* Ids of the hashes that split move to their place under kf (a hash's ids
+			 * are one run of t->src). */
+			for (size_t i = 0; t->cur >= 0 && i < t->nsrc;) {
+				uint32_t p = t->src[i].hash;
+				size_t end = i, moved = 0, all;
+				bool split = false;
 
-					/* Was p split on the way to kf? */
-					for (; k < kf; k++)
-						if (k - pow2floor(k) == p)
-							splits++;
-					if (!splits)
+				while (end < t->nsrc && t->src[end].hash == p)
+					end++;
+				all = end - i;
+				for (uint32_t k = t->k0; k < kf && !split; k++)
+					split = k - pow2floor(k) == p;
+				for (; split && i < end; i++) {
+					const struct srcid *x = &t->src[i];
+					const char *f = t->srcbytes.data + x->f_off;
+					uint32_t dst;
+
+					if (x->f_len < 3)
+						continue; /* the marker "" never moves */
+					dst = shard_of(field_hash((const unsigned char *)f, x->f_len, 0), kf);
+					if (dst == p)
 						continue;
+					if (!add_op(g, p, true, f, x->f_len, NULL, 0) ||
+					    !add_op(g, dst, false, f, x->f_len, t->srcbytes.data + x->v_off,
+					            x->v_len))
+						return false;
+					moved++;
 				}
-				dst = shard_of(field_hash((const unsigned char *)f, x->f_len, 0), kf);
-				if (dst == x->hash)
-					continue;
-				if (!add_op(g, x->hash, true, f, x->f_len, NULL, 0) ||
-				    !add_op(g, dst, false, f, x->f_len, t->srcbytes.data + x->v_off, x->v_len))
-					return false;
+				/* A hash a split emptied is gone from Redis: writes to it set its expiry. */
+				if (split && moved > 0 && moved == all && p < made)
+					made = p;
+				if (split && moved > 0 && moved == all && p < exp_from)
+					exp_from = p;
+				i = end;
 			}
 			for (size_t i = 0; i < t->nev; i++) {
 				struct nev *v = &t->ev[i];
@@ -1017,20 +1072,6 @@ static bool batch_write(struct sink_redis *s, struct native *g, struct nbatch *t
 				if (!add_op(g, shard_of(v->h, kf), false, vat(s, t, v, v->f), v->f.len, off,
 				            (size_t)offl))
 					return false;
-			}
-			/* A hash that a split emptied is gone from Redis: later writes set its expiry. */
-			for (size_t i = 0; t->cur >= 0 && i < t->nsrc;) {
-				uint32_t p = t->src[i].hash;
-				size_t moved = 0, all = 0, j = i;
-
-				for (; j < t->nsrc && t->src[j].hash == p; j++)
-					all++;
-				for (size_t o = 0; o < g->nops; o++)
-					if (g->ops[o].del && g->ops[o].j == p)
-						moved++;
-				if (moved == all && all > 0 && p < made)
-					made = p;
-				i = j;
 			}
 			qsort(g->ops, g->nops, sizeof(*g->ops), cmp_op);
 			for (size_t o = 0; o < g->nops;) {
@@ -1049,7 +1090,7 @@ static bool batch_write(struct sink_redis *s, struct native *g, struct nbatch *t
 				}
 				if (!want(g, W_QUEUED, t, UINT32_MAX))
 					return false;
-				if (!del && g->ops[o].j >= made) {
+				if (!del && g->ops[o].j >= exp_from) {
 					resp_array(b, 3);
 					resp_str(b, "EXPIREAT");
 					bulk_shard(b, s, e, t, &curb, g->ops[o].j);
