@@ -214,6 +214,8 @@ struct native {
 	size_t nops, capops;
 	uint32_t *seen; /* batch_write's table of the ids a unit writes (power-of-two size) */
 	size_t capseen;
+	redisReply *res, **resp; /* exec_done's per-event results of a unit */
+	size_t capres, capresp;
 };
 
 static bool grow(void **p, size_t *cap, size_t need, size_t item)
@@ -264,6 +266,8 @@ void sink_native_free(struct node *n)
 	free(g->want);
 	free(g->ops);
 	free(g->seen);
+	free(g->res);
+	free(g->resp);
 	free(g);
 	n->nat = NULL;
 }
@@ -462,25 +466,27 @@ static void bulk_span(struct buf *b, struct sink_redis *s, const struct sq_ent *
 
 static void bulk_i64(struct buf *b, int64_t v)
 {
-	char tmp[24];
-	int n = snprintf(tmp, sizeof(tmp), "%" PRId64, v);
+	char tmp[24], *d = u64_to_dec(tmp + sizeof(tmp), (uint64_t)(v < 0 ? 0 : v));
 
-	resp_bulk(b, tmp, (size_t)n);
+	resp_bulk(b, d, (size_t)(tmp + sizeof(tmp) - d));
 }
 
-/* "<base>:<bucket>:<j>" */
+/* "<base>:<bucket>:<j>" (no printf: one per hash the batch touches) */
 static void bulk_shard(struct buf *b, struct sink_redis *s, const struct sq_ent *e,
                        const struct nbatch *t, const struct bucket *bk, uint32_t j)
 {
-	char tail[80];
-	int n = snprintf(tail, sizeof(tail), ":%s:%" PRIu32, bk->name, j);
+	char num[16], *d = u64_to_dec(num + sizeof(num), j);
+	size_t nl = strlen(bk->name), dl = (size_t)(num + sizeof(num) - d);
 	struct span base = t->arg[A_BASE];
 
 	buf_putc(b, '$');
-	buf_put_u64(b, base.len + (size_t)n);
+	buf_put_u64(b, base.len + 2 + nl + dl);
 	buf_append(b, "\r\n", 2);
 	buf_append(b, at(s, e, base), base.len);
-	buf_append(b, tail, (size_t)n);
+	buf_putc(b, ':');
+	buf_append(b, bk->name, nl);
+	buf_putc(b, ':');
+	buf_append(b, d, dl);
 	buf_append(b, "\r\n", 2);
 }
 
@@ -1433,14 +1439,14 @@ static bool exec_done(struct sink_redis *s, struct node *n, struct native *g, co
 		size_t x = t->exec_first;
 		redisReply *res, **ptr;
 
-		res = calloc(t->nev ? t->nev : 1, sizeof(*res));
-		ptr = calloc(t->nev ? t->nev : 1, sizeof(*ptr));
-		if (!res || !ptr) {
-			free(res);
-			free(ptr);
+		if (!grow((void **)&g->res, &g->capres, t->nev + 1, sizeof(*g->res)) ||
+		    !grow((void **)&g->resp, &g->capresp, t->nev + 1, sizeof(*g->resp))) {
 			snprintf(s->errmsg, sizeof(s->errmsg), "out of memory");
 			return false;
 		}
+		res = g->res;
+		ptr = g->resp;
+		memset(res, 0, t->nev * sizeof(*res));
 		for (size_t k = 0; k < t->nev; k++) {
 			ptr[k] = &res[k];
 			if (t->ev[k].res == 3) {
@@ -1467,14 +1473,9 @@ static bool exec_done(struct sink_redis *s, struct node *n, struct native *g, co
 			s->stats.native_batches++;
 			if (s->m)
 				atomic_fetch_add_explicit(&s->m->batches_native, 1, memory_order_relaxed);
-			if (!sink_publish_done(s, n, e, &arr)) {
-				free(res);
-				free(ptr);
+			if (!sink_publish_done(s, n, e, &arr))
 				return false;
-			}
 		}
-		free(res);
-		free(ptr);
 	}
 	g->nb = 0;
 	return true;
