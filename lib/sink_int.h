@@ -18,6 +18,9 @@
  *                  answered
  *   sink_trim.c    --trim acked rounds (their calls go through the ring)
  *   sink_reply.c   what each reply means for the command it answers
+ *   sink_native.c  --publish native: the group of batches in flight on one
+ *                  connection (struct native, n->nat), its reads under WATCH,
+ *                  its decisions and its MULTI/EXEC
  * The public interface is sink_redis.h.
  */
 #ifndef RELAY_SINK_INT_H

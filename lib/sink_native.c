@@ -43,10 +43,19 @@
  * the ids of the hashes split on the way, each to its place under K': those
  * hashes are read whole in read 2, and the rest are never touched.
  *
- * One owner: struct native (one per connection, n->nat) holds the batch in
+ * Groups: the batches queued next on one connection, as long as each is the
+ * next call for a stream in the group (a unit of consecutive calls: each
+ * expects the watermark where the one before leaves it, and is decided against
+ * the state that one leaves) or a new stream, in a cluster of one hash slot,
+ * up to 256 KiB of calls: one round trip for the reads and one for the write,
+ * whatever the number of streams. The ring keeps every call's bytes: what it
+ * sends is made from them each round, and each call's results are counted as
+ * its own.
+ *
+ * One owner: struct native (one per connection, n->nat) holds the group in
  * flight on that connection: the replies it still expects, what they said,
  * and the bytes to stage next. It is reset when the connection closes (the
- * ring sends the batch again, from read 1).
+ * ring sends every call again, and a new group starts from read 1).
  */
 #include "sink_redis.h"
 
