@@ -332,14 +332,14 @@ static const struct opt_def option_table[] = {
             NULL),
     STR("key-prefix", 0, ALL, key_prefix, "outbox-relay", check_key_prefix, "PREFIX",
         "prefix of the relay's own bookkeeping keys; must not contain { or }"),
-    STR("publish", 0, RP, publish, "function", check_publish, "MODE",
-        "how a batch is written: function (one call of the relay's Redis function per batch, "
-        "which checks the watermark and the dedup window inside Redis), or native (no Lua: under "
-        "WATCH the relay reads the watermark and the dedup shards the batch touches, decides, "
-        "and writes the entries, ids and watermark in one MULTI/EXEC, at a lower cost to Redis "
-        "per event; what it does not take, namely values of 64 KiB or more, dead letters, "
-        "republish, a stream key of another type and a slot being migrated, still goes through "
-        "the function)"),
+    STR("publish", 0, RP, publish, "native", check_publish, "MODE",
+        "how a batch is written: native (no Lua: under WATCH the relay reads the watermark and "
+        "the dedup shards a group of batches touches, decides, and writes the entries, ids and "
+        "watermarks in one MULTI/EXEC, at about two thirds of the function's cost to Redis per "
+        "event; what it does not take, namely values of 64 KiB or more, dead letters, republish, "
+        "a stream key of another type and a slot being migrated, goes through the function), or "
+        "function (every batch through one call of the relay's Redis function, which checks the "
+        "watermark and the dedup window inside Redis)"),
     BOOL("redis-functions", RP, redis_functions, "true",
          "load the relay's script as a Redis function (Redis 7+); --no-redis-functions loads it "
          "with SCRIPT LOAD and calls it with EVALSHA instead"),

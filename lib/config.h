@@ -53,7 +53,7 @@ struct relay_config {
 	char *dead_letter_stream;  /* --dead-letter-stream, default "outbox:dead-letter" */
 	int64_t dedup_window_s;    /* --dedup-window, default 3600 s, 0 disables */
 	int64_t maxlen;            /* --maxlen, default 0 = no trimming */
-	char *publish;        /* --publish function|native: how batches are written, default function */
+	char *publish;        /* --publish native|function: how batches are written, default native */
 	char *trim;           /* --trim none|acked: trim streams to what consumer groups still need */
 	int trim_interval_ms; /* --trim-interval, default 60s */
 	char **groups;        /* --group NAME (repeatable; env: comma list) */

@@ -634,17 +634,17 @@ def cmd_latency(sock, stream, receipts_file, out_json, runs_json=None):
 # ---------------------------------------------------------------------------
 # Mode plugins: pg_recvlogical_pgo / relay_pgo are the same with pgoutput (their "vs pg_recvlogical"
 # is against pg_recvlogical_pgo, the baseline before them in this order).
-CONTENDER_ORDER = ["pg_recvlogical", "relay", "relay_nodedup", "relay_native", "relay_tcp", "relay_tls",
-                   "relay_cluster", "pg_recvlogical_pgo", "relay_pgo", "relay_pgo_native"]
+CONTENDER_ORDER = ["pg_recvlogical", "relay", "relay_nodedup", "relay_function", "relay_tcp", "relay_tls",
+                   "relay_cluster", "pg_recvlogical_pgo", "relay_pgo", "relay_pgo_function"]
 CONTENDER_LABEL = {"pg_recvlogical": "pg_recvlogical", "relay": "outbox-relay (defaults)",
                    "relay_nodedup": "outbox-relay --dedup-window 0",
-                   "relay_native": "outbox-relay --publish native",
+                   "relay_function": "outbox-relay --publish function",
                    "relay_tcp": "outbox-relay, single node over TCP",
                    "relay_tls": "outbox-relay, single node over TLS (rediss://)",
                    "relay_cluster": "outbox-relay, 3-master cluster",
                    "pg_recvlogical_pgo": "pg_recvlogical, pgoutput",
                    "relay_pgo": "outbox-relay --plugin pgoutput",
-                   "relay_pgo_native": "outbox-relay --plugin pgoutput --publish native"}
+                   "relay_pgo_function": "outbox-relay --plugin pgoutput --publish function"}
 
 
 def per_batch(x):

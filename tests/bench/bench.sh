@@ -7,8 +7,9 @@
 #
 # Mode plugins: wal2json and pgoutput side by side on the same backlogs,
 # pg_recvlogical and the relay with each (Redis without AOF).
-# Modes noaof and aof also run the relay on --publish native (relay_native),
-# mode plugins with pgoutput (relay_pgo_native), next to the function.
+# The relay's default is --publish native; modes noaof and aof also run it on
+# --publish function (relay_function), mode plugins with pgoutput too
+# (relay_pgo_function), next to the default.
 #
 # Installs nothing. Builds the relay in release mode (build-bench/) unless
 # RELAY_BIN is set. Starts its own PostgreSQL 15 + wal2json and redis-server on
@@ -98,8 +99,8 @@ shapes_for() { # shapes_for MODE
 contenders_for() { # contenders_for MODE
 	if [ "$1" = cluster ]; then echo "pg_recvlogical relay relay_tcp relay_cluster"
 	elif [ "$1" = tls ]; then echo "pg_recvlogical relay_tcp relay_tls"
-	elif [ "$1" = plugins ]; then echo "pg_recvlogical relay pg_recvlogical_pgo relay_pgo relay_pgo_native"
-	else echo "pg_recvlogical relay relay_nodedup relay_native"; fi
+	elif [ "$1" = plugins ]; then echo "pg_recvlogical relay pg_recvlogical_pgo relay_pgo relay_pgo_function"
+	else echo "pg_recvlogical relay relay_nodedup relay_function"; fi
 }
 # The plugin of a contender's slot (mode plugins: the *_pgo ones use pgoutput and
 # the publication bench_pub, inserts of public.outbox, made before their slots).
@@ -541,7 +542,7 @@ drain() {
 	slot=$(slot_name "$c" "$round")
 	logf=$T/$MODE.$shape.$c.$round.log
 	case $c in
-	relay | relay_nodedup | relay_native | relay_pgo | relay_pgo_native) redis_reset; rsrv=(--redis "$RSOCK"); url="unix://$RSOCK" ;;
+	relay | relay_nodedup | relay_function | relay_pgo | relay_pgo_function) redis_reset; rsrv=(--redis "$RSOCK"); url="unix://$RSOCK" ;;
 	relay_tcp) redis_reset; rsrv=(--redis "127.0.0.1:$SPORT"); url="redis://127.0.0.1:$SPORT" ;;
 	relay_tls)
 		redis_reset
@@ -579,8 +580,8 @@ drain() {
 	*)
 		[ "$c" = relay_nodedup ] && args=(--dedup-window 0)
 		[ "$c" = relay_pgo ] && args=(--plugin pgoutput --publication bench_pub)
-		[ "$c" = relay_native ] && args=(--publish native)
-		[ "$c" = relay_pgo_native ] && args=(--plugin pgoutput --publication bench_pub --publish native)
+		[ "$c" = relay_function ] && args=(--publish function)
+		[ "$c" = relay_pgo_function ] && args=(--plugin pgoutput --publication bench_pub --publish function)
 		"$PY" "$BENCH_PY" run "${common[@]}" "${rsrv[@]}" --xlen "$xpat" "${check[@]}" -- \
 			"$RELAY_BIN" --pg-dsn "$DSN" --slot "$slot" --no-create-slot \
 			--redis-url "$url" --stream 'outbox:{aggregate_type}' --endpos "$endpos" --http-addr "" \
@@ -598,10 +599,13 @@ print(r.get("xlen"), r.get("distinct_ids", "-"))')
 		[ "$pub" = "$events" ] && [ "$xl" = "$events" ] && { [ "$di" = - ] || [ "$di" = "$events" ]; } ||
 			die "$c on $shape (round $round): published=$pub, XLEN=$xl, distinct ids=$di, expected $events"
 		grep -o 'peak_rss_kb=[0-9]*' "$logf" | tail -n 1 >>"$T/peak_rss.$c" || true
-		if [ "${c%_native}" != "$c" ]; then # --publish native: every batch written without the function
-			local nb fb
-			nb=$(sed -n 's/.*stopped (.* native_batches=\([0-9]*\).*/\1/p' "$logf" | tail -n 1)
-			fb=$(sed -n 's/.*stopped (.* function_batches=\([0-9]*\).*/\1/p' "$logf" | tail -n 1)
+		local nb fb
+		nb=$(sed -n 's/.*stopped (.* native_batches=\([0-9]*\).*/\1/p' "$logf" | tail -n 1)
+		fb=$(sed -n 's/.*stopped (.* function_batches=\([0-9]*\).*/\1/p' "$logf" | tail -n 1)
+		if [ "${c%_function}" != "$c" ]; then # --publish function: no native batch
+			[ "$nb" = 0 ] && [ -n "$fb" ] && [ "$fb" -gt 0 ] ||
+				die "$c on $shape (round $round): native_batches=$nb function_batches=$fb, expected 0 and > 0"
+		else # the default, --publish native: every batch written without the function
 			[ -n "$nb" ] && [ "$nb" -gt 0 ] && [ "$fb" = 0 ] ||
 				die "$c on $shape (round $round): native_batches=$nb function_batches=$fb, expected > 0 and 0"
 		fi

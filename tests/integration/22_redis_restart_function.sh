@@ -15,7 +15,9 @@ slot_create outbox_relay
 
 library_loaded() { redis_cli FUNCTION LIST LIBRARYNAME outbox_relay | grep -qx outbox_relay; }
 
-relay_start --retry-max 1s
+# The function path (--publish native calls the function only for what it does
+# not take; 75_publish_native covers that path's hand-offs).
+relay_start --retry-max 1s --publish function
 emit_orders_customers 1 2000
 wait_confirmed outbox_relay "$(current_lsn)" 30 || fail "first batch not confirmed"
 library_loaded || fail "FUNCTION LIST does not show the outbox_relay library"

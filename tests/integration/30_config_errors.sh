@@ -426,10 +426,10 @@ case_redis_no_functions() {
 	slot_create s_nofn
 	a=$(psql_q "SELECT outbox_emit('order', 'nofn-1', 'created', '{}')")
 	b=$(psql_q "SELECT outbox_emit('order', 'nofn-2', 'created', '{}')")
-	relay_drain --slot s_nofn
+	relay_drain --slot s_nofn --publish function
 	assert_eq 0 "$(grep -c ' error: ' "$RELAY_LOG" || true)" "Redis without FUNCTION: no error line"
 	c=$(psql_q "SELECT outbox_emit('order', 'nofn-3', 'created', '{}')")
-	relay_drain --slot s_nofn
+	relay_drain --slot s_nofn --publish function
 	assert_eq 0 "$(grep -c ' error: ' "$RELAY_LOG" || true)" "Redis without FUNCTION, second run: no error line"
 	printf '%s\n' "$a" "$b" "$c" >"$T/nofn.expected"
 	assert_stream_ids outbox:order "$T/nofn.expected"

@@ -154,7 +154,7 @@ calls() { redis_cli INFO commandstats | sed -n "s/^cmdstat_$1:calls=\([0-9]*\),.
 # --publish native (OUTBOX_RELAY_PUBLISH=native), the hashes read whole to be
 # split: HGETALLs beyond the one per batch (one WATCH each) that reads the index.
 splits() {
-	if [ "${OUTBOX_RELAY_PUBLISH:-function}" = native ]; then
+	if [ "${OUTBOX_RELAY_PUBLISH:-native}" = native ]; then
 		echo $(($(calls hgetall) - $(calls watch)))
 	else
 		echo $(($(calls hscan) - $(calls fcall)))
