@@ -220,7 +220,11 @@ psql_q "INSERT INTO outbox_loose (id, aggregate_type, aggregate_id, event_type, 
 wait_for '[ "$(xlen outbox:burst)" = 3000 ]' 300 || fail "(c) the burst was not published: $(xlen outbox:burst) of 3000"
 relay_stop
 assert_eq 0 "$RELAY_RC" "(c) the relay stopped cleanly"
-assert_ge "$(splits)" 100 "(c) the bucket grew by splits"
+# The function reads one hash per split; --publish native reads a hash once per
+# group of batches however often that group splits it (a hash split again after
+# K doubled), so its count is lower for the same growth (k and moved below).
+if [ "${OUTBOX_RELAY_PUBLISH:-native}" = native ]; then min_splits=50; else min_splits=100; fi
+assert_ge "$(splits)" "$min_splits" "(c) the bucket grew by splits"
 assert_ge "$(moved burst)" 1000 "(c) ids moved from hash to hash"
 assert_ge "$(k burst)" $((3000 / 100)) "(c) to $(k burst) hashes"
 shards burst 3000 "(c)"
