@@ -675,8 +675,9 @@ run_latency() {
 	cat >"$T/lat.sql" <<-'EOF'
 		INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('lat', :client_id, 'r' || :rate, '{"n": 1}');
 	EOF
+	# shellcheck disable=SC2086 # LAT_RELAY_ARGS: extra relay options, a word list
 	"$RELAY_BIN" --pg-dsn "$DSN" --slot lat --redis-url "unix://$RSOCK" --group bench \
-		--http-addr "" --log-level info >"$T/lat.relay.log" 2>&1 &
+		--http-addr "" --log-level info ${LAT_RELAY_ARGS:-} >"$T/lat.relay.log" 2>&1 &
 	relay_pid=$!
 	BG_PIDS+=("$relay_pid")
 	echo "$relay_pid" >>"$T/bg.pids"
