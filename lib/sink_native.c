@@ -815,7 +815,8 @@ static bool batch_read2(struct sink_redis *s, struct native *g, struct nbatch *t
 			    (struct pair){shard_of(h, bk->k), (uint32_t)i, (uint32_t)bi};
 		}
 	}
-	qsort(t->pairs, t->npairs, sizeof(*t->pairs), cmp_pair);
+	if (t->npairs > 1)
+		qsort(t->pairs, t->npairs, sizeof(*t->pairs), cmp_pair);
 	for (size_t gi = 0; gi < t->npairs;) {
 		size_t end = gi;
 
@@ -1088,7 +1089,8 @@ static bool batch_write(struct sink_redis *s, struct native *g, struct nbatch *t
 				            (size_t)offl))
 					return false;
 			}
-			qsort(g->ops, g->nops, sizeof(*g->ops), cmp_op);
+			if (g->nops > 1)
+				qsort(g->ops, g->nops, sizeof(*g->ops), cmp_op);
 			for (size_t o = 0; o < g->nops;) {
 				size_t end = o;
 				bool del = g->ops[o].del;
