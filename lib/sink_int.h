@@ -64,7 +64,7 @@ struct node {
 	bool info_sent; /* its reply is still to come */
 	bool mem_known; /* used_memory and maxmemory were read */
 	uint64_t used_memory, maxmemory;
-	uint64_t max_bulk; /* proto-max-bulk-len, 0 unknown */
+	uint64_t max_bulk;  /* proto-max-bulk-len, 0 unknown */
 	struct native *nat; /* --publish native: the batch in flight here (sink_native.c owns it) */
 };
 

@@ -67,8 +67,8 @@
 
 #include "sink_int.h"
 
-#define LOAD 24           /* ids per hash before a split (the function's LOAD) */
-#define MAX_K 1048576     /* most hashes in a bucket (the function's cap) */
+#define LOAD 24            /* ids per hash before a split (the function's LOAD) */
+#define MAX_K 1048576      /* most hashes in a bucket (the function's cap) */
 #define NATIVE_MAX_TRIES 8 /* EXEC answered nil this often: the batch goes through the function */
 
 enum phase { NAT_IDLE, NAT_READ1, NAT_READ2, NAT_EXEC };
@@ -95,8 +95,21 @@ struct want {
 };
 
 /* Where the function call's arguments are (offsets from the command's start). */
-enum { A_STREAM = 3, A_WM, A_LEGWM, A_DL, A_BASE, A_TTL, A_MAXLEN, A_OWNER, A_EXPECT, A_SLOT,
-       A_PREFIX, A_HINT, A_FIRST_EVENT };
+enum {
+	A_STREAM = 3,
+	A_WM,
+	A_LEGWM,
+	A_DL,
+	A_BASE,
+	A_TTL,
+	A_MAXLEN,
+	A_OWNER,
+	A_EXPECT,
+	A_SLOT,
+	A_PREFIX,
+	A_HINT,
+	A_FIRST_EVENT
+};
 
 struct span {
 	uint32_t off, len;
@@ -105,13 +118,13 @@ struct span {
 struct nev {
 	struct span pos, f, pairs;
 	uint32_t nfields;
-	uint32_t h;   /* shard hash of the dedup field */
-	uint16_t m;   /* the member (function call) it is in */
-	int8_t res;   /* -1 not yet, 0 replay, 1 duplicate, 3 written (XADD) */
-	bool cand;    /* not a replay: looked up */
-	bool fresh;   /* a new id in the current bucket */
-	bool renew;   /* an id of the current bucket older than the window: its time renewed */
-	bool old_hit; /* the old layout has it */
+	uint32_t h;     /* shard hash of the dedup field */
+	uint16_t m;     /* the member (function call) it is in */
+	int8_t res;     /* -1 not yet, 0 replay, 1 duplicate, 3 written (XADD) */
+	bool cand;      /* not a replay: looked up */
+	bool fresh;     /* a new id in the current bucket */
+	bool renew;     /* an id of the current bucket older than the window: its time renewed */
+	bool old_hit;   /* the old layout has it */
 	int64_t curval; /* its value in the current bucket, -1 none */
 };
 
@@ -124,7 +137,7 @@ struct bucket {
 
 /* An id of a splitting hash, as HGETALL gave it. */
 struct srcid {
-	uint32_t hash; /* the hash it was read from */
+	uint32_t hash;                       /* the hash it was read from */
 	uint32_t f_off, f_len, v_off, v_len; /* in the batch's srcbytes */
 };
 
@@ -571,8 +584,8 @@ static void take_wm(struct sink_redis *s, struct nbatch *t, const redisReply *r)
 		return;
 	t->wm_found = true;
 	snprintf(t->wm, sizeof(t->wm), "%.*s", (int)(r->len < 25 ? r->len : 25), r->str);
-	if (r->len > 26 && (r->len - 26 != strlen(s->q.owner) ||
-	                    memcmp(r->str + 26, s->q.owner, r->len - 26) != 0))
+	if (r->len > 26 &&
+	    (r->len - 26 != strlen(s->q.owner) || memcmp(r->str + 26, s->q.owner, r->len - 26) != 0))
 		snprintf(t->foreign, sizeof(t->foreign), "%.*s", (int)(r->len - 26), r->str + 26);
 }
 
@@ -682,10 +695,11 @@ static void bulk_old_key(struct buf *b, struct sink_redis *s, const struct sq_en
 				r = r * 2 + (x & 1);
 			u[i] = (unsigned char)(u[i] ^ r);
 		}
-		tl = (size_t)snprintf(text, sizeof(text),
-		                      "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-		                      u[3], u[2], u[1], u[0], u[4], u[5], u[6], u[7], u[8], u[9], u[10],
-		                      u[11], u[12], u[13], u[14], u[15]);
+		tl =
+		    (size_t)snprintf(text, sizeof(text),
+		                     "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+		                     u[3], u[2], u[1], u[0], u[4], u[5], u[6], u[7], u[8], u[9], u[10],
+		                     u[11], u[12], u[13], u[14], u[15]);
 		g = (const unsigned char *)text;
 		glen = tl;
 	} else {
@@ -769,8 +783,7 @@ static uint32_t grown_k(struct sink_redis *s, const struct sq_ent *e, const stru
  * After read 1: the replays are known. Stage read 2 (lookups and the hashes
  * that split), or go straight to the write.
  */
-static bool batch_read2(struct sink_redis *s, struct native *g, struct nbatch *t,
-                        struct sq_ent *e)
+static bool batch_read2(struct sink_redis *s, struct native *g, struct nbatch *t, struct sq_ent *e)
 {
 	struct buf *b = &g->cmd;
 	size_t ncand = 0;
@@ -791,8 +804,7 @@ static bool batch_read2(struct sink_redis *s, struct native *g, struct nbatch *t
 	t->nsrc = 0;
 	buf_reset(&t->srcbytes);
 	/* Nothing to look up, and (as the function does on every call) no growth due. */
-	if (window(s, e, t) <= 0 ||
-	    (ncand == 0 && (t->cur < 0 || grown_k(s, e, t) <= t->bk[t->cur].k)))
+	if (window(s, e, t) <= 0 || (ncand == 0 && (t->cur < 0 || grown_k(s, e, t) <= t->bk[t->cur].k)))
 		return true;
 	if (!grow((void **)&t->val, &t->capval, (t->nbk ? t->nbk : 1) * t->nev, sizeof(*t->val)))
 		return false;
@@ -811,8 +823,7 @@ static bool batch_read2(struct sink_redis *s, struct native *g, struct nbatch *t
 			bucket_field(s, t, bk, &t->ev[i], &f, &fl, &h);
 			if (!grow((void **)&t->pairs, &t->cappairs, t->npairs + 1, sizeof(*t->pairs)))
 				return false;
-			t->pairs[t->npairs++] =
-			    (struct pair){shard_of(h, bk->k), (uint32_t)i, (uint32_t)bi};
+			t->pairs[t->npairs++] = (struct pair){shard_of(h, bk->k), (uint32_t)i, (uint32_t)bi};
 		}
 	}
 	if (t->npairs > 1)
@@ -903,8 +914,7 @@ static bool same_field(struct sink_redis *s, const struct nbatch *t, const struc
  * Decide every event (read 2's answers are in t), then stage the write:
  * MULTI, the XADDs, the hashes, the index, the watermark, EXEC.
  */
-static bool batch_write(struct sink_redis *s, struct native *g, struct nbatch *t,
-                        struct sq_ent *e)
+static bool batch_write(struct sink_redis *s, struct native *g, struct nbatch *t, struct sq_ent *e)
 {
 	struct buf *b = &g->cmd;
 	int64_t win = window(s, e, t), span = 2 * win, cur = win > 0 ? t->now / span : 0;
@@ -1068,8 +1078,7 @@ static bool batch_write(struct sink_redis *s, struct native *g, struct nbatch *t
 					if (dst == p)
 						continue;
 					if (!add_op(g, p, true, f, x->f_len, NULL, 0) ||
-					    !add_op(g, dst, false, f, x->f_len, t->srcbytes.data + x->v_off,
-					            x->v_len))
+					    !add_op(g, dst, false, f, x->f_len, t->srcbytes.data + x->v_off, x->v_len))
 						return false;
 					moved++;
 				}
@@ -1384,9 +1393,8 @@ static bool read1_done(struct sink_redis *s, struct native *g)
 		}
 		if (ex.len &&
 		    (!t->wm_found || memcmp(t->wm, at(s, e, ex), ex.len < 25 ? ex.len : 25) < 0)) {
-			snprintf(msg, sizeof(msg), "OUTBOX_BEHIND %.*s is at %s, expected %.*s",
-			         (int)wmk.len, at(s, e, wmk), t->wm_found ? t->wm : "nothing", (int)ex.len,
-			         at(s, e, ex));
+			snprintf(msg, sizeof(msg), "OUTBOX_BEHIND %.*s is at %s, expected %.*s", (int)wmk.len,
+			         at(s, e, wmk), t->wm_found ? t->wm : "nothing", (int)ex.len, at(s, e, ex));
 			return refuse(s, e, msg);
 		}
 	}
@@ -1429,9 +1437,8 @@ static bool exec_done(struct sink_redis *s, struct node *n, struct native *g, co
 	}
 	if (r->type != REDIS_REPLY_ARRAY || r->elements != g->nqueued) {
 		snprintf(s->errmsg, sizeof(s->errmsg),
-		         "unexpected reply to EXEC of a native batch: type %d, %zu of %zu results",
-		         r->type, r->type == REDIS_REPLY_ARRAY ? (size_t)r->elements : (size_t)0,
-		         g->nqueued);
+		         "unexpected reply to EXEC of a native batch: type %d, %zu of %zu results", r->type,
+		         r->type == REDIS_REPLY_ARRAY ? (size_t)r->elements : (size_t)0, g->nqueued);
 		return false;
 	}
 	/* An error in the array means Redis ran only part of it. */
@@ -1508,8 +1515,8 @@ static bool stop_at_native(void *ctx, const struct sq_ent *e)
  * for its stream: it expects the watermark where that unit's last call leaves
  * it), -2 not in this group.
  */
-static int joins(struct sink_redis *s, const struct native *g, const struct sq_ent *e,
-                 size_t bytes, size_t limit)
+static int joins(struct sink_redis *s, const struct native *g, const struct sq_ent *e, size_t bytes,
+                 size_t limit)
 {
 	const struct sq_ent *first;
 	struct span arg[A_FIRST_EVENT];
@@ -1567,8 +1574,7 @@ bool sink_native_stage(struct sink_redis *s, struct node *n, size_t limit)
 			n->staged_publish = true;
 		/* Hand-offs go after EXEC (or UNWATCH), never between the reads and EXEC:
 		 * their writes (a dead letter) would fail the watch. */
-		for (size_t i = 0; (g->phase == NAT_EXEC || g->phase == NAT_IDLE) && i < g->nhandoff;
-		     i++) {
+		for (size_t i = 0; (g->phase == NAT_EXEC || g->phase == NAT_IDLE) && i < g->nhandoff; i++) {
 			struct sq_ent *e = sq_ent(&s->q, g->handoff[i]);
 
 			if (e && e->state == SQ_ROUTED && !sq_stage_entry(&s->q, e, &n->waitq, &n->wbuf))

@@ -34,11 +34,11 @@ struct sink_hold; /* sink_redis.h */
 #define SQ_BATCH_MAX_BYTES (256 * 1024)
 
 /* What a reply in a connection's waitq answers when it is not a command. */
-#define SQ_WAIT_MARK UINT64_MAX         /* WAIT / WAITAOF */
-#define SQ_ASKING_MARK (UINT64_MAX - 1) /* ASKING */
-#define SQ_INFO_MARK (UINT64_MAX - 2)   /* INFO memory (a probe of the connection, for metrics) */
-#define SQ_NATIVE_MARK (UINT64_MAX - 3) /* a command of a --publish native batch (sink_native.c) */
-#define SQ_UNWATCH_MARK (UINT64_MAX - 4) /* UNWATCH before a batch the native path hands back */
+#define SQ_WAIT_MARK UINT64_MAX          /* WAIT / WAITAOF */
+#define SQ_ASKING_MARK (UINT64_MAX - 1)  /* ASKING */
+#define SQ_INFO_MARK (UINT64_MAX - 2)    /* INFO memory (a probe, for metrics) */
+#define SQ_NATIVE_MARK (UINT64_MAX - 3)  /* a command of --publish native (sink_native.c) */
+#define SQ_UNWATCH_MARK (UINT64_MAX - 4) /* UNWATCH before batches handed to the function */
 #define SQ_LOWEST_MARK SQ_UNWATCH_MARK
 
 enum sq_kind { SQ_PUBLISH, SQ_DEAD, SQ_GROUP, SQ_RECORD, SQ_GETREC, SQ_TRIM };

@@ -29,14 +29,14 @@ enum sink_status {
 };
 
 struct sink_stats {
-	uint64_t published;     /* new stream entries */
-	uint64_t replays;       /* skipped by the LSN watermark */
-	uint64_t duplicates;    /* skipped by the event-id window */
-	uint64_t dead_lettered; /* entries written to the dead-letter stream */
-	uint64_t error_replies; /* error replies that forced a resend */
-	uint64_t reconnects;    /* successful connects after the first */
-	uint64_t ask_redirects; /* ASK replies followed (cluster slot migrations) */
-	uint64_t rejected;      /* entries a stream key refused (WRONGTYPE), dead-lettered */
+	uint64_t published;        /* new stream entries */
+	uint64_t replays;          /* skipped by the LSN watermark */
+	uint64_t duplicates;       /* skipped by the event-id window */
+	uint64_t dead_lettered;    /* entries written to the dead-letter stream */
+	uint64_t error_replies;    /* error replies that forced a resend */
+	uint64_t reconnects;       /* successful connects after the first */
+	uint64_t ask_redirects;    /* ASK replies followed (cluster slot migrations) */
+	uint64_t rejected;         /* entries a stream key refused (WRONGTYPE), dead-lettered */
 	uint64_t native_batches;   /* batches written by --publish native (MULTI/EXEC) */
 	uint64_t function_batches; /* batches written by the function (FCALL or EVALSHA) */
 	uint64_t watch_retries;    /* native batches read again: a watched key changed (EXEC nil) */
