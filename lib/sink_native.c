@@ -118,14 +118,13 @@ struct span {
 struct nev {
 	struct span pos, f, pairs;
 	uint32_t nfields;
-	uint32_t h;     /* shard hash of the dedup field */
-	uint16_t m;     /* the member (function call) it is in */
-	int8_t res;     /* -1 not yet, 0 replay, 1 duplicate, 3 written (XADD) */
-	bool cand;      /* not a replay: looked up */
-	bool fresh;     /* a new id in the current bucket */
-	bool renew;     /* an id of the current bucket older than the window: its time renewed */
-	bool old_hit;   /* the old layout has it */
-	int64_t curval; /* its value in the current bucket, -1 none */
+	uint32_t h;   /* shard hash of the dedup field */
+	uint16_t m;   /* the member (function call) it is in */
+	int8_t res;   /* -1 not yet, 0 replay, 1 duplicate, 3 written (XADD) */
+	bool cand;    /* not a replay: looked up */
+	bool fresh;   /* a new id in the current bucket */
+	bool renew;   /* an id of the current bucket older than the window: its time renewed */
+	bool old_hit; /* the old layout has it */
 };
 
 struct bucket {
@@ -463,7 +462,6 @@ static bool parse_batch(struct sink_redis *s, struct nbatch *t, const struct sq_
 		v->pairs.len = (uint32_t)(off - v->pairs.off);
 		v->h = field_hash((const unsigned char *)p + v->f.off, v->f.len, v->f.len);
 		v->res = -1;
-		v->curval = -1;
 		if (v->pos.len == 25) {
 			memcpy(mb->last, p + v->pos.off, 25);
 			mb->last[25] = '\0';
@@ -729,21 +727,18 @@ static int64_t legacy_until(const struct nbatch *t)
 }
 
 /* The number of hashes the current bucket ends with when it holds c ids. */
-static uint32_t final_k(const struct nbatch *t, uint32_t k1, uint64_t c)
+static uint32_t final_k(uint32_t k1, uint64_t c)
 {
 	uint64_t need = (c + LOAD - 1) / LOAD;
 
-	(void)t;
 	return need > k1 ? (uint32_t)(need < UINT32_MAX ? need : UINT32_MAX) : k1;
 }
 
 /* The ids to come: the largest any member's call says (each call's estimate is its own). */
-static uint64_t hint_of(struct sink_redis *s, const struct sq_ent *e, const struct nbatch *t)
+static uint64_t hint_of(const struct nbatch *t)
 {
 	uint64_t h = 0;
 
-	(void)s;
-	(void)e;
 	for (size_t i = 0; i < t->nmem; i++)
 		if (t->mem[i].hint > h)
 			h = t->mem[i].hint;
@@ -758,20 +753,20 @@ static uint32_t clampk(uint64_t n)
 }
 
 /* K after the growth a call makes before its inserts (the function's pre-splits). */
-static uint32_t grown_k(struct sink_redis *s, const struct sq_ent *e, const struct nbatch *t)
+static uint32_t grown_k(const struct nbatch *t)
 {
 	const struct bucket *cb;
 	uint64_t to;
 
 	if (t->cur < 0) {
-		uint64_t prevc = t->prevb >= 0 ? t->bk[t->prevb].c : 0, hint = hint_of(s, e, t);
+		uint64_t prevc = t->prevb >= 0 ? t->bk[t->prevb].c : 0, hint = hint_of(t);
 
 		return clampk(hint > prevc ? hint : prevc);
 	}
 	cb = &t->bk[t->cur];
 	if (cb->c > 1024)
 		return cb->k;
-	to = ((uint64_t)cb->c + hint_of(s, e, t) + LOAD - 1) / LOAD;
+	to = ((uint64_t)cb->c + hint_of(t) + LOAD - 1) / LOAD;
 	if (to > MAX_K)
 		to = MAX_K;
 	if (to > (uint64_t)cb->k + 256)
@@ -804,7 +799,7 @@ static bool batch_read2(struct sink_redis *s, struct native *g, struct nbatch *t
 	t->nsrc = 0;
 	buf_reset(&t->srcbytes);
 	/* Nothing to look up, and (as the function does on every call) no growth due. */
-	if (window(s, e, t) <= 0 || (ncand == 0 && (t->cur < 0 || grown_k(s, e, t) <= t->bk[t->cur].k)))
+	if (window(s, e, t) <= 0 || (ncand == 0 && (t->cur < 0 || grown_k(t) <= t->bk[t->cur].k)))
 		return true;
 	if (!grow((void **)&t->val, &t->capval, (t->nbk ? t->nbk : 1) * t->nev, sizeof(*t->val)))
 		return false;
@@ -850,9 +845,9 @@ static bool batch_read2(struct sink_redis *s, struct native *g, struct nbatch *t
 		gi = end;
 	}
 	/* The hashes of the current bucket that may split: K grows to at most kmax. */
-	k1 = grown_k(s, e, t);
+	k1 = grown_k(t);
 	t->k0 = t->cur >= 0 ? t->bk[t->cur].k : k1;
-	t->kmax = final_k(t, k1, (uint64_t)(t->cur >= 0 ? t->bk[t->cur].c : 0) + ncand);
+	t->kmax = final_k(k1, (uint64_t)(t->cur >= 0 ? t->bk[t->cur].c : 0) + ncand);
 	if (t->cur >= 0) {
 		/* Each hash below k0 that a split on the way to kmax takes ids from, once. */
 		for (uint32_t k = t->k0; k < t->kmax; k++) {
@@ -921,7 +916,7 @@ static bool batch_write(struct sink_redis *s, struct native *g, struct nbatch *t
 	int64_t into = win > 0 ? t->now - cur * span : 0, late = into > win ? into : -1;
 	char top[26];
 	uint32_t c0 = t->cur >= 0 ? t->bk[t->cur].c : 0, c = c0, kf = 0, made = 0;
-	bool maxlen = !span_is(s, e, t->arg[A_MAXLEN], "0"), wrote_id = false, newbk = false;
+	bool maxlen = !span_is(s, e, t->arg[A_MAXLEN], "0"), newbk = false;
 	char off[24];
 	int offl = snprintf(off, sizeof(off), "%" PRId64, into);
 	struct bucket curb;
@@ -1016,7 +1011,7 @@ static bool batch_write(struct sink_redis *s, struct native *g, struct nbatch *t
 		if (t->cur >= 0 && t->kmax > 0)
 			any = true;
 		if (any) {
-			uint32_t k1 = grown_k(s, e, t), exp_from;
+			uint32_t k1 = grown_k(t), exp_from;
 			bool inserts = false;
 
 			for (size_t i = 0; i < t->nev; i++)
@@ -1028,9 +1023,7 @@ static bool batch_write(struct sink_redis *s, struct native *g, struct nbatch *t
 				snprintf(curb.name, sizeof(curb.name), "%" PRId64 ":%" PRId64, span, cur);
 				curb.k = k1;
 			}
-			kf = final_k(t, k1, c);
-			if (kf > t->kmax && t->cur >= 0)
-				kf = t->kmax; /* cannot happen: kmax counted every candidate */
+			kf = final_k(k1, c);
 			made = curb.made;
 			exp_from = made; /* hashes from here on get their expiry set when written */
 			/*
@@ -1174,7 +1167,6 @@ static bool batch_write(struct sink_redis *s, struct native *g, struct nbatch *t
 	buf_append(b, "\r\n", 2);
 	if (!want(g, W_QUEUED, t, UINT32_MAX))
 		return false;
-	(void)wrote_id;
 	return !b->failed;
 }
 
@@ -1225,7 +1217,6 @@ static bool build_read1(struct sink_redis *s, struct native *g)
 
 			v->res = -1;
 			v->cand = v->fresh = v->renew = v->old_hit = false;
-			v->curval = -1;
 		}
 		any_dd = any_dd || t->win > 0;
 	}
@@ -1368,12 +1359,6 @@ static bool build_write(struct sink_redis *s, struct native *g)
 	return !b->failed;
 }
 
-/* The error reply the function would have given, as the sink's reply code reads it. */
-static bool refuse(struct sink_redis *s, struct sq_ent *e, const char *msg)
-{
-	return sink_publish_error(s, e, msg);
-}
-
 /* Read 1 answered: refuse, hand off, or read 2. */
 static bool read1_done(struct sink_redis *s, struct native *g)
 {
@@ -1389,13 +1374,13 @@ static bool read1_done(struct sink_redis *s, struct native *g)
 		if (t->foreign[0]) {
 			snprintf(msg, sizeof(msg), "OUTBOX_FOREIGN %.*s belongs to %s", (int)wmk.len,
 			         at(s, e, wmk), t->foreign);
-			return refuse(s, e, msg);
+			return sink_publish_error(s, e, msg); /* the function's own error */
 		}
 		if (ex.len &&
 		    (!t->wm_found || memcmp(t->wm, at(s, e, ex), ex.len < 25 ? ex.len : 25) < 0)) {
 			snprintf(msg, sizeof(msg), "OUTBOX_BEHIND %.*s is at %s, expected %.*s", (int)wmk.len,
 			         at(s, e, wmk), t->wm_found ? t->wm : "nothing", (int)ex.len, at(s, e, ex));
-			return refuse(s, e, msg);
+			return sink_publish_error(s, e, msg); /* the function's own error */
 		}
 	}
 	round_start(g);
