@@ -34,6 +34,13 @@
         xadd_ms    = entry id millisecond timestamp - _committed_at
         receipt_ms = consumer receipt time          - _committed_at
 
+  bench.py recvlat IN OUT_JSON RUNS_JSON
+      The latency floor: reads pg_recvlogical's wal2json output (format-version
+      2 with include-timestamp) from IN until EOF, noting time.time() when each
+      chunk arrives, and appends to OUT_JSON per event_type percentiles of
+        receipt_ms = pg_recvlogical's output read - the transaction's commit
+      (contender "pg_recvlogical"), with the CPU figures of RUNS_JSON.
+
   bench.py report RESULTS.jsonl [LATENCY.jsonl]
       Markdown tables of the drains (median of rounds) and of the latency runs.
 """
@@ -629,6 +636,48 @@ def cmd_latency(sock, stream, receipts_file, out_json, runs_json=None):
     return 0
 
 
+def cmd_recvlat(path, out_json, runs_json):
+    """See the usage text: pg_recvlogical in the relay's place, the same load.
+    Lines are matched, not parsed as JSON, to keep the reader's own cost per
+    event small (wal2json's format-version 2 puts one action per line)."""
+    begin_re = re.compile(rb'^\{"action":"B".*?"timestamp":"([^"]+)"')
+    insert_re = re.compile(rb'^\{"action":"I".*?"name":"event_type","type":"[^"]*","value":"([^"]*)"')
+    fd = os.open(path, os.O_RDONLY)
+    groups, commit, rest = {}, None, b""
+    while True:
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            break
+        now = time.time()
+        lines = (rest + chunk).split(b"\n")
+        rest = lines.pop()
+        for line in lines:
+            m = begin_re.match(line)
+            if m:
+                commit = parse_pg_ts(m.group(1).decode())
+                continue
+            m = insert_re.match(line)
+            if m and commit is not None:
+                groups.setdefault(m.group(1).decode(), []).append((now - commit) * 1000)
+    os.close(fd)
+    runs = {}
+    if os.path.exists(runs_json):
+        for line in open(runs_json):
+            if line.strip():
+                r = json.loads(line)
+                runs[r["tag"]] = r
+    with open(out_json, "a") as f:
+        for tag, v in sorted(groups.items()):
+            r = {"tag": tag, "contender": "pg_recvlogical", "events": len(v), "receipt_ms": dist(v)}
+            run = runs.get(tag)
+            if run:
+                r["procs"] = run["procs"]
+                r["pgbench_wall_s"] = run["wall_s"]
+                r["pgbench"] = pgbench_summary(run.get("pgbench_log", ""))
+            f.write(json.dumps(r) + "\n")
+    return 0
+
+
 # ---------------------------------------------------------------------------
 # report
 # ---------------------------------------------------------------------------
@@ -797,8 +846,10 @@ def cmd_report(results, backlogs=None, latency=None):
         out.extend(cost)
         out.append("")
     if latency and os.path.exists(latency):
-        lrows = [json.loads(l) for l in open(latency) if l.strip()]
-        lrows.sort(key=lambda r: int(r["tag"].lstrip("r")) if r["tag"].lstrip("r").isdigit() else 0)
+        allrows = [json.loads(l) for l in open(latency) if l.strip()]
+        allrows.sort(key=lambda r: int(r["tag"].lstrip("r")) if r["tag"].lstrip("r").isdigit() else 0)
+        lrows = [r for r in allrows if r.get("contender", "relay") == "relay"]
+        frows = [r for r in allrows if r.get("contender") == "pg_recvlogical"]
         out.append("### Latency under steady load (relay live with --group, Redis without AOF)\n")
         out.append("| target events/s | events | achieved events/s | pgbench schedule lag avg / max ms | "
                    "commit → XADD (entry id) p50 / p90 / p99 / max ms | "
@@ -825,6 +876,26 @@ def cmd_report(results, backlogs=None, latency=None):
         out.append("|---:|---:|---:|---:|---:|---:|---:|")
         out.extend(cpu)
         out.append("")
+        if frows:
+            relay_p99 = {r["tag"]: r["receipt_ms"]["p99"] for r in lrows}
+            out.append("The floor: the same load right after, with pg_recvlogical (the same wal2json "
+                       "options) in the relay's place and a reader timestamping its output; commit → "
+                       "output read. The relay's commit → consumer p99 is beside it:\n")
+            out.append("| target events/s | events | pgbench schedule lag avg / max ms | "
+                       "commit → pg_recvlogical output p50 / p90 / p99 / max ms | relay p99 ms | "
+                       "relay p99 − floor p99 ms | pg_recvlogical / walsender / machine CPU % |")
+            out.append("|---:|---:|---:|---|---:|---:|---:|")
+            for r in frows:
+                c, pg, p = r["receipt_ms"], r.get("pgbench", {}), r.get("procs", {})
+                rp = relay_p99.get(r["tag"])
+                out.append("| %s | %s | %s | %.1f / %.1f / %.1f / %.1f | %s | %s | %s / %s / %s |" % (
+                    format(int(r["tag"].lstrip("r")), ","), format(r["events"], ","),
+                    "%s / %s" % (fmt(pg.get("lag_avg_ms"), ".2f"), fmt(pg.get("lag_max_ms"), ".1f")),
+                    c["p50"], c["p90"], c["p99"], c["max"], fmt(rp, ".1f"),
+                    fmt(rp - c["p99"] if rp is not None else None, "+.1f"),
+                    fmt(p.get("pg_recvlogical", {}).get("pct"), ".0f"),
+                    fmt(p.get("walsender", {}).get("pct"), ".0f"), fmt(p.get("machine", {}).get("pct"), ".0f")))
+            out.append("")
     print("\n".join(out))
     return 0
 
@@ -843,6 +914,8 @@ def main(argv):
         return cmd_consumer(*argv[2:5])
     if op == "latency":
         return cmd_latency(*argv[2:7])
+    if op == "recvlat":
+        return cmd_recvlat(*argv[2:5])
     if op == "report":
         return cmd_report(*argv[2:5])
     sys.stderr.write(__doc__)

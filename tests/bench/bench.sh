@@ -717,6 +717,55 @@ run_latency() {
 	cp "$T/lat.relay.log" "$OUT/latency.relay.log"
 	: >"$OUT/latency.jsonl"
 	"$PY" "$BENCH_PY" latency "$RSOCK" outbox:lat "$T/receipts" "$OUT/latency.jsonl" "$OUT/latency_runs.jsonl"
+	run_latency_floor
+}
+
+# The same rates right after with pg_recvlogical (the drains' wal2json options)
+# in the relay's place and bench.py timestamping what it writes: commit →
+# output read, the box's floor under that load (no Redis hop, no consumer).
+run_latency_floor() {
+	local rate n rl_pid rd_pid
+	log "latency floor: the same rates with pg_recvlogical in the relay's place"
+	psql_q -c "SELECT pg_create_logical_replication_slot('latfloor', 'wal2json')" >/dev/null
+	rm -f "$T/floor.fifo"
+	mkfifo "$T/floor.fifo"
+	"$PY" "$BENCH_PY" recvlat "$T/floor.fifo" "$OUT/latency.jsonl" "$OUT/latency_floor_runs.jsonl" &
+	rd_pid=$!
+	BG_PIDS+=("$rd_pid")
+	"$PG_BINDIR/pg_recvlogical" -d "$DSN" --slot latfloor --start -f - -F 0 \
+		-o format-version=2 -o include-transaction=1 -o include-xids=1 -o include-lsn=1 \
+		-o include-timestamp=1 -o add-tables=public.outbox -o add-msg-prefixes=outbox \
+		>"$T/floor.fifo" 2>"$T/floor.err" &
+	rl_pid=$!
+	BG_PIDS+=("$rl_pid")
+	echo "$rl_pid" >>"$T/bg.pids"
+	for _ in $(seq 1 200); do
+		[ "$(psql_q -c "SELECT active FROM pg_replication_slots WHERE slot_name = 'latfloor'")" = t ] && break
+		kill -0 "$rl_pid" 2>/dev/null || { cat "$T/floor.err" >&2; die "pg_recvlogical exited at startup"; }
+		sleep 0.1
+	done
+	sleep 1
+	: >"$OUT/latency_floor_runs.jsonl"
+	for rate in $LAT_RATES; do
+		"$PY" "$BENCH_PY" run --json "$OUT/latency_floor_runs.jsonl" --meta "tag=r$rate" \
+			--meta "pgbench_log=$OUT/pgbench.floor.$rate.log" \
+			--pid "pg_recvlogical=$rl_pid" --pid "reader=$rd_pid" --postmaster "$PM_PID" \
+			--stdout "$OUT/pgbench.floor.$rate.log" --stderr "$T/pgbench.floor.$rate.err" -- \
+			"$PG_BINDIR/pgbench" -n -M prepared -f "$T/lat.sql" -D "rate=$rate" -R "$rate" \
+			-T "$LAT_SECS" -c 4 -j 2 -h "$T" -p "$PGPORT" -U postgres postgres ||
+			{ cat "$T/pgbench.floor.$rate.err" >&2; die "pgbench at $rate/s (floor) failed"; }
+		n=$(psql_q -c "SELECT pg_current_wal_lsn()")
+		for _ in $(seq 1 600); do
+			[ "$(psql_q -c "SELECT confirmed_flush_lsn >= '$n' FROM pg_replication_slots WHERE slot_name = 'latfloor'")" = t ] && break
+			sleep 0.1
+		done
+		log "    $rate/s: $(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$OUT/pgbench.floor.$rate.log") tps (pgbench)"
+		sleep 1
+	done
+	kill -TERM "$rl_pid"
+	wait "$rl_pid" || true # pg_recvlogical ends with 1 on a signal
+	wait "$rd_pid" || die "latency floor reader failed"
+	psql_q -c "SELECT pg_drop_replication_slot('latfloor')" >/dev/null
 }
 
 # ---------------------------------------------------------------------------
