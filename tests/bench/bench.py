@@ -760,6 +760,20 @@ def cluster_summary(mrows, shapes, blog):
     return out
 
 
+def bound_row(shape, cont, cr, ev, rate, base, cpu_ev, with_redis):
+    """One row of the two-core bound table: the walsender's, the client's and
+    (with Redis) redis-server's CPU µs per event, medians of the rounds."""
+    us = lambda n: med([r["procs"].get(n, {}).get("cpu_s", 0) / ev * 1e6 for r in cr])
+    parts = [us("walsender"), cpu_ev] + ([us("redis")] if with_redis else [])
+    total, top = sum(parts), max(parts)
+    bound = min(1e6 / top, 2e6 / total) if top > 0 else None
+    return "| %s | %s | %s (%s) | %s | %s | %s | %s |" % (
+        shape, CONTENDER_LABEL[cont], fmt(total, ".1f"), fmt(top, ".1f"), fmt(bound, ",.0f"),
+        fmt(bound / base, ".2f") if bound and base else "–",
+        fmt(rate / base, ".2f") if base else "–",
+        fmt(rate / bound, ".2f") if bound else "–")
+
+
 def cmd_report(results, backlogs=None, latency=None):
     rows = [json.loads(l) for l in open(results) if l.strip()]
     blog = {}
@@ -789,7 +803,7 @@ def cmd_report(results, backlogs=None, latency=None):
         out.append("| shape | events | backlog write s / WAL | contender | events/s (median) | min–max | "
                    "wall s (median) | vs pg_recvlogical | events/s to last XADD | vs pg_recvlogical |")
         out.append("|---|---:|---|---|---:|---:|---:|---:|---:|---:|")
-        cost = []
+        cost, bounds = [], []
         for shape in shapes:
             srows = [r for r in mrows if r["shape"] == shape]
             base = None
@@ -814,6 +828,7 @@ def cmd_report(results, backlogs=None, latency=None):
                     fmt(rate / base, ".2f") if base else "–",
                     fmt(lx, ",.0f"), fmt(lx / base, ".2f") if base and lx else "–"))
                 red = [r["redis"] for r in cr if r.get("redis")]
+                bounds.append(bound_row(shape, cont, cr, ev, rate, base, cpu_ev, bool(red)))
                 pp = lambda n, k="pct": med([r["procs"].get(n, {}).get(k) for r in cr])
                 mp = lambda n: "%s / %s" % (fmt(pp(n), ".0f"), fmt(pp(n, "peak_pct"), ".0f"))
                 rm = lambda f, spec: fmt(med([f(x) for x in red]), spec) if red else "–"
@@ -844,6 +859,14 @@ def cmd_report(results, backlogs=None, latency=None):
                    "first / last XADD s |")
         out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         out.extend(cost)
+        out.append("")
+        out.append("Two-core bound (%s): each process is one thread and the machine has two cores, so "
+                   "a contender drains at most min(10⁶ ÷ the largest of its processes' µs/event, "
+                   "2 × 10⁶ ÷ their sum) events/s; medians of the rounds:\n" % title)
+        out.append("| shape | contender | µs/event summed (largest) | bound events/s | bound ÷ pg_recvlogical | "
+                   "achieved ÷ pg_recvlogical | achieved ÷ bound |")
+        out.append("|---|---|---:|---:|---:|---:|---:|")
+        out.extend(bounds)
         out.append("")
     if latency and os.path.exists(latency):
         allrows = [json.loads(l) for l in open(latency) if l.strip()]
