@@ -10,7 +10,8 @@
       /proc/<pid>/stat every 100 ms while CMD runs: each --pid NAME=PID, every
       walsender child of --postmaster (NAME "walsender"), the other children of
       --postmaster summed (NAME "postgres_other") and the whole machine
-      (/proc/stat, NAME "machine", in core-seconds). For each: cpu_s over the run
+      (/proc/stat, NAME "machine", in core-seconds, and NAME "steal", the part
+      of it the hypervisor gave to other guests). For each: cpu_s over the run
       and peak_pct, the highest utilisation over any 1 s window (100 = one core).
       Several --pid with the same NAME are summed (e.g. the masters of a cluster).
       With --redis (repeatable: every master of a cluster), the INFO stats /
@@ -260,11 +261,13 @@ def proc_ppid_and_cmd(pid):
 
 
 def machine_ticks():
+    """Busy ticks of the whole machine (steal included) and, of those, steal:
+    time the hypervisor gave this VM's CPUs to someone else."""
     with open("/proc/stat") as f:
         parts = f.readline().split()
     vals = [int(x) for x in parts[1:]]
     idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
-    return sum(vals[:8]) - idle
+    return sum(vals[:8]) - idle, (vals[7] if len(vals) > 7 else 0)
 
 
 class Sampler(threading.Thread):
@@ -298,7 +301,7 @@ class Sampler(threading.Thread):
     def sample(self):
         k = len(self.times)
         self.times.append(time.monotonic())
-        self.machine.append(machine_ticks())
+        self.machine.append(machine_ticks())  # (busy, steal)
         pid = self.child
         if pid:
             try:
@@ -367,7 +370,8 @@ class Sampler(threading.Thread):
                 tot[k] += cum[k]
         out = {name: self._stats(cum, wall) for name, cum in by_name.items()}
         if n >= 2:
-            out["machine"] = self._stats([(m - self.machine[0]) / CLK_TCK for m in self.machine], wall)
+            out["machine"] = self._stats([(m[0] - self.machine[0][0]) / CLK_TCK for m in self.machine], wall)
+            out["steal"] = self._stats([(m[1] - self.machine[0][1]) / CLK_TCK for m in self.machine], wall)
         return out
 
 
@@ -889,35 +893,38 @@ def cmd_report(results, backlogs=None, latency=None):
                 x["p50"], x["p90"], x["p99"], x["max"], c["p50"], c["p90"], c["p99"], c["max"]))
             p = r.get("procs", {})
             g = lambda n: "%s / %s" % (fmt(p.get(n, {}).get("pct"), ".0f"), fmt(p.get(n, {}).get("peak_pct"), ".0f"))
-            cpu.append("| %s | %s | %s | %s | %s | %s | %s |" % (
+            cpu.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
                 format(int(r["tag"].lstrip("r")), ","), g("relay"), g("redis"), g("walsender"),
-                g("postgres_other"), g("child"), fmt(p.get("machine", {}).get("pct"), ".0f")))
+                g("postgres_other"), g("child"), fmt(p.get("machine", {}).get("pct"), ".0f"),
+                fmt(p.get("steal", {}).get("pct"), ".0f")))
         out.append("")
         out.append("CPU % (mean / peak 1 s) while the producer ran (postgres backends = every other "
                    "child of the postmaster, i.e. mostly pgbench's sessions):\n")
-        out.append("| target events/s | relay | redis-server | walsender | postgres backends | pgbench | machine (of 200) |")
-        out.append("|---:|---:|---:|---:|---:|---:|---:|")
+        out.append("| target events/s | relay | redis-server | walsender | postgres backends | pgbench | machine (of 200) | "
+                   "of which steal |")
+        out.append("|---:|---:|---:|---:|---:|---:|---:|---:|")
         out.extend(cpu)
         out.append("")
         if frows:
             relay_p99 = {r["tag"]: r["receipt_ms"]["p99"] for r in lrows}
-            out.append("The floor: the same load right after, with pg_recvlogical (the same wal2json "
-                       "options) in the relay's place and a reader timestamping its output; commit → "
-                       "output read. The relay's commit → consumer p99 is beside it:\n")
+            out.append("The same load right after, with pg_recvlogical (the same wal2json options) in "
+                       "the relay's place and a Python reader timestamping its output (commit → output "
+                       "read: no Redis, no consumer). The relay's commit → consumer p99 is beside it:\n")
             out.append("| target events/s | events | pgbench schedule lag avg / max ms | "
                        "commit → pg_recvlogical output p50 / p90 / p99 / max ms | relay p99 ms | "
-                       "relay p99 − floor p99 ms | pg_recvlogical / walsender / machine CPU % |")
+                       "relay p99 − pg_recvlogical p99 ms | pg_recvlogical / reader / walsender / machine / steal CPU % |")
             out.append("|---:|---:|---:|---|---:|---:|---:|")
             for r in frows:
                 c, pg, p = r["receipt_ms"], r.get("pgbench", {}), r.get("procs", {})
                 rp = relay_p99.get(r["tag"])
-                out.append("| %s | %s | %s | %.1f / %.1f / %.1f / %.1f | %s | %s | %s / %s / %s |" % (
+                out.append("| %s | %s | %s | %.1f / %.1f / %.1f / %.1f | %s | %s | %s / %s / %s / %s / %s |" % (
                     format(int(r["tag"].lstrip("r")), ","), format(r["events"], ","),
                     "%s / %s" % (fmt(pg.get("lag_avg_ms"), ".2f"), fmt(pg.get("lag_max_ms"), ".1f")),
                     c["p50"], c["p90"], c["p99"], c["max"], fmt(rp, ".1f"),
                     fmt(rp - c["p99"] if rp is not None else None, "+.1f"),
-                    fmt(p.get("pg_recvlogical", {}).get("pct"), ".0f"),
-                    fmt(p.get("walsender", {}).get("pct"), ".0f"), fmt(p.get("machine", {}).get("pct"), ".0f")))
+                    fmt(p.get("pg_recvlogical", {}).get("pct"), ".0f"), fmt(p.get("reader", {}).get("pct"), ".0f"),
+                    fmt(p.get("walsender", {}).get("pct"), ".0f"), fmt(p.get("machine", {}).get("pct"), ".0f"),
+                    fmt(p.get("steal", {}).get("pct"), ".0f")))
             out.append("")
     print("\n".join(out))
     return 0

@@ -722,7 +722,7 @@ run_latency() {
 
 # The same rates right after with pg_recvlogical (the drains' wal2json options)
 # in the relay's place and bench.py timestamping what it writes: commit →
-# output read, the box's floor under that load (no Redis hop, no consumer).
+# output read with no Redis hop and no consumer, through a Python reader.
 run_latency_floor() {
 	local rate n rl_pid rd_pid
 	log "latency floor: the same rates with pg_recvlogical in the relay's place"
