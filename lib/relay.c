@@ -376,6 +376,21 @@ static bool step_connect(struct relay *r, int64_t now)
 	return true;
 }
 
+/* See relay_int.h. */
+void relay_service_redis(struct relay *r)
+{
+	struct pollfd pfd[MAX_REDIS_FDS];
+	int n;
+
+	if (!sink_redis_connected(r->sink))
+		return;
+	n = sink_redis_pollfds(r->sink, pfd, MAX_REDIS_FDS);
+	if (n <= 0 || poll(pfd, (nfds_t)n, 0) <= 0)
+		return; /* nothing yet (or EINTR): the loop's own poll() comes soon */
+	if (!sink_redis_io(r->sink, pfd, n))
+		relay_redis_lost(r, sink_redis_errmsg(r->sink));
+}
+
 /*
  * Take WAL messages while the window has room: XLogData decoded and queued,
  * keepalives beside them (a mark outside a transaction, an answer when the
@@ -427,6 +442,8 @@ static bool step_wal(struct relay *r, int64_t now, bool *more)
 		} else if (!relay_handle_xlogdata(r, &m)) {
 			return out_of_memory(r);
 		}
+		if (i % REDIS_SERVICE_EVERY == REDIS_SERVICE_EVERY - 1)
+			relay_service_redis(r);
 	}
 	*more = i == MSGS_PER_ROUND;
 	return true;

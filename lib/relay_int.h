@@ -24,6 +24,8 @@
 #include "wal2json.h"
 
 #define MSGS_PER_ROUND 1024
+/* Decoding this many messages in a row, the loop takes Redis's replies (relay_service_redis). */
+#define REDIS_SERVICE_EVERY 64
 #define STATUS_MIN_GAP_US 100000 /* rate limit for "confirmed moved" updates */
 #define STANDBY_RETRY_MS 2000
 #define RETRY_BASE_MS 200
@@ -110,6 +112,13 @@ void relay_advance_confirm(struct relay *r);
 bool relay_queue_record(struct relay *r, bool now);
 /* A standby status update with the flush position confirm_flush() allows. */
 bool relay_send_status(struct relay *r, bool reply_requested);
+
+/*
+ * Read Redis's replies that have arrived, and send what they let go next, without waiting:
+ * called between messages while a long run of WAL is decoded, so that Redis does not sit idle
+ * until the run ends (a native group's next round, a full batch).
+ */
+void relay_service_redis(struct relay *r);
 
 /* relay_wal.c: one XLogData message; false only on a fatal (out-of-memory) failure. */
 bool relay_handle_xlogdata(struct relay *r, const struct pg_msg *m);

@@ -489,7 +489,7 @@ static bool handle_pgoutput(struct relay *r, const struct pg_msg *m)
 /* See relay_int.h. */
 bool relay_pgoutput_replay(struct relay *r)
 {
-	while (r->replaying && !sink_redis_full(r->sink)) {
+	for (unsigned k = 1; r->replaying && !sink_redis_full(r->sink); k++) {
 		const char *data;
 		size_t len;
 		lsn_t at;
@@ -510,6 +510,8 @@ bool relay_pgoutput_replay(struct relay *r)
 			if (!pgo_handle(r, &held, r->replay_end))
 				return false;
 		}
+		if (k % REDIS_SERVICE_EVERY == 0)
+			relay_service_redis(r);
 	}
 	return true;
 }
