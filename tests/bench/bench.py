@@ -581,13 +581,28 @@ def pgbench_summary(path):
     return out
 
 
-def cmd_latency(sock, stream, receipts_file, out_json, runs_json=None):
+def load_runs(runs_json):
+    """The `bench.py run` records of RUNS_JSON by their tag (r<rate>)."""
     runs = {}
     if runs_json and os.path.exists(runs_json):
         for line in open(runs_json):
             if line.strip():
                 r = json.loads(line)
                 runs[r["tag"]] = r
+    return runs
+
+
+def attach_run(r, run):
+    """Add the producer step's CPU figures and pgbench's summary to latency record r."""
+    if run:
+        r["procs"] = run["procs"]
+        r["pgbench_wall_s"] = run["wall_s"]
+        r["pgbench"] = pgbench_summary(run.get("pgbench_log", ""))
+    return r
+
+
+def cmd_latency(sock, stream, receipts_file, out_json, runs_json=None):
+    runs = load_runs(runs_json)
     rec = {}
     with open(receipts_file) as f:
         for line in f:
@@ -629,12 +644,7 @@ def cmd_latency(sock, stream, receipts_file, out_json, runs_json=None):
                  "commit_span_s": round(g["last"] - g["first"], 3),
                  "xadd_ms": dist(g["xadd"]), "receipt_ms": dist(g["receipt"]),
                  "not_received": len(g["xadd"]) - len(g["receipt"])}
-            run = runs.get(tag)
-            if run:
-                r["procs"] = run["procs"]
-                r["pgbench_wall_s"] = run["wall_s"]
-                r["pgbench"] = pgbench_summary(run.get("pgbench_log", ""))
-            f.write(json.dumps(r) + "\n")
+            f.write(json.dumps(attach_run(r, runs.get(tag))) + "\n")
     if missing:
         sys.stderr.write("latency: %d entries were not seen by the consumer\n" % missing)
     return 0
@@ -664,21 +674,11 @@ def cmd_recvlat(path, out_json, runs_json):
             if m and commit is not None:
                 groups.setdefault(m.group(1).decode(), []).append((now - commit) * 1000)
     os.close(fd)
-    runs = {}
-    if os.path.exists(runs_json):
-        for line in open(runs_json):
-            if line.strip():
-                r = json.loads(line)
-                runs[r["tag"]] = r
+    runs = load_runs(runs_json)  # read now: the steps ran while this one read
     with open(out_json, "a") as f:
         for tag, v in sorted(groups.items()):
             r = {"tag": tag, "contender": "pg_recvlogical", "events": len(v), "receipt_ms": dist(v)}
-            run = runs.get(tag)
-            if run:
-                r["procs"] = run["procs"]
-                r["pgbench_wall_s"] = run["wall_s"]
-                r["pgbench"] = pgbench_summary(run.get("pgbench_log", ""))
-            f.write(json.dumps(r) + "\n")
+            f.write(json.dumps(attach_run(r, runs.get(tag))) + "\n")
     return 0
 
 

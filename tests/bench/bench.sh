@@ -666,6 +666,20 @@ run_shape() {
 # ---------------------------------------------------------------------------
 # latency under steady load
 # ---------------------------------------------------------------------------
+# lat_step RATE RUNS_JSON NAME [--pid NAME=PID ...]: one producer step, pgbench at
+# RATE single-row transactions per second for LAT_SECS, its CPU figures (and
+# those of the given processes) appended to RUNS_JSON, its log in
+# $OUT/pgbench.NAME.log.
+lat_step() {
+	local rate=$1 runs=$2 name=$3
+	shift 3
+	"$PY" "$BENCH_PY" run --json "$runs" --meta "tag=r$rate" --meta "pgbench_log=$OUT/pgbench.$name.log" \
+		"$@" --postmaster "$PM_PID" --stdout "$OUT/pgbench.$name.log" --stderr "$T/pgbench.$name.err" -- \
+		"$PG_BINDIR/pgbench" -n -M prepared -f "$T/lat.sql" -D "rate=$rate" -R "$rate" \
+		-T "$LAT_SECS" -c 4 -j 2 -h "$T" -p "$PGPORT" -U postgres postgres ||
+		{ cat "$T/pgbench.$name.err" >&2; die "pgbench at $rate/s ($name) failed"; }
+}
+
 run_latency() {
 	local rate n x relay_pid cons_pid
 	MODE=noaof
@@ -694,13 +708,7 @@ run_latency() {
 	sleep 1
 	: >"$OUT/latency_runs.jsonl"
 	for rate in $LAT_RATES; do
-		"$PY" "$BENCH_PY" run --json "$OUT/latency_runs.jsonl" --meta "tag=r$rate" \
-			--meta "pgbench_log=$OUT/pgbench.$rate.log" \
-			--pid "relay=$relay_pid" --pid "redis=$REDIS_PID" --postmaster "$PM_PID" \
-			--stdout "$OUT/pgbench.$rate.log" --stderr "$T/pgbench.$rate.err" -- \
-			"$PG_BINDIR/pgbench" -n -M prepared -f "$T/lat.sql" -D "rate=$rate" -R "$rate" \
-			-T "$LAT_SECS" -c 4 -j 2 -h "$T" -p "$PGPORT" -U postgres postgres ||
-			{ cat "$T/pgbench.$rate.err" >&2; die "pgbench at $rate/s failed"; }
+		lat_step "$rate" "$OUT/latency_runs.jsonl" "$rate" --pid "relay=$relay_pid" --pid "redis=$REDIS_PID"
 		n=$(psql_q -c "SELECT count(*) FROM public.outbox")
 		for _ in $(seq 1 600); do
 			x=$(rcli XLEN outbox:lat)
@@ -747,13 +755,7 @@ run_latency_floor() {
 	sleep 1
 	: >"$OUT/latency_floor_runs.jsonl"
 	for rate in $LAT_RATES; do
-		"$PY" "$BENCH_PY" run --json "$OUT/latency_floor_runs.jsonl" --meta "tag=r$rate" \
-			--meta "pgbench_log=$OUT/pgbench.floor.$rate.log" \
-			--pid "pg_recvlogical=$rl_pid" --pid "reader=$rd_pid" --postmaster "$PM_PID" \
-			--stdout "$OUT/pgbench.floor.$rate.log" --stderr "$T/pgbench.floor.$rate.err" -- \
-			"$PG_BINDIR/pgbench" -n -M prepared -f "$T/lat.sql" -D "rate=$rate" -R "$rate" \
-			-T "$LAT_SECS" -c 4 -j 2 -h "$T" -p "$PGPORT" -U postgres postgres ||
-			{ cat "$T/pgbench.floor.$rate.err" >&2; die "pgbench at $rate/s (floor) failed"; }
+		lat_step "$rate" "$OUT/latency_floor_runs.jsonl" "floor.$rate" --pid "pg_recvlogical=$rl_pid" --pid "reader=$rd_pid"
 		n=$(psql_q -c "SELECT pg_current_wal_lsn()")
 		for _ in $(seq 1 600); do
 			[ "$(psql_q -c "SELECT confirmed_flush_lsn >= '$n' FROM pg_replication_slots WHERE slot_name = 'latfloor'")" = t ] && break
