@@ -36,7 +36,8 @@
         receipt_ms = consumer receipt time          - _committed_at
 
   bench.py recvlat IN OUT_JSON RUNS_JSON
-      The latency floor: reads pg_recvlogical's wal2json output (format-version
+      pg_recvlogical under the latency load (not a strict floor: this reader is
+      Python and costs CPU of its own): reads its wal2json output (format-version
       2 with include-timestamp) from IN until EOF, noting time.time() when each
       chunk arrives, and appends to OUT_JSON per event_type percentiles of
         receipt_ms = pg_recvlogical's output read - the transaction's commit

@@ -733,7 +733,7 @@ run_latency() {
 # output read with no Redis hop and no consumer, through a Python reader.
 run_latency_floor() {
 	local rate n rl_pid rd_pid
-	log "latency floor: the same rates with pg_recvlogical in the relay's place"
+	log "latency, pg_recvlogical pass: the same rates with pg_recvlogical in the relay's place"
 	psql_q -c "SELECT pg_create_logical_replication_slot('latfloor', 'wal2json')" >/dev/null
 	rm -f "$T/floor.fifo"
 	mkfifo "$T/floor.fifo"
@@ -766,7 +766,7 @@ run_latency_floor() {
 	done
 	kill -TERM "$rl_pid"
 	wait "$rl_pid" || true # pg_recvlogical ends with 1 on a signal
-	wait "$rd_pid" || die "latency floor reader failed"
+	wait "$rd_pid" || die "latency reader of the pg_recvlogical pass failed"
 	psql_q -c "SELECT pg_drop_replication_slot('latfloor')" >/dev/null
 }
 
