@@ -16,13 +16,13 @@
 #   around a call inside MULTI) is verified, and a run that missed it is
 #   done again with a new stream, never failed.
 #   (c) 3000 ids in one transaction committed while the relay streams: the
-#       current bucket grows by splits to enough shards, every one a listpack
-#       of at most 128 entries with a TTL; the same 3000 ids again are all
-#       dropped.
+#       current bucket grows by splits to enough shards (a quarter of the ids
+#       at least move between hashes), every one a listpack of at most 128
+#       entries with a TTL; the same 3000 ids again are all dropped.
 #   (e) 3000 ids in one transaction committed while no relay runs: the relay
 #       that drains that backlog sizes the bucket from it (the calls' "ids to
 #       come"; the bucket grows to them while it holds few ids), so few ids
-#       move between hashes (1500 in (c)); every shard a listpack with a
+#       move between hashes (a fifth at most); every shard a listpack with a
 #       TTL; the same ids again all dropped.
 #   (f) 300 ids followed by 20 MB of other WAL: the relay expects far more ids
 #       than come (the WAL ahead is not outbox rows), sizes the bucket for
@@ -215,8 +215,14 @@ relay_start --slot s1 --table public.outbox_loose --dedup-window $DW
 wait_for "grep -q 'streaming slot' '$RELAY_LOG'" 120 || fail "(c) the relay did not start streaming"
 redis_cli CONFIG RESETSTAT >/dev/null
 monitor
+# Each row carries 1.5 kB, so the burst (about 5 MB of calls) takes at least
+# five native groups (NATIVE_GROUP_BYTES, 1 MiB) however the timing falls.
+# When a group grows the bucket, about half of the ids already in it move:
+# at least some 1,200 in all when every group is as large as it may be, more
+# when they are smaller (the function: a call of 128 ids at a time).
 psql_q "INSERT INTO outbox_loose (id, aggregate_type, aggregate_id, event_type, payload)
-        SELECT gen_random_uuid()::text, 'burst', g::text, 'created', '{}' FROM generate_series(1, 3000) g"
+        SELECT gen_random_uuid()::text, 'burst', g::text, 'created',
+               jsonb_build_object('pad', repeat('p', 1500)) FROM generate_series(1, 3000) g"
 wait_for '[ "$(xlen outbox:burst)" = 3000 ]' 300 || fail "(c) the burst was not published: $(xlen outbox:burst) of 3000"
 relay_stop
 assert_eq 0 "$RELAY_RC" "(c) the relay stopped cleanly"
@@ -225,7 +231,7 @@ assert_eq 0 "$RELAY_RC" "(c) the relay stopped cleanly"
 # K doubled), so its count is lower for the same growth (k and moved below).
 if [ "${OUTBOX_RELAY_PUBLISH:-native}" = native ]; then min_splits=50; else min_splits=100; fi
 assert_ge "$(splits)" "$min_splits" "(c) the bucket grew by splits"
-assert_ge "$(moved burst)" 1000 "(c) ids moved from hash to hash"
+assert_ge "$(moved burst)" 750 "(c) ids moved from hash to hash (a quarter of the ids at least)"
 assert_ge "$(k burst)" $((3000 / 100)) "(c) to $(k burst) hashes"
 shards burst 3000 "(c)"
 again burst
