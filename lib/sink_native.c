@@ -1504,10 +1504,9 @@ static bool stop_at_native(void *ctx, const struct sq_ent *e)
 /*
  * Where e goes in the group: -1 a new unit, i >= 0 unit i (e is the next call
  * for its stream: it expects the watermark where that unit's last call leaves
- * it), -2 not in this group.
+ * it), -2 not in this group (bytes: the group's calls so far).
  */
-static int joins(struct sink_redis *s, const struct native *g, const struct sq_ent *e, size_t bytes,
-                 size_t limit)
+static int joins(struct sink_redis *s, const struct native *g, const struct sq_ent *e, size_t bytes)
 {
 	const struct sq_ent *first;
 	struct span arg[A_FIRST_EVENT];
@@ -1518,7 +1517,7 @@ static int joins(struct sink_redis *s, const struct native *g, const struct sq_e
 		return -2;
 	if (g->nb == 0)
 		return -1;
-	if (bytes + e->len > limit)
+	if (bytes + e->len > NATIVE_GROUP_BYTES)
 		return -2;
 	first = sq_ent(&s->q, g->b[0].seq);
 	if (s->slot_node && first && first->slot != e->slot)
@@ -1594,7 +1593,7 @@ bool sink_native_stage(struct sink_redis *s, struct node *n, size_t limit)
 
 			if (!e || e->state != SQ_ROUTED)
 				break;
-			if ((u = joins(s, g, e, bytes, NATIVE_GROUP_BYTES)) == -2) {
+			if ((u = joins(s, g, e, bytes)) == -2) {
 				if (g->nb == 0)
 					e->no_native = true; /* a call it cannot read: the function's */
 				break;
