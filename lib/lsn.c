@@ -115,7 +115,7 @@ bool time_parse_pg(const char *s, size_t len, int64_t *ret_unix_us)
 {
 	struct tm tm = {0};
 	size_t pos = 0;
-	int y, mo, d, h, mi, sec, oh = 0, om = 0, sign;
+	int y = 0, mo = 0, d = 0, h = 0, mi = 0, sec = 0, oh = 0, om = 0, sign;
 	int64_t frac = 0, scale = 1000000, t;
 
 	if (!s || !digits(s, len, &pos, 4, &y) || pos >= len || s[pos++] != '-' ||

@@ -276,7 +276,7 @@ static bool rd_u32(struct rd *r, uint32_t *v)
 
 static bool rd_u64(struct rd *r, uint64_t *v)
 {
-	uint32_t hi, lo;
+	uint32_t hi = 0, lo = 0;
 
 	if (!rd_need(r, 8))
 		return false;
