@@ -52,9 +52,23 @@
  * bytes: what it sends is made from them each round, and each call's results
  * are counted as its own.
  *
- * One owner: struct native (one per connection, n->nat) holds the group in
- * flight on that connection: the replies it still expects, what they said,
- * and the bytes to stage next. It is reset when the connection closes (the
+ * Reading ahead: when a group's EXEC is staged and the next calls queued on
+ * the connection are the native path's, the next group is formed from them
+ * and its read 1 is staged right behind that EXEC (and its hand-offs). Redis
+ * runs those reads after the write, so they see what it wrote, and answers
+ * them as soon as it is done: the round trip between one group's write and
+ * the next group's reads is gone. When the EXEC succeeds, the group read
+ * ahead takes its place. When it does not (nil: a watched key changed; an
+ * abort; ASK), that group's read may have seen the state before a write it
+ * depends on: its replies are dropped as they come (discard), and it is read
+ * again once the group before it is done. Calls that are not the native
+ * path's are never staged ahead: nothing but reads goes behind an EXEC whose
+ * outcome is not known.
+ *
+ * One owner: struct native (one per connection, n->nat) holds the groups on
+ * that connection, the one in flight and the one read ahead; each struct
+ * group holds its batches, the replies it still expects, what they said, and
+ * the bytes to stage next. All of it is reset when the connection closes (the
  * ring sends every call again, and a new group starts from read 1).
  */
 #include "sink_redis.h"
@@ -220,7 +234,7 @@ struct nbatch {
  * The group in flight on one connection: consecutive batches of distinct
  * streams (of one hash slot in a cluster), read and written together.
  */
-struct native {
+struct group {
 	enum phase phase;
 	int tries;
 	bool due;          /* cmd (then the hand-offs) is to be staged */
@@ -243,6 +257,15 @@ struct native {
 	size_t capseen;
 	redisReply *res, **resp; /* exec_done's per-event results of a unit */
 	size_t capres, capresp;
+};
+
+/* The groups on one connection (the file's header says how they take turns). */
+struct native {
+	struct group grp[2];
+	struct group *cur;   /* the group whose replies come first */
+	struct group *ahead; /* NULL, or the group formed from the calls after cur's */
+	bool ahead_sent;     /* ahead's read 1 is staged behind cur's EXEC */
+	size_t discard;      /* replies still to come of a read ahead that was voided */
 };
 
 static bool grow(void **p, size_t *cap, size_t need, size_t item)
@@ -279,12 +302,8 @@ static void batch_free(struct nbatch *t)
 	buf_finish(&t->srcbytes);
 }
 
-void sink_native_free(struct node *n)
+static void group_free(struct group *g)
 {
-	struct native *g = n->nat;
-
-	if (!g)
-		return;
 	for (size_t i = 0; i < g->capb; i++)
 		batch_free(&g->b[i]);
 	free(g->b);
@@ -295,28 +314,49 @@ void sink_native_free(struct node *n)
 	free(g->seen);
 	free(g->res);
 	free(g->resp);
-	free(g);
+}
+
+void sink_native_free(struct node *n)
+{
+	struct native *nt = n->nat;
+
+	if (!nt)
+		return;
+	group_free(&nt->grp[0]);
+	group_free(&nt->grp[1]);
+	free(nt);
 	n->nat = NULL;
+}
+
+static void group_reset(struct group *g)
+{
+	g->phase = NAT_IDLE;
+	g->due = g->unwatch_only = false;
+	g->nwant = g->next = 0;
+	g->nb = g->nhandoff = 0;
 }
 
 void sink_native_reset(struct node *n)
 {
-	if (n->nat) {
-		n->nat->phase = NAT_IDLE;
-		n->nat->due = false;
-		n->nat->nwant = n->nat->next = 0;
-		n->nat->nb = n->nat->nhandoff = 0;
+	struct native *nt = n->nat;
+
+	if (nt) {
+		group_reset(&nt->grp[0]);
+		group_reset(&nt->grp[1]);
+		nt->ahead = NULL;
+		nt->ahead_sent = false;
+		nt->discard = 0;
 	}
 }
 
 bool sink_native_due(const struct node *n)
 {
-	return n->nat && n->nat->due;
+	return n->nat && n->nat->cur->due;
 }
 
 bool sink_native_blocks(const struct node *n)
 {
-	return n->nat && n->nat->phase != NAT_IDLE;
+	return n->nat && n->nat->cur->phase != NAT_IDLE;
 }
 
 /* ---- the batch's arguments ---- */
@@ -516,7 +556,7 @@ static void bulk_shard(struct buf *b, struct sink_redis *s, const struct sq_ent 
 	buf_append(b, "\r\n", 2);
 }
 
-static bool want(struct native *g, enum want_kind k, const struct nbatch *t, uint32_t a)
+static bool want(struct group *g, enum want_kind k, const struct nbatch *t, uint32_t a)
 {
 	if (!grow((void **)&g->want, &g->capwant, g->nwant + 1, sizeof(*g->want)))
 		return false;
@@ -784,7 +824,7 @@ static uint32_t grown_k(const struct nbatch *t)
  * After read 1: the replays are known. Stage read 2 (lookups and the hashes
  * that split), or go straight to the write.
  */
-static bool batch_read2(struct sink_redis *s, struct native *g, struct nbatch *t, struct sq_ent *e)
+static bool batch_read2(struct sink_redis *s, struct group *g, struct nbatch *t, struct sq_ent *e)
 {
 	struct buf *b = &g->cmd;
 	size_t ncand = 0;
@@ -883,8 +923,8 @@ static bool batch_read2(struct sink_redis *s, struct native *g, struct nbatch *t
 	return !b->failed;
 }
 
-static bool add_op(struct native *g, uint32_t j, bool del, const char *f, size_t flen,
-                   const char *v, size_t vlen)
+static bool add_op(struct group *g, uint32_t j, bool del, const char *f, size_t flen, const char *v,
+                   size_t vlen)
 {
 	if (!grow((void **)&g->ops, &g->capops, g->nops + 1, sizeof(*g->ops)))
 		return false;
@@ -915,7 +955,7 @@ static bool same_field(struct sink_redis *s, const struct nbatch *t, const struc
  * Decide every event (read 2's answers are in t), then stage the write:
  * MULTI, the XADDs, the hashes, the index, the watermark, EXEC.
  */
-static bool batch_write(struct sink_redis *s, struct native *g, struct nbatch *t, struct sq_ent *e)
+static bool batch_write(struct sink_redis *s, struct group *g, struct nbatch *t, struct sq_ent *e)
 {
 	struct buf *b = &g->cmd;
 	int64_t win = window(s, e, t), span = 2 * win, cur = win > 0 ? t->now / span : 0;
@@ -1183,7 +1223,7 @@ static struct sq_ent *batch_ent(struct sink_redis *s, const struct nbatch *t)
 	return sq_ent(&s->q, t->seq);
 }
 
-static void round_start(struct native *g)
+static void round_start(struct group *g)
 {
 	buf_reset(&g->cmd);
 	g->nwant = g->next = 0;
@@ -1193,7 +1233,7 @@ static void round_start(struct native *g)
 }
 
 /* Read 1 of every batch: the watermarks, the stream keys' types, the dedup indexes. */
-static bool build_read1(struct sink_redis *s, struct native *g)
+static bool build_read1(struct sink_redis *s, struct group *g)
 {
 	struct buf *b = &g->cmd;
 	bool any_dd = false;
@@ -1293,7 +1333,7 @@ static bool build_read1(struct sink_redis *s, struct native *g)
 }
 
 /* Unit t goes through the function after all: its calls are sent after this round's bytes. */
-static bool hand_off(struct sink_redis *s, struct native *g, struct nbatch *t)
+static bool hand_off(struct sink_redis *s, struct group *g, struct nbatch *t)
 {
 	t->to_function = true;
 	for (size_t i = 0; i < t->nmem; i++) {
@@ -1309,7 +1349,7 @@ static bool hand_off(struct sink_redis *s, struct native *g, struct nbatch *t)
 }
 
 /* Drop the batches handed off from the group (their replies are the function's). */
-static void compact(struct native *g)
+static void compact(struct group *g)
 {
 	size_t k = 0;
 
@@ -1329,7 +1369,7 @@ static void compact(struct native *g)
 }
 
 /* Every batch left is decided: MULTI, each batch's writes, EXEC (or only UNWATCH). */
-static bool build_write(struct sink_redis *s, struct native *g)
+static bool build_write(struct sink_redis *s, struct group *g)
 {
 	struct buf *b = &g->cmd;
 
@@ -1366,7 +1406,7 @@ static bool build_write(struct sink_redis *s, struct native *g)
 }
 
 /* Read 1 answered: refuse, hand off, or read 2. */
-static bool read1_done(struct sink_redis *s, struct native *g)
+static bool read1_done(struct sink_redis *s, struct group *g)
 {
 	bool reads = false;
 
@@ -1411,7 +1451,7 @@ static bool read1_done(struct sink_redis *s, struct native *g)
 	return !g->cmd.failed;
 }
 
-static bool exec_done(struct sink_redis *s, struct node *n, struct native *g, const redisReply *r)
+static bool exec_done(struct sink_redis *s, struct node *n, struct group *g, const redisReply *r)
 {
 	if (r->type == REDIS_REPLY_NIL) {
 		/* A watched key changed between the reads and EXEC: read again. */
@@ -1506,7 +1546,7 @@ static bool stop_at_native(void *ctx, const struct sq_ent *e)
  * for its stream: it expects the watermark where that unit's last call leaves
  * it), -2 not in this group (bytes: the group's calls so far).
  */
-static int joins(struct sink_redis *s, const struct native *g, const struct sq_ent *e, size_t bytes)
+static int joins(struct sink_redis *s, const struct group *g, const struct sq_ent *e, size_t bytes)
 {
 	const struct sq_ent *first;
 	struct span arg[A_FIRST_EVENT];
@@ -1540,26 +1580,128 @@ static int joins(struct sink_redis *s, const struct native *g, const struct sq_e
 }
 
 /*
- * Stage into n->wbuf what the native group on n has to send, then (when none
- * is in flight) the commands that follow in n->sendq up to the next batch the
- * native path takes, and the group of batches that starts there.
+ * Form group g from the calls at the head of n->sendq that the native path
+ * takes (none: g->nb stays 0). Each call it takes leaves the sendq: g owns it
+ * until its EXEC answers or the connection closes.
+ */
+static bool take_group(struct sink_redis *s, struct node *n, struct group *g)
+{
+	size_t bytes = 0;
+
+	g->nb = 0;
+	g->tries = 0;
+	while (n->sendq.len > 0) {
+		struct sq_ent *e = sq_ent(&s->q, *(const uint64_t *)ring_at(&n->sendq, 0));
+		struct nbatch *t;
+		int u;
+
+		if (!e || e->state != SQ_ROUTED)
+			break;
+		if ((u = joins(s, g, e, bytes)) == -2) {
+			if (g->nb == 0)
+				e->no_native = true; /* a call it cannot read: the function's */
+			break;
+		}
+		if (u < 0) {
+			if (!grow((void **)&g->b, &g->capb, g->nb + 1, sizeof(*g->b)))
+				return false;
+			t = &g->b[g->nb];
+			t->seq = e->seq;
+			t->idx = (uint32_t)g->nb;
+			t->nmem = 0;
+		} else {
+			t = &g->b[u];
+		}
+		if (!parse_batch(s, t, e)) {
+			e->no_native = true; /* not the call this file knows: the function's */
+			break;
+		}
+		(void)ring_pop_u64(&n->sendq);
+		bytes += e->len;
+		if (u < 0)
+			g->nb++;
+	}
+	return true;
+}
+
+/* g's round (cmd) into n->wbuf, a mark per reply it expects into n->waitq. */
+static bool stage_round(struct node *n, struct group *g)
+{
+	g->due = false;
+	buf_append(&n->wbuf, g->cmd.data, g->cmd.len);
+	for (size_t i = g->next; i < g->nwant; i++)
+		if (!ring_push_u64(&n->waitq, SQ_NATIVE_MARK))
+			return false;
+	return !n->wbuf.failed;
+}
+
+/*
+ * Behind cur's EXEC: read 1 of the group after it (formed now from the
+ * sendq's head, or formed before and voided), when the sendq's head is the
+ * native path's. Nothing else is staged here.
+ */
+static bool stage_ahead(struct sink_redis *s, struct node *n, struct native *nt)
+{
+	struct group *a = nt->ahead;
+
+	if (nt->ahead_sent || n->part_seq)
+		return true;
+	if (!a) {
+		a = nt->cur == &nt->grp[0] ? &nt->grp[1] : &nt->grp[0];
+		if (!take_group(s, n, a))
+			return false;
+		if (a->nb == 0)
+			return true;
+		nt->ahead = a;
+		s->stats.native_groups++;
+		s->stats.native_ahead++;
+	}
+	if (!build_read1(s, a) || !stage_round(n, a))
+		return false;
+	nt->ahead_sent = true;
+	return true;
+}
+
+/* cur's EXEC did not succeed: a read staged ahead of it is dropped as it comes. */
+static void void_ahead(struct sink_redis *s, struct native *nt)
+{
+	struct group *a = nt->ahead;
+
+	if (!a || !nt->ahead_sent)
+		return;
+	nt->discard += a->nwant - a->next;
+	a->phase = NAT_IDLE;
+	a->due = false;
+	a->nwant = a->next = 0;
+	nt->ahead_sent = false;
+	s->stats.ahead_voided++;
+}
+
+/*
+ * Stage into n->wbuf what the native group on n has to send (behind an EXEC,
+ * the next group's read 1), then (when none is in flight) the commands that
+ * follow in n->sendq up to the next batch the native path takes, and the
+ * group of batches that starts there.
  */
 bool sink_native_stage(struct sink_redis *s, struct node *n, size_t limit)
 {
-	struct native *g = n->nat;
-	size_t bytes = 0;
+	struct native *nt = n->nat;
+	struct group *g;
 
-	if (!g && !(g = n->nat = calloc(1, sizeof(*g))))
-		return false;
+	if (!nt) {
+		if (!(nt = n->nat = calloc(1, sizeof(*nt))))
+			return false;
+		nt->cur = &nt->grp[0];
+	}
+	g = nt->cur;
 	if (g->due) {
-		g->due = false;
-		buf_append(&n->wbuf, g->cmd.data, g->cmd.len);
-		if (g->unwatch_only && !ring_push_u64(&n->waitq, SQ_UNWATCH_MARK))
+		bool unwatch_only = g->unwatch_only;
+
+		if (!stage_round(n, g))
+			return false;
+		if (unwatch_only && !ring_push_u64(&n->waitq, SQ_UNWATCH_MARK))
 			return false;
 		g->unwatch_only = false;
-		for (size_t i = g->next; i < g->nwant; i++)
-			if (!ring_push_u64(&n->waitq, SQ_NATIVE_MARK))
-				return false;
 		if (g->phase == NAT_EXEC)
 			n->staged_publish = true;
 		/* Hand-offs go after EXEC (or UNWATCH), never between the reads and EXEC:
@@ -1575,51 +1717,31 @@ bool sink_native_stage(struct sink_redis *s, struct node *n, size_t limit)
 			g->nhandoff = 0;
 		if (n->wbuf.failed)
 			return false;
+		if (g->phase == NAT_EXEC && !stage_ahead(s, n, nt))
+			return false;
 	}
 	if (g->phase != NAT_IDLE)
 		return true; /* its replies first */
+	if (nt->ahead) {
+		/* Formed before (read ahead, then voided): its calls come before the sendq's. */
+		nt->cur = nt->ahead;
+		nt->ahead = NULL;
+		if (!build_read1(s, nt->cur))
+			return false;
+		return sink_native_stage(s, n, limit);
+	}
 	for (;;) {
 		if (!sq_stage_until(&s->q, &n->sendq, &n->waitq, &n->wbuf, limit, &n->part_seq,
 		                    &n->part_off, &n->staged_publish, stop_at_native, s))
 			return false;
 		if (n->part_seq || n->sendq.len == 0 || n->wbuf.len >= limit)
 			return true;
-		g->nb = 0;
-		g->tries = 0;
-		while (n->sendq.len > 0) {
-			struct sq_ent *e = sq_ent(&s->q, *(const uint64_t *)ring_at(&n->sendq, 0));
-			struct nbatch *t;
-			int u;
-
-			if (!e || e->state != SQ_ROUTED)
-				break;
-			if ((u = joins(s, g, e, bytes)) == -2) {
-				if (g->nb == 0)
-					e->no_native = true; /* a call it cannot read: the function's */
-				break;
-			}
-			if (u < 0) {
-				if (!grow((void **)&g->b, &g->capb, g->nb + 1, sizeof(*g->b)))
-					return false;
-				t = &g->b[g->nb];
-				t->seq = e->seq;
-				t->idx = (uint32_t)g->nb;
-				t->nmem = 0;
-			} else {
-				t = &g->b[u];
-			}
-			if (!parse_batch(s, t, e)) {
-				e->no_native = true; /* not the call this file knows: the function's */
-				break;
-			}
-			(void)ring_pop_u64(&n->sendq);
-			bytes += e->len;
-			if (u < 0)
-				g->nb++;
-		}
+		if (!take_group(s, n, g))
+			return false;
 		if (g->nb > 0)
 			break;
 	}
+	s->stats.native_groups++;
 	if (!build_read1(s, g))
 		return false;
 	return sink_native_stage(s, n, limit);
@@ -1627,11 +1749,16 @@ bool sink_native_stage(struct sink_redis *s, struct node *n, size_t limit)
 
 bool sink_native_reply(struct sink_redis *s, struct node *n, const redisReply *r)
 {
-	struct native *g = n->nat;
+	struct native *nt = n->nat;
+	struct group *g = nt ? nt->cur : NULL;
 	struct nbatch *t = NULL;
 	struct sq_ent *e = NULL;
 	struct want w;
 
+	if (nt && nt->discard > 0) {
+		nt->discard--; /* a read ahead that was voided: read again later */
+		return true;
+	}
 	if (!g || g->next >= g->nwant) {
 		snprintf(s->errmsg, sizeof(s->errmsg), "reply for no native command");
 		return false;
@@ -1715,8 +1842,19 @@ bool sink_native_reply(struct sink_redis *s, struct node *n, const redisReply *r
 			break;
 		}
 	}
-	if (w.kind == W_EXEC && !g->failed && r->type != REDIS_REPLY_ERROR)
-		return exec_done(s, n, g, r);
+	if (w.kind == W_EXEC && !g->failed && r->type != REDIS_REPLY_ERROR) {
+		if (!exec_done(s, n, g, r))
+			return false;
+		if (r->type == REDIS_REPLY_NIL) {
+			void_ahead(s, nt); /* cur reads again (or goes to the function) first */
+		} else if (nt->ahead_sent) {
+			/* Written: the group read ahead is the one in flight now. */
+			nt->cur = nt->ahead;
+			nt->ahead = NULL;
+			nt->ahead_sent = false;
+		}
+		return true;
+	}
 	if (g->next < g->nwant)
 		return true; /* more replies of this round to come */
 	if (g->failed || r->type == REDIS_REPLY_ERROR) {
@@ -1739,6 +1877,7 @@ bool sink_native_reply(struct sink_redis *s, struct node *n, const redisReply *r
 						return false;
 				}
 			g->nb = 0;
+			void_ahead(s, nt);
 			return true;
 		}
 		return sink_publish_error(s, bad ? bad : batch_ent(s, &g->b[0]), g->err);

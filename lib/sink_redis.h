@@ -40,6 +40,9 @@ struct sink_stats {
 	uint64_t native_batches;   /* batches written by --publish native (MULTI/EXEC) */
 	uint64_t function_batches; /* batches written by the function (FCALL or EVALSHA) */
 	uint64_t watch_retries;    /* native batches read again: a watched key changed (EXEC nil) */
+	uint64_t native_groups;    /* native groups read (WATCH ... EXEC), counted once per group */
+	uint64_t native_ahead;     /* of those, read behind the EXEC of the group before */
+	uint64_t ahead_voided;     /* reads ahead dropped: the EXEC before them failed */
 };
 
 struct sink_redis;

@@ -33,6 +33,16 @@
 #       twice, the duplicates dropped across each switch.
 #   (c) --publish bogus (and OUTBOX_RELAY_PUBLISH=bogus): exit 2, one line
 #       naming --publish (the variable).
+#   (d) Writes that fail while the next group is read ahead: a backlog of 300
+#       small transactions over three streams (ids of the transaction before
+#       again), drained by the function into one Redis and by native into
+#       another while a client keeps writing a key every native group watches
+#       (the dead-letter stream, XADD MAXLEN 0: it stays empty), so EXECs
+#       answer nil with the next group's reads staged behind them. Both Redis
+#       then hold the same streams and dedup state (as in (a)), the final lines
+#       give the same published and duplicates, and the native one shows EXECs
+#       that failed (watch_retries), groups read ahead (native_ahead) and reads
+#       ahead dropped (ahead_voided).
 # Nothing depends on the machine's speed: the waits are for conditions,
 # bounded generously.
 . "$(dirname "$0")/lib.sh"
@@ -56,6 +66,93 @@ OPTS=(--table public.ev --dedup-window "$DW")
 # over the final lines in LOG (one per relay run).
 final_sum() {
 	grep -o "stopped (.*" "$1" | grep -o " $2=[0-9]*" | cut -d= -f2 | awk '{ s += $1 } END { print s + 0 }'
+}
+
+# same_state LABEL ADDR_F ADDR_N: the function's Redis and the native one hold
+# the same streams, each with the same entries field by field in the same order
+# (entry ids aside), the same ids in each stream's dedup hashes, the same
+# buckets with the same counts and about the same K, and a TTL on every dedup
+# shard; each difference is said on its own line.
+same_state() {
+	python3 - "$2" "$3" "$_LIB_DIR" "$1" <<-'PY'
+
+		import re, sys
+		sys.path.insert(0, sys.argv[3])
+		label = sys.argv[4]
+		from rx import Client
+		def scan(c, pattern):
+		    keys, cursor = set(), "0"
+		    while True:
+		        cursor, batch = c.call("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
+		        keys.update(batch)
+		        if cursor == "0":
+		            return sorted(keys)
+		def state(addr):
+		    c = Client(addr)
+		    st = {"streams": {}, "ids": {}, "buckets": {}, "nottl": [], "shards": 0}
+		    for s in c.streams("outbox:*"):
+		        # A dead letter names its relay's slot.
+		        st["streams"][s] = [[["slot", "<slot>"] if f[0] == "slot" and f[1] in ("s_f", "s_n", "d_f", "d_n") else list(f)
+		                             for f in kv] for _, kv in c.xrange(s)]
+		        if s == "outbox:dead-letter":
+		            continue
+		        base = "outbox-relay:dd:{%s}" % s
+		        ids = set()
+		        for k in scan(c, base + ":*"):
+		            st["shards"] += 1
+		            ids.update(f for f in c.call("HKEYS", k) if f != "")
+		            if c.call("TTL", k) <= 0:
+		                st["nottl"].append(k)
+		        st["ids"][s] = ids
+		        h = c.call("HGETALL", base) or []
+		        st["buckets"][s] = {h[i]: tuple(h[i + 1].split()[:2]) for i in range(0, len(h), 2)
+		                            if re.fullmatch(r"\d+:\d+", h[i])}
+		    return st
+		f, n = state(sys.argv[1]), state(sys.argv[2])
+		bad = []
+		def say(m):
+		    bad.append(m)
+		    print("[75_publish_native] FAIL: %s %s" % (label, m), file=sys.stderr)
+		if sorted(f["streams"]) != sorted(n["streams"]):
+		    say("streams: function %s, native %s" % (sorted(f["streams"]), sorted(n["streams"])))
+		for s in sorted(set(f["streams"]) & set(n["streams"])):
+		    a, b = f["streams"][s], n["streams"][s]
+		    if a != b:
+		        k = next((j for j in range(min(len(a), len(b))) if a[j] != b[j]), min(len(a), len(b)))
+		        ea, eb = (a[k] if k < len(a) else []), (b[k] if k < len(b) else [])
+		        diff = [(i, ea[i] if i < len(ea) else None, eb[i] if i < len(eb) else None)
+		                for i in range(max(len(ea), len(eb))) if (ea[i:i + 1] or None) != (eb[i:i + 1] or None)]
+		        say("%s: %d entries (function), %d (native), first difference at entry %d, fields (index, function, native): %s" % (
+		            s, len(a), len(b), k, str(diff)[:1500]))
+		    else:
+		        print("[75_publish_native] ok - %s %s: the same %d entries, field by field, in order" % (label, s, len(a)))
+		for s in sorted(set(f["ids"]) | set(n["ids"])):
+		    a, b = f["ids"].get(s, set()), n["ids"].get(s, set())
+		    if a != b:
+		        say("%s: dedup ids differ: %d (function), %d (native), %d only in function (e.g. %r), %d only in native (e.g. %r)" % (
+		            s, len(a), len(b), len(a - b), sorted(a - b)[:3], len(b - a), sorted(b - a)[:3]))
+		    else:
+		        print("[75_publish_native] ok - %s %s: the same %d ids in the dedup hashes" % (label, s, len(a)))
+		    # The same buckets with the same count of ids. K, as the function
+		    # grows it from each call's "ids to come", depends on how the events
+		    # fell into calls, which group commit decides by Redis's reply times:
+		    # two runs of the function alone differ by a shard or two on the bulk
+		    # stream (300 vs 301). Equal K is asserted within max(2, K/20).
+		    ba, bb = f["buckets"].get(s, {}), n["buckets"].get(s, {})
+		    far = [b for b in ba if b in bb and abs(int(ba[b][0]) - int(bb[b][0])) > max(2, int(ba[b][0]) // 20)]
+		    if sorted(ba) != sorted(bb) or any(ba[b][1] != bb[b][1] for b in ba if b in bb) or far:
+		        say("%s: bucket records (K, count) differ: function %s, native %s" % (s, ba, bb))
+		    else:
+		        print("[75_publish_native] ok - %s %s: the same buckets and counts, K within max(2, K/20): function %s, native %s" % (label, s, ba, bb))
+		for name, st in (("function", f), ("native", n)):
+		    if st["nottl"]:
+		        say("%s: %d dedup shards without a TTL, e.g. %s" % (name, len(st["nottl"]), st["nottl"][:3]))
+		    else:
+		        print("[75_publish_native] ok - %s %s: all %d dedup shards have a TTL" % (label, name, st["shards"]))
+		if label == "(a)" and (len(f["ids"].get("outbox:bulk", set())) < 3000 or max(int(k) for k, _ in f["buckets"]["outbox:bulk"].values()) < 8):
+		    say("function: the bulk stream's dedup state did not split (test bug?): %s" % f["buckets"].get("outbox:bulk"))
+		sys.exit(1 if bad else 0)
+	PY
 }
 
 # ---------------------------------------------------------------------------
@@ -194,84 +291,7 @@ case_a() {
 
 	# The two Redis, compared (a difference is reported after the counts below).
 	same=1
-	python3 - "127.0.0.1:$PF" "127.0.0.1:$PN" "$_LIB_DIR" <<-'PY' || same=
-
-		import re, sys
-		sys.path.insert(0, sys.argv[3])
-		from rx import Client
-		def scan(c, pattern):
-		    keys, cursor = set(), "0"
-		    while True:
-		        cursor, batch = c.call("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
-		        keys.update(batch)
-		        if cursor == "0":
-		            return sorted(keys)
-		def state(addr):
-		    c = Client(addr)
-		    st = {"streams": {}, "ids": {}, "buckets": {}, "nottl": [], "shards": 0}
-		    for s in c.streams("outbox:*"):
-		        # A dead letter names its relay's slot (s_f, s_n).
-		        st["streams"][s] = [[["slot", "<slot>"] if f[0] == "slot" and f[1] in ("s_f", "s_n") else list(f)
-		                             for f in kv] for _, kv in c.xrange(s)]
-		        if s == "outbox:dead-letter":
-		            continue
-		        base = "outbox-relay:dd:{%s}" % s
-		        ids = set()
-		        for k in scan(c, base + ":*"):
-		            st["shards"] += 1
-		            ids.update(f for f in c.call("HKEYS", k) if f != "")
-		            if c.call("TTL", k) <= 0:
-		                st["nottl"].append(k)
-		        st["ids"][s] = ids
-		        h = c.call("HGETALL", base) or []
-		        st["buckets"][s] = {h[i]: tuple(h[i + 1].split()[:2]) for i in range(0, len(h), 2)
-		                            if re.fullmatch(r"\d+:\d+", h[i])}
-		    return st
-		f, n = state(sys.argv[1]), state(sys.argv[2])
-		bad = []
-		def say(m):
-		    bad.append(m)
-		    print("[75_publish_native] FAIL: (a) " + m, file=sys.stderr)
-		if sorted(f["streams"]) != sorted(n["streams"]):
-		    say("streams: function %s, native %s" % (sorted(f["streams"]), sorted(n["streams"])))
-		for s in sorted(set(f["streams"]) & set(n["streams"])):
-		    a, b = f["streams"][s], n["streams"][s]
-		    if a != b:
-		        k = next((j for j in range(min(len(a), len(b))) if a[j] != b[j]), min(len(a), len(b)))
-		        ea, eb = (a[k] if k < len(a) else []), (b[k] if k < len(b) else [])
-		        diff = [(i, ea[i] if i < len(ea) else None, eb[i] if i < len(eb) else None)
-		                for i in range(max(len(ea), len(eb))) if (ea[i:i + 1] or None) != (eb[i:i + 1] or None)]
-		        say("%s: %d entries (function), %d (native), first difference at entry %d, fields (index, function, native): %s" % (
-		            s, len(a), len(b), k, str(diff)[:1500]))
-		    else:
-		        print("[75_publish_native] ok - (a) %s: the same %d entries, field by field, in order" % (s, len(a)))
-		for s in sorted(set(f["ids"]) | set(n["ids"])):
-		    a, b = f["ids"].get(s, set()), n["ids"].get(s, set())
-		    if a != b:
-		        say("%s: dedup ids differ: %d (function), %d (native), %d only in function (e.g. %r), %d only in native (e.g. %r)" % (
-		            s, len(a), len(b), len(a - b), sorted(a - b)[:3], len(b - a), sorted(b - a)[:3]))
-		    else:
-		        print("[75_publish_native] ok - (a) %s: the same %d ids in the dedup hashes" % (s, len(a)))
-		    # The same buckets with the same count of ids. K, as the function
-		    # grows it from each call's "ids to come", depends on how the events
-		    # fell into calls, which group commit decides by Redis's reply times:
-		    # two runs of the function alone differ by a shard or two on the bulk
-		    # stream (300 vs 301). Equal K is asserted within max(2, K/20).
-		    ba, bb = f["buckets"].get(s, {}), n["buckets"].get(s, {})
-		    far = [b for b in ba if b in bb and abs(int(ba[b][0]) - int(bb[b][0])) > max(2, int(ba[b][0]) // 20)]
-		    if sorted(ba) != sorted(bb) or any(ba[b][1] != bb[b][1] for b in ba if b in bb) or far:
-		        say("%s: bucket records (K, count) differ: function %s, native %s" % (s, ba, bb))
-		    else:
-		        print("[75_publish_native] ok - (a) %s: the same buckets and counts, K within max(2, K/20): function %s, native %s" % (s, ba, bb))
-		for name, st in (("function", f), ("native", n)):
-		    if st["nottl"]:
-		        say("%s: %d dedup shards without a TTL, e.g. %s" % (name, len(st["nottl"]), st["nottl"][:3]))
-		    else:
-		        print("[75_publish_native] ok - (a) %s: all %d dedup shards have a TTL" % (name, st["shards"]))
-		if len(f["ids"].get("outbox:bulk", set())) < 3000 or max(int(k) for k, _ in f["buckets"]["outbox:bulk"].values()) < 8:
-		    say("function: the bulk stream's dedup state did not split (test bug?): %s" % f["buckets"].get("outbox:bulk"))
-		sys.exit(1 if bad else 0)
-	PY
+	same_state "(a)" "127.0.0.1:$PF" "127.0.0.1:$PN" || same=
 	[ -z "$same" ] || ok "(a) both Redis hold the same streams and dedup state"
 
 	assert_eq 2 "$($RX "127.0.0.1:$PF" cmd XLEN outbox:dead-letter)" "(a) function: the two NULL ids dead-lettered once each"
@@ -340,8 +360,57 @@ case_c() {
 	assert_contains "$(cat "$RELAY_LOG")" "OUTBOX_RELAY_PUBLISH" "(c) the line names OUTBOX_RELAY_PUBLISH"
 }
 
+# ---------------------------------------------------------------------------
+# (d) EXECs that fail with the next group read ahead
+# ---------------------------------------------------------------------------
+case_d() {
+	local PF PN l noise flog nlog x
+	PF=$(rnode_new)
+	PN=$(rnode_new)
+	slot_create d_f
+	psql_q "SELECT 1 FROM pg_copy_logical_replication_slot('d_f', 'd_n')" >/dev/null
+	# 12 rows a transaction; 5 of each transaction's ids are the next one's too.
+	psql_q >/dev/null <<-'SQL'
+		DO $$ BEGIN
+		  FOR t IN 1..300 LOOP
+		    INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload)
+		      SELECT 'd-' || (t * 7 + g), (ARRAY['da', 'db', 'dc'])[(t + g) % 3 + 1], g::text, 'e' || t,
+		             jsonb_build_object('t', t, 'g', g)
+		      FROM generate_series(1, 12) g;
+		    COMMIT;
+		  END LOOP;
+		END $$;
+	SQL
+	l=$(current_lsn)
+	REDIS_URL=redis://127.0.0.1:$PF
+	relay_run_until "$l" --slot d_f --publish function "${OPTS[@]}" || fail "(d) function: the drain exited $RELAY_RC"
+	flog=$RELAY_LOG
+	redis-cli -h 127.0.0.1 -p "$PN" -r 1000000000 -i 0.0005 XADD outbox:dead-letter MAXLEN 0 '*' noise 1 >/dev/null 2>&1 &
+	noise=$!
+	REDIS_URL=redis://127.0.0.1:$PN
+	relay_run_until "$l" --slot d_n --publish native "${OPTS[@]}" || x=$RELAY_RC
+	nlog=$RELAY_LOG
+	kill "$noise" 2>/dev/null || true
+	wait "$noise" 2>/dev/null || true
+	[ -z "${x:-}" ] || fail "(d) native: the drain exited $x"
+	redis-cli -h 127.0.0.1 -p "$PN" DEL outbox:dead-letter >/dev/null
+	REDIS_URL=unix://$REDIS_SOCK
+	same_state "(d)" "127.0.0.1:$PF" "127.0.0.1:$PN" || fail "(d) the two modes' Redis differ (above)"
+	ok "(d) both Redis hold the same streams and dedup state"
+	# ids d-8 .. d-2112: 2105 of the 3600 rows; the rest duplicates.
+	assert_eq "2105 1495" "$(final_sum "$flog" published) $(final_sum "$flog" duplicates)" "(d) function: published, duplicates"
+	for x in published duplicates replays; do
+		assert_eq "$(final_sum "$flog" $x)" "$(final_sum "$nlog" $x)" "(d) $x: the same in both modes"
+	done
+	log "(d) native: $(grep -o 'native_batches=.*' "$nlog" | tail -n 1)"
+	assert_ge "$(final_sum "$nlog" watch_retries)" 1 "(d) native: EXECs answered nil (a watched key written)"
+	assert_ge "$(final_sum "$nlog" native_ahead)" 1 "(d) native: groups read ahead"
+	assert_ge "$(final_sum "$nlog" ahead_voided)" 1 "(d) native: reads ahead dropped after a failed EXEC"
+}
+
 run_case a case_a
 run_case b case_b
 run_case c case_c
+run_case d case_d
 [ "${#CASES_FAILED[@]}" = 0 ] || fail "cases failed: ${CASES_FAILED[*]} (passed: ${CASES_OK[*]:-none})"
 pass

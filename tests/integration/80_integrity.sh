@@ -13,7 +13,10 @@
 # the relay, Redis restarted and SIGKILLed (AOF, appendfsync always),
 # PostgreSQL restarted (fast and immediate), and the slot dropped and healed
 # with `outbox-relay heal` while the application keeps committing (only when
-# the build has heal; otherwise the fault is skipped and said so). Then the
+# the build has heal; otherwise the fault is skipped and said so), and for 3 s
+# a client writing a key every native group watches (the dead-letter stream,
+# XADD MAXLEN 0: it stays empty), so EXECs fail with the next group's reads
+# staged behind them (--publish native reads ahead). Then the
 # relay drains and:
 #   - `outbox-relay verify` (the production checker) over all rows, and again
 #     over a --since/--until slice: every committed row exactly once, every
@@ -60,7 +63,7 @@ else
 	log "TODO: this build has no 'outbox-relay heal': the dropped-slot fault is skipped"
 fi
 
-declare -A FAULTS=([relay_kill9]=0 [redis_restart]=0 [redis_kill9]=0 [pg_restart]=0 [slot_heal]=0)
+declare -A FAULTS=([relay_kill9]=0 [redis_restart]=0 [redis_kill9]=0 [pg_restart]=0 [watch_noise]=0 [slot_heal]=0)
 
 $ORACLE gen "$T/oracle" "$T" "$PGPORT" "$SEED" "$SECONDS_RUN" >"$T/gen.log" 2>&1 &
 GEN_PID=$!
@@ -91,6 +94,10 @@ redis_kill9() {
 	REDIS_PID=
 	redis_start "${REDIS_ARGS[@]}"
 }
+# watch_noise: for 3 s, writes to a key every native group watches (EXEC nil).
+watch_noise() {
+	timeout 3 redis-cli -s "$REDIS_SOCK" -r 1000000000 -i 0.0005 XADD outbox:dead-letter MAXLEN 0 '*' noise 1 >/dev/null 2>&1 || true
+}
 slot_heal() {
 	local line
 	relay_kill9
@@ -116,24 +123,32 @@ while gen_running; do
 	gen_running || break
 	relay_up
 	r=$((RANDOM % 100))
-	# with heal in the build, every run heals at least once (from the fourth fault on)
+	# every run writes the watched key at least once (from the third fault on) ...
+	if [ "${FAULTS[watch_noise]}" = 0 ] &&
+		[ $((FAULTS[relay_kill9] + FAULTS[redis_restart] + FAULTS[redis_kill9] + FAULTS[pg_restart])) -ge 2 ]; then
+		r=80
+	fi
+	# ... and with heal in the build, heals at least once (from the fourth fault on)
 	if [ "$HAS_HEAL" = 1 ] && [ "${FAULTS[slot_heal]}" = 0 ] &&
-		[ $((FAULTS[relay_kill9] + FAULTS[redis_restart] + FAULTS[redis_kill9] + FAULTS[pg_restart])) -ge 3 ]; then
+		[ $((FAULTS[relay_kill9] + FAULTS[redis_restart] + FAULTS[redis_kill9] + FAULTS[pg_restart] + FAULTS[watch_noise])) -ge 3 ]; then
 		r=99
 	fi
-	if [ "$r" -lt 35 ]; then
+	if [ "$r" -lt 30 ]; then
 		kind=relay_kill9
 		relay_kill9
 		relay_start "${RELAY_OPTS[@]}"
-	elif [ "$r" -lt 55 ]; then
+	elif [ "$r" -lt 46 ]; then
 		kind=redis_restart
 		redis_restart
-	elif [ "$r" -lt 70 ]; then
+	elif [ "$r" -lt 59 ]; then
 		kind=redis_kill9
 		redis_kill9
-	elif [ "$r" -lt 88 ]; then
+	elif [ "$r" -lt 75 ]; then
 		kind=pg_restart
 		if [ $((RANDOM % 2)) = 0 ]; then pg_restart immediate; else pg_restart fast; fi
+	elif [ "$r" -lt 88 ]; then
+		kind=watch_noise
+		watch_noise
 	elif [ "$HAS_HEAL" = 1 ]; then
 		kind=slot_heal
 		slot_heal
@@ -188,7 +203,7 @@ DUP=$((V_DUP > O_DUP ? V_DUP : O_DUP))
 CORR=$((V_DIFF + O_CORR + (V_ORPHAN > O_PHANTOM ? V_ORPHAN : O_PHANTOM)))
 REORD=$((V_REORD + O_REORD))
 faults=""
-for k in relay_kill9 redis_restart redis_kill9 pg_restart slot_heal; do
+for k in relay_kill9 redis_restart redis_kill9 pg_restart watch_noise slot_heal; do
 	faults="$faults $k=${FAULTS[$k]}"
 done
 [ "$HAS_HEAL" = 1 ] || faults="$faults (slot_heal: no heal in this build)"
