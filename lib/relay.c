@@ -270,7 +270,7 @@ static void log_final(struct relay *r, const char *why)
 	log_info("stopped (%s): confirmed=%s published=%llu replays=%llu duplicates=%llu "
 	         "dead_lettered=%llu transactions=%llu ask_redirects=%llu native_batches=%llu "
 	         "function_batches=%llu watch_retries=%llu native_groups=%llu native_ahead=%llu "
-	         "ahead_voided=%llu peak_rss_kb=%ld",
+	         "ahead_voided=%llu native_late=%llu peak_rss_kb=%ld",
 	         why, lsn_format(r->cfm.confirmed, c), (unsigned long long)s->published,
 	         (unsigned long long)s->replays, (unsigned long long)s->duplicates,
 	         (unsigned long long)s->dead_lettered,
@@ -278,7 +278,8 @@ static void log_final(struct relay *r, const char *why)
 	         (unsigned long long)s->ask_redirects, (unsigned long long)s->native_batches,
 	         (unsigned long long)s->function_batches, (unsigned long long)s->watch_retries,
 	         (unsigned long long)s->native_groups, (unsigned long long)s->native_ahead,
-	         (unsigned long long)s->ahead_voided, relay_peak_rss_kb());
+	         (unsigned long long)s->ahead_voided, (unsigned long long)s->native_late,
+	         relay_peak_rss_kb());
 }
 
 static void install_signals(void)

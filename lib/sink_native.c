@@ -48,7 +48,9 @@
  * expects the watermark where the one before leaves it, and is decided against
  * the state that one leaves) or a new stream, in a cluster of one hash slot,
  * up to NATIVE_GROUP_BYTES of calls: one round trip for the reads and one for
- * the write, whatever the number of streams. The ring keeps every call's
+ * the write, whatever the number of streams. Calls that queue while read 1 is
+ * on its way and continue a unit of the group join it when read 1 answers
+ * (take_late): their keys are the unit's, watched and read already. The ring keeps every call's
  * bytes: what it sends is made from them each round, and each call's results
  * are counted as its own.
  *
@@ -251,6 +253,7 @@ struct group {
 	bool ask;
 	struct nbatch *b;
 	size_t nb, capb;
+	size_t bytes; /* its calls' bytes (at most NATIVE_GROUP_BYTES) */
 	struct op *ops;
 	size_t nops, capops;
 	uint32_t *seen; /* batch_write's table of the ids a unit writes (power-of-two size) */
@@ -1405,8 +1408,10 @@ static bool build_write(struct sink_redis *s, struct group *g)
 	return !b->failed;
 }
 
-/* Read 1 answered: refuse, hand off, or read 2. */
-static bool read1_done(struct sink_redis *s, struct group *g)
+static void take_late(struct sink_redis *s, struct node *n, struct group *g);
+
+/* Read 1 answered: refuse, take the calls that continue its units, hand off, or read 2. */
+static bool read1_done(struct sink_redis *s, struct node *n, struct group *g)
 {
 	bool reads = false;
 
@@ -1429,6 +1434,7 @@ static bool read1_done(struct sink_redis *s, struct group *g)
 			return sink_publish_error(s, e, msg); /* the function's own error */
 		}
 	}
+	take_late(s, n, g);
 	round_start(g);
 	for (size_t i = 0; i < g->nb; i++) {
 		struct nbatch *t = &g->b[i];
@@ -1588,6 +1594,7 @@ static bool take_group(struct sink_redis *s, struct node *n, struct group *g)
 {
 	size_t bytes = 0;
 
+	g->bytes = 0;
 	g->nb = 0;
 	g->tries = 0;
 	while (n->sendq.len > 0) {
@@ -1621,7 +1628,32 @@ static bool take_group(struct sink_redis *s, struct node *n, struct group *g)
 		if (u < 0)
 			g->nb++;
 	}
+	g->bytes = bytes;
 	return true;
+}
+
+/*
+ * Calls queued since g was formed that continue one of its units (the next
+ * call for a stream it holds, at the head of the sendq) join that unit once
+ * read 1 has answered: read 1 watched and read their keys already, and read 2
+ * and the write are built after. The first call that does not stops it.
+ */
+static void take_late(struct sink_redis *s, struct node *n, struct group *g)
+{
+	while (!n->part_seq && n->sendq.len > 0) {
+		struct sq_ent *e = sq_ent(&s->q, *(const uint64_t *)ring_at(&n->sendq, 0));
+		int u;
+
+		if (!e || e->state != SQ_ROUTED || (u = joins(s, g, e, g->bytes)) < 0)
+			break;
+		if (!parse_batch(s, &g->b[u], e)) {
+			e->no_native = true; /* not the call this file knows: the function's */
+			break;
+		}
+		(void)ring_pop_u64(&n->sendq);
+		g->bytes += e->len;
+		s->stats.native_late++;
+	}
 }
 
 /* g's round (cmd) into n->wbuf, a mark per reply it expects into n->waitq. */
@@ -1884,7 +1916,7 @@ bool sink_native_reply(struct sink_redis *s, struct node *n, const redisReply *r
 	}
 	switch (g->phase) {
 	case NAT_READ1:
-		return read1_done(s, g);
+		return read1_done(s, n, g);
 	case NAT_READ2:
 		return build_write(s, g);
 	default:

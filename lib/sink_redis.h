@@ -43,6 +43,7 @@ struct sink_stats {
 	uint64_t native_groups;    /* native groups read (WATCH ... EXEC), counted once per group */
 	uint64_t native_ahead;     /* of those, read behind the EXEC of the group before */
 	uint64_t ahead_voided;     /* reads ahead dropped: the EXEC before them failed */
+	uint64_t native_late;      /* calls that joined their stream's unit after its read 1 */
 };
 
 struct sink_redis;

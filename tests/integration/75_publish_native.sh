@@ -41,8 +41,9 @@
 #       answer nil with the next group's reads staged behind them. Both Redis
 #       then hold the same streams and dedup state (as in (a)), the final lines
 #       give the same published and duplicates, and the native one shows EXECs
-#       that failed (watch_retries), groups read ahead (native_ahead) and reads
-#       ahead dropped (ahead_voided).
+#       that failed (watch_retries), groups read ahead (native_ahead), reads
+#       ahead dropped (ahead_voided) and calls that joined a group after its
+#       read 1 (native_late).
 # Nothing depends on the machine's speed: the waits are for conditions,
 # bounded generously.
 . "$(dirname "$0")/lib.sh"
@@ -406,6 +407,7 @@ case_d() {
 	assert_ge "$(final_sum "$nlog" watch_retries)" 1 "(d) native: EXECs answered nil (a watched key written)"
 	assert_ge "$(final_sum "$nlog" native_ahead)" 1 "(d) native: groups read ahead"
 	assert_ge "$(final_sum "$nlog" ahead_voided)" 1 "(d) native: reads ahead dropped after a failed EXEC"
+	assert_ge "$(final_sum "$nlog" native_late)" 1 "(d) native: calls that joined their unit after its read 1"
 }
 
 run_case a case_a
