@@ -194,8 +194,14 @@ failover() {
 
 	# The old master comes back; Sentinel makes it a replica of the new one.
 	rnode_start "$PRIMARY_PORT"
-	wait_for "[ \"\$(rcli $PRIMARY_PORT ROLE | head_n 1)\" = slave ] && replicas_synced $PRIMARY_PORT" 60 ||
+	if ! wait_for "[ \"\$(rcli $PRIMARY_PORT ROLE | head_n 1)\" = slave ] && replicas_synced $PRIMARY_PORT" 60; then
+		# What each Sentinel and the old master said (a rare stall here: CI, 2026-11-27).
+		for sp in $SENTINEL_PORTS; do
+			log "Sentinel $sp: $(tail -n 12 "$T/sentinel.$sp/sentinel.log" 2>/dev/null | tr '\n' '|' | cut -c1-1500)"
+		done
+		log "old master $PRIMARY_PORT: ROLE $(rcli "$PRIMARY_PORT" ROLE 2>&1 | head_n 3 | tr '\n' ' '); $(tail -n 8 "$T/rnode.$PRIMARY_PORT/redis.log" 2>/dev/null | tr '\n' '|' | cut -c1-1000)"
 		fail "$tag: the old master $PRIMARY_PORT did not rejoin as a replica"
+	fi
 	ok "$tag: the old master $PRIMARY_PORT rejoined as a replica of $NEW_MASTER"
 	acl_users "$PRIMARY_PORT" # a restart forgets users made with ACL SETUSER (an aclfile would not)
 
