@@ -148,7 +148,9 @@ print(n)
 PY
 }
 # Each address is held to the per-IP limit (8) of its 40: the relay closes the
-# others as it accepts them (one more may be between its accept and close).
+# others as it accepts them. The hogs reconnect at once, so a look can find a
+# few accepted and not yet closed (10 once in CI, under ASan with TLS): the
+# bound is twice the limit, far below the 40 an address holds without it.
 for src in 127.0.0.1 127.0.0.2; do
 	most=0
 	for i in 1 2 3; do
@@ -156,7 +158,7 @@ for src in 127.0.0.1 127.0.0.2; do
 		[ "$n" -le "$most" ] || most=$n
 		sleep 0.2
 	done
-	assert_lt "$most" 10 "(a) connections from $src the relay held, most of 3 looks, of $HOG_N"
+	assert_lt "$most" 16 "(a) connections from $src the relay held, most of 3 looks, of $HOG_N"
 done
 hog_stop_all
 for h in a1 a2; do
