@@ -50,7 +50,7 @@
  * up to NATIVE_GROUP_BYTES of calls: one round trip for the reads and one for
  * the write, whatever the number of streams. Calls that queue while read 1 is
  * on its way and continue a unit of the group join it when read 1 answers
- * (take_late): their keys are the unit's, watched and read already. The ring keeps every call's
+ * (take_calls): their keys are the unit's, watched and read already. The ring keeps every call's
  * bytes: what it sends is made from them each round, and each call's results
  * are counted as its own.
  *
@@ -1408,7 +1408,7 @@ static bool build_write(struct sink_redis *s, struct group *g)
 	return !b->failed;
 }
 
-static void take_late(struct sink_redis *s, struct node *n, struct group *g);
+static bool take_calls(struct sink_redis *s, struct node *n, struct group *g, bool late);
 
 /* Read 1 answered: refuse, take the calls that continue its units, hand off, or read 2. */
 static bool read1_done(struct sink_redis *s, struct node *n, struct group *g)
@@ -1434,7 +1434,8 @@ static bool read1_done(struct sink_redis *s, struct node *n, struct group *g)
 			return sink_publish_error(s, e, msg); /* the function's own error */
 		}
 	}
-	take_late(s, n, g);
+	if (!take_calls(s, n, g, true))
+		return false;
 	round_start(g);
 	for (size_t i = 0; i < g->nb; i++) {
 		struct nbatch *t = &g->b[i];
@@ -1586,26 +1587,23 @@ static int joins(struct sink_redis *s, const struct group *g, const struct sq_en
 }
 
 /*
- * Form group g from the calls at the head of n->sendq that the native path
- * takes (none: g->nb stays 0). Each call it takes leaves the sendq: g owns it
- * until its EXEC answers or the connection closes.
+ * Move the calls at the head of n->sendq that the native path takes into
+ * group g, in order: new units too unless late (then only calls that continue
+ * one of g's units: read 1 watched and read their keys already). Each call
+ * taken leaves the sendq: g owns it until its EXEC answers or the connection
+ * closes. The first call that does not join stops it.
  */
-static bool take_group(struct sink_redis *s, struct node *n, struct group *g)
+static bool take_calls(struct sink_redis *s, struct node *n, struct group *g, bool late)
 {
-	size_t bytes = 0;
-
-	g->bytes = 0;
-	g->nb = 0;
-	g->tries = 0;
-	while (n->sendq.len > 0) {
+	while (!n->part_seq && n->sendq.len > 0) {
 		struct sq_ent *e = sq_ent(&s->q, *(const uint64_t *)ring_at(&n->sendq, 0));
 		struct nbatch *t;
 		int u;
 
 		if (!e || e->state != SQ_ROUTED)
 			break;
-		if ((u = joins(s, g, e, bytes)) == -2) {
-			if (g->nb == 0)
+		if ((u = joins(s, g, e, g->bytes)) == -2 || (late && u < 0)) {
+			if (u == -2 && g->nb == 0)
 				e->no_native = true; /* a call it cannot read: the function's */
 			break;
 		}
@@ -1624,36 +1622,22 @@ static bool take_group(struct sink_redis *s, struct node *n, struct group *g)
 			break;
 		}
 		(void)ring_pop_u64(&n->sendq);
-		bytes += e->len;
+		g->bytes += e->len;
 		if (u < 0)
 			g->nb++;
+		if (late)
+			s->stats.native_late++;
 	}
-	g->bytes = bytes;
 	return true;
 }
 
-/*
- * Calls queued since g was formed that continue one of its units (the next
- * call for a stream it holds, at the head of the sendq) join that unit once
- * read 1 has answered: read 1 watched and read their keys already, and read 2
- * and the write are built after. The first call that does not stops it.
- */
-static void take_late(struct sink_redis *s, struct node *n, struct group *g)
+/* Form group g from the calls at the head of n->sendq (none: g->nb stays 0). */
+static bool take_group(struct sink_redis *s, struct node *n, struct group *g)
 {
-	while (!n->part_seq && n->sendq.len > 0) {
-		struct sq_ent *e = sq_ent(&s->q, *(const uint64_t *)ring_at(&n->sendq, 0));
-		int u;
-
-		if (!e || e->state != SQ_ROUTED || (u = joins(s, g, e, g->bytes)) < 0)
-			break;
-		if (!parse_batch(s, &g->b[u], e)) {
-			e->no_native = true; /* not the call this file knows: the function's */
-			break;
-		}
-		(void)ring_pop_u64(&n->sendq);
-		g->bytes += e->len;
-		s->stats.native_late++;
-	}
+	g->bytes = 0;
+	g->nb = 0;
+	g->tries = 0;
+	return take_calls(s, n, g, false);
 }
 
 /* g's round (cmd) into n->wbuf, a mark per reply it expects into n->waitq. */
