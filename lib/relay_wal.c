@@ -16,9 +16,10 @@
 /*
  * held (not NULL): the message whose buffer the sink may keep for the large
  * values that lie inside it (sink_redis.h says who owns what): wal2json's,
- * decoded in place in libpq's buffer (pgrepl_take_buffer()), or pgoutput's,
- * read back from the transaction spool's file into an allocation of its own
- * (txn_spool_take_buffer()); values anywhere else are copied.
+ * decoded in place in libpq's buffer (pgrepl_take_buffer()), or a large
+ * pgoutput message read back from the transaction spool's file into an
+ * allocation of its own (txn_spool_take_buffer()); values anywhere else are
+ * copied.
  */
 static bool relay_queue_event(struct relay *r, const struct event *ev, bool dead,
                               const struct pg_msg *held)

@@ -3,6 +3,17 @@
  * (see txn_spool.h). A record is a 12-byte header (the LSN, 8 bytes, and the
  * length, 4, in the machine's order: the file never outlives the process)
  * followed by the message.
+ *
+ * The file is written and read in blocks of up to BLOCK bytes, not a system
+ * call per message: a spilled transaction of 100,000 small messages took
+ * one pwritev() and two pread()s each, on the path from its Commit to its
+ * first XADD. Records that fit are gathered in wr and written when it fills
+ * (or before anything is read); reading fills rd_block with the next BLOCK
+ * bytes of the file and hands out pointers into it. A message of OWN bytes
+ * or more is written straight from the caller's bytes and read back into an
+ * allocation of its own (rd), which txn_spool_take_buffer() can hand over:
+ * only such a message can hold a value large enough for a sink to keep by
+ * pointer (sink_redis.h), so what sinks keep is unchanged.
  */
 #include "txn_spool.h"
 
@@ -15,20 +26,28 @@
 #include <unistd.h>
 
 #include "buf.h"
+#include "pgoutput.h"
 
 #define HDR 12
+#define BLOCK (256 * 1024)
+/* A message of this many bytes or more bypasses the blocks: it may hold a value the
+ * pgoutput decoder leaves where it lies (PGO_BY_REFERENCE), for a sink to keep. */
+#define OWN PGO_BY_REFERENCE
 
 struct txn_spool {
 	size_t mem_cap;
 	char *dir;
-	struct buf mem; /* records kept in memory */
-	int fd;         /* -1 until a record did not fit */
-	uint64_t file_len;
+	struct buf mem;    /* records kept in memory */
+	int fd;            /* -1 until a record did not fit */
+	uint64_t file_len; /* records spilled, those still in wr included */
+	struct buf wr;     /* the file's last wr.len bytes, not yet written */
 	size_t count;
 	/* reading */
 	size_t rd_mem;
 	uint64_t rd_file;
-	struct buf rd; /* one record read back from the file */
+	struct buf rd_block; /* the file's bytes from offset rd_block_at */
+	uint64_t rd_block_at;
+	struct buf rd; /* one large record read back from the file */
 	bool rd_last;  /* the last txn_spool_next() returned rd's bytes */
 	bool failed;
 	char err[512];
@@ -65,6 +84,8 @@ void txn_spool_destroy(struct txn_spool *s)
 	if (s->fd >= 0)
 		(void)close(s->fd);
 	buf_finish(&s->mem);
+	buf_finish(&s->wr);
+	buf_finish(&s->rd_block);
 	buf_finish(&s->rd);
 	free(s->dir);
 	free(s);
@@ -104,6 +125,43 @@ static void header(char *h, lsn_t wal_start, uint32_t len)
 	memcpy(h + 8, &len, 4);
 }
 
+/* Write the header h and len bytes of data at off, whole. */
+static bool write_at(struct txn_spool *s, const char *h, const char *data, size_t len, uint64_t off)
+{
+	struct iovec iov[2] = {{(void *)h, h ? HDR : 0}, {(void *)data, len}};
+	size_t want = iov[0].iov_len + len, done = 0;
+
+	while (done < want) {
+		ssize_t n = pwritev(s->fd, iov, 2, (off_t)(off + done));
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return fail(s, "writing the transaction's spool file", n < 0 ? errno : ENOSPC);
+		done += (size_t)n;
+		/* A short write: move the vectors past what went out. */
+		for (int i = 0; i < 2 && n > 0; i++) {
+			size_t k = (size_t)n < iov[i].iov_len ? (size_t)n : iov[i].iov_len;
+
+			iov[i].iov_base = (char *)iov[i].iov_base + k;
+			iov[i].iov_len -= k;
+			n -= (ssize_t)k;
+		}
+	}
+	return true;
+}
+
+/* The gathered records to the file, where they end it. */
+static bool flush_wr(struct txn_spool *s)
+{
+	if (s->wr.len == 0)
+		return true;
+	if (!write_at(s, NULL, s->wr.data, s->wr.len, s->file_len - s->wr.len))
+		return false;
+	buf_reset(&s->wr);
+	return true;
+}
+
 bool txn_spool_add(struct txn_spool *s, const char *data, size_t len, lsn_t wal_start)
 {
 	char h[HDR];
@@ -126,29 +184,23 @@ bool txn_spool_add(struct txn_spool *s, const char *data, size_t len, lsn_t wal_
 			return false;
 		}
 	} else {
-		struct iovec iov[2] = {{h, HDR}, {(void *)data, len}};
-		size_t want = HDR + len, done = 0;
-
 		if (!open_file(s))
 			return false;
-		while (done < want) {
-			ssize_t n = pwritev(s->fd, iov, 2, (off_t)(s->file_len + done));
-
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n <= 0)
-				return fail(s, "writing the transaction's spool file", n < 0 ? errno : ENOSPC);
-			done += (size_t)n;
-			/* A short write: move the vectors past what went out. */
-			for (int i = 0; i < 2 && n > 0; i++) {
-				size_t k = (size_t)n < iov[i].iov_len ? (size_t)n : iov[i].iov_len;
-
-				iov[i].iov_base = (char *)iov[i].iov_base + k;
-				iov[i].iov_len -= k;
-				n -= (ssize_t)k;
+		if (len >= OWN) {
+			if (!flush_wr(s) || !write_at(s, h, data, len, s->file_len))
+				return false;
+		} else {
+			if (s->wr.len + HDR + len > BLOCK && !flush_wr(s))
+				return false;
+			buf_append(&s->wr, h, HDR);
+			buf_append(&s->wr, data, len);
+			if (s->wr.failed) {
+				snprintf(s->err, sizeof(s->err), "out of memory holding a transaction");
+				s->failed = true;
+				return false;
 			}
 		}
-		s->file_len += want;
+		s->file_len += HDR + len;
 	}
 	s->count++;
 	return true;
@@ -171,6 +223,36 @@ static bool read_at(struct txn_spool *s, char *p, size_t len, uint64_t off)
 	return true;
 }
 
+/*
+ * rd_block holds the file's bytes from rd_file on, want of them at least
+ * (want <= BLOCK): read the next block when it does not.
+ */
+static bool block_has(struct txn_spool *s, size_t want)
+{
+	uint64_t left = s->file_len - s->rd_file;
+	size_t take;
+
+	if (s->rd_file >= s->rd_block_at && s->rd_file + want <= s->rd_block_at + s->rd_block.len)
+		return true;
+	if (want > left) {
+		snprintf(s->err, sizeof(s->err), "the transaction's spool file ends inside a record");
+		s->failed = true;
+		return false;
+	}
+	take = left < BLOCK ? (size_t)left : BLOCK;
+	buf_reset(&s->rd_block);
+	if (!buf_reserve(&s->rd_block, BLOCK)) {
+		snprintf(s->err, sizeof(s->err), "out of memory reading back a transaction");
+		s->failed = true;
+		return false;
+	}
+	if (!read_at(s, s->rd_block.data, take, s->rd_file))
+		return false;
+	s->rd_block.len = take;
+	s->rd_block_at = s->rd_file;
+	return true;
+}
+
 int txn_spool_next(struct txn_spool *s, const char **data, size_t *len, lsn_t *wal_start)
 {
 	uint64_t l;
@@ -187,23 +269,34 @@ int txn_spool_next(struct txn_spool *s, const char **data, size_t *len, lsn_t *w
 		*data = h + HDR;
 		s->rd_mem += HDR + n;
 	} else if (s->rd_file < s->file_len) {
-		char h[HDR];
+		const char *h;
 
-		if (!read_at(s, h, HDR, s->rd_file))
+		if (s->wr.len && !flush_wr(s))
 			return -1;
+		if (!block_has(s, HDR))
+			return -1;
+		h = s->rd_block.data + (s->rd_file - s->rd_block_at);
 		memcpy(&l, h, 8);
 		memcpy(&n, h + 8, 4);
-		buf_reset(&s->rd);
-		if (!buf_reserve(&s->rd, n)) {
-			snprintf(s->err, sizeof(s->err), "out of memory reading back a message of %u bytes", n);
-			s->failed = true;
-			return -1;
+		if ((size_t)n >= OWN) {
+			/* Written on its own: read on its own, into an allocation it may keep. */
+			buf_reset(&s->rd);
+			if (!buf_reserve(&s->rd, n)) {
+				snprintf(s->err, sizeof(s->err), "out of memory reading back a message of %u bytes",
+				         n);
+				s->failed = true;
+				return -1;
+			}
+			if (!read_at(s, s->rd.data, n, s->rd_file + HDR))
+				return -1;
+			s->rd.len = n;
+			*data = s->rd.data;
+			s->rd_last = true;
+		} else {
+			if (!block_has(s, HDR + (size_t)n))
+				return -1;
+			*data = s->rd_block.data + (s->rd_file - s->rd_block_at) + HDR;
 		}
-		if (!read_at(s, s->rd.data, n, s->rd_file + HDR))
-			return -1;
-		s->rd.len = n;
-		*data = s->rd.data;
-		s->rd_last = true;
 		s->rd_file += HDR + (uint64_t)n;
 	} else {
 		return 0;
@@ -233,7 +326,7 @@ bool txn_spool_rewind(struct txn_spool *s)
 {
 	s->rd_mem = 0;
 	s->rd_file = 0;
-	return !s->failed;
+	return !s->failed && flush_wr(s);
 }
 
 void txn_spool_clear(struct txn_spool *s)
@@ -243,6 +336,9 @@ void txn_spool_clear(struct txn_spool *s)
 	s->count = 0;
 	s->rd_mem = 0;
 	s->rd_file = 0;
+	buf_reset(&s->wr);
+	buf_reset(&s->rd_block);
+	s->rd_block_at = 0;
 	s->failed = false;
 	s->err[0] = '\0';
 	if (s->fd >= 0 && s->file_len > 0 && ftruncate(s->fd, 0) != 0) {

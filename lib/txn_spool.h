@@ -46,8 +46,9 @@ bool txn_spool_add(struct txn_spool *s, const char *data, size_t len, lsn_t wal_
 int txn_spool_next(struct txn_spool *s, const char **data, size_t *len, lsn_t *wal_start);
 /*
  * The allocation the last txn_spool_next() read its message into when it
- * came from the file (NULL when it lay in memory, which is one allocation
- * for many). txn_spool_take_buffer() hands it over: the caller frees it with
+ * came from the file and is PGO_BY_REFERENCE bytes or more (NULL otherwise:
+ * in memory, or in a block of the file read at once, one allocation for
+ * many). txn_spool_take_buffer() hands it over: the caller frees it with
  * free(), and the next read allocates another. So a sink may keep pointers
  * into a large message (sink_redis.h) with no copy of its own.
  */

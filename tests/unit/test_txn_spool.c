@@ -5,6 +5,7 @@
  * that cannot take the file is a failure with its name, not a lost message.
  */
 #include "txn_spool.h"
+#include "pgoutput.h"
 #include "test.h"
 
 #include <stdbool.h>
@@ -90,42 +91,103 @@ TEST(file_only)
 	txn_spool_destroy(s);
 }
 
-/* A message read back from the file lies in an allocation of its own, which can be taken (and
- * freed by the taker) while the spool reads on; one held in memory cannot be taken. */
+/*
+ * A large message read back from the file (PGO_BY_REFERENCE bytes or more: it may hold a value a
+ * sink keeps by pointer) lies in an allocation of its own, which can be taken (and freed by the
+ * taker) while the spool reads on; one held in memory, or a small one read from the file's blocks,
+ * cannot be taken.
+ */
+#define BIG (PGO_BY_REFERENCE + 4000)
 TEST(take_buffer_of_file_records)
 {
 	struct txn_spool *s = txn_spool_create(100, NULL);
 	const char *data;
 	size_t len;
 	lsn_t lsn;
-	char a[40], big[5000];
+	char a[40], small[5000];
+	char *big = malloc(BIG);
 
-	CHECK(s != NULL);
+	CHECK(s != NULL && big != NULL);
 	memset(a, 'a', sizeof(a));
-	memset(big, 'b', sizeof(big));
-	CHECK(txn_spool_add(s, a, sizeof(a), 1));     /* in memory */
-	CHECK(txn_spool_add(s, big, sizeof(big), 2)); /* past the cap: the file */
-	CHECK(txn_spool_add(s, big, 3000, 3));
+	memset(small, 's', sizeof(small));
+	memset(big, 'b', BIG);
+	CHECK(txn_spool_add(s, a, sizeof(a), 1));         /* in memory */
+	CHECK(txn_spool_add(s, big, BIG, 2));             /* past the cap: the file, on its own */
+	CHECK(txn_spool_add(s, big, BIG - 1000, 3));      /* on its own too */
+	CHECK(txn_spool_add(s, small, sizeof(small), 4)); /* the file's blocks */
 	CHECK(txn_spool_next(s, &data, &len, &lsn) == 1 && lsn == 1);
 	CHECK(txn_spool_buffer(s) == NULL && txn_spool_take_buffer(s) == NULL);
-	CHECK(txn_spool_next(s, &data, &len, &lsn) == 1 && lsn == 2);
+	CHECK(txn_spool_next(s, &data, &len, &lsn) == 1 && lsn == 2 && len == BIG);
 	CHECK(txn_spool_buffer(s) == data);
 	{
 		char *mine = txn_spool_take_buffer(s);
 
 		CHECK(mine == data && txn_spool_buffer(s) == NULL);
 		/* The next read goes to a new allocation: the taken one keeps its bytes. */
-		CHECK(txn_spool_next(s, &data, &len, &lsn) == 1 && lsn == 3 && len == 3000);
+		CHECK(txn_spool_next(s, &data, &len, &lsn) == 1 && lsn == 3 && len == BIG - 1000);
 		CHECK(data != mine && txn_spool_buffer(s) == data);
-		CHECK(memcmp(mine, big, sizeof(big)) == 0);
+		CHECK(mine && memcmp(mine, big, BIG) == 0);
 		free(mine);
 	}
-	CHECK(memcmp(data, big, 3000) == 0);
+	CHECK(memcmp(data, big, BIG - 1000) == 0);
+	CHECK(txn_spool_next(s, &data, &len, &lsn) == 1 && lsn == 4 && len == sizeof(small));
+	CHECK(memcmp(data, small, sizeof(small)) == 0);
+	CHECK(txn_spool_buffer(s) == NULL && txn_spool_take_buffer(s) == NULL);
 	CHECK(txn_spool_next(s, &data, &len, &lsn) == 0);
 	CHECK(txn_spool_buffer(s) == NULL);
 	txn_spool_clear(s);
 	CHECK(txn_spool_buffer(s) == NULL);
 	txn_spool_destroy(s);
+	free(big);
+}
+
+/*
+ * Many messages, small and large, in the file: records cross the blocks' edges, large ones
+ * come between small ones, and what is read between adds sees every add before it.
+ */
+TEST(file_blocks_and_large_records)
+{
+	struct txn_spool *s = txn_spool_create(0, NULL);
+	const char *data;
+	size_t len;
+	lsn_t lsn;
+	char *want = malloc(BIG + 4096);
+
+	CHECK(s != NULL && want != NULL);
+	CHECK(roundtrip(s, 3000)); /* 3,000 messages of up to 110 KB, about 23 MB: most in blocks */
+	txn_spool_clear(s);
+	for (size_t i = 0; i < 200; i++) {
+		size_t n = i % 13 == 5 ? BIG + i : i * 61;
+
+		for (size_t k = 0; k < n; k++)
+			want[k] = (char)(i + k * 3);
+		CHECK(txn_spool_add(s, want, n, (lsn_t)i));
+		/* Every fiftieth: read everything so far, then add on. */
+		if (i % 50 == 49) {
+			size_t got = 0;
+
+			CHECK(txn_spool_rewind(s));
+			while (txn_spool_next(s, &data, &len, &lsn) == 1)
+				got++;
+			CHECK_INT(got, i + 1);
+		}
+	}
+	CHECK(txn_spool_rewind(s));
+	for (size_t i = 0; i < 200; i++) {
+		size_t n = i % 13 == 5 ? BIG + i : i * 61;
+		bool same = true;
+
+		CHECK(txn_spool_next(s, &data, &len, &lsn) == 1);
+		CHECK_INT(len, n);
+		CHECK_INT(lsn, i);
+		for (size_t k = 0; k < n && k < len && same; k++)
+			same = data[k] == (char)(i + k * 3);
+		CHECK(same);
+		CHECK((txn_spool_buffer(s) != NULL) == (n >= PGO_BY_REFERENCE));
+	}
+	CHECK_INT(txn_spool_next(s, &data, &len, &lsn), 0);
+	txn_spool_destroy(s);
+	free(want);
 }
 
 TEST(clear_and_reuse)
@@ -192,6 +254,7 @@ int main(void)
 	RUN(spills_in_order);
 	RUN(file_only);
 	RUN(take_buffer_of_file_records);
+	RUN(file_blocks_and_large_records);
 	RUN(clear_and_reuse);
 	RUN(empty_messages);
 	RUN(unwritable_dir_fails_with_its_name);
