@@ -162,6 +162,20 @@ static bool flush_wr(struct txn_spool *s)
 	return true;
 }
 
+/* Header h and the message into b (the memory part, or the next block of the file). */
+static bool append_record(struct txn_spool *s, struct buf *b, const char *h, const char *data,
+                          size_t len)
+{
+	buf_append(b, h, HDR);
+	buf_append(b, data, len);
+	if (b->failed) {
+		snprintf(s->err, sizeof(s->err), "out of memory holding a transaction");
+		s->failed = true;
+		return false;
+	}
+	return true;
+}
+
 bool txn_spool_add(struct txn_spool *s, const char *data, size_t len, lsn_t wal_start)
 {
 	char h[HDR];
@@ -176,13 +190,8 @@ bool txn_spool_add(struct txn_spool *s, const char *data, size_t len, lsn_t wal_
 	header(h, wal_start, (uint32_t)len);
 	/* Once one record went to the file, the rest follow it there: order is kept. */
 	if (s->file_len == 0 && s->mem.len + HDR + len <= s->mem_cap) {
-		buf_append(&s->mem, h, HDR);
-		buf_append(&s->mem, data, len);
-		if (s->mem.failed) {
-			snprintf(s->err, sizeof(s->err), "out of memory holding a transaction");
-			s->failed = true;
+		if (!append_record(s, &s->mem, h, data, len))
 			return false;
-		}
 	} else {
 		if (!open_file(s))
 			return false;
@@ -192,13 +201,8 @@ bool txn_spool_add(struct txn_spool *s, const char *data, size_t len, lsn_t wal_
 		} else {
 			if (s->wr.len + HDR + len > BLOCK && !flush_wr(s))
 				return false;
-			buf_append(&s->wr, h, HDR);
-			buf_append(&s->wr, data, len);
-			if (s->wr.failed) {
-				snprintf(s->err, sizeof(s->err), "out of memory holding a transaction");
-				s->failed = true;
+			if (!append_record(s, &s->wr, h, data, len))
 				return false;
-			}
 		}
 		s->file_len += HDR + len;
 	}
