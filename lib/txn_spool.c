@@ -275,15 +275,18 @@ int txn_spool_next(struct txn_spool *s, const char **data, size_t *len, lsn_t *w
 	} else if (s->rd_file < s->file_len) {
 		const char *h;
 
-		if (s->wr.len && !flush_wr(s))
-			return -1;
-		if (!block_has(s, HDR))
+		if (!flush_wr(s) || !block_has(s, HDR))
 			return -1;
 		h = s->rd_block.data + (s->rd_file - s->rd_block_at);
 		memcpy(&l, h, 8);
 		memcpy(&n, h + 8, 4);
 		if ((size_t)n >= OWN) {
-			/* Written on its own: read on its own, into an allocation it may keep. */
+			/* Written on its own: read into an allocation it may keep, starting with
+			 * what the block holds of it already. */
+			size_t have = (size_t)(s->rd_block_at + s->rd_block.len - s->rd_file) - HDR;
+
+			if (have > n)
+				have = n;
 			buf_reset(&s->rd);
 			if (!buf_reserve(&s->rd, n)) {
 				snprintf(s->err, sizeof(s->err), "out of memory reading back a message of %u bytes",
@@ -291,7 +294,8 @@ int txn_spool_next(struct txn_spool *s, const char **data, size_t *len, lsn_t *w
 				s->failed = true;
 				return -1;
 			}
-			if (!read_at(s, s->rd.data, n, s->rd_file + HDR))
+			memcpy(s->rd.data, h + HDR, have);
+			if (!read_at(s, s->rd.data + have, n - have, s->rd_file + HDR + have))
 				return -1;
 			s->rd.len = n;
 			*data = s->rd.data;
