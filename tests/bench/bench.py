@@ -249,6 +249,20 @@ def proc_cpu_ticks(pid):
     return int(rest[11]) + int(rest[12])
 
 
+def proc_children_ticks(pid):
+    """cutime + cstime of pid: the CPU ticks of its children that exited and
+    were reaped (the kernel adds a child's times to its parent's when the
+    parent waits for it)."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            s = f.read()
+    except OSError:
+        return None
+    rest = s[s.rindex(b")") + 2:].split()
+    # cutime/cstime are fields 16/17
+    return int(rest[13]) + int(rest[14])
+
+
 def proc_ppid_and_cmd(pid):
     try:
         with open("/proc/%d/stat" % pid, "rb") as f:
@@ -275,7 +289,18 @@ class Sampler(threading.Thread):
     """Samples the CPU time (utime + stime) of named processes every `period`
     seconds: the fixed --pid processes, the child, and the children of the
     postmaster (walsenders and the other backends). A process first seen after
-    the first pass was started during the run, so all of its CPU time counts."""
+    the first pass was started during the run, so all of its CPU time counts.
+
+    A backend that exits between two passes takes the CPU time it used since
+    the last one with it: up to `period` of a walsender that runs flat out to
+    the end of a drain, which is most of it in a 0.2 s drain. The postmaster's
+    cutime + cstime gets every reaped child's whole CPU time, so the last pass
+    (made once the run's walsenders are gone: settle()) gives what the exited
+    backends used beyond their last samples in all, and that is counted as
+    the walsender's: the walsender is what exits at the end of a drain, and
+    in a drain under 0.1 s it may never be sampled at all. A backend too
+    short-lived to be sampled (a client's preflight connection) is in that sum
+    too, so its few ms count as the walsender's as well."""
 
     def __init__(self, pids, postmaster, period=0.1):
         super().__init__(daemon=True)
@@ -289,6 +314,8 @@ class Sampler(threading.Thread):
         self.procs = {}                  # key -> {"name", "base", "ticks": {pass: ticks}}
         self.child_hwm_kb = 0
         self.child_io = {}
+        self.reaped = []                 # postmaster's cutime + cstime at each pass
+        self.at_start = set()            # postmaster children at the first pass
 
     def _track(self, key, name, pid, k):
         ticks = proc_cpu_ticks(pid)
@@ -297,6 +324,8 @@ class Sampler(threading.Thread):
         p = self.procs.get(key)
         if p is None:
             p = self.procs[key] = {"name": name, "base": ticks if k == 0 else 0, "ticks": {}}
+        elif name == "walsender":  # a backend is named walsender once it has started as one
+            p["name"] = name
         p["ticks"][k] = ticks
 
     def sample(self):
@@ -321,6 +350,7 @@ class Sampler(threading.Thread):
         for name, pid in fixed:
             self._track(("fixed", name, pid), name, pid, k)
         if self.postmaster:
+            self.reaped.append(proc_children_ticks(self.postmaster))
             for d in os.listdir("/proc"):
                 if not d.isdigit():
                     continue
@@ -328,8 +358,38 @@ class Sampler(threading.Thread):
                 ppid, cmd = proc_ppid_and_cmd(pid)
                 if ppid != self.postmaster:
                     continue
+                if not cmd.strip():
+                    # exiting (its memory, and so its title, already gone): named
+                    # by what it was; one never seen before is left to the reaped sum
+                    p = self.procs.get(("pg", pid))
+                    if p is not None:
+                        self._track(("pg", pid), p["name"], pid, k)
+                    continue
                 name = "walsender" if "walsender" in cmd else "postgres_other"
                 self._track(("pg", pid), name, pid, k)
+                if k == 0:
+                    self.at_start.add(("pg", pid))
+
+    def _new_walsenders(self):
+        """Walsenders that were not there at the first pass and are not reaped
+        yet (an exiting one has lost its title: counted too)."""
+        out = []
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                ppid, cmd = proc_ppid_and_cmd(int(d))
+                if (ppid == self.postmaster and ("walsender" in cmd or not cmd.strip())
+                        and ("pg", int(d)) not in self.at_start):
+                    out.append(int(d))
+        return out
+
+    def settle(self, timeout=2.0):
+        """Wait (up to timeout) until the walsenders started during the run
+        have exited, so the last pass finds them reaped."""
+        if not self.postmaster:
+            return
+        end = time.monotonic() + timeout
+        while time.monotonic() < end and self._new_walsenders():
+            time.sleep(0.005)
 
     def run(self):
         while not self.stop_ev.is_set():
@@ -358,6 +418,16 @@ class Sampler(threading.Thread):
         return {"cpu_s": round(cpu, 3), "pct": round(100 * cpu / wall, 1) if wall > 0 else 0.0,
                 "peak_pct": round(100 * peak, 1)}
 
+    def _exited_extra(self, n):
+        """Ticks the backends that exited during the run used after their last
+        sample, or never sampled at all (see the class comment); 0 when
+        nothing is known."""
+        if n < 2 or len(self.reaped) < 2 or None in (self.reaped[0], self.reaped[-1]):
+            return 0
+        gone = [p for key, p in self.procs.items() if key[0] == "pg" and (n - 1) not in p["ticks"]]
+        lost = (self.reaped[-1] - self.reaped[0]) - sum(p["ticks"][max(p["ticks"])] for p in gone)
+        return max(lost, 0)
+
     def summary(self, wall):
         n = len(self.times)
         by_name = {}
@@ -369,6 +439,9 @@ class Sampler(threading.Thread):
             tot = by_name.setdefault(p["name"], [0.0] * n)
             for k in range(n):
                 tot[k] += cum[k]
+        extra = self._exited_extra(n)
+        if extra:  # used after the last sample of the exited backends: the run's end
+            by_name.setdefault("walsender", [0.0] * n)[-1] += extra / CLK_TCK
         out = {name: self._stats(cum, wall) for name, cum in by_name.items()}
         if n >= 2:
             out["machine"] = self._stats([(m[0] - self.machine[0][0]) / CLK_TCK for m in self.machine], wall)
@@ -431,7 +504,8 @@ def cmd_run(argv):
     wall = time.monotonic() - t0
     p.returncode = os.waitstatus_to_exitcode(status)
     sampler.stop()
-    sampler.sample()  # final pass right after the child exited
+    sampler.settle()
+    sampler.sample()  # final pass right after the child and its walsender exited
     rec = dict(meta)
     rec.update({
         "cmd": cmd[0], "rc": p.returncode, "wall_s": round(wall, 4),
@@ -445,6 +519,11 @@ def cmd_run(argv):
         "syscr": sampler.child_io.get("syscr"), "syscw": sampler.child_io.get("syscw"),
         "procs": sampler.summary(wall),
     })
+    # The child's own CPU time from wait4(), exact; the samples lose what it
+    # used after the last pass before it exited.
+    ch = rec["procs"].setdefault("child", {"pct": 0.0, "peak_pct": 0.0})
+    ch["cpu_s"] = round(ru.ru_utime + ru.ru_stime, 3)
+    ch["pct"] = round(100 * ch["cpu_s"] / wall, 1) if wall > 0 else 0.0
     if redis_socks:
         after = redis_stats_sum(redis_socks)
         delta = {k: after[k] - before[k] for k in after if k != "calls"}
