@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """redis_breakdown.py - helpers of tests/bench/redis_breakdown.sh (standard library only).
 
-  redis_breakdown.py feed SOCK STREAM KEY OUT   every entry of STREAM (read with XRANGE from
+  redis_breakdown.py feed SOCK STREAM KEY OUT [FIRST [COUNT]]
+                                                every entry of STREAM (read with XRANGE from
                                                 the Redis on unix socket SOCK) as a plain
                                                 "XADD KEY * field value ..." in RESP, to OUT
-                                                (for redis-cli --pipe); prints the count
+                                                (for redis-cli --pipe); prints the count;
+                                                FIRST skips that many entries, COUNT stops
+                                                after that many
   redis_breakdown.py analyze CGFILE [relay|native|bare] [CMDSTATS]
                                                 one callgrind dump of redis-server -> JSON
                                                 of instructions per bucket (see below);
@@ -336,14 +339,19 @@ def analyze_native(path):
             "info": info}
 
 
-def feed(sock, stream, key, out):
+def feed(sock, stream, key, out, first="0", count="-1"):
+    first, count = int(first), int(count)
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
     import rx  # noqa: E402  (tests/integration/rx.py)
     c = rx.Client(sock)
     n = 0
     kb = key.encode()
     with open(out, "wb") as f:
-        for _, kv in c.xrange(stream):
+        for i, (_, kv) in enumerate(c.xrange(stream)):
+            if i < first:
+                continue
+            if count >= 0 and n == count:
+                break
             args = [b"XADD", kb, b"*"]
             for name, value in kv:
                 args.append(name.encode("utf-8", "surrogateescape"))
@@ -501,7 +509,7 @@ def main(argv):
         sys.stderr.write(__doc__)
         return 2
     if argv[1] == "feed":
-        feed(*argv[2:6])
+        feed(*argv[2:8])
     elif argv[1] == "analyze":
         kind = argv[3] if len(argv) > 3 else "relay"
         d = analyze_native(argv[2]) if kind == "native" else analyze(argv[2], kind)

@@ -17,9 +17,13 @@
 # as it is, one FCALL of outbox_relay_publish per batch; native: the relay on
 # --publish native, WATCH + reads, then MULTI/EXEC, its own buckets, see
 # below; the run fails unless its final line shows native_batches > 0 and
-# function_batches=0).
+# function_batches=0), PREFILL (0, the default; N: the steady state of a
+# window that already holds N ids. N rows more are committed before the
+# measured backlog and drained by the same relay slot into the same Redis
+# first; only what comes after them is counted, in the relay's drain and
+# (its stream filled with the same N entries first) in the bare XADD's).
 #
-# The backlog: EVENTS outbox rows (random UUID ids, 1000 per transaction, one
+# The backlog: (PREFILL +) EVENTS outbox rows (random UUID ids, 1000 per transaction, one
 # stream outbox:bench), committed before the relay starts; the relay runs
 # with its defaults (dedup on, --dedup-window 1h, the replay watermark) into
 # Redis without persistence, to --endpos. The bare XADD: every entry the
@@ -126,34 +130,72 @@ cpu_s() {
 		awk -F: '$1 == "used_cpu_user" || $1 == "used_cpu_sys" { s += $2 } END { printf "%.6f\n", s }'
 }
 
+PREFILL=${PREFILL:-0}
+case $PREFILL in '' | *[!0-9]*) echo "redis_breakdown: PREFILL must be a number of rows, not '$PREFILL'" >&2; exit 2 ;; esac
+
 # One backlog for every run: one slot per run, all created before it is written.
 slot_create b_cg
 [ "$CPU_RUN" = 1 ] && slot_create b_cpu
+if [ "$PREFILL" -gt 0 ]; then
+	bench_outbox_rows "$PREFILL"
+	pre_end=$(current_lsn)
+	log "prefill: $PREFILL rows to $pre_end"
+fi
 bench_outbox_rows "$EVENTS"
 end=$(current_lsn)
 log "backlog: $EVENTS rows to $end"
+TOTAL=$((PREFILL + EVENTS))
+
+# prefill SLOT: with PREFILL, the relay drains the prefill rows on SLOT into
+# the running Redis (a window of PREFILL ids or more: --endpos lets it
+# publish the transactions it has read past the position before it
+# stops), and Redis's command counts start again. PRE_N: the entries the
+# stream holds then; the measured run begins with them as replays of the
+# slot, which the watermark drops, and counts only what it adds
+# (MEASURED). Callers zero their own CPU counts after it.
+PRE_N=0
+prefill() {
+	[ "$PREFILL" -gt 0 ] || return 0
+	relay_run_until "$pre_end" --slot "$1" --dedup-window 1h --publish "$PUBLISH" || fail "relay (prefill) exit $RELAY_RC"
+	PRE_N=$(xlen outbox:bench)
+	assert_ge "$PRE_N" "$PREFILL" "relay: every prefill event published"
+	redis_cli CONFIG RESETSTAT >/dev/null
+}
 
 # 1. The relay's drain into Redis under callgrind.
 CG=1
 fresh_redis
+prefill b_cg
 callgrind_control -z "$REDIS_PID" >/dev/null
 relay_run_until "$end" --slot b_cg --dedup-window 1h --publish "$PUBLISH" || fail "relay exit $RELAY_RC"
-assert_eq "$EVENTS" "$(xlen outbox:bench)" "relay: every event published once"
+assert_eq "$TOTAL" "$(xlen outbox:bench)" "relay: every event published once"
 check_path
+MEASURED=$((TOTAL - PRE_N))
+log "measured: $MEASURED events after $PRE_N already in the stream"
 redis_cli INFO commandstats >"$T/relay.cmdstats"
 dump relay
 fcalls=$(sed -n 's/^cmdstat_fcall:calls=\([0-9]*\),.*/\1/p' "$T/relay.cmdstats")
 execs=$(sed -n 's/^cmdstat_exec:calls=\([0-9]*\),.*/\1/p' "$T/relay.cmdstats")
 fcalls=${fcalls:-0} execs=${execs:-0}
-# The entries the relay wrote, as plain XADDs.
-$PY feed "$REDIS_SOCK" outbox:bench outbox:bench "$T/xadd.resp" >"$T/feed.count"
-assert_eq "$EVENTS" "$(cat "$T/feed.count")" "bare: every entry read back"
+# The entries the relay wrote, as plain XADDs (the prefill's apart).
+BARE_PRE=$PRE_N
+$PY feed "$REDIS_SOCK" outbox:bench outbox:bench "$T/xadd.resp" "$BARE_PRE" >"$T/feed.count"
+assert_eq "$MEASURED" "$(cat "$T/feed.count")" "bare: every entry read back"
+$PY feed "$REDIS_SOCK" outbox:bench outbox:bench "$T/prefill.resp" 0 "$BARE_PRE" >"$T/feed.count"
+assert_eq "$BARE_PRE" "$(cat "$T/feed.count")" "bare: every prefill entry read back"
+# bare_prefill: the prefill's entries into the bare XADD's stream first.
+bare_prefill() {
+	[ "$PREFILL" -gt 0 ] || return 0
+	redis_cli --pipe <"$T/prefill.resp" >"$T/pipe.log" 2>&1 || fail "redis-cli --pipe (prefill): $(tail -n 3 "$T/pipe.log")"
+	assert_eq "$BARE_PRE" "$(xlen outbox:bench)" "bare: every prefill entry added"
+}
 
 # 2. The same entries as bare XADDs into a fresh Redis under callgrind.
 fresh_redis
+bare_prefill
 callgrind_control -z "$REDIS_PID" >/dev/null
 redis_cli --pipe <"$T/xadd.resp" >"$T/pipe.log" 2>&1 || fail "redis-cli --pipe: $(tail -n 3 "$T/pipe.log")"
-assert_eq "$EVENTS" "$(xlen outbox:bench)" "bare: every entry added"
+assert_eq "$TOTAL" "$(xlen outbox:bench)" "bare: every entry added"
 dump bare
 redis_stop
 
@@ -178,33 +220,35 @@ done
 if [ "$CPU_RUN" = 1 ]; then
 	CG=0
 	fresh_redis
+	prefill b_cpu
 	c0=$(cpu_s)
 	relay_run_until "$end" --slot b_cpu --dedup-window 1h --publish "$PUBLISH" || fail "relay (cpu) exit $RELAY_RC"
 	c1=$(cpu_s)
-	assert_eq "$EVENTS" "$(xlen outbox:bench)" "relay (cpu): every event published once"
+	assert_eq "$TOTAL" "$(xlen outbox:bench)" "relay (cpu): every event published once"
 	fresh_redis
+	bare_prefill
 	c2=$(cpu_s)
 	redis_cli --pipe <"$T/xadd.resp" >"$T/pipe.log" 2>&1 || fail "redis-cli --pipe (cpu)"
 	c3=$(cpu_s)
-	assert_eq "$EVENTS" "$(xlen outbox:bench)" "bare (cpu): every entry added"
+	assert_eq "$((BARE_PRE + MEASURED))" "$(xlen outbox:bench)" "bare (cpu): every entry added"
 	redis_stop
-	awk -v a="$c0" -v b="$c1" -v c="$c2" -v d="$c3" -v n="$EVENTS" 'BEGIN {
-		printf "{\"relay_us\": %.4f, \"bare_us\": %.4f}\n", (b - a) * 1e6 / n, (d - c) * 1e6 / n }' >"$T/cpu.json"
+	awk -v a="$c0" -v b="$c1" -v c="$c2" -v d="$c3" -v n="$((TOTAL - PRE_N))" -v m="$MEASURED" 'BEGIN {
+		printf "{\"relay_us\": %.4f, \"bare_us\": %.4f}\n", (b - a) * 1e6 / n, (d - c) * 1e6 / m }' >"$T/cpu.json"
 fi
 
 {
 	echo
 	echo "Redis instructions per event (callgrind), redis-server $(redis-server --version |
-		sed 's/.*v=\([^ ]*\).*/\1/'), $EVENTS events (UUID ids), relay defaults (--dedup-window 1h,"
+		sed 's/.*v=\([^ ]*\).*/\1/'), $MEASURED events (UUID ids) after $PRE_N already in the window, relay defaults (--dedup-window 1h,"
 	if [ "$PUBLISH" = native ]; then
-		echo "watermark) on --publish native, no persistence; $execs EXECs ($((EVENTS / (execs > 0 ? execs : 1))) events per EXEC)," \
+		echo "watermark) on --publish native, no persistence; $execs EXECs ($((MEASURED / (execs > 0 ? execs : 1))) events per EXEC)," \
 			"$fcalls FCALLs; bare XADD: the same entries through redis-cli --pipe"
 	else
-		echo "watermark), no persistence; $fcalls FCALLs ($((EVENTS / (fcalls > 0 ? fcalls : 1))) events per FCALL);" \
+		echo "watermark), no persistence; $fcalls FCALLs ($((MEASURED / (fcalls > 0 ? fcalls : 1))) events per FCALL);" \
 			"bare XADD: the same entries through redis-cli --pipe"
 	fi
 	echo
-	$PY report "$T/relay.json" "$T/bare.json" "$EVENTS" "$T/cpu.json"
+	$PY report "$T/relay.json" "$T/bare.json" "$MEASURED" "$T/cpu.json"
 } | tee "$T/table.txt"
 if [ -n "${OUT:-}" ]; then
 	mkdir -p "$OUT"
