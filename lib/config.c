@@ -335,8 +335,8 @@ static const struct opt_def option_table[] = {
     STR("publish", 0, RP, publish, "native", check_publish, "MODE",
         "how a batch is written: native (no Lua: under WATCH the relay reads the watermark and "
         "the dedup shards a group of batches touches, decides, and writes the entries, ids and "
-        "watermarks in one MULTI/EXEC, at about two thirds of the function's cost to Redis per "
-        "event; what it does not take, namely values of 64 KiB or more, dead letters, republish, "
+        "watermarks in one MULTI/EXEC, at about half the function's cost to Redis per event; "
+        "what it does not take, namely values of 64 KiB or more, dead letters, republish, "
         "a stream key of another type and a slot being migrated, goes through the function), or "
         "function (every batch through one call of the relay's Redis function, which checks the "
         "watermark and the dedup window inside Redis)"),
