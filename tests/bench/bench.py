@@ -238,29 +238,28 @@ def streams_summary(endpoints, pattern, t0_wall, ids=False):
 # ---------------------------------------------------------------------------
 # run: timed child + /proc sampler
 # ---------------------------------------------------------------------------
-def proc_cpu_ticks(pid):
+def proc_stat(pid):
+    """The fields of /proc/<pid>/stat from field 3 (state) on, or None."""
     try:
         with open("/proc/%d/stat" % pid, "rb") as f:
             s = f.read()
     except OSError:
         return None
-    rest = s[s.rindex(b")") + 2:].split()
-    # rest[0] is field 3 (state); utime/stime are fields 14/15
-    return int(rest[11]) + int(rest[12])
+    return s[s.rindex(b")") + 2:].split()
+
+
+def proc_cpu_ticks(pid):
+    """utime + stime of pid (fields 14/15)."""
+    rest = proc_stat(pid)
+    return None if rest is None else int(rest[11]) + int(rest[12])
 
 
 def proc_children_ticks(pid):
-    """cutime + cstime of pid: the CPU ticks of its children that exited and
-    were reaped (the kernel adds a child's times to its parent's when the
-    parent waits for it)."""
-    try:
-        with open("/proc/%d/stat" % pid, "rb") as f:
-            s = f.read()
-    except OSError:
-        return None
-    rest = s[s.rindex(b")") + 2:].split()
-    # cutime/cstime are fields 16/17
-    return int(rest[13]) + int(rest[14])
+    """cutime + cstime of pid (fields 16/17): the CPU ticks of its children
+    that exited and were reaped (the kernel adds a child's times to its
+    parent's when the parent waits for it)."""
+    rest = proc_stat(pid)
+    return None if rest is None else int(rest[13]) + int(rest[14])
 
 
 def proc_ppid_and_cmd(pid):
