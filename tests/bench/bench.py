@@ -299,7 +299,9 @@ class Sampler(threading.Thread):
     the walsender's: the walsender is what exits at the end of a drain, and
     in a drain under 0.1 s it may never be sampled at all. A backend too
     short-lived to be sampled (a client's preflight connection) is in that sum
-    too, so its few ms count as the walsender's as well."""
+    too, so its few ms count as the walsender's as well. Only when the
+    backends seen to exit are all others (pgbench's sessions ending a latency
+    run) does the sum go to them."""
 
     def __init__(self, pids, postmaster, period=0.1):
         super().__init__(daemon=True)
@@ -418,14 +420,18 @@ class Sampler(threading.Thread):
                 "peak_pct": round(100 * peak, 1)}
 
     def _exited_extra(self, n):
-        """Ticks the backends that exited during the run used after their last
-        sample, or never sampled at all (see the class comment); 0 when
-        nothing is known."""
+        """(name, ticks): what the backends that exited during the run used
+        after their last sample, or never sampled at all (see the class
+        comment), and whose it is: the walsender's, unless only other
+        backends were seen to exit (pgbench's sessions at the end of a
+        latency run); ticks 0 when nothing is known."""
         if n < 2 or len(self.reaped) < 2 or None in (self.reaped[0], self.reaped[-1]):
-            return 0
+            return "walsender", 0
         gone = [p for key, p in self.procs.items() if key[0] == "pg" and (n - 1) not in p["ticks"]]
         lost = (self.reaped[-1] - self.reaped[0]) - sum(p["ticks"][max(p["ticks"])] for p in gone)
-        return max(lost, 0)
+        names = {p["name"] for p in gone}
+        name = "postgres_other" if names == {"postgres_other"} else "walsender"
+        return name, max(lost, 0)
 
     def summary(self, wall):
         n = len(self.times)
@@ -438,9 +444,9 @@ class Sampler(threading.Thread):
             tot = by_name.setdefault(p["name"], [0.0] * n)
             for k in range(n):
                 tot[k] += cum[k]
-        extra = self._exited_extra(n)
+        name, extra = self._exited_extra(n)
         if extra:  # used after the last sample of the exited backends: the run's end
-            by_name.setdefault("walsender", [0.0] * n)[-1] += extra / CLK_TCK
+            by_name.setdefault(name, [0.0] * n)[-1] += extra / CLK_TCK
         out = {name: self._stats(cum, wall) for name, cum in by_name.items()}
         if n >= 2:
             out["machine"] = self._stats([(m[0] - self.machine[0][0]) / CLK_TCK for m in self.machine], wall)
