@@ -106,10 +106,12 @@ contenders_for() { # contenders_for MODE
 # the publication bench_pub, inserts of public.outbox, made before their slots).
 plugin_of() { case $1 in *_pgo | *_pgo_*) echo pgoutput ;; *) echo wal2json ;; esac; }
 # One slot per contender and round, all created before the backlog is written:
-# at most 5 contenders (mode plugins) x 3 rounds = 15 slots (max_replication_slots).
-MAX_SLOTS=16
-[ "$ROUNDS" -ge 1 ] && [ "$ROUNDS" -le 3 ] && [ $((5 * ROUNDS)) -lt $MAX_SLOTS ] ||
-	{ echo "bench.sh: --rounds must be 1..3" >&2; exit 2; }
+# at most 5 contenders (mode plugins) x 7 rounds = 35 slots (max_replication_slots).
+# More rounds give steadier medians: a --quick drain lasts 0.1-0.3 s, and on a
+# shared 2-core machine one round in three can be 15 % off.
+MAX_SLOTS=40
+[ "$ROUNDS" -ge 1 ] && [ "$ROUNDS" -le 7 ] && [ $((5 * ROUNDS)) -lt $MAX_SLOTS ] ||
+	{ echo "bench.sh: --rounds must be 1..7" >&2; exit 2; }
 
 log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 die() { printf '[bench] ERROR: %s\n' "$*" >&2; exit 1; }
