@@ -1,7 +1,7 @@
 #!/bin/bash
 # 52_sentinel_failover: the relay behind Redis Sentinel, with real processes.
 # One master, one replica, three Sentinels on loopback (quorum 2,
-# down-after-milliseconds 1000, failover-timeout 3000). The relay and the
+# down-after-milliseconds 3000, failover-timeout 3000). The relay and the
 # consumer connect with redis-sentinel://outbox-relay:@S1,S2,S3#outbox-master
 # as the shipped ACL users of deploy/redis/users.acl (defined on both data
 # nodes: ACL users are not replicated). Events commit continuously, one per

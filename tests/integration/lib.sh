@@ -1379,7 +1379,7 @@ _sentinel_launch() {
 		echo "logfile $di/sentinel.log"
 		echo "dir $di"
 		echo "sentinel monitor $SENTINEL_NAME 127.0.0.1 $m 2"
-		echo "sentinel down-after-milliseconds $SENTINEL_NAME 1000"
+		echo "sentinel down-after-milliseconds $SENTINEL_NAME 3000"
 		echo "sentinel failover-timeout $SENTINEL_NAME 3000"
 		echo "sentinel parallel-syncs $SENTINEL_NAME 1"
 		for l in "$@"; do echo "$l"; done
@@ -1411,7 +1411,7 @@ _sentinels_ready() {
 
 # sentinels_start MASTER_PORT [N [EXTRA CONFIG LINES...]]: N (default 3)
 # Sentinels monitoring $SENTINEL_NAME at 127.0.0.1:MASTER_PORT, quorum 2,
-# down-after-milliseconds 1000, failover-timeout 3000; waits until each one
+# down-after-milliseconds 3000, failover-timeout 3000; waits until each one
 # knows the replica and the other Sentinels. Sets SENTINEL_PORTS and
 # SENTINEL_ADDRS (127.0.0.1:P1,127.0.0.1:P2,...). With SENTINEL_TLS set each
 # Sentinel also gets a tls-port (the TLS settings come in the extra lines):
