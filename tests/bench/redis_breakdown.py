@@ -12,8 +12,12 @@
                                                 one callgrind dump of redis-server -> JSON
                                                 of instructions per bucket (see below);
                                                 native: the relay on --publish native
+  redis_breakdown.py entry SOCK STREAM INDEX    the INDEXth entry of STREAM as XADD's
+                                                field and value arguments, each ended by
+                                                a NUL byte (for redis-benchmark)
   redis_breakdown.py report RELAY.json BARE.json EVENTS [CPU.json]
                                                 the table (instructions per event)
+  redis_breakdown.py cpu CPU.json LABEL         the CPU lines alone (CG_RUN=0)
 
 How a callgrind dump is cut into buckets. Debian's redis-server is stripped: the
 functions Redis exports keep their names (scriptCall, parseReply, luaCallFunction,
@@ -446,12 +450,35 @@ def report_native(r, x, n, cpu_path=None):
             cp = calls.get(name)
             print("  %-12s %8.0f %s" % (name.upper(), v / n,
                                         "(%.3f calls/event)" % (cp / n) if cp else ""))
-    if cpu_path and os.path.exists(cpu_path):
-        c = json.load(open(cpu_path))
-        print()
-        print("Redis CPU (INFO used_cpu_user+used_cpu_sys, runs without valgrind; NOISY on a busy machine):")
-        print("  native: %.2f us/event   bare XADD: %.2f us/event   ratio %.2f" %
-              (c["relay_us"], c["bare_us"], c["relay_us"] / c["bare_us"] if c["bare_us"] else 0))
+    report_cpu(cpu_path, "native")
+
+
+def report_cpu(cpu_path, label):
+    """Redis CPU per event from the runs without valgrind (cpu.json), if any."""
+    if not cpu_path or not os.path.exists(cpu_path):
+        return
+    c = json.load(open(cpu_path))
+    print()
+    print("Redis CPU (INFO used_cpu_user+used_cpu_sys, runs without valgrind; NOISY on a busy machine):")
+    print("  %s: %.2f us/event   bare XADD: %.2f us/event   ratio %.2f" %
+          (label, c["relay_us"], c["bare_us"], c["relay_us"] / c["bare_us"] if c["bare_us"] else 0))
+    if c.get("rb_us"):
+        print("  redis-benchmark -P 64 XADD of one of those entries (issue 24's baseline): %.2f us/event,"
+              " %s ratio %.2f" % (c["rb_us"], label, c["relay_us"] / c["rb_us"]))
+
+
+def entry(sock, stream, index):
+    """One entry of STREAM as XADD's field/value arguments, NUL-terminated, on stdout."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+    import rx  # noqa: E402  (tests/integration/rx.py)
+    for i, (_, kv) in enumerate(rx.Client(sock).xrange(stream)):
+        if i == int(index):
+            out = sys.stdout.buffer
+            for name, value in kv:
+                out.write(name.encode("utf-8", "surrogateescape") + b"\0")
+                out.write(value.encode("utf-8", "surrogateescape") + b"\0")
+            return 0
+    return 1
 
 
 def report(relay_path, bare_path, events, cpu_path=None):
@@ -496,12 +523,7 @@ def report(relay_path, bare_path, events, cpu_path=None):
         cp = calls.get(name)
         print("  %-12s %8.0f %s" % (name.upper(), v / n,
                                     "(%.3f calls/event, %.0f instr/call)" % (cp / n, v / cp) if cp else ""))
-    if cpu_path and os.path.exists(cpu_path):
-        c = json.load(open(cpu_path))
-        print()
-        print("Redis CPU (INFO used_cpu_user+used_cpu_sys, runs without valgrind; NOISY on a busy machine):")
-        print("  publish fn: %.2f us/event   bare XADD: %.2f us/event   ratio %.2f" %
-              (c["relay_us"], c["bare_us"], c["relay_us"] / c["bare_us"] if c["bare_us"] else 0))
+    report_cpu(cpu_path, "publish fn")
 
 
 def main(argv):
@@ -510,6 +532,10 @@ def main(argv):
         return 2
     if argv[1] == "feed":
         feed(*argv[2:8])
+    elif argv[1] == "entry":
+        return entry(*argv[2:5])
+    elif argv[1] == "cpu":
+        report_cpu(argv[2], argv[3])
     elif argv[1] == "analyze":
         kind = argv[3] if len(argv) > 3 else "relay"
         d = analyze_native(argv[2]) if kind == "native" else analyze(argv[2], kind)

@@ -12,7 +12,11 @@
 # Environment: NEW_BIN (the relay binary; default: this tree's release build
 # in build-bench/), CPU_RUN (1, the default: also the same two loads without
 # valgrind, Redis CPU us/event from INFO's used_cpu_user + used_cpu_sys;
-# noisy on a busy machine; 0: skip), OUT (keep the callgrind dumps, the JSON
+# noisy on a busy machine; 0: skip; with it, the bare XADD Redis also takes
+# redis-benchmark -P 64 of one of the relay's entries, issue 24's own
+# baseline, as many times as there are measured events, into another key),
+# CG_RUN (1, the default; 0: no valgrind at all, only the CPU figures, the
+# relay's from its one drain: for runs too long for callgrind), OUT (keep the callgrind dumps, the JSON
 # and the table in this directory), PUBLISH (function, the default: the relay
 # as it is, one FCALL of outbox_relay_publish per batch; native: the relay on
 # --publish native, WATCH + reads, then MULTI/EXEC, its own buckets, see
@@ -58,6 +62,8 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 EVENTS=${1:-20000}
 CPU_RUN=${CPU_RUN:-1}
 PUBLISH=${PUBLISH:-function}
+CG_RUN=${CG_RUN:-1}
+[ "$CG_RUN" = 1 ] || CPU_RUN=1
 case $PUBLISH in
 function) KIND=relay ;;
 native) KIND=native ;;
@@ -162,18 +168,20 @@ prefill() {
 	redis_cli CONFIG RESETSTAT >/dev/null
 }
 
-# 1. The relay's drain into Redis under callgrind.
-CG=1
+# 1. The relay's drain into Redis under callgrind (CG_RUN=0: plain, its CPU taken).
+CG=$CG_RUN
 fresh_redis
 prefill b_cg
-callgrind_control -z "$REDIS_PID" >/dev/null
+[ "$CG" = 1 ] && callgrind_control -z "$REDIS_PID" >/dev/null
+c0=$(cpu_s)
 relay_run_until "$end" --slot b_cg --dedup-window 1h --publish "$PUBLISH" || fail "relay exit $RELAY_RC"
+c1=$(cpu_s)
 assert_eq "$TOTAL" "$(xlen outbox:bench)" "relay: every event published once"
 check_path
 MEASURED=$((TOTAL - PRE_N))
 log "measured: $MEASURED events after $PRE_N already in the stream"
 redis_cli INFO commandstats >"$T/relay.cmdstats"
-dump relay
+[ "$CG" = 1 ] && dump relay
 fcalls=$(sed -n 's/^cmdstat_fcall:calls=\([0-9]*\),.*/\1/p' "$T/relay.cmdstats")
 execs=$(sed -n 's/^cmdstat_exec:calls=\([0-9]*\),.*/\1/p' "$T/relay.cmdstats")
 fcalls=${fcalls:-0} execs=${execs:-0}
@@ -183,6 +191,9 @@ $PY feed "$REDIS_SOCK" outbox:bench outbox:bench "$T/xadd.resp" "$BARE_PRE" >"$T
 assert_eq "$MEASURED" "$(cat "$T/feed.count")" "bare: every entry read back"
 $PY feed "$REDIS_SOCK" outbox:bench outbox:bench "$T/prefill.resp" 0 "$BARE_PRE" >"$T/feed.count"
 assert_eq "$BARE_PRE" "$(cat "$T/feed.count")" "bare: every prefill entry read back"
+# ENTRY: the first measured entry's fields and values, for redis-benchmark.
+mapfile -d '' -t ENTRY < <($PY entry "$REDIS_SOCK" outbox:bench "$BARE_PRE")
+[ "${#ENTRY[@]}" -ge 2 ] || fail "no entry to give redis-benchmark"
 # bare_prefill: the prefill's entries into the bare XADD's stream first.
 bare_prefill() {
 	[ "$PREFILL" -gt 0 ] || return 0
@@ -191,6 +202,7 @@ bare_prefill() {
 }
 
 # 2. The same entries as bare XADDs into a fresh Redis under callgrind.
+if [ "$CG_RUN" = 1 ]; then
 fresh_redis
 bare_prefill
 callgrind_control -z "$REDIS_PID" >/dev/null
@@ -215,27 +227,52 @@ for chk in "$checks" "relay xaddCommand xadd" "bare xaddCommand xadd"; do
 		"$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$T/$run.json" "$key")" \
 		"$run: $fn's inclusive instructions as callgrind_annotate counts them"
 done
+fi
 
 # 3. Optional: both again without valgrind, Redis CPU from INFO (noisy).
 if [ "$CPU_RUN" = 1 ]; then
 	CG=0
-	fresh_redis
-	prefill b_cpu
-	c0=$(cpu_s)
-	relay_run_until "$end" --slot b_cpu --dedup-window 1h --publish "$PUBLISH" || fail "relay (cpu) exit $RELAY_RC"
-	c1=$(cpu_s)
-	assert_eq "$TOTAL" "$(xlen outbox:bench)" "relay (cpu): every event published once"
+	if [ "$CG_RUN" = 1 ]; then
+		fresh_redis
+		prefill b_cpu
+		c0=$(cpu_s)
+		relay_run_until "$end" --slot b_cpu --dedup-window 1h --publish "$PUBLISH" || fail "relay (cpu) exit $RELAY_RC"
+		c1=$(cpu_s)
+		assert_eq "$TOTAL" "$(xlen outbox:bench)" "relay (cpu): every event published once"
+	fi
 	fresh_redis
 	bare_prefill
 	c2=$(cpu_s)
 	redis_cli --pipe <"$T/xadd.resp" >"$T/pipe.log" 2>&1 || fail "redis-cli --pipe (cpu)"
 	c3=$(cpu_s)
 	assert_eq "$((BARE_PRE + MEASURED))" "$(xlen outbox:bench)" "bare (cpu): every entry added"
+	# issue 24's baseline: redis-benchmark's 50 clients, 64 commands deep
+	c4=$(cpu_s)
+	redis-benchmark -s "$REDIS_SOCK" -P 64 -n "$MEASURED" -q XADD outbox:rb '*' "${ENTRY[@]}" >"$T/rb.log" 2>&1 ||
+		fail "redis-benchmark: $(tail -n 3 "$T/rb.log")"
+	c5=$(cpu_s)
+	# (it sends whole pipelines, so it may add a few more than asked)
+	rb_n=$(xlen outbox:rb)
+	assert_ge "$rb_n" "$MEASURED" "redis-benchmark: every XADD added"
 	redis_stop
-	awk -v a="$c0" -v b="$c1" -v c="$c2" -v d="$c3" -v n="$((TOTAL - PRE_N))" -v m="$MEASURED" 'BEGIN {
-		printf "{\"relay_us\": %.4f, \"bare_us\": %.4f}\n", (b - a) * 1e6 / n, (d - c) * 1e6 / m }' >"$T/cpu.json"
+	awk -v a="$c0" -v b="$c1" -v c="$c2" -v d="$c3" -v e="$c4" -v f="$c5" -v n="$((TOTAL - PRE_N))" -v m="$MEASURED" -v r="$rb_n" 'BEGIN {
+		printf "{\"relay_us\": %.4f, \"bare_us\": %.4f, \"rb_us\": %.4f}\n", (b - a) * 1e6 / n, (d - c) * 1e6 / m, (f - e) * 1e6 / r }' >"$T/cpu.json"
 fi
 
+if [ "$CG_RUN" = 0 ]; then
+	{
+		echo
+		echo "Redis CPU per event, redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), $MEASURED events" \
+			"(UUID ids) after $PRE_N already in the window, relay defaults on --publish $PUBLISH, no persistence;" \
+			"$execs EXECs, $fcalls FCALLs; bare XADD: the same entries through redis-cli --pipe"
+		$PY cpu "$T/cpu.json" "$PUBLISH"
+	} | tee "$T/table.txt"
+	if [ -n "${OUT:-}" ]; then
+		mkdir -p "$OUT"
+		cp "$T/cpu.json" "$T/relay.cmdstats" "$T/table.txt" "$OUT/"
+	fi
+	pass
+fi
 {
 	echo
 	echo "Redis instructions per event (callgrind), redis-server $(redis-server --version |
