@@ -257,6 +257,10 @@ static const struct opt_def option_table[] = {
         "pgoutput: memory one transaction's messages may take while the relay holds them until "
         "its commit (pgoutput's Begin lacks the commit end the events' _lsn is); the rest goes "
         "to an unlinked temporary file in $TMPDIR, else /tmp"),
+    BOOL("pgoutput-streaming", RP, pgoutput_streaming, "true",
+         "pgoutput on PostgreSQL 14+: ask for a large transaction while the server decodes it "
+         "(protocol 2, streaming), not once it has spilled it to disk and read it back; the relay "
+         "still publishes it only at its commit, from the same held file"),
     STR("publication", 0, RP, publication, NULL, NULL, "NAME",
         "pgoutput: the publication of the outbox table's inserts; by default the slot's name. "
         "Created FOR TABLE --table WITH (publish = 'insert') when missing and the role may"),

@@ -29,18 +29,19 @@
 
 struct relay_config {
 	/* PostgreSQL */
-	char *pg_dsn;         /* --pg-dsn / OUTBOX_RELAY_PG_DSN: conninfo or URI (required) */
-	char *slot;           /* --slot, default "outbox_relay" */
-	char *plugin;         /* --plugin wal2json|pgoutput: of a slot the relay creates */
-	char *publication;    /* --publication (pgoutput), NULL: the slot's name */
-	int64_t txn_memory;   /* --txn-memory (pgoutput), default 8MiB: a held transaction in memory */
-	bool create_slot;     /* --create-slot / --no-create-slot, default true */
-	bool failover_slot;   /* --[no-]failover-slot, default true: FAILOVER on PostgreSQL 17+ */
-	char *table;          /* --table, default "public.outbox" (schema-qualified) */
-	char *message_prefix; /* --message-prefix, default "outbox" */
-	char *id_column;      /* --id-column, default "id" */
-	char *id_format;      /* --id-format any|uuid, default "any" */
-	int status_interval_ms; /* --status-interval, default 10s */
+	char *pg_dsn;       /* --pg-dsn / OUTBOX_RELAY_PG_DSN: conninfo or URI (required) */
+	char *slot;         /* --slot, default "outbox_relay" */
+	char *plugin;       /* --plugin wal2json|pgoutput: of a slot the relay creates */
+	char *publication;  /* --publication (pgoutput), NULL: the slot's name */
+	int64_t txn_memory; /* --txn-memory (pgoutput), default 8MiB: a held transaction in memory */
+	bool pgoutput_streaming; /* --[no-]pgoutput-streaming: protocol 2 with streaming (14+) */
+	bool create_slot;        /* --create-slot / --no-create-slot, default true */
+	bool failover_slot;      /* --[no-]failover-slot, default true: FAILOVER on PostgreSQL 17+ */
+	char *table;             /* --table, default "public.outbox" (schema-qualified) */
+	char *message_prefix;    /* --message-prefix, default "outbox" */
+	char *id_column;         /* --id-column, default "id" */
+	char *id_format;         /* --id-format any|uuid, default "any" */
+	int status_interval_ms;  /* --status-interval, default 10s */
 	int pg_timeout_ms; /* --pg-timeout, default 0 = off: reconnect when the server is silent that
 	                      long */
 	lsn_t endpos;      /* --endpos LSN, LSN_INVALID when unset */

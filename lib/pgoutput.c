@@ -1181,3 +1181,95 @@ const char *pgo_errmsg(const struct pgo_decoder *d)
 {
 	return d->err;
 }
+
+/* ---- streaming (protocol version 2): see pgoutput.h ---- */
+
+bool pgo_stream_parse(const char *buf, size_t len, struct pgo_stream_msg *out, char *err,
+                      size_t errlen)
+{
+	struct rd r = {.p = (const unsigned char *)buf, .len = len};
+	uint8_t type = 0, u8;
+	uint64_t a, b, c;
+
+	*out = (struct pgo_stream_msg){.kind = PGO_NOT_STREAM};
+	if (!rd_u8(&r, &type))
+		return true;
+	switch (type) {
+	case 'S':
+		if (!rd_u32(&r, &out->xid) || !rd_u8(&r, &u8) || !rd_end(&r))
+			break;
+		out->kind = PGO_STREAM_START;
+		out->first = u8 == 1;
+		return true;
+	case 'E':
+		if (!rd_end(&r))
+			break;
+		out->kind = PGO_STREAM_STOP;
+		return true;
+	case 'c':
+		if (!rd_u32(&r, &out->xid) || !rd_u8(&r, &u8) || !rd_u64(&r, &a) || !rd_u64(&r, &b) ||
+		    !rd_u64(&r, &c) || !rd_end(&r))
+			break;
+		out->kind = PGO_STREAM_COMMIT;
+		out->commit_lsn = a;
+		out->end_lsn = b;
+		out->commit_time = (int64_t)c;
+		return true;
+	case 'A':
+		/* protocol 4 adds the abort's LSN and time: not asked for */
+		if (!rd_u32(&r, &out->xid) || !rd_u32(&r, &out->subxid) || !rd_end(&r))
+			break;
+		out->kind = PGO_STREAM_ABORT;
+		return true;
+	default:
+		return true;
+	}
+	snprintf(err, errlen, "pgoutput stream message '%c' is malformed (%zu bytes)", type, len);
+	return false;
+}
+
+bool pgo_stream_unwrap(char *buf, size_t len, uint32_t *xid, size_t *skip)
+{
+	const unsigned char *b = (const unsigned char *)buf;
+
+	if (len >= 1 && buf[0] == 'O') {
+		*xid = 0;
+		*skip = 0;
+		return true;
+	}
+	if (len < 5)
+		return false;
+	*xid = (uint32_t)b[1] << 24 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 8 | b[4];
+	buf[4] = buf[0];
+	*skip = 4;
+	return true;
+}
+
+static void put_u32(char *p, uint32_t v)
+{
+	for (int i = 3; i >= 0; i--, v >>= 8)
+		p[i] = (char)(v & 0xff);
+}
+
+static void put_u64(char *p, uint64_t v)
+{
+	put_u32(p, (uint32_t)(v >> 32));
+	put_u32(p + 4, (uint32_t)v);
+}
+
+void pgo_stream_begin(const struct pgo_stream_msg *commit, char out[PGO_BEGIN_LEN])
+{
+	out[0] = 'B';
+	put_u64(out + 1, commit->commit_lsn); /* Begin's final LSN: the commit record's start */
+	put_u64(out + 9, (uint64_t)commit->commit_time);
+	put_u32(out + 17, commit->xid);
+}
+
+void pgo_stream_commit(const struct pgo_stream_msg *commit, char out[PGO_COMMIT_LEN])
+{
+	out[0] = 'C';
+	out[1] = 0;
+	put_u64(out + 2, commit->commit_lsn);
+	put_u64(out + 10, commit->end_lsn);
+	put_u64(out + 18, (uint64_t)commit->commit_time);
+}

@@ -89,4 +89,51 @@ const char *pgo_type_name(struct pgo_decoder *d, uint32_t oid, int32_t typmod);
 /* Why the last call failed; valid until the next call. */
 const char *pgo_errmsg(const struct pgo_decoder *d);
 
+/*
+ * Streaming (protocol version 2, `streaming 'on'`): the walsender sends a
+ * large transaction while it decodes it, in blocks that Stream Start ('S')
+ * and Stream Stop ('E') enclose, and ends it with Stream Commit ('c') or
+ * Stream Abort ('A', of the whole transaction or of one subtransaction).
+ * Transactions stream interleaved, block by block; one that is not streamed
+ * comes as protocol 1 sends it (Begin .. Commit). Inside a block every
+ * Relation, Type, Insert, Update, Delete, Truncate and Message carries the
+ * xid of its (sub)transaction after its type byte; Origin does not.
+ * pgo_decode() takes none of this: the relay holds each streamed transaction
+ * until its Stream Commit and then decodes it as protocol 1 would have sent
+ * it, through the helpers below (pure, like the decoder).
+ */
+enum pgo_stream_kind {
+	PGO_NOT_STREAM,    /* any other message */
+	PGO_STREAM_START,  /* xid, first */
+	PGO_STREAM_STOP,   /* - */
+	PGO_STREAM_COMMIT, /* xid, commit_lsn, end_lsn, commit_time */
+	PGO_STREAM_ABORT,  /* xid, subxid (== xid: the whole transaction) */
+};
+
+struct pgo_stream_msg {
+	enum pgo_stream_kind kind;
+	uint32_t xid, subxid;
+	bool first; /* Stream Start of the transaction's first block */
+	lsn_t commit_lsn, end_lsn;
+	int64_t commit_time;
+};
+
+/* What buf[0..len) is. False (and *err filled) when a stream message is malformed. */
+bool pgo_stream_parse(const char *buf, size_t len, struct pgo_stream_msg *out, char *err,
+                      size_t errlen);
+
+/*
+ * A message inside a stream block, made the protocol 1 message it stands
+ * for: *xid is the (sub)transaction's (0 for an Origin, which has none) and
+ * buf + *skip is the message without it (its type byte moved over the xid:
+ * buf is changed). False when the message is too short to hold an xid.
+ */
+bool pgo_stream_unwrap(char *buf, size_t len, uint32_t *xid, size_t *skip);
+
+/* The protocol 1 Begin (21 bytes) and Commit (26 bytes) of a streamed transaction. */
+#define PGO_BEGIN_LEN 21
+#define PGO_COMMIT_LEN 26
+void pgo_stream_begin(const struct pgo_stream_msg *commit, char out[PGO_BEGIN_LEN]);
+void pgo_stream_commit(const struct pgo_stream_msg *commit, char out[PGO_COMMIT_LEN]);
+
 #endif

@@ -880,7 +880,12 @@ enum pg_status pgrepl_start(struct pgrepl *p)
 		/* Always 0/0, as below. Messages of any prefix come: the relay filters. */
 		buf_puts(&q, "START_REPLICATION SLOT \"");
 		buf_puts(&q, p->cf->slot);
-		buf_puts(&q, "\" LOGICAL 0/0 (proto_version '1', publication_names ");
+		/* Protocol 2 streams a large transaction as it is decoded (14+): the relay holds
+		 * it as it holds any other until its (Stream) Commit (relay_wal.c). */
+		buf_puts(&q, "\" LOGICAL 0/0 (proto_version ");
+		buf_puts(&q,
+		         p->cf->pgoutput_streaming && PQserverVersion(p->conn) >= 140000 ? "'2'" : "'1'");
+		buf_puts(&q, ", publication_names ");
 		{
 			struct buf names = {0};
 
@@ -890,6 +895,8 @@ enum pg_status pgrepl_start(struct pgrepl *p)
 		}
 		if (PQserverVersion(p->conn) >= 140000)
 			buf_puts(&q, ", messages 'true'");
+		if (p->cf->pgoutput_streaming && PQserverVersion(p->conn) >= 140000)
+			buf_puts(&q, ", streaming 'on'");
 		buf_puts(&q, ")");
 		goto start;
 	}

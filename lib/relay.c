@@ -304,6 +304,7 @@ static void relay_free(struct relay *r)
 	sink_redis_destroy(r->sink);
 	w2j_destroy(r->dec);
 	pgo_destroy(r->pgo);
+	relay_pgo_streams_reset(r); /* r->spool is its own again */
 	txn_spool_destroy(r->spool);
 	mapper_destroy(r->map);
 	confirm_finish(&r->cfm);
@@ -636,7 +637,7 @@ static bool relay_turn(struct relay *r)
  */
 static int relay_run_once(const struct relay_config *cf, uint64_t *refused)
 {
-	struct relay r = {.cf = cf, .refused = *refused};
+	struct relay r = {.cf = cf, .refused = *refused, .block = -1};
 	char err[512];
 
 	srandom((unsigned)(time_now_us() ^ getpid()));

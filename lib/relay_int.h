@@ -50,6 +50,28 @@ struct relay {
 	bool spooling;    /* between a pgoutput Begin and its Commit */
 	bool replaying;   /* the held transaction is being handled (relay_pgoutput_replay) */
 	lsn_t replay_end; /* its commit end */
+	/*
+	 * pgoutput streaming (pgoutput.h): each transaction the server has
+	 * streamed and not yet committed or aborted, held until its Stream
+	 * Commit. One owner: streams[] owns each spool and aborted list. At a
+	 * Stream Commit the transaction's spool trades places with r->spool for
+	 * its replay (spool_idle holds r->spool's own meanwhile) and its aborted
+	 * subtransactions move to replay_aborted; both are freed when the replay
+	 * ends (relay_pgo_streams_reset() on a lost connection).
+	 */
+	struct pgo_held {
+		uint32_t xid;
+		struct txn_spool *spool;
+		uint32_t *aborted; /* subtransactions a Stream Abort ended: their changes are skipped */
+		size_t naborted;
+	} * streams;
+	size_t nstreams;
+	long block; /* index in streams of the transaction whose block is open, -1: none */
+	struct txn_spool *spool_idle;
+	bool replay_streamed;                /* the replay is a streamed transaction's */
+	struct pgo_stream_msg replay_commit; /* ... and this is its Stream Commit */
+	uint32_t *replay_aborted;
+	size_t replay_naborted;
 
 	/* Current transaction (between B and C). */
 	bool in_txn;
@@ -99,6 +121,9 @@ struct relay {
 	char last_notice[512]; /* the server notice logged last, and when */
 	int64_t last_notice_us;
 };
+
+/* relay_wal.c: forget every streamed transaction held (the server sends them again). */
+void relay_pgo_streams_reset(struct relay *r);
 
 /* relay.c */
 void relay_count(_Atomic uint64_t *c);

@@ -412,13 +412,13 @@ static bool undecodable(struct relay *r, const struct pg_msg *m, const char *plu
 	return dead_letter(r, DEAD_UNDECODABLE, reason, raw, len);
 }
 
-/* One pgoutput message decoded and handled, with every change it carries. */
-static bool pgo_handle(struct relay *r, const struct pg_msg *m, lsn_t commit_end)
+/* One pgoutput message decoded and handled, with every change it carries. own: it was
+ * read back from the spool's file into a buffer of its own, which the sink may keep. */
+static bool pgo_handle(struct relay *r, const struct pg_msg *m, lsn_t commit_end, bool own)
 {
 	struct w2j_change ch;
 	bool has;
-	/* Read back from the spool's file into a buffer of its own: the sink may keep it. */
-	const struct pg_msg *held = r->spool && txn_spool_buffer(r->spool) == m->data ? m : NULL;
+	const struct pg_msg *held = own ? m : NULL;
 
 	if (!pgo_decode(r->pgo, m->data, m->len, m->data_start, &ch, &has))
 		return undecodable(r, m, "pgoutput", pgo_errmsg(r->pgo), m->data, m->len);
@@ -444,6 +444,158 @@ static lsn_t commit_end_of(const char *d, size_t len)
 	return (lsn_t)v;
 }
 
+/* The held transaction in r->spool is read from its start (what: how the log names it). */
+static bool replay_start(struct relay *r, const char *what)
+{
+	if (txn_spool_spilled(r->spool))
+		log_info("%s of %zu messages (%llu bytes) was held until its commit, %llu bytes of it in "
+		         "a temporary file",
+		         what, txn_spool_count(r->spool), (unsigned long long)txn_spool_bytes(r->spool),
+		         (unsigned long long)txn_spool_spilled(r->spool));
+	r->replaying = txn_spool_rewind(r->spool);
+	if (!r->replaying)
+		log_error("reading back a pgoutput transaction: %s", txn_spool_errmsg(r->spool));
+	return r->replaying;
+}
+
+/* ---- pgoutput streaming: see pgoutput.h and struct relay's streams ---- */
+
+/* Memory of one streamed transaction's spool: it is large by nature, so it goes to its file
+ * early, and several may be open at once. */
+#define STREAM_MEM ((size_t)1 << 20)
+
+static void stream_drop(struct relay *r, size_t i)
+{
+	txn_spool_destroy(r->streams[i].spool);
+	free(r->streams[i].aborted);
+	if (r->block == (long)i)
+		r->block = -1;
+	r->streams[i] = r->streams[--r->nstreams];
+	if (r->block == (long)r->nstreams)
+		r->block = (long)i; /* the open block's entry moved into i */
+}
+
+static long stream_find(const struct relay *r, uint32_t xid)
+{
+	for (size_t i = 0; i < r->nstreams; i++)
+		if (r->streams[i].xid == xid)
+			return (long)i;
+	return -1;
+}
+
+/* The end of a streamed transaction's replay: r->spool is its own again. */
+static void stream_replay_done(struct relay *r)
+{
+	if (!r->replay_streamed)
+		return;
+	txn_spool_destroy(r->spool);
+	r->spool = r->spool_idle;
+	r->spool_idle = NULL;
+	free(r->replay_aborted);
+	r->replay_aborted = NULL;
+	r->replay_naborted = 0;
+	r->replay_streamed = false;
+}
+
+/* See relay_int.h. */
+void relay_pgo_streams_reset(struct relay *r)
+{
+	while (r->nstreams)
+		stream_drop(r, r->nstreams - 1);
+	free(r->streams);
+	r->streams = NULL;
+	r->block = -1;
+	stream_replay_done(r);
+}
+
+static bool stream_aborted(const struct relay *r, uint32_t xid)
+{
+	for (size_t i = 0; i < r->replay_naborted; i++)
+		if (r->replay_aborted[i] == xid)
+			return true;
+	return false;
+}
+
+/* Stream Start, Stop, Abort and Commit. */
+static bool handle_stream(struct relay *r, const struct pg_msg *m, const struct pgo_stream_msg *sm)
+{
+	long i = stream_find(r, sm->xid);
+
+	switch (sm->kind) {
+	case PGO_STREAM_START:
+		if (i < 0) {
+			struct pgo_held *grown = realloc(r->streams, (r->nstreams + 1) * sizeof(*grown));
+			struct txn_spool *sp = txn_spool_create(
+			    r->cf->txn_memory < (int64_t)STREAM_MEM ? (size_t)r->cf->txn_memory : STREAM_MEM,
+			    NULL);
+
+			if (grown)
+				r->streams = grown;
+			if (!grown || !sp) {
+				txn_spool_destroy(sp);
+				return false;
+			}
+			i = (long)r->nstreams++;
+			r->streams[i] = (struct pgo_held){.xid = sm->xid, .spool = sp};
+		} else if (sm->first) {
+			/* the server starts this transaction over: what was held of it goes */
+			txn_spool_clear(r->streams[i].spool);
+			r->streams[i].naborted = 0;
+		}
+		r->block = i;
+		return true;
+	case PGO_STREAM_STOP:
+		r->block = -1;
+		return true;
+	case PGO_STREAM_ABORT:
+		if (i < 0)
+			return true; /* nothing of it came */
+		if (sm->subxid == sm->xid) {
+			stream_drop(r, (size_t)i);
+		} else {
+			struct pgo_held *h = &r->streams[i];
+			uint32_t *grown = realloc(h->aborted, (h->naborted + 1) * sizeof(*grown));
+
+			if (!grown)
+				return false;
+			h->aborted = grown;
+			h->aborted[h->naborted++] = sm->subxid;
+		}
+		return true;
+	case PGO_STREAM_COMMIT:
+		break;
+	case PGO_NOT_STREAM:
+		return true;
+	}
+	r->block = -1;
+	if (i < 0)
+		return undecodable(r, m, "pgoutput", "a Stream Commit of a transaction never streamed",
+		                   m->data, m->len);
+	{
+		struct pgo_held h = r->streams[i];
+		char begin[PGO_BEGIN_LEN];
+		struct pg_msg bm = {
+		    .type = 'w', .data_start = sm->commit_lsn, .data = begin, .len = sizeof(begin)};
+
+		r->streams[i].spool = NULL;
+		r->streams[i].aborted = NULL;
+		stream_drop(r, (size_t)i);
+		r->spool_idle = r->spool;
+		r->spool = h.spool;
+		r->replay_aborted = h.aborted;
+		r->replay_naborted = h.naborted;
+		r->replay_streamed = true;
+		r->replay_commit = *sm;
+		r->replay_end = sm->end_lsn;
+		if (!replay_start(r, "a streamed pgoutput transaction"))
+			return false;
+		pgo_stream_begin(sm, begin);
+		if (!pgo_handle(r, &bm, r->replay_end, false))
+			return false;
+	}
+	return relay_pgoutput_replay(r);
+}
+
 /*
  * pgoutput: a transaction is held from its Begin to its Commit (txn_spool.h);
  * at the Commit, which is held too, it is replayed: relay_pgoutput_replay()
@@ -453,13 +605,29 @@ static lsn_t commit_end_of(const char *d, size_t len)
 static bool handle_pgoutput(struct relay *r, const struct pg_msg *m)
 {
 	char kind = m->len ? m->data[0] : '\0';
+	struct pgo_stream_msg sm;
+	char err[200];
+
+	if (!pgo_stream_parse(m->data, m->len, &sm, err, sizeof(err)))
+		return undecodable(r, m, "pgoutput", err, m->data, m->len);
+	if (sm.kind != PGO_NOT_STREAM)
+		return handle_stream(r, m, &sm);
+	if (r->block >= 0) {
+		/* inside a block: held as it came, unwrapped when it is replayed */
+		if (!txn_spool_add(r->streams[r->block].spool, m->data, m->len, m->data_start)) {
+			log_error("holding a streamed pgoutput transaction until its commit: %s",
+			          txn_spool_errmsg(r->streams[r->block].spool));
+			return false;
+		}
+		return true;
+	}
 
 	if (kind == 'B' && !r->spooling) {
 		txn_spool_clear(r->spool);
 		r->spooling = true;
 	}
 	if (!r->spooling)
-		return pgo_handle(r, m, LSN_INVALID); /* outside a transaction: a message */
+		return pgo_handle(r, m, LSN_INVALID, false); /* outside a transaction: a message */
 	if (!txn_spool_add(r->spool, m->data, m->len, m->data_start)) {
 		log_error("holding a pgoutput transaction until its commit: %s",
 		          txn_spool_errmsg(r->spool));
@@ -474,16 +642,8 @@ static bool handle_pgoutput(struct relay *r, const struct pg_msg *m)
 		return undecodable(r, m, "pgoutput", "a Commit message without its end LSN", m->data,
 		                   m->len);
 	}
-	if (txn_spool_spilled(r->spool))
-		log_info("a pgoutput transaction of %zu messages (%llu bytes) was held until its "
-		         "commit, %llu bytes of it in a temporary file",
-		         txn_spool_count(r->spool), (unsigned long long)txn_spool_bytes(r->spool),
-		         (unsigned long long)txn_spool_spilled(r->spool));
-	r->replaying = txn_spool_rewind(r->spool);
-	if (!r->replaying) {
-		log_error("reading back a pgoutput transaction: %s", txn_spool_errmsg(r->spool));
+	if (!replay_start(r, "a pgoutput transaction"))
 		return false;
-	}
 	return relay_pgoutput_replay(r);
 }
 
@@ -503,12 +663,44 @@ bool relay_pgoutput_replay(struct relay *r)
 		if (got == 0) {
 			r->replaying = false;
 			txn_spool_clear(r->spool);
+			if (r->replay_streamed) {
+				/* the Commit protocol 1 would have sent */
+				char commit[PGO_COMMIT_LEN];
+				struct pg_msg cm = {.type = 'w',
+				                    .data_start = r->replay_commit.end_lsn,
+				                    .data = commit,
+				                    .len = sizeof(commit)};
+				bool ok;
+
+				pgo_stream_commit(&r->replay_commit, commit);
+				ok = pgo_handle(r, &cm, r->replay_end, false);
+				stream_replay_done(r);
+				if (!ok)
+					return false;
+			}
 			break;
 		}
 		{
+			/* the spool's own bytes until the next read: unwrapping may change them */
 			struct pg_msg held = {.type = 'w', .data_start = at, .data = (char *)data, .len = len};
+			bool own = txn_spool_buffer(r->spool) == data;
 
-			if (!pgo_handle(r, &held, r->replay_end))
+			if (r->replay_streamed) {
+				uint32_t xid;
+				size_t skip;
+
+				if (!pgo_stream_unwrap(held.data, held.len, &xid, &skip)) {
+					if (!undecodable(r, &held, "pgoutput", "a streamed message without its xid",
+					                 held.data, held.len))
+						return false;
+					continue;
+				}
+				if (xid && stream_aborted(r, xid))
+					continue; /* a subtransaction rolled back */
+				held.data += skip;
+				held.len -= skip;
+			}
+			if (!pgo_handle(r, &held, r->replay_end, own))
 				return false;
 		}
 		if (k % REDIS_SERVICE_EVERY == 0)

@@ -76,16 +76,56 @@ static void check_change(const struct w2j_change *c, const char *raw, size_t raw
 		(void)mapper_map(map, &tx, 0, c->columns, c->ncolumns, raw, rawlen, &ev, &reason);
 }
 
+/*
+ * A streamed transaction's message as the relay takes it (relay_wal.c): a stream
+ * message parsed (a Stream Commit gives the Begin and Commit protocol 1 would
+ * have sent, decoded here), any other unwrapped. False: nothing left to decode.
+ */
+static bool stream_step(struct pgo_decoder *d, char *msg, size_t *len, size_t *skip)
+{
+	struct pgo_stream_msg sm;
+	char err[200], bg[PGO_BEGIN_LEN], cm[PGO_COMMIT_LEN];
+	struct w2j_change c;
+	bool has = false;
+	uint32_t xid;
+
+	if (!pgo_stream_parse(msg, *len, &sm, err, sizeof(err))) {
+		if (!err[0])
+			abort(); /* a rejection says why */
+		return false;
+	}
+	if (sm.kind == PGO_STREAM_COMMIT) {
+		pgo_stream_begin(&sm, bg);
+		pgo_stream_commit(&sm, cm);
+		if (pgo_decode(d, bg, sizeof(bg), sm.commit_lsn, &c, &has) != has)
+			abort();
+		if (has)
+			check_change(&c, bg, sizeof(bg));
+		if (pgo_decode(d, cm, sizeof(cm), sm.end_lsn, &c, &has) && has)
+			check_change(&c, cm, sizeof(cm));
+		return false;
+	}
+	if (sm.kind != PGO_NOT_STREAM)
+		return false;
+	if (!pgo_stream_unwrap(msg, *len, &xid, skip))
+		return false;
+	*len -= *skip;
+	return true;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct pgo_decoder *d;
 	size_t pos = 0;
+	bool streamed;
 
 	if (!map)
 		setup();
 	d = pgo_create();
 	if (!d)
 		abort();
+	/* Bit 1 of the first byte: the messages are a streamed transaction's (protocol 2). */
+	streamed = size > 0 && (data[0] & 2);
 	/* Names the caller registers must not upset anything either. */
 	if (size > 0 && (data[0] & 1) && !pgo_set_type_name(d, 16392, "posint"))
 		abort();
@@ -94,6 +134,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		char *msg;
 		struct w2j_change c;
 		bool has = false;
+		size_t skip = 0;
 
 		if (len >= 2) {
 			size_t want = (size_t)data[pos] << 8 | data[pos + 1];
@@ -107,9 +148,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			abort();
 		memcpy(msg, data + pos, len);
 		pos += len;
-		if (pgo_decode(d, msg, len, 0x1000 + pos, &c, &has)) {
+		if (streamed && !stream_step(d, msg, &len, &skip)) {
+			free(msg);
+			continue;
+		}
+		if (pgo_decode(d, msg + skip, len, 0x1000 + pos, &c, &has)) {
 			for (bool more = has; more; more = pgo_next(d, &c))
-				check_change(&c, msg, len);
+				check_change(&c, msg + skip, len);
 		} else if (has || pgo_errmsg(d)[0] == '\0') {
 			abort(); /* a rejection gives no change and says why */
 		}

@@ -210,6 +210,12 @@ done
 echo "integrity: seed=$SEED seconds=$SECONDS_RUN rows=$ROWS messages=$(okv messages) rolled_back=$(okv rolled_back) faults:$faults lost=$LOST duplicated=$DUP corrupted=$CORR reordered=$REORD (republished: $(okv reordered_republished)) messages_lost_in_slot_gaps=$(okv messages_lost_in_slot_gaps)"
 
 assert_eq "0 0 0 0" "$LOST $DUP $CORR $REORD" "lost, duplicated, corrupted, reordered"
+if [ "${RELAY_PLUGIN:-}" = pgoutput ] && [[ "${PG_START_OPTS:-}" == *logical_decoding_work_mem* ]]; then
+	# the server streamed (protocol 2) and the relay held what it streamed: it logs each
+	# streamed transaction that went past its memory into a file
+	streamed=$(cat "$T"/relay.*.log | grep -c 'a streamed pgoutput transaction of' || true)
+	assert_ge "$streamed" 1 "streamed transactions held to their Stream Commit"
+fi
 assert_eq 0 "$VERIFY_ALL_RC" "verify over every row: exit code ($summary)"
 assert_eq 0 "$VERIFY_SLICE_RC" "verify over [$since, $until): exit code ($slice_summary)"
 assert_match "$summary" "^verify clean: rows=$ROWS " "verify judged every row"

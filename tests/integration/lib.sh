@@ -415,7 +415,9 @@ pg_start() {
 		fi
 	fi
 	opts=""
-	for a in "$@"; do
+	# PG_START_OPTS: settings every start of this run gets (meson's pgostream variant:
+	# logical_decoding_work_mem=64kB, so that pgoutput streams large transactions)
+	for a in ${PG_START_OPTS:-} "$@"; do
 		opts="$opts -c $a"
 	done
 	as_pg "$PG_BINDIR/pg_ctl" -D "$PGDATA" -l "$T/pg.log" -w -t 30 ${opts:+-o "$opts"} start >/dev/null ||

@@ -381,6 +381,102 @@ static void relation(struct pgo_decoder *p, bool altered)
 	CHECK(feed(p, &b, &c, &has) && !has);
 }
 
+/* Protocol 2 streaming: stream messages parsed; a block's messages made protocol 1 again. */
+TEST(streaming_messages)
+{
+	struct pgo_decoder *p = pgo_create();
+	struct pgo_stream_msg sm;
+	struct b b = {.n = 0};
+	struct w2j_change c;
+	bool has;
+	char err[128];
+	char msg[64], bg[PGO_BEGIN_LEN], cm[PGO_COMMIT_LEN];
+	uint32_t xid = 1;
+	size_t skip = 9;
+
+	u8(&b, 'S');
+	u32(&b, 900);
+	u8(&b, 1);
+	CHECK(pgo_stream_parse((const char *)b.d, b.n, &sm, err, sizeof(err)));
+	CHECK(sm.kind == PGO_STREAM_START && sm.xid == 900 && sm.first);
+	CHECK(!pgo_stream_parse((const char *)b.d, b.n - 1, &sm, err, sizeof(err)));
+	CHECK(strstr(err, "'S'") != NULL);
+	b.n = 0;
+	u8(&b, 'E');
+	CHECK(pgo_stream_parse((const char *)b.d, b.n, &sm, err, sizeof(err)) &&
+	      sm.kind == PGO_STREAM_STOP);
+	b.n = 0;
+	u8(&b, 'A');
+	u32(&b, 900);
+	u32(&b, 905);
+	CHECK(pgo_stream_parse((const char *)b.d, b.n, &sm, err, sizeof(err)));
+	CHECK(sm.kind == PGO_STREAM_ABORT && sm.xid == 900 && sm.subxid == 905);
+	u8(&b, 0); /* a trailing byte: not the Stream Abort asked for */
+	CHECK(!pgo_stream_parse((const char *)b.d, b.n, &sm, err, sizeof(err)));
+	b.n = 0;
+	u8(&b, 'I');
+	u32(&b, 5);
+	CHECK(pgo_stream_parse((const char *)b.d, b.n, &sm, err, sizeof(err)) &&
+	      sm.kind == PGO_NOT_STREAM);
+	CHECK(pgo_stream_parse("", 0, &sm, err, sizeof(err)) && sm.kind == PGO_NOT_STREAM);
+	b.n = 0;
+	u8(&b, 'c');
+	u32(&b, 900);
+	u8(&b, 0);
+	u64(&b, 0x3000);
+	u64(&b, 0x3038);
+	u64(&b, 0); /* 2000-01-01 00:00:00 UTC */
+	CHECK(pgo_stream_parse((const char *)b.d, b.n, &sm, err, sizeof(err)));
+	CHECK(sm.kind == PGO_STREAM_COMMIT && sm.xid == 900);
+	CHECK(sm.commit_lsn == 0x3000 && sm.end_lsn == 0x3038 && sm.commit_time == 0);
+
+	/* The transaction as protocol 1 sends it: Begin, its Relation and Insert, Commit. */
+	pgo_stream_begin(&sm, bg);
+	CHECK(pgo_decode(p, bg, sizeof(bg), 0x3000, &c, &has) && has);
+	CHECK(c.action == W2J_BEGIN && c.xid == 900 && c.lsn == 0x3000);
+	b.n = 0;
+	u8(&b, 'R');
+	u32(&b, 905); /* the subtransaction's xid */
+	u32(&b, 5);
+	str(&b, "s");
+	str(&b, "t");
+	u8(&b, 'd');
+	u16(&b, 1);
+	u8(&b, 1);
+	str(&b, "a");
+	u32(&b, 23);
+	u32(&b, 0xffffffff);
+	memcpy(msg, b.d, b.n);
+	CHECK(pgo_stream_unwrap(msg, b.n, &xid, &skip) && xid == 905 && skip == 4);
+	CHECK(pgo_decode(p, msg + skip, b.n - skip, 0x2000, &c, &has) && !has);
+	b.n = 0;
+	u8(&b, 'I');
+	u32(&b, 900);
+	u32(&b, 5);
+	u8(&b, 'N');
+	u16(&b, 1);
+	text(&b, "42");
+	memcpy(msg, b.d, b.n);
+	CHECK(pgo_stream_unwrap(msg, b.n, &xid, &skip) && xid == 900 && skip == 4);
+	CHECK(pgo_decode(p, msg + skip, b.n - skip, 0x2100, &c, &has) && has);
+	CHECK(c.action == W2J_INSERT && c.ncolumns == 1 && c.lsn == 0x2100);
+	CHECK_STR(c.columns[0].value, "42");
+	pgo_stream_commit(&sm, cm);
+	CHECK(pgo_decode(p, cm, sizeof(cm), 0x3038, &c, &has) && has);
+	CHECK(c.action == W2J_COMMIT && c.lsn == 0x3000 && c.nextlsn == 0x3038);
+	CHECK_STR(c.timestamp, "2000-01-01 00:00:00+00");
+	/* Origin carries no xid; a message too short to hold one is refused. */
+	memcpy(msg, "O", 1);
+	CHECK(pgo_stream_unwrap(msg, 1, &xid, &skip) && xid == 0 && skip == 0);
+	memcpy(msg, "I\0\0\0", 4);
+	CHECK(!pgo_stream_unwrap(msg, 4, &xid, &skip));
+	/* pgo_decode itself still takes no stream message. */
+	b.n = 0;
+	u8(&b, 'E');
+	CHECK(!feed(p, &b, &c, &has) && strstr(pgo_errmsg(p), "streaming") != NULL);
+	pgo_destroy(p);
+}
+
 TEST(alter_table_replaces_relation)
 {
 	struct pgo_decoder *p = pgo_create();
@@ -758,6 +854,7 @@ int main(void)
 	RUN(domain_named_by_base_type_without_hook);
 	RUN(truncated_at_every_length);
 	RUN(alter_table_replaces_relation);
+	RUN(streaming_messages);
 	RUN(unknown_relation_and_outside_transaction);
 	RUN(unknown_and_unsupported_messages);
 	RUN(tuple_kinds);
