@@ -773,7 +773,7 @@ def cmd_recvlat(path, out_json, runs_json):
 # Mode plugins: pg_recvlogical_pgo / relay_pgo are the same with pgoutput (their "vs pg_recvlogical"
 # is against pg_recvlogical_pgo, the baseline before them in this order).
 CONTENDER_ORDER = ["pg_recvlogical", "relay", "relay_nodedup", "relay_function", "relay_tcp", "relay_tls",
-                   "relay_cluster", "pg_recvlogical_pgo", "relay_pgo", "relay_pgo_function"]
+                   "relay_cluster", "pg_recvlogical_pgo", "relay_pgo", "relay_pgo_nostream", "relay_pgo_function"]
 CONTENDER_LABEL = {"pg_recvlogical": "pg_recvlogical", "relay": "outbox-relay (defaults)",
                    "relay_nodedup": "outbox-relay --dedup-window 0",
                    "relay_function": "outbox-relay --publish function",
@@ -782,6 +782,7 @@ CONTENDER_LABEL = {"pg_recvlogical": "pg_recvlogical", "relay": "outbox-relay (d
                    "relay_cluster": "outbox-relay, 3-master cluster",
                    "pg_recvlogical_pgo": "pg_recvlogical, pgoutput",
                    "relay_pgo": "outbox-relay --plugin pgoutput",
+                   "relay_pgo_nostream": "outbox-relay --plugin pgoutput --no-pgoutput-streaming",
                    "relay_pgo_function": "outbox-relay --plugin pgoutput --publish function"}
 
 

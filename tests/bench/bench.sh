@@ -9,7 +9,9 @@
 # pg_recvlogical and the relay with each (Redis without AOF).
 # The relay's default is --publish native; modes noaof and aof also run it on
 # --publish function (relay_function), mode plugins with pgoutput too
-# (relay_pgo_function), next to the default.
+# (relay_pgo_function), and with --no-pgoutput-streaming (relay_pgo_nostream:
+# protocol 1, the server sends a large transaction only once it has read it
+# back from its spill files), next to the default.
 #
 # Installs nothing. Builds the relay in release mode (build-bench/) unless
 # RELAY_BIN is set. Starts its own PostgreSQL 15 + wal2json and redis-server on
@@ -99,18 +101,18 @@ shapes_for() { # shapes_for MODE
 contenders_for() { # contenders_for MODE
 	if [ "$1" = cluster ]; then echo "pg_recvlogical relay relay_tcp relay_cluster"
 	elif [ "$1" = tls ]; then echo "pg_recvlogical relay_tcp relay_tls"
-	elif [ "$1" = plugins ]; then echo "pg_recvlogical relay pg_recvlogical_pgo relay_pgo relay_pgo_function"
+	elif [ "$1" = plugins ]; then echo "pg_recvlogical relay pg_recvlogical_pgo relay_pgo relay_pgo_nostream relay_pgo_function"
 	else echo "pg_recvlogical relay relay_nodedup relay_function"; fi
 }
 # The plugin of a contender's slot (mode plugins: the *_pgo ones use pgoutput and
 # the publication bench_pub, inserts of public.outbox, made before their slots).
 plugin_of() { case $1 in *_pgo | *_pgo_*) echo pgoutput ;; *) echo wal2json ;; esac; }
 # One slot per contender and round, all created before the backlog is written:
-# at most 5 contenders (mode plugins) x 7 rounds = 35 slots (max_replication_slots).
+# at most 6 contenders (mode plugins) x 7 rounds = 42 slots (max_replication_slots).
 # More rounds give steadier medians: a --quick drain lasts 0.1-0.3 s, and on a
 # shared 2-core machine one round in three can be 15 % off.
-MAX_SLOTS=40
-[ "$ROUNDS" -ge 1 ] && [ "$ROUNDS" -le 7 ] && [ $((5 * ROUNDS)) -lt $MAX_SLOTS ] ||
+MAX_SLOTS=48
+[ "$ROUNDS" -ge 1 ] && [ "$ROUNDS" -le 7 ] && [ $((6 * ROUNDS)) -lt $MAX_SLOTS ] ||
 	{ echo "bench.sh: --rounds must be 1..7" >&2; exit 2; }
 
 log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
@@ -544,7 +546,7 @@ drain() {
 	slot=$(slot_name "$c" "$round")
 	logf=$T/$MODE.$shape.$c.$round.log
 	case $c in
-	relay | relay_nodedup | relay_function | relay_pgo | relay_pgo_function) redis_reset; rsrv=(--redis "$RSOCK"); url="unix://$RSOCK" ;;
+	relay | relay_nodedup | relay_function | relay_pgo | relay_pgo_nostream | relay_pgo_function) redis_reset; rsrv=(--redis "$RSOCK"); url="unix://$RSOCK" ;;
 	relay_tcp) redis_reset; rsrv=(--redis "127.0.0.1:$SPORT"); url="redis://127.0.0.1:$SPORT" ;;
 	relay_tls)
 		redis_reset
@@ -584,6 +586,7 @@ drain() {
 		[ "$c" = relay_pgo ] && args=(--plugin pgoutput --publication bench_pub)
 		[ "$c" = relay_function ] && args=(--publish function)
 		[ "$c" = relay_pgo_function ] && args=(--plugin pgoutput --publication bench_pub --publish function)
+		[ "$c" = relay_pgo_nostream ] && args=(--plugin pgoutput --publication bench_pub --no-pgoutput-streaming)
 		"$PY" "$BENCH_PY" run "${common[@]}" "${rsrv[@]}" --xlen "$xpat" "${check[@]}" -- \
 			"$RELAY_BIN" --pg-dsn "$DSN" --slot "$slot" --no-create-slot \
 			--redis-url "$url" --stream 'outbox:{aggregate_type}' --endpos "$endpos" --http-addr "" \
