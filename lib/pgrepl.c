@@ -874,6 +874,8 @@ enum pg_status pgrepl_start(struct pgrepl *p)
 		goto fail;
 
 	if (strcmp(p->plugin, "pgoutput") == 0) {
+		bool stream = p->cf->pgoutput_streaming && PQserverVersion(p->conn) >= 140000;
+
 		st = p->created_slot ? PG_OK : ensure_publication(p, true);
 		if (st != PG_OK)
 			goto fail;
@@ -883,8 +885,7 @@ enum pg_status pgrepl_start(struct pgrepl *p)
 		/* Protocol 2 streams a large transaction as it is decoded (14+): the relay holds
 		 * it as it holds any other until its (Stream) Commit (relay_wal.c). */
 		buf_puts(&q, "\" LOGICAL 0/0 (proto_version ");
-		buf_puts(&q,
-		         p->cf->pgoutput_streaming && PQserverVersion(p->conn) >= 140000 ? "'2'" : "'1'");
+		buf_puts(&q, stream ? "'2'" : "'1'");
 		buf_puts(&q, ", publication_names ");
 		{
 			struct buf names = {0};
@@ -895,7 +896,7 @@ enum pg_status pgrepl_start(struct pgrepl *p)
 		}
 		if (PQserverVersion(p->conn) >= 140000)
 			buf_puts(&q, ", messages 'true'");
-		if (p->cf->pgoutput_streaming && PQserverVersion(p->conn) >= 140000)
+		if (stream)
 			buf_puts(&q, ", streaming 'on'");
 		buf_puts(&q, ")");
 		goto start;
