@@ -99,6 +99,7 @@ static struct sq_lastpos *posmap_get(struct sq_posmap *pm, const char *s, size_t
 	pm->v[i].seq = 0;
 	pm->v[i].pos[0] = '\0';
 	pm->v[i].events = 0;
+	pm->v[i].held_events = 0;
 	pm->used++;
 	return &pm->v[i];
 }
@@ -342,6 +343,25 @@ uint64_t sq_backlog_hint(const struct sink_queue *q, uint64_t n, uint64_t events
 	return n + (uint64_t)(more < 1e12 ? more : 1e12);
 }
 
+void sq_held(struct sink_queue *q, uint64_t total, uint64_t done)
+{
+	q->held_total = total;
+	q->held_done = done;
+	if (total && !done)
+		for (size_t i = 0; i < q->last_pos.cap; i++)
+			q->last_pos.v[i].held_events = 0;
+}
+
+uint64_t sq_held_hint(const struct sink_queue *q, uint64_t n, uint64_t events)
+{
+	double more;
+
+	if (events < SQ_HINT_MIN_EVENTS || !q->held_done || q->held_done >= q->held_total)
+		return n;
+	more = (double)events * (double)(q->held_total - q->held_done) / (double)q->held_done;
+	return n + (uint64_t)(more < 1e12 ? more : 1e12);
+}
+
 bool sq_close_batch(struct sink_queue *q)
 {
 	const struct relay_config *cf = q->cf;
@@ -350,7 +370,7 @@ bool sq_close_batch(struct sink_queue *q)
 	uint16_t slot;
 	struct sq_lastpos *lp = NULL;
 	struct sq_ent ent;
-	uint64_t events = q->b_n;
+	uint64_t events = q->b_n, held = 0, hint;
 
 	if (!q->b_open)
 		return true;
@@ -360,6 +380,8 @@ bool sq_close_batch(struct sink_queue *q)
 		if (!lp)
 			return false;
 		events = lp->events += q->b_n;
+		if (q->held_total)
+			held = lp->held_events += q->b_n;
 	}
 	(void)stream_hash_tag(q->b_stream.data, q->b_stream.len, &q->tag); /* checked when opened */
 	slot = sq_stream_slot(q->b_stream.data, q->b_stream.len, &q->tag);
@@ -416,7 +438,10 @@ bool sq_close_batch(struct sink_queue *q)
 	resp_str(b, q->b_expect);
 	resp_str(b, cf->slot);
 	resp_bulk(b, q->b_prefix.data, q->b_prefix.len);
-	resp_u64(b, sq_backlog_hint(q, q->b_n, events));
+	hint = sq_backlog_hint(q, q->b_n, events);
+	if (q->held_total && sq_held_hint(q, q->b_n, held) > hint)
+		hint = sq_held_hint(q, q->b_n, held);
+	resp_u64(b, hint);
 	if (q->b_ext) /* segment offsets: from b_args to the command */
 		for (size_t i = 0; i < q->b_ext->nseg; i++)
 			q->b_ext->seg[i].at += b->len - start;

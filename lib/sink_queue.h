@@ -93,8 +93,9 @@ struct sq_lastpos {
 	char *stream; /* NULL: free */
 	size_t len;
 	uint64_t seq;
-	char pos[26];    /* "<lsn hex16>:<index hex8>" */
-	uint64_t events; /* events of the stream queued since sq_backlog_start() */
+	char pos[26];         /* "<lsn hex16>:<index hex8>" */
+	uint64_t events;      /* events of the stream queued since sq_backlog_start() */
+	uint64_t held_events; /* ... since sq_held()'s start of the held transaction */
 };
 
 struct sq_posmap {
@@ -120,6 +121,14 @@ struct sink_queue {
 	 * a new dedup bucket is made that large at once instead of growing by splits.
 	 */
 	lsn_t bl_from, bl_end, bl_at;
+	/*
+	 * A held transaction being handled (pgoutput: the whole of it is known at
+	 * its commit): held_total messages, held_done of them handled. Calls then
+	 * expect their stream's share of the messages still to come
+	 * (sq_held_hint()): a bucket is made that large at once however small the
+	 * transaction is beside the WAL around it, and while no backlog lasts.
+	 */
+	uint64_t held_total, held_done;
 	/* Called for every command queued (NULL: none), e.g. to route it at once. */
 	void (*on_push)(void *ctx, struct sq_ent *e);
 	void *ctx;
@@ -179,6 +188,22 @@ static inline void sq_backlog_at(struct sink_queue *q, lsn_t at)
  */
 #define SQ_HINT_MIN_EVENTS 64
 uint64_t sq_backlog_hint(const struct sink_queue *q, uint64_t n, uint64_t events);
+/*
+ * A held transaction of total messages is handled, done of them so far
+ * (done 0: it starts, and per-stream counts start again; total 0: none is).
+ */
+void sq_held(struct sink_queue *q, uint64_t total, uint64_t done);
+static inline void sq_held_at(struct sink_queue *q, uint64_t done)
+{
+	q->held_done = done;
+}
+/*
+ * Within a held transaction, the ids a call of n events for a stream of
+ * which `events` (these n included) were queued since it started can expect
+ * still to come: n, plus once the stream has SQ_HINT_MIN_EVENTS events to go
+ * by, events * (messages still to handle) / (messages handled).
+ */
+uint64_t sq_held_hint(const struct sink_queue *q, uint64_t n, uint64_t events);
 
 /* ---- RESP encoding ---- */
 

@@ -30,6 +30,10 @@
 #       when they come again.
 #   (g) A backlog of 200 streams of one id each: each id costs one key (a
 #       stream's estimate goes by at least 64 of its events).
+#   (o) (c)'s 3000 ids in one transaction committed while a pgoutput relay
+#       streams: pgoutput holds the transaction until its commit, and the
+#       calls expect their stream's share of its messages still to come, so
+#       the bucket is sized at once (a fifth of the ids move at most).
 #   (h) The split's prefix patterns: with the function library the relay
 #       loaded, every pattern a split can send (HSCAN MATCH, up to 11 bits of
 #       hash, every first byte of a field including the glob's own special
@@ -289,6 +293,32 @@ assert_eq 200 "$(redis_cli --scan --pattern 'outbox:tiny*' | wc -l)" "(g) 200 st
 assert_eq 200 "$(redis_cli --scan --pattern 'outbox-relay:dd:{outbox:tiny*}:*' | wc -l)" "(g) one shard key per id"
 SLOT=s1
 bdrain
+
+# (o) (c)'s burst again, committed while a pgoutput relay streams: pgoutput
+# holds a transaction until its commit, so the relay knows how many of its
+# messages are still to come, and the calls say so (their stream's share):
+# the bucket is made large enough at once, as from a backlog in (e).
+slot_create s5 pgoutput public.outbox_loose
+relay_start --slot s5 --plugin pgoutput --table public.outbox_loose --dedup-window $DW
+wait_for "grep -q 'streaming slot' '$RELAY_LOG'" 120 || fail "(o) the relay did not start streaming"
+monitor
+psql_q "INSERT INTO outbox_loose (id, aggregate_type, aggregate_id, event_type, payload)
+        SELECT gen_random_uuid()::text, 'held', g::text, 'created',
+               jsonb_build_object('pad', repeat('p', 1500)) FROM generate_series(1, 3000) g"
+wait_for '[ "$(xlen outbox:held)" = 3000 ]' 300 || fail "(o) the burst was not published: $(xlen outbox:held) of 3000"
+relay_stop
+assert_eq 0 "$RELAY_RC" "(o) the relay stopped cleanly"
+assert_ge 600 "$(moved held)" "(o) the bucket was sized from the held transaction: ids moved (a fifth of the ids at most)"
+assert_ge "$(k held)" $((3000 / 48)) "(o) $(k held) hashes"
+assert_ge $((3000 / 12)) "$(k held)" "(o) not too many"
+shards held 3000 "(o)"
+again held
+SLOT=s5
+bdrain
+assert_eq 3000 "$(xlen outbox:held)" "(o) the same 3000 ids again: all dropped"
+SLOT=s1
+bdrain
+assert_eq 3000 "$(xlen outbox:held)" "(o) the relay of the first slot finds them all as duplicates"
 
 # (h) the split's prefix patterns, checked against the hash in Redis itself.
 python3 - "$REDIS_SOCK" "$TESTS_DIR/integration" <<'PY' || fail "(h) a split pattern selects the wrong fields"

@@ -39,6 +39,7 @@ enum op {
 	FREED,   /* a held events' memory was released so far */
 	BACKLOG, /* streaming (re)started at the slot's position a, the server's WAL end b */
 	AT,      /* a message at position a was decoded */
+	HELD,    /* a held transaction of a messages, b handled (sq_held; a 0: none) */
 	TRIM,    /* a --trim acked call for stream s */
 	END
 };
@@ -338,6 +339,12 @@ static bool run(const struct step *steps, const char *name, bool cluster, bool w
 		case AT:
 			sq_backlog_at(&r.q, s->a);
 			break;
+		case HELD:
+			if (s->b)
+				sq_held_at(&r.q, s->b);
+			else
+				sq_held(&r.q, s->a, 0);
+			break;
 		case END:
 			break;
 		}
@@ -479,6 +486,65 @@ TEST(backlog_hint)
 		s[n++] = (struct step){ARG, want[c], (uint64_t)c, 14, NULL, NO};
 	s[n++] = (struct step){END, NULL, 0, 0, NULL, NO};
 	CHECK(run(s, "backlog_hint", false, false));
+}
+
+/*
+ * A held transaction (pgoutput, known whole at its commit) says how many of
+ * its messages are still to come: each call expects its stream's share of
+ * them, once the stream has 64 events in it to go by, whatever the backlog
+ * says (the larger estimate wins). Counts start again with each held
+ * transaction; none is held after it.
+ */
+TEST(held_hint)
+{
+	static const struct {
+		enum op op;
+		const char *stream;
+		uint64_t a, b; /* HELD: total, done; AT: position; EV: events */
+	} plan[] = {
+	    {HELD, NULL, 10000, 0},
+	    {HELD, NULL, 10000, 10},
+	    {EV, "orders", 10, 0},      /* 10: too few to go by */
+	    {HELD, NULL, 10000, 200},   /* 200 messages handled, 80 of them orders' */
+	    {EV, "orders", 70, 0},      /* 70 + 80 * 9800 / 200 = 3990 */
+	    {EV, "payments", 64, 0},    /* 64 + 64 * 49 = 3200 */
+	    {HELD, NULL, 10000, 10000}, /* the last message: nothing more to come */
+	    {EV, "orders", 1, 0},       /* 1 */
+	    {HELD, NULL, 0, 0},         /* the transaction is over */
+	    {EV, "orders", 100, 0},     /* 100 */
+	    {BACKLOG, NULL, 1000, 101000},
+	    {AT, NULL, 11000, 0},
+	    {HELD, NULL, 1000, 0}, /* counted from this transaction's start */
+	    {HELD, NULL, 1000, 500},
+	    {EV, "orders", 64, 0}, /* held: 64 + 64 = 128; the backlog: 64 + 64 * 9 = 640 */
+	};
+	static const char *want[] = {"10", "3990", "3200", "1", "100", "640"};
+	struct step s[600];
+	int n = 0;
+
+	for (size_t i = 0; i < sizeof(plan) / sizeof(plan[0]); i++) {
+		if (plan[i].op != EV) {
+			s[n++] = (struct step){plan[i].op, NULL, plan[i].a, plan[i].b, NULL, NO};
+			continue;
+		}
+		for (uint64_t e = 0; e < plan[i].a; e++)
+			s[n++] = (struct step){EV, plan[i].stream, 5000, e, NULL, NO};
+		s[n++] = (struct step){FLUSH, NULL, 0, 0, NULL, NO};
+	}
+	s[n++] = (struct step){ROUTE, NULL, 0, 0, NULL, NO};
+	s[n++] = (struct step){STAGE,
+	                       "FCALL outbox_relay_publish orders\nFCALL outbox_relay_publish "
+	                       "orders\nFCALL outbox_relay_publish payments\nFCALL "
+	                       "outbox_relay_publish orders\nFCALL outbox_relay_publish orders\nFCALL "
+	                       "outbox_relay_publish orders",
+	                       0,
+	                       0,
+	                       NULL,
+	                       NO};
+	for (int c = 0; c < 6; c++)
+		s[n++] = (struct step){ARG, want[c], (uint64_t)c, 14, NULL, NO};
+	s[n++] = (struct step){END, NULL, 0, 0, NULL, NO};
+	CHECK(run(s, "held_hint", false, false));
 }
 
 /*
@@ -1107,6 +1173,7 @@ int main(void)
 	RUN(batches_and_in_order_acks);
 	RUN(batch_limit);
 	RUN(backlog_hint);
+	RUN(held_hint);
 	RUN(moved_between_two_marks);
 	RUN(resend_after_reconnect);
 	RUN(ask_redirect);
