@@ -434,6 +434,41 @@ TEST(batch_limit)
 	CHECK(run(s, "batch_limit", false, false));
 }
 
+/* A plan of hint tests: EV a = events of stream, each closed as one call; others as steps. */
+struct hint_step {
+	enum op op;
+	const char *stream;
+	uint64_t a, b;
+};
+
+/* Run plan; the calls' ids to come (argument 14) must be want[], in order. */
+static bool run_hints(const char *name, const struct hint_step *plan, size_t nplan,
+                      const char *const *want, size_t nwant)
+{
+	static struct step s[800];
+	static char stage[1024];
+	size_t n = 0, len = 0, calls = 0;
+
+	stage[0] = '\0';
+	for (size_t i = 0; i < nplan; i++) {
+		if (plan[i].op != EV) {
+			s[n++] = (struct step){plan[i].op, NULL, plan[i].a, plan[i].b, NULL, NO};
+			continue;
+		}
+		for (uint64_t e = 0; e < plan[i].a; e++)
+			s[n++] = (struct step){EV, plan[i].stream, 5000, e, NULL, NO};
+		s[n++] = (struct step){FLUSH, NULL, 0, 0, NULL, NO};
+		len += (size_t)snprintf(stage + len, sizeof(stage) - len, "%sFCALL outbox_relay_publish %s",
+		                        calls++ ? "\n" : "", plan[i].stream);
+	}
+	s[n++] = (struct step){ROUTE, NULL, 0, 0, NULL, NO};
+	s[n++] = (struct step){STAGE, stage, 0, 0, NULL, NO};
+	for (size_t c = 0; c < nwant; c++)
+		s[n++] = (struct step){ARG, want[c], (uint64_t)c, 14, NULL, NO};
+	s[n++] = (struct step){END, NULL, 0, 0, NULL, NO};
+	return calls == nwant && run(s, name, false, false);
+}
+
 /*
  * Each call says how many ids of its stream are still to come: its own
  * events, plus while a backlog drains and the stream has 64 events to go by,
@@ -442,11 +477,7 @@ TEST(batch_limit)
  */
 TEST(backlog_hint)
 {
-	static const struct {
-		enum op op;
-		const char *stream;
-		uint64_t a, b; /* BACKLOG: from, end; AT: position; EV: events */
-	} plan[] = {
+	static const struct hint_step plan[] = {
 	    {BACKLOG, NULL, 1000, 101000},
 	    {AT, NULL, 2000, 0},
 	    {EV, "orders", 10, 0}, /* 10: too few to go by */
@@ -460,32 +491,10 @@ TEST(backlog_hint)
 	    {AT, NULL, 250000, 0},
 	    {EV, "orders", 64, 0}, /* counted from the reconnect: 64 + 64 * 1 = 128 */
 	};
-	static const char *want[] = {"10", "790", "640", "1", "128"};
-	struct step s[400];
-	int n = 0;
+	static const char *const want[] = {"10", "790", "640", "1", "128"};
 
-	for (size_t i = 0; i < sizeof(plan) / sizeof(plan[0]); i++) {
-		if (plan[i].op != EV) {
-			s[n++] = (struct step){plan[i].op, NULL, plan[i].a, plan[i].b, NULL, NO};
-			continue;
-		}
-		for (uint64_t e = 0; e < plan[i].a; e++)
-			s[n++] = (struct step){EV, plan[i].stream, 5000, e, NULL, NO};
-		s[n++] = (struct step){FLUSH, NULL, 0, 0, NULL, NO};
-	}
-	s[n++] = (struct step){ROUTE, NULL, 0, 0, NULL, NO};
-	s[n++] = (struct step){STAGE,
-	                       "FCALL outbox_relay_publish orders\nFCALL outbox_relay_publish "
-	                       "orders\nFCALL outbox_relay_publish payments\nFCALL "
-	                       "outbox_relay_publish orders\nFCALL outbox_relay_publish orders",
-	                       0,
-	                       0,
-	                       NULL,
-	                       NO};
-	for (int c = 0; c < 5; c++)
-		s[n++] = (struct step){ARG, want[c], (uint64_t)c, 14, NULL, NO};
-	s[n++] = (struct step){END, NULL, 0, 0, NULL, NO};
-	CHECK(run(s, "backlog_hint", false, false));
+	CHECK(run_hints("backlog_hint", plan, sizeof(plan) / sizeof(plan[0]), want,
+	                sizeof(want) / sizeof(want[0])));
 }
 
 /*
@@ -497,11 +506,7 @@ TEST(backlog_hint)
  */
 TEST(held_hint)
 {
-	static const struct {
-		enum op op;
-		const char *stream;
-		uint64_t a, b; /* HELD: total, done; AT: position; EV: events */
-	} plan[] = {
+	static const struct hint_step plan[] = {
 	    {HELD, NULL, 10000, 0},
 	    {HELD, NULL, 10000, 10},
 	    {EV, "orders", 10, 0},      /* 10: too few to go by */
@@ -518,33 +523,10 @@ TEST(held_hint)
 	    {HELD, NULL, 1000, 500},
 	    {EV, "orders", 64, 0}, /* held: 64 + 64 = 128; the backlog: 64 + 64 * 9 = 640 */
 	};
-	static const char *want[] = {"10", "3990", "3200", "1", "100", "640"};
-	struct step s[600];
-	int n = 0;
+	static const char *const want[] = {"10", "3990", "3200", "1", "100", "640"};
 
-	for (size_t i = 0; i < sizeof(plan) / sizeof(plan[0]); i++) {
-		if (plan[i].op != EV) {
-			s[n++] = (struct step){plan[i].op, NULL, plan[i].a, plan[i].b, NULL, NO};
-			continue;
-		}
-		for (uint64_t e = 0; e < plan[i].a; e++)
-			s[n++] = (struct step){EV, plan[i].stream, 5000, e, NULL, NO};
-		s[n++] = (struct step){FLUSH, NULL, 0, 0, NULL, NO};
-	}
-	s[n++] = (struct step){ROUTE, NULL, 0, 0, NULL, NO};
-	s[n++] = (struct step){STAGE,
-	                       "FCALL outbox_relay_publish orders\nFCALL outbox_relay_publish "
-	                       "orders\nFCALL outbox_relay_publish payments\nFCALL "
-	                       "outbox_relay_publish orders\nFCALL outbox_relay_publish orders\nFCALL "
-	                       "outbox_relay_publish orders",
-	                       0,
-	                       0,
-	                       NULL,
-	                       NO};
-	for (int c = 0; c < 6; c++)
-		s[n++] = (struct step){ARG, want[c], (uint64_t)c, 14, NULL, NO};
-	s[n++] = (struct step){END, NULL, 0, 0, NULL, NO};
-	CHECK(run(s, "held_hint", false, false));
+	CHECK(run_hints("held_hint", plan, sizeof(plan) / sizeof(plan[0]), want,
+	                sizeof(want) / sizeof(want[0])));
 }
 
 /*
