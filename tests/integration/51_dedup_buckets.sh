@@ -213,23 +213,33 @@ t=$(rnow)
 while [ $((t / (2 * DW))) -ne $(((t + 3600) / (2 * DW))) ]; do DW=$((DW + 1)); done
 bdrain() { relay_drain --slot "$SLOT" --table public.outbox_loose --dedup-window $DW; }
 
+# live_burst WHAT STREAM RELAY_ARGS...: a relay streams, Redis's counters and
+# MONITOR start, and 3000 ids of STREAM are committed in one transaction; once
+# all are published the relay stops. Each row carries 1.5 kB, so the burst
+# (about 5 MB of calls) takes at least five native groups (NATIVE_GROUP_BYTES,
+# 1 MiB) however the timing falls.
+live_burst() {
+	local what=$1 stream=$2
+	shift 2
+	relay_start "$@" --table public.outbox_loose --dedup-window $DW
+	wait_for "grep -q 'streaming slot' '$RELAY_LOG'" 120 || fail "$what the relay did not start streaming"
+	redis_cli CONFIG RESETSTAT >/dev/null
+	monitor
+	psql_q "INSERT INTO outbox_loose (id, aggregate_type, aggregate_id, event_type, payload)
+	        SELECT gen_random_uuid()::text, '$stream', g::text, 'created',
+	               jsonb_build_object('pad', repeat('p', 1500)) FROM generate_series(1, 3000) g"
+	wait_for '[ "$(xlen outbox:'"$stream"')" = 3000 ]' 300 ||
+		fail "$what the burst was not published: $(xlen "outbox:$stream") of 3000"
+	relay_stop
+	assert_eq 0 "$RELAY_RC" "$what the relay stopped cleanly"
+}
+
 # (c) a burst into another stream, committed while the relay streams: no
-# backlog says how many ids come.
-relay_start --slot s1 --table public.outbox_loose --dedup-window $DW
-wait_for "grep -q 'streaming slot' '$RELAY_LOG'" 120 || fail "(c) the relay did not start streaming"
-redis_cli CONFIG RESETSTAT >/dev/null
-monitor
-# Each row carries 1.5 kB, so the burst (about 5 MB of calls) takes at least
-# five native groups (NATIVE_GROUP_BYTES, 1 MiB) however the timing falls.
-# When a group grows the bucket, about half of the ids already in it move:
-# at least some 1,200 in all when every group is as large as it may be, more
-# when they are smaller (the function: a call of 128 ids at a time).
-psql_q "INSERT INTO outbox_loose (id, aggregate_type, aggregate_id, event_type, payload)
-        SELECT gen_random_uuid()::text, 'burst', g::text, 'created',
-               jsonb_build_object('pad', repeat('p', 1500)) FROM generate_series(1, 3000) g"
-wait_for '[ "$(xlen outbox:burst)" = 3000 ]' 300 || fail "(c) the burst was not published: $(xlen outbox:burst) of 3000"
-relay_stop
-assert_eq 0 "$RELAY_RC" "(c) the relay stopped cleanly"
+# backlog says how many ids come. When a group grows the bucket, about half of
+# the ids already in it move: at least some 1,200 in all when every group is as
+# large as it may be, more when they are smaller (the function: a call of 128
+# ids at a time).
+live_burst "(c)" burst --slot s1
 # The function reads one hash per split; --publish native reads a hash once per
 # group of batches however often that group splits it (a hash split again after
 # K doubled), so its count is lower for the same growth (k and moved below).
@@ -299,15 +309,7 @@ bdrain
 # messages are still to come, and the calls say so (their stream's share):
 # the bucket is made large enough at once, as from a backlog in (e).
 slot_create s5 pgoutput public.outbox_loose
-relay_start --slot s5 --plugin pgoutput --table public.outbox_loose --dedup-window $DW
-wait_for "grep -q 'streaming slot' '$RELAY_LOG'" 120 || fail "(o) the relay did not start streaming"
-monitor
-psql_q "INSERT INTO outbox_loose (id, aggregate_type, aggregate_id, event_type, payload)
-        SELECT gen_random_uuid()::text, 'held', g::text, 'created',
-               jsonb_build_object('pad', repeat('p', 1500)) FROM generate_series(1, 3000) g"
-wait_for '[ "$(xlen outbox:held)" = 3000 ]' 300 || fail "(o) the burst was not published: $(xlen outbox:held) of 3000"
-relay_stop
-assert_eq 0 "$RELAY_RC" "(o) the relay stopped cleanly"
+live_burst "(o)" held --slot s5 --plugin pgoutput
 assert_ge 600 "$(moved held)" "(o) the bucket was sized from the held transaction: ids moved (a fifth of the ids at most)"
 assert_ge "$(k held)" $((3000 / 48)) "(o) $(k held) hashes"
 assert_ge $((3000 / 12)) "$(k held)" "(o) not too many"
