@@ -25,7 +25,7 @@ void relay_pg_lost(struct relay *r, const char *why)
 	r->pg_down = true;
 	r->in_txn = false; /* a partial transaction is sent again in full */
 	r->spooling = r->replaying = false;
-	sink_redis_held(r->sink, 0, 0);
+	sink_redis_held(r->sink, 0);
 	relay_pgo_streams_reset(r);
 	pgrepl_close(r->pg);
 }
@@ -223,7 +223,7 @@ int relay_try_pg(struct relay *r)
 		r->pg_down = r->standby = false;
 		r->in_txn = false; /* pg_bo resets once a message arrives */
 		r->spooling = r->replaying = false;
-		sink_redis_held(r->sink, 0, 0);
+		sink_redis_held(r->sink, 0);
 		relay_pgo_streams_reset(r);
 		r->pgoutput = strcmp(pgrepl_plugin(r->pg), "pgoutput") == 0;
 		if (r->pgoutput) {

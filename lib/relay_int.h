@@ -47,10 +47,9 @@ struct relay {
 	bool pgoutput;
 	struct pgo_decoder *pgo;
 	struct txn_spool *spool;
-	bool spooling;        /* between a pgoutput Begin and its Commit */
-	bool replaying;       /* the held transaction is being handled (relay_pgoutput_replay) */
-	lsn_t replay_end;     /* its commit end */
-	uint64_t replay_done; /* its messages read back so far (sizes dedup buckets: sink_redis_held) */
+	bool spooling;    /* between a pgoutput Begin and its Commit */
+	bool replaying;   /* the held transaction is being handled (relay_pgoutput_replay) */
+	lsn_t replay_end; /* its commit end */
 	/*
 	 * pgoutput streaming (pgoutput.h): each transaction the server has
 	 * streamed and not yet committed or aborted, held until its Stream

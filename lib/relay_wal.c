@@ -453,8 +453,7 @@ static bool replay_start(struct relay *r, const char *what)
 		         what, txn_spool_count(r->spool), (unsigned long long)txn_spool_bytes(r->spool),
 		         (unsigned long long)txn_spool_spilled(r->spool));
 	r->replaying = txn_spool_rewind(r->spool);
-	r->replay_done = 0;
-	sink_redis_held(r->sink, txn_spool_count(r->spool), 0);
+	sink_redis_held(r->sink, txn_spool_count(r->spool));
 	if (!r->replaying)
 		log_error("reading back a pgoutput transaction: %s", txn_spool_errmsg(r->spool));
 	return r->replaying;
@@ -664,7 +663,7 @@ bool relay_pgoutput_replay(struct relay *r)
 		}
 		if (got == 0) {
 			r->replaying = false;
-			sink_redis_held(r->sink, 0, 0);
+			sink_redis_held(r->sink, 0);
 			txn_spool_clear(r->spool);
 			if (r->replay_streamed) {
 				/* the Commit protocol 1 would have sent */
@@ -688,7 +687,7 @@ bool relay_pgoutput_replay(struct relay *r)
 			struct pg_msg held = {.type = 'w', .data_start = at, .data = (char *)data, .len = len};
 			bool own = txn_spool_buffer(r->spool) == data;
 
-			sink_redis_held(r->sink, txn_spool_count(r->spool), ++r->replay_done);
+			sink_redis_held_next(r->sink);
 
 			if (r->replay_streamed) {
 				uint32_t xid;

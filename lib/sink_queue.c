@@ -343,11 +343,11 @@ uint64_t sq_backlog_hint(const struct sink_queue *q, uint64_t n, uint64_t events
 	return n + (uint64_t)(more < 1e12 ? more : 1e12);
 }
 
-void sq_held(struct sink_queue *q, uint64_t total, uint64_t done)
+void sq_held(struct sink_queue *q, uint64_t total)
 {
 	q->held_total = total;
-	q->held_done = done;
-	if (total && !done)
+	q->held_done = 0;
+	if (total)
 		for (size_t i = 0; i < q->last_pos.cap; i++)
 			q->last_pos.v[i].held_events = 0;
 }
@@ -370,7 +370,7 @@ bool sq_close_batch(struct sink_queue *q)
 	uint16_t slot;
 	struct sq_lastpos *lp = NULL;
 	struct sq_ent ent;
-	uint64_t events = q->b_n, held = 0, hint;
+	uint64_t events = q->b_n, held = 0, hint, held_hint;
 
 	if (!q->b_open)
 		return true;
@@ -439,9 +439,8 @@ bool sq_close_batch(struct sink_queue *q)
 	resp_str(b, cf->slot);
 	resp_bulk(b, q->b_prefix.data, q->b_prefix.len);
 	hint = sq_backlog_hint(q, q->b_n, events);
-	if (q->held_total && sq_held_hint(q, q->b_n, held) > hint)
-		hint = sq_held_hint(q, q->b_n, held);
-	resp_u64(b, hint);
+	held_hint = sq_held_hint(q, q->b_n, held);
+	resp_u64(b, held_hint > hint ? held_hint : hint);
 	if (q->b_ext) /* segment offsets: from b_args to the command */
 		for (size_t i = 0; i < q->b_ext->nseg; i++)
 			q->b_ext->seg[i].at += b->len - start;

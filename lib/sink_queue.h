@@ -95,7 +95,7 @@ struct sq_lastpos {
 	uint64_t seq;
 	char pos[26];         /* "<lsn hex16>:<index hex8>" */
 	uint64_t events;      /* events of the stream queued since sq_backlog_start() */
-	uint64_t held_events; /* ... since sq_held()'s start of the held transaction */
+	uint64_t held_events; /* ... since sq_held() started the held transaction */
 };
 
 struct sq_posmap {
@@ -189,13 +189,13 @@ static inline void sq_backlog_at(struct sink_queue *q, lsn_t at)
 #define SQ_HINT_MIN_EVENTS 64
 uint64_t sq_backlog_hint(const struct sink_queue *q, uint64_t n, uint64_t events);
 /*
- * A held transaction of total messages is handled, done of them so far
- * (done 0: it starts, and per-stream counts start again; total 0: none is).
+ * A held transaction of total messages starts to be handled (per-stream
+ * counts start again; total 0: none is any more), and its next message is.
  */
-void sq_held(struct sink_queue *q, uint64_t total, uint64_t done);
-static inline void sq_held_at(struct sink_queue *q, uint64_t done)
+void sq_held(struct sink_queue *q, uint64_t total);
+static inline void sq_held_next(struct sink_queue *q)
 {
-	q->held_done = done;
+	q->held_done++;
 }
 /*
  * Within a held transaction, the ids a call of n events for a stream of

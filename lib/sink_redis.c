@@ -176,12 +176,14 @@ void sink_redis_backlog_at(struct sink_redis *s, lsn_t at)
 	sq_backlog_at(&s->q, at);
 }
 
-void sink_redis_held(struct sink_redis *s, uint64_t total, uint64_t done)
+void sink_redis_held(struct sink_redis *s, uint64_t total)
 {
-	if (done && total)
-		sq_held_at(&s->q, done);
-	else
-		sq_held(&s->q, total, done);
+	sq_held(&s->q, total);
+}
+
+void sink_redis_held_next(struct sink_redis *s)
+{
+	sq_held_next(&s->q);
 }
 
 const char *sink_redis_errmsg(const struct sink_redis *s)

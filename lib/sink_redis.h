@@ -147,11 +147,12 @@ const struct sink_stats *sink_redis_stats(const struct sink_redis *s);
 void sink_redis_backlog_start(struct sink_redis *s, lsn_t from, lsn_t end);
 void sink_redis_backlog_at(struct sink_redis *s, lsn_t at);
 /*
- * A held transaction of total messages is handled, done of them so far (done
- * 0: it starts; total 0: it is over): its stream's share of the rest sizes a
- * new dedup bucket too (sq_held_hint()).
+ * A held transaction of total messages starts to be handled (total 0: it is
+ * over), and its next message is: its stream's share of the rest sizes a new
+ * dedup bucket too (sq_held_hint()).
  */
-void sink_redis_held(struct sink_redis *s, uint64_t total, uint64_t done);
+void sink_redis_held(struct sink_redis *s, uint64_t total);
+void sink_redis_held_next(struct sink_redis *s);
 const char *sink_redis_errmsg(const struct sink_redis *s);
 enum sink_error_kind sink_redis_errkind(const struct sink_redis *s);
 

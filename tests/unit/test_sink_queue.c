@@ -39,7 +39,8 @@ enum op {
 	FREED,   /* a held events' memory was released so far */
 	BACKLOG, /* streaming (re)started at the slot's position a, the server's WAL end b */
 	AT,      /* a message at position a was decoded */
-	HELD,    /* a held transaction of a messages, b handled (sq_held; a 0: none) */
+	HELD,    /* a held transaction of a messages starts (sq_held; a 0: none any more) */
+	NEXT,    /* a more of its messages are handled */
 	TRIM,    /* a --trim acked call for stream s */
 	END
 };
@@ -340,10 +341,11 @@ static bool run(const struct step *steps, const char *name, bool cluster, bool w
 			sq_backlog_at(&r.q, s->a);
 			break;
 		case HELD:
-			if (s->b)
-				sq_held_at(&r.q, s->b);
-			else
-				sq_held(&r.q, s->a, 0);
+			sq_held(&r.q, s->a);
+			break;
+		case NEXT:
+			for (uint64_t k = 0; k < s->a; k++)
+				sq_held_next(&r.q);
 			break;
 		case END:
 			break;
@@ -508,19 +510,19 @@ TEST(held_hint)
 {
 	static const struct hint_step plan[] = {
 	    {HELD, NULL, 10000, 0},
-	    {HELD, NULL, 10000, 10},
-	    {EV, "orders", 10, 0},      /* 10: too few to go by */
-	    {HELD, NULL, 10000, 200},   /* 200 messages handled, 80 of them orders' */
-	    {EV, "orders", 70, 0},      /* 70 + 80 * 9800 / 200 = 3990 */
-	    {EV, "payments", 64, 0},    /* 64 + 64 * 49 = 3200 */
-	    {HELD, NULL, 10000, 10000}, /* the last message: nothing more to come */
-	    {EV, "orders", 1, 0},       /* 1 */
-	    {HELD, NULL, 0, 0},         /* the transaction is over */
-	    {EV, "orders", 100, 0},     /* 100 */
+	    {NEXT, NULL, 10, 0},
+	    {EV, "orders", 10, 0},   /* 10: too few to go by */
+	    {NEXT, NULL, 190, 0},    /* 200 messages handled, 80 of them orders' */
+	    {EV, "orders", 70, 0},   /* 70 + 80 * 9800 / 200 = 3990 */
+	    {EV, "payments", 64, 0}, /* 64 + 64 * 49 = 3200 */
+	    {NEXT, NULL, 9800, 0},   /* the last message: nothing more to come */
+	    {EV, "orders", 1, 0},    /* 1 */
+	    {HELD, NULL, 0, 0},      /* the transaction is over */
+	    {EV, "orders", 100, 0},  /* 100 */
 	    {BACKLOG, NULL, 1000, 101000},
 	    {AT, NULL, 11000, 0},
 	    {HELD, NULL, 1000, 0}, /* counted from this transaction's start */
-	    {HELD, NULL, 1000, 500},
+	    {NEXT, NULL, 500, 0},
 	    {EV, "orders", 64, 0}, /* held: 64 + 64 = 128; the backlog: 64 + 64 * 9 = 640 */
 	};
 	static const char *const want[] = {"10", "3990", "3200", "1", "100", "640"};
