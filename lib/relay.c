@@ -4,6 +4,8 @@
  * One poll loop serves both sockets. WAL messages are decoded and mapped as
  * they arrive and queued to Redis right away, so memory stays bounded for
  * any transaction size; reading stops while the in-flight window is full.
+ * While Redis owes replies and the replication socket is empty, the loop
+ * waits for Redis alone, at most WAL_DEFER_MS (wal_defer()).
  *
  * Confirmation. Every point at which the relay could tell PostgreSQL "done
  * up to here" becomes a mark (sequence number of the last command queued to
@@ -34,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -590,28 +593,58 @@ static int wait_ms(const struct relay *r, int64_t now)
 	return next <= now ? 0 : (int)((next - now + 999) / 1000);
 }
 
+/*
+ * Whether this turn waits for Redis alone: Redis owes replies to all that
+ * was written, and the replication socket holds nothing. The walsender sends
+ * every message as it is decoded, so a relay that also waited for the WAL
+ * would be woken for each one (a few hundred bytes) while Redis works on the
+ * last batch, and on two cores it is often queued behind the walsender that
+ * woke it. Left out of poll(), the socket fills without waking the relay,
+ * which reads what came when Redis answers, at most WAL_DEFER_MS later (the
+ * loop then consumes the socket whether poll() saw it or not).
+ * tests/bench/RESULTS.md, "Waiting for Redis alone", has the measurement.
+ */
+static bool wal_defer(const struct relay *r)
+{
+	int avail = 0;
+
+	if (!sink_redis_connected(r->sink) || sink_redis_want_write(r->sink) ||
+	    sink_redis_inflight_events(r->sink) == 0)
+		return false;
+	return ioctl(pgrepl_fd(r->pg), FIONREAD, &avail) == 0 && avail == 0;
+}
+
 /* Wait for the sockets (or the next deadline), then take what they have. */
 static bool step_wait(struct relay *r, int64_t now, bool more)
 {
 	struct pollfd pfd[1 + MAX_REDIS_FDS];
 	int npfd = 0, pg_i = -1, rd_i = -1, nrd = 0;
+	int timeout = more ? 0 : wait_ms(r, now);
+	bool deferred = false;
 
 	if (pgrepl_streaming(r->pg) && !r->stopping && !sink_redis_full(r->sink)) {
-		pg_i = npfd;
-		pfd[npfd++] = (struct pollfd){.fd = pgrepl_fd(r->pg), .events = POLLIN};
+		if (timeout > 0 && wal_defer(r)) {
+			deferred = true;
+			if (timeout > WAL_DEFER_MS)
+				timeout = WAL_DEFER_MS;
+		} else {
+			pg_i = npfd;
+			pfd[npfd++] = (struct pollfd){.fd = pgrepl_fd(r->pg), .events = POLLIN};
+		}
 	}
 	if (sink_redis_connected(r->sink)) {
 		rd_i = npfd;
 		nrd = sink_redis_pollfds(r->sink, pfd + npfd, MAX_REDIS_FDS);
 		npfd += nrd;
 	}
-	if (poll(pfd, (nfds_t)npfd, more ? 0 : wait_ms(r, now)) < 0) {
+	if (poll(pfd, (nfds_t)npfd, timeout) < 0) {
 		if (errno == EINTR)
 			return true;
 		log_error("poll failed: %s", strerror(errno));
 		return finish(r, EXIT_FAILURE_RUNTIME, "poll failed");
 	}
-	if (pg_i >= 0 && (pfd[pg_i].revents & (POLLIN | POLLERR | POLLHUP)) && !pgrepl_consume(r->pg))
+	if (((pg_i >= 0 && (pfd[pg_i].revents & (POLLIN | POLLERR | POLLHUP))) || deferred) &&
+	    !pgrepl_consume(r->pg))
 		relay_pg_lost(r, pgrepl_errmsg(r->pg));
 	if (rd_i >= 0 && !sink_redis_io(r->sink, pfd + rd_i, nrd))
 		relay_redis_lost(r, sink_redis_errmsg(r->sink));

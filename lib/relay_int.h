@@ -30,6 +30,7 @@
 #define STANDBY_RETRY_MS 2000
 #define RETRY_BASE_MS 200
 #define STATS_INTERVAL_US 30000000
+#define WAL_DEFER_MS 1         /* longest wait for Redis alone (wal_defer) */
 #define MEMORY_POLL_US 5000000 /* INFO memory for /metrics and /readyz */
 #define MAX_REDIS_FDS 64       /* one per Redis Cluster master */
 
