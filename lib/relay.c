@@ -602,7 +602,8 @@ static int wait_ms(const struct relay *r, int64_t now)
  * woke it. Left out of poll(), the socket fills without waking the relay,
  * which reads what came when Redis answers, at most WAL_DEFER_MS later (the
  * loop then consumes the socket whether poll() saw it or not).
- * tests/bench/RESULTS.md, "Waiting for Redis alone", has the measurement.
+ * tests/bench/RESULTS.md, "Waiting for Redis alone while it owes replies",
+ * has the measurement.
  */
 static bool wal_defer(const struct relay *r)
 {
