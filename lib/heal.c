@@ -29,6 +29,7 @@
 #include "exitcode.h"
 #include "log.h"
 #include "lsn.h"
+#include "pg_facts.h"
 #include "pg_sql.h"
 #include "republish.h"
 #include "sink_redis.h"
@@ -94,46 +95,39 @@ static int repl_connect(struct heal *h)
 /* The slot as pg_replication_slots has it now (h->slot). */
 static int read_slot(struct heal *h)
 {
-	struct buf q = {0};
-	PGresult *res;
+	struct pg_slot slot;
+	PGresult *failed;
+	enum pg_fact fact;
 
 	memset(&h->slot, 0, sizeof(h->slot));
 	snprintf(h->slot.plugin, sizeof(h->slot.plugin), "%s", h->cf->plugin);
-	buf_puts(&q, "SELECT plugin, confirmed_flush_lsn, coalesce(wal_status, ''), active, ");
-	buf_puts(&q, PQserverVersion(h->repl) >= 170000 ? "coalesce(invalidation_reason, '')" : "''");
-	buf_puts(&q, " FROM pg_catalog.pg_replication_slots WHERE slot_name = ");
-	buf_put_sql_literal(&q, h->cf->slot);
-	res = q.failed ? NULL : run(h, "reading the slot", q.data, PGRES_TUPLES_OK);
-	buf_finish(&q);
-	if (!res)
+	fact = pg_slot_read(h->repl, h->cf->slot, &slot, &failed);
+	if (fact != PG_FACT_OK && fact != PG_FACT_ABSENT) {
+		if (fact == PG_FACT_NOMEM)
+			snprintf(h->err, sizeof(h->err), "reading the slot: out of memory");
+		else
+			pg_sql_error(h->repl, "reading the slot: ", h->err, sizeof(h->err));
+		PQclear(failed);
 		return EXIT_PG_SETUP;
-	if (PQntuples(res) == 1) {
-		const char *c = PQgetvalue(res, 0, 1);
-
-		if (strcmp(PQgetvalue(res, 0, 0), "wal2json") != 0 &&
-		    strcmp(PQgetvalue(res, 0, 0), "pgoutput") != 0) {
+	}
+	if (slot.exists) {
+		if (!slot.ours) {
 			snprintf(h->err, sizeof(h->err),
 			         "replication slot \"%s\" exists but its plugin is \"%s\", not wal2json or "
 			         "pgoutput: use another --slot or drop it",
-			         h->cf->slot, PQgetvalue(res, 0, 0));
-			PQclear(res);
+			         h->cf->slot, slot.plugin);
+			pg_slot_free(&slot);
 			return EXIT_SLOT;
 		}
 		/* An invalidated slot is made again with its own plugin. */
-		snprintf(h->slot.plugin, sizeof(h->slot.plugin), "%s", PQgetvalue(res, 0, 0));
+		snprintf(h->slot.plugin, sizeof(h->slot.plugin), "%.15s", slot.plugin);
 		h->slot.exists = true;
-		if (!PQgetisnull(res, 0, 1))
-			(void)lsn_parse(c, strlen(c), &h->slot.confirmed);
-		h->slot.active = strcmp(PQgetvalue(res, 0, 3), "t") == 0;
-		if (PQgetvalue(res, 0, 4)[0])
-			snprintf(h->slot.why, sizeof(h->slot.why), "invalidation_reason %s",
-			         PQgetvalue(res, 0, 4));
-		else
-			snprintf(h->slot.why, sizeof(h->slot.why), "wal_status %s", PQgetvalue(res, 0, 2));
-		h->slot.invalidated =
-		    PQgetvalue(res, 0, 4)[0] || strcmp(PQgetvalue(res, 0, 2), "lost") == 0;
+		h->slot.confirmed = slot.confirmed;
+		h->slot.active = slot.active;
+		snprintf(h->slot.why, sizeof(h->slot.why), "%s", slot.why);
+		h->slot.invalidated = slot.invalidated;
 	}
-	PQclear(res);
+	pg_slot_free(&slot);
 	return EXIT_OK;
 }
 

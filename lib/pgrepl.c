@@ -15,6 +15,7 @@
 
 #include "buf.h"
 #include "event.h"
+#include "pg_facts.h"
 #include "slot_record.h"
 
 struct pgrepl {
@@ -320,6 +321,21 @@ static PGresult *run(struct pgrepl *p, const char *sql, ExecStatusType want, enu
 	return NULL;
 }
 
+/* A read of pg_facts.c that did not give its answer: the status and p->errmsg. */
+static enum pg_status fact_failed(struct pgrepl *p, enum pg_fact fact, PGresult *failed)
+{
+	enum pg_status st = PG_RETRY;
+
+	if (fact == PG_FACT_FAILED) {
+		set_err(p, "", PQerrorMessage(p->conn));
+		st = classify_command_error(p, failed);
+		PQclear(failed);
+	} else {
+		set_err(p, "", fact == PG_FACT_NOMEM ? "out of memory" : PQerrorMessage(p->conn));
+	}
+	return st;
+}
+
 /*
  * Server notices (WARNING, NOTICE) would go to stderr as libpq prints them,
  * several lines each; keep the newest as one line for the caller to log.
@@ -460,66 +476,46 @@ static enum pg_status ensure_slot(struct pgrepl *p)
 {
 	enum pg_status st = PG_RETRY;
 	struct buf q = {0};
-	PGresult *res;
+	struct pg_slot slot;
+	PGresult *res, *failed;
+	enum pg_fact fact;
 	bool exists;
 
 	p->gap[0] = '\0';
 	p->plugin[0] = '\0';
 	p->facts.known = false;
 	p->altered_failover = false;
-	buf_puts(&q, "SELECT plugin, slot_type, database, temporary, confirmed_flush_lsn, "
-	             "coalesce(wal_status, ''), ");
-	/* invalidation_reason is new in PostgreSQL 17 */
-	buf_puts(&q, PQserverVersion(p->conn) >= 170000 ? "coalesce(invalidation_reason, ''), failover"
-	                                                : "'', false");
-	buf_puts(&q, " FROM pg_catalog.pg_replication_slots WHERE slot_name = ");
-	buf_put_sql_literal(&q, p->cf->slot);
-	res = run(p, q.data, PGRES_TUPLES_OK, &st);
-	buf_finish(&q);
-	if (!res)
-		return st;
-	exists = PQntuples(res) == 1;
+	fact = pg_slot_read(p->conn, p->cf->slot, &slot, &failed);
+	if (fact != PG_FACT_OK && fact != PG_FACT_ABSENT)
+		return fact_failed(p, fact, failed);
+	exists = slot.exists;
 	if (exists) {
-		const char *plugin = PQgetvalue(res, 0, 0);
-		const char *type = PQgetvalue(res, 0, 1);
-		const char *db = PQgetvalue(res, 0, 2);
-		lsn_t confirmed = LSN_INVALID;
-
-		if (strcmp(type, "logical") != 0 ||
-		    (strcmp(plugin, "wal2json") != 0 && strcmp(plugin, "pgoutput") != 0)) {
+		if (!slot.ours) {
 			snprintf(p->errmsg, sizeof(p->errmsg),
 			         "replication slot \"%s\" exists but is a %s slot with plugin \"%s\"; "
 			         "outbox-relay needs a logical wal2json or pgoutput slot: use another --slot "
 			         "or drop it with SELECT pg_drop_replication_slot('%s')",
-			         p->cf->slot, type, plugin[0] ? plugin : "(none)", p->cf->slot);
-			PQclear(res);
+			         p->cf->slot, slot.type, slot.plugin[0] ? slot.plugin : "(none)", p->cf->slot);
+			pg_slot_free(&slot);
 			return PG_FATAL_SLOT;
 		}
 		/* The slot's own plugin decides, whatever --plugin says. */
-		snprintf(p->plugin, sizeof(p->plugin), "%s", plugin);
-		if (strcmp(db, PQdb(p->conn)) != 0) {
+		snprintf(p->plugin, sizeof(p->plugin), "%.15s", slot.plugin); /* wal2json or pgoutput */
+		if (strcmp(slot.database, PQdb(p->conn)) != 0) {
 			snprintf(p->errmsg, sizeof(p->errmsg),
 			         "replication slot \"%s\" belongs to database \"%s\", not \"%s\": "
 			         "fix dbname in --pg-dsn or use another --slot",
-			         p->cf->slot, db, PQdb(p->conn));
-			PQclear(res);
+			         p->cf->slot, slot.database, PQdb(p->conn));
+			pg_slot_free(&slot);
 			return PG_FATAL_SLOT;
 		}
-		if (!PQgetisnull(res, 0, 4))
-			(void)lsn_parse(PQgetvalue(res, 0, 4), strlen(PQgetvalue(res, 0, 4)), &confirmed);
-		p->slot_confirmed = confirmed;
-		p->facts.confirmed = confirmed;
-		if (PQgetvalue(res, 0, 6)[0])
-			snprintf(p->facts.invalid_why, sizeof(p->facts.invalid_why), "invalidation_reason %s",
-			         PQgetvalue(res, 0, 6));
-		else
-			snprintf(p->facts.invalid_why, sizeof(p->facts.invalid_why), "wal_status %s",
-			         PQgetvalue(res, 0, 5));
-		p->facts.invalidated =
-		    PQgetvalue(res, 0, 6)[0] || strcmp(PQgetvalue(res, 0, 5), "lost") == 0;
-		p->facts.failover = strcmp(PQgetvalue(res, 0, 7), "t") == 0;
+		p->slot_confirmed = slot.confirmed;
+		p->facts.confirmed = slot.confirmed;
+		snprintf(p->facts.invalid_why, sizeof(p->facts.invalid_why), "%s", slot.why);
+		p->facts.invalidated = slot.invalidated;
+		p->facts.failover = slot.failover;
 	}
-	PQclear(res);
+	pg_slot_free(&slot);
 	p->facts.known = true;
 	p->facts.exists = exists;
 	p->created_slot = false;
@@ -593,82 +589,56 @@ static enum pg_status ensure_slot(struct pgrepl *p)
 	return PG_OK;
 }
 
-/* Is name among the column names of res (column 0, from row 1 on)? */
-static bool has_column(const PGresult *res, const char *name)
-{
-	for (int i = 1; i < PQntuples(res); i++)
-		if (strcmp(PQgetvalue(res, i, 0), name) == 0)
-			return true;
-	return false;
-}
-
 /*
  * The outbox table must exist and have the id column and every column the
  * stream template routes by; otherwise every row would be dead-lettered.
  */
 static enum pg_status check_table(struct pgrepl *p)
 {
-	enum pg_status st = PG_RETRY;
-	struct buf q = {0};
+	enum pg_status st;
 	struct stream_tmpl *t;
-	PGresult *res;
+	struct pg_table tbl;
+	PGresult *failed;
+	enum pg_fact fact;
 	char err[256];
 	const char *missing = NULL, *from = NULL;
 
-	/* Row 0: the table's real schema and name (NULLs when it does not
-	 * exist); then its column names. to_regclass folds case and strips
-	 * quotes like SQL does, but wal2json's add-tables and the change
-	 * objects carry the real names, so those are what the relay uses. */
-	buf_puts(&q, "SELECT n.nspname, c.relname, 0 AS o FROM pg_catalog.pg_class c JOIN "
-	             "pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = "
-	             "pg_catalog.to_regclass(");
-	buf_put_sql_literal(&q, p->cf->table);
-	buf_puts(&q, ") UNION ALL SELECT a.attname, NULL, 1 FROM pg_catalog.pg_attribute a WHERE "
-	             "a.attrelid = pg_catalog.to_regclass(");
-	buf_put_sql_literal(&q, p->cf->table);
-	buf_puts(&q, ") AND a.attnum > 0 AND NOT a.attisdropped ORDER BY 3");
-	res = PQexec(p->conn, q.data);
-	buf_finish(&q);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-		const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-
-		if (state && strcmp(state, "42602") == 0) { /* invalid_name */
-			PQclear(res);
-			snprintf(p->errmsg, sizeof(p->errmsg),
-			         "invalid --table %s: not an SQL table name; quote names with spaces or "
-			         "upper case, e.g. --table 'public.\"My Outbox\"'",
-			         p->cf->table);
-			return PG_FATAL_USAGE;
-		}
-		set_err(p, "", PQerrorMessage(p->conn));
-		st = classify_command_error(p, res);
-		PQclear(res);
-		return st == PG_STANDBY ? PG_RETRY : st;
+	fact = pg_table_read(p->conn, p->cf->table, false, &tbl, &failed);
+	if (fact == PG_FACT_BAD_NAME) {
+		pg_table_free(&tbl);
+		snprintf(p->errmsg, sizeof(p->errmsg),
+		         "invalid --table %s: not an SQL table name; quote names with spaces or "
+		         "upper case, e.g. --table 'public.\"My Outbox\"'",
+		         p->cf->table);
+		return PG_FATAL_USAGE;
 	}
-	if (PQntuples(res) < 1 || PQgetisnull(res, 0, 1)) {
-		PQclear(res);
+	if (fact == PG_FACT_ABSENT) {
+		pg_table_free(&tbl);
 		snprintf(p->errmsg, sizeof(p->errmsg),
 		         "outbox table \"%s\" does not exist: create it (see sql/outbox.sql) or point "
 		         "--table at your outbox table",
 		         p->cf->table);
 		return PG_FATAL_SCHEMA;
 	}
+	if (fact != PG_FACT_OK) {
+		pg_table_free(&tbl);
+		st = fact_failed(p, fact, failed);
+		return st == PG_STANDBY ? PG_RETRY : st;
+	}
+	/* The real names, not --table's spelling: wal2json's add-tables and the
+	 * change objects carry those. */
 	free(p->tbl_schema);
 	free(p->tbl_name);
-	p->tbl_schema = strdup(PQgetvalue(res, 0, 0));
-	p->tbl_name = strdup(PQgetvalue(res, 0, 1));
-	if (!p->tbl_schema || !p->tbl_name) {
-		PQclear(res);
-		set_err(p, "", "out of memory");
-		return PG_RETRY;
-	}
-	if (!has_column(res, p->cf->id_column)) {
+	p->tbl_schema = tbl.schema;
+	p->tbl_name = tbl.name;
+	tbl.schema = tbl.name = NULL;
+	if (pg_table_column(&tbl, p->cf->id_column) < 0) {
 		missing = p->cf->id_column;
 		from = "--id-column";
 	}
 	t = stream_tmpl_compile(p->cf->stream, err, sizeof(err));
 	for (size_t i = 0; t && !missing && i < stream_tmpl_ncolumns(t); i++) {
-		if (!has_column(res, stream_tmpl_column(t, i))) {
+		if (pg_table_column(&tbl, stream_tmpl_column(t, i)) < 0) {
 			missing = stream_tmpl_column(t, i);
 			from = "--stream";
 		}
@@ -679,7 +649,7 @@ static enum pg_status check_table(struct pgrepl *p)
 		         "column or fix %s",
 		         missing, from, p->cf->table, from);
 	stream_tmpl_free(t);
-	PQclear(res);
+	pg_table_free(&tbl);
 	return missing ? PG_FATAL_SCHEMA : PG_OK;
 }
 

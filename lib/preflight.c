@@ -7,7 +7,8 @@
  * TEMPORARY slot on it (dropped at once) proves that the output plugin the
  * relay would use (the existing slot's, else --plugin) loads and is allowed;
  * for pgoutput the publication is checked as pgrepl.c's ensure_publication
- * judges it (nothing is created). Redis: connect, AUTH, SELECT, COMMAND INFO
+ * judges it (nothing is created). The outbox table and the slot are read by
+ * pg_facts.c, as the relay, status and heal read them. Redis: connect, AUTH, SELECT, COMMAND INFO
  * for every command the relay uses, INFO for the role and the eviction
  * policy; nothing is written.
  */
@@ -27,6 +28,7 @@
 #include "cluster_slots.h"
 #include "event.h"
 #include "lsn.h"
+#include "pg_facts.h"
 #include "pgrepl.h"
 #include "redis_conn.h"
 #include "redis_sentinel.h"
@@ -305,14 +307,6 @@ static void add_command_problem(struct preflight *pf, PGconn *c, const PGresult 
 	add(pf, PREFLIGHT_PROBLEM, "%s", line);
 }
 
-static bool has_column(const PGresult *res, const char *name)
-{
-	for (int i = 1; i < PQntuples(res); i++)
-		if (strcmp(PQgetvalue(res, i, 0), name) == 0)
-			return true;
-	return false;
-}
-
 /*
  * Run the query built in q (then freed) on c. NULL when building it ran out
  * of memory (pf->oom set) or libpq had no memory for a result; a result of
@@ -331,53 +325,51 @@ static PGresult *exec_query(struct preflight *pf, PGconn *c, struct buf *q)
 }
 
 /*
- * The outbox table and the columns the relay maps, resolved as pgrepl.c does;
- * its real schema and name into schema and name (left "" when not found).
+ * The outbox table and the columns the relay maps, read as the relay reads
+ * them (pg_table_read()); its real schema and name into schema and name (left
+ * "" when not found).
  */
 static void check_table(const struct relay_config *cf, struct preflight *pf, PGconn *c,
                         char *schema, char *name, size_t len)
 {
-	struct buf q = {0};
 	struct stream_tmpl *t;
-	PGresult *res;
+	struct pg_table tbl;
+	PGresult *failed;
+	enum pg_fact fact;
 	char err[256];
 	size_t nbad = pf->nproblems;
 
-	buf_puts(&q, "SELECT n.nspname, c.relname, 0 AS o FROM pg_catalog.pg_class c JOIN "
-	             "pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = "
-	             "pg_catalog.to_regclass(");
-	buf_put_sql_literal(&q, cf->table);
-	buf_puts(&q, ") UNION ALL SELECT a.attname, NULL, 1 FROM pg_catalog.pg_attribute a WHERE "
-	             "a.attrelid = pg_catalog.to_regclass(");
-	buf_put_sql_literal(&q, cf->table);
-	buf_puts(&q, ") AND a.attnum > 0 AND NOT a.attisdropped ORDER BY 3");
-	res = exec_query(pf, c, &q);
-	if (!res)
+	fact = pg_table_read(c, cf->table, false, &tbl, &failed);
+	switch (fact) {
+	case PG_FACT_OK:
+		break;
+	case PG_FACT_BAD_NAME:
+		add(pf, PREFLIGHT_PROBLEM,
+		    "invalid --table %s: not an SQL table name; quote names with spaces or upper "
+		    "case, e.g. --table 'public.\"My Outbox\"'",
+		    cf->table);
+		pg_table_free(&tbl);
 		return;
-	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-		const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-
-		if (state && strcmp(state, "42602") == 0)
-			add(pf, PREFLIGHT_PROBLEM,
-			    "invalid --table %s: not an SQL table name; quote names with spaces or upper "
-			    "case, e.g. --table 'public.\"My Outbox\"'",
-			    cf->table);
-		else
-			add_command_problem(pf, c, res);
-		PQclear(res);
-		return;
-	}
-	if (PQntuples(res) < 1 || PQgetisnull(res, 0, 1)) {
+	case PG_FACT_ABSENT:
 		add(pf, PREFLIGHT_PROBLEM,
 		    "outbox table \"%s\" does not exist: create it (see sql/outbox.sql) or point --table "
 		    "at your outbox table",
 		    cf->table);
-		PQclear(res);
+		pg_table_free(&tbl);
+		return;
+	case PG_FACT_FAILED:
+		add_command_problem(pf, c, failed);
+		PQclear(failed);
+		pg_table_free(&tbl);
+		return;
+	case PG_FACT_NOMEM:
+		pf->oom = true;
+		pg_table_free(&tbl);
 		return;
 	}
-	snprintf(schema, len, "%s", PQgetvalue(res, 0, 0));
-	snprintf(name, len, "%s", PQgetvalue(res, 0, 1));
-	if (!has_column(res, cf->id_column))
+	snprintf(schema, len, "%s", tbl.schema);
+	snprintf(name, len, "%s", tbl.name);
+	if (pg_table_column(&tbl, cf->id_column) < 0)
 		add(pf, PREFLIGHT_PROBLEM,
 		    "column \"%s\" (named by --id-column) does not exist in outbox table \"%s\": add the "
 		    "column or fix --id-column",
@@ -389,7 +381,7 @@ static void check_table(const struct relay_config *cf, struct preflight *pf, PGc
 
 		for (size_t j = 0; j < i; j++) /* {a}:{a} names it once */
 			seen = seen || strcmp(stream_tmpl_column(t, j), col) == 0;
-		if (!seen && !has_column(res, col))
+		if (!seen && pg_table_column(&tbl, col) < 0)
 			add(pf, PREFLIGHT_PROBLEM,
 			    "column \"%s\" (named by --stream) does not exist in outbox table \"%s\": add "
 			    "the column or fix --stream",
@@ -397,9 +389,9 @@ static void check_table(const struct relay_config *cf, struct preflight *pf, PGc
 	}
 	stream_tmpl_free(t);
 	if (pf->nproblems == nbad)
-		add(pf, PREFLIGHT_OK, "outbox table %s.%s has the id and routing columns",
-		    PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1));
-	PQclear(res);
+		add(pf, PREFLIGHT_OK, "outbox table %s.%s has the id and routing columns", tbl.schema,
+		    tbl.name);
+	pg_table_free(&tbl);
 }
 
 /* What the catalogs say, read on a plain connection. */
@@ -473,24 +465,22 @@ static void read_facts(struct preflight *pf, PGconn *c, struct pg_facts *f)
 static void check_slot(const struct relay_config *cf, struct preflight *pf, PGconn *c,
                        struct pg_facts *f)
 {
-	struct buf q = {0};
-	PGresult *res;
-	const char *plugin, *type, *db, *wal_status;
+	struct pg_slot slot;
+	PGresult *failed;
+	enum pg_fact fact;
 
 	snprintf(f->plugin, sizeof(f->plugin), "%s", cf->plugin);
-	buf_puts(&q, "SELECT plugin, slot_type, database, coalesce(wal_status, ''), active, "
-	             "confirmed_flush_lsn FROM pg_catalog.pg_replication_slots WHERE slot_name = ");
-	buf_put_sql_literal(&q, cf->slot);
-	res = exec_query(pf, c, &q);
-	if (!res)
-		return;
-	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
-		add_command_problem(pf, c, res);
-		PQclear(res);
+	fact = pg_slot_read(c, cf->slot, &slot, &failed);
+	if (fact == PG_FACT_NOMEM) {
+		pf->oom = true;
 		return;
 	}
-	if (PQntuples(res) != 1) {
-		PQclear(res);
+	if (fact == PG_FACT_FAILED || fact == PG_FACT_BAD_NAME) {
+		add_command_problem(pf, c, failed);
+		PQclear(failed);
+		return;
+	}
+	if (!slot.exists) {
 		if (!cf->create_slot)
 			add(pf, PREFLIGHT_PROBLEM,
 			    "replication slot \"%s\" does not exist and --no-create-slot is set: create "
@@ -509,36 +499,31 @@ static void check_slot(const struct relay_config *cf, struct preflight *pf, PGco
 			    cf->plugin);
 		return;
 	}
-	plugin = PQgetvalue(res, 0, 0);
-	type = PQgetvalue(res, 0, 1);
-	db = PQgetvalue(res, 0, 2);
-	wal_status = PQgetvalue(res, 0, 3);
-	if (strcmp(type, "logical") != 0 ||
-	    (strcmp(plugin, "wal2json") != 0 && strcmp(plugin, "pgoutput") != 0)) {
+	if (!slot.ours) {
 		add(pf, PREFLIGHT_PROBLEM,
 		    "replication slot \"%s\" exists but is a %s slot with plugin \"%s\"; outbox-relay "
 		    "needs a logical wal2json or pgoutput slot: use another --slot or drop it with "
 		    "SELECT pg_drop_replication_slot('%s')",
-		    cf->slot, type, plugin[0] ? plugin : "(none)", cf->slot);
-		PQclear(res);
+		    cf->slot, slot.type, slot.plugin[0] ? slot.plugin : "(none)", cf->slot);
+		pg_slot_free(&slot);
 		return;
 	}
 	/* The slot's own plugin decides, whatever --plugin says. */
-	snprintf(f->plugin, sizeof(f->plugin), "%s", plugin);
+	snprintf(f->plugin, sizeof(f->plugin), "%.15s", slot.plugin); /* wal2json or pgoutput */
 	f->slot_exists = true;
-	if (strcmp(db, f->db) != 0)
+	if (strcmp(slot.database, f->db) != 0)
 		add(pf, PREFLIGHT_PROBLEM,
 		    "replication slot \"%s\" belongs to database \"%s\", not \"%s\": fix dbname in "
 		    "--pg-dsn or use another --slot",
-		    cf->slot, db, f->db);
-	else if (strcmp(wal_status, "lost") == 0)
+		    cf->slot, slot.database, f->db);
+	else if (slot.invalidated)
 		add(pf, PREFLIGHT_PROBLEM,
-		    "replication slot \"%s\" was invalidated (wal_status lost); the slot was "
+		    "replication slot \"%s\" was invalidated (%s); the slot was "
 		    "invalidated (max_slot_wal_keep_size exceeded): WAL it needed is gone, so events in "
 		    "that range must be recovered from the outbox table; then drop the slot and let the "
 		    "relay create a new one",
-		    cf->slot);
-	else if (strcmp(PQgetvalue(res, 0, 4), "t") == 0)
+		    cf->slot, slot.why);
+	else if (slot.active)
 		add(pf, PREFLIGHT_WARNING,
 		    "replication slot \"%s\" is active in another process (another relay?): this relay "
 		    "would wait as its standby",
@@ -546,8 +531,9 @@ static void check_slot(const struct relay_config *cf, struct preflight *pf, PGco
 	else
 		add(pf, PREFLIGHT_OK,
 		    "replication slot \"%s\" exists (%s, database %s, confirmed up to %s)", cf->slot,
-		    plugin, db, PQgetisnull(res, 0, 5) ? "?" : PQgetvalue(res, 0, 5));
-	PQclear(res);
+		    slot.plugin, slot.database,
+		    pg_slot_cell(&slot, PGS_CONFIRMED) ? pg_slot_cell(&slot, PGS_CONFIRMED) : "?");
+	pg_slot_free(&slot);
 }
 
 /*

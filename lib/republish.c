@@ -25,6 +25,7 @@
 #include "exitcode.h"
 #include "log.h"
 #include "lsn.h"
+#include "pg_facts.h"
 #include "pg_sql.h"
 #include "relay.h"
 #include "sink_redis.h"
@@ -42,19 +43,12 @@ static void on_signal(int sig)
 }
 
 /* A column of the outbox table, in attnum order (wal2json's order). */
-struct column {
-	char *name;
-	char *type; /* format_type(atttypid, atttypmod), as wal2json prints it */
-	unsigned oid;
-	bool seq; /* an identity column, or one whose default is nextval(): insert order */
-};
-
 struct republish {
 	const struct relay_config *cf;
 	PGconn *conn;
 	struct sink_redis *sink;
 	struct mapper *map;
-	struct column *cols;
+	struct pg_column *cols;
 	int ncols;
 	char *schema, *table; /* the outbox table's real names */
 	uint64_t rows;
@@ -70,7 +64,7 @@ struct republish {
 };
 
 /* One column's text output as the w2j_field wal2json would give for it. */
-static void render(const struct column *c, const char *v, bool null, struct w2j_field *f)
+static void render(const struct pg_column *c, const char *v, bool null, struct w2j_field *f)
 {
 	f->name = c->name;
 	f->name_len = strlen(c->name);
@@ -160,10 +154,9 @@ static int pg_setup(struct republish *rp)
 	const struct relay_config *cf = rp->cf;
 	const char *keys[5] = {"connect_timeout", "fallback_application_name", "dbname"};
 	const char *vals[5] = {"10", "outbox-relay republish", cf->pg_dsn};
-	struct buf q = {0};
-	PGresult *res;
-	char *lit;
-	int total;
+	struct pg_table tbl;
+	PGresult *res, *failed;
+	enum pg_fact fact;
 
 	if (cf->pg_password) {
 		keys[3] = "password";
@@ -193,52 +186,43 @@ static int pg_setup(struct republish *rp)
 	if (!res)
 		return EXIT_PG_SETUP;
 	PQclear(res);
-	lit = PQescapeLiteral(rp->conn, cf->table, strlen(cf->table));
-	if (!lit) {
+	fact = pg_table_read(rp->conn, cf->table, true, &tbl, &failed);
+	if (fact == PG_FACT_OK) {
+		rp->schema = tbl.schema;
+		rp->table = tbl.name;
+		rp->cols = tbl.cols;
+		rp->ncols = tbl.ncols;
+		tbl.schema = tbl.name = NULL;
+		tbl.cols = NULL;
+		tbl.ncols = 0;
+		rp->fields = calloc((size_t)rp->ncols + 1, sizeof(*rp->fields));
+	}
+	pg_table_free(&tbl);
+	switch (fact) {
+	case PG_FACT_OK:
+		break;
+	case PG_FACT_ABSENT:
+		snprintf(rp->err, sizeof(rp->err),
+		         "outbox table \"%s\" does not exist: create it (see sql/outbox.sql) or point "
+		         "--table at your outbox table",
+		         cf->table);
+		return EXIT_OUTBOX_SCHEMA;
+	case PG_FACT_BAD_NAME:
+		snprintf(
+		    rp->err, sizeof(rp->err),
+		    "invalid --table %s: not an SQL table name; quote names with spaces or upper case, "
+		    "e.g. --table 'public.\"My Outbox\"'",
+		    cf->table);
+		return EXIT_USAGE;
+	case PG_FACT_FAILED:
+		pg_sql_error(rp->conn, "reading the outbox table's columns: ", rp->err, sizeof(rp->err));
+		PQclear(failed);
+		return EXIT_PG_SETUP;
+	case PG_FACT_NOMEM:
 		snprintf(rp->err, sizeof(rp->err), "out of memory");
 		return EXIT_FAILURE_RUNTIME;
 	}
-	/* Row 0: the table's real schema and name (as the relay resolves it);
-	 * then its columns in attnum order with wal2json's type names. */
-	buf_puts(&q, "SELECT n.nspname, c.relname, 0::oid, false, 0 AS o FROM pg_catalog.pg_class c "
-	             "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = "
-	             "pg_catalog.to_regclass(");
-	buf_puts(&q, lit);
-	buf_puts(&q, ") UNION ALL SELECT a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), "
-	             "a.atttypid, a.attidentity <> '' OR coalesce(pg_catalog.pg_get_expr(d.adbin, "
-	             "d.adrelid) LIKE 'nextval(%', false), a.attnum FROM pg_catalog.pg_attribute a "
-	             "LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = "
-	             "a.attnum WHERE a.attrelid = pg_catalog.to_regclass(");
-	buf_puts(&q, lit);
-	buf_puts(&q, ") AND a.attnum > 0 AND NOT a.attisdropped ORDER BY 5");
-	PQfreemem(lit);
-	res = q.failed ? NULL : run(rp, "reading the outbox table's columns", q.data, PGRES_TUPLES_OK);
-	buf_finish(&q);
-	if (!res)
-		return strstr(rp->err, "invalid name syntax") ? EXIT_USAGE : EXIT_PG_SETUP;
-	if (PQntuples(res) < 2 || PQgetisnull(res, 0, 1)) {
-		PQclear(res);
-		snprintf(rp->err, sizeof(rp->err),
-		         "outbox table \"%s\" does not exist: point --table at your outbox table",
-		         cf->table);
-		return EXIT_OUTBOX_SCHEMA;
-	}
-	rp->schema = strdup(PQgetvalue(res, 0, 0));
-	rp->table = strdup(PQgetvalue(res, 0, 1));
-	total = PQntuples(res) - 1;
-	rp->ncols = total;
-	rp->cols = calloc((size_t)rp->ncols, sizeof(*rp->cols));
-	rp->fields = calloc((size_t)rp->ncols + 1, sizeof(*rp->fields));
-	for (int i = 0; rp->cols && i < rp->ncols; i++) {
-		rp->cols[i].name = strdup(PQgetvalue(res, i + 1, 0));
-		rp->cols[i].type = strdup(PQgetvalue(res, i + 1, 1));
-		rp->cols[i].oid = (unsigned)strtoul(PQgetvalue(res, i + 1, 2), NULL, 10);
-		rp->cols[i].seq = strcmp(PQgetvalue(res, i + 1, 3), "t") == 0;
-		if (!rp->cols[i].name || !rp->cols[i].type)
-			rp->ncols = i; /* reported below */
-	}
-	PQclear(res);
-	if (!rp->schema || !rp->table || !rp->cols || !rp->fields || rp->ncols != total) {
+	if (!rp->fields) {
 		snprintf(rp->err, sizeof(rp->err), "out of memory");
 		return EXIT_FAILURE_RUNTIME;
 	}
@@ -435,7 +419,7 @@ static bool put_table(struct republish *rp, struct buf *q)
  */
 static bool put_bound(struct republish *rp, struct buf *q, const char *op, const char *v)
 {
-	const struct column *c = NULL;
+	const struct pg_column *c = NULL;
 
 	for (int i = 0; i < rp->ncols; i++)
 		if (strcmp(rp->cols[i].name, rp->cf->time_column) == 0)

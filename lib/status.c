@@ -9,7 +9,8 @@
  * command accepts.
  *
  * PostgreSQL is asked through a normal (non-replication) connection, so the
- * report works while the relay is streaming from the slot. Redis streams are
+ * report works while the relay is streaming from the slot; the slot is read
+ * by pg_slot_read(), as the relay, --check-config and heal read it. Redis streams are
  * found with SCAN MATCH ... TYPE stream and described with XINFO STREAM and
  * XINFO GROUPS; the relay's watermark for the slot is read with GET. Redis
  * is one server, the Sentinels' master or a Redis Cluster, through
@@ -38,6 +39,7 @@
 #include "event.h"
 #include "exitcode.h"
 #include "lsn.h"
+#include "pg_facts.h"
 #include "rclient.h"
 #include "sink_redis.h"
 
@@ -163,47 +165,18 @@ static const char *one_line(const char *msg, char *buf, size_t len)
 	return buf;
 }
 
-static const char *slot_query =
-    "SELECT slot_name, plugin, slot_type, database, temporary, active, active_pid, "
-    "       confirmed_flush_lsn, restart_lsn, "
-    "       pg_catalog.pg_wal_lsn_diff(w.lsn, confirmed_flush_lsn), "
-    "       pg_catalog.pg_size_pretty(pg_catalog.pg_wal_lsn_diff(w.lsn, confirmed_flush_lsn)), "
-    "       wal_status, safe_wal_size, pg_catalog.pg_size_pretty(safe_wal_size) %s "
-    "FROM pg_catalog.pg_replication_slots, "
-    "     (SELECT CASE WHEN pg_catalog.pg_is_in_recovery() "
-    "                  THEN pg_catalog.pg_last_wal_replay_lsn() "
-    "                  ELSE pg_catalog.pg_current_wal_lsn() END AS lsn) w "
-    "WHERE slot_name = $1";
-
-enum slot_col {
-	C_NAME,
-	C_PLUGIN,
-	C_TYPE,
-	C_DATABASE,
-	C_TEMPORARY,
-	C_ACTIVE,
-	C_PID,
-	C_CONFIRMED,
-	C_RESTART,
-	C_LAG,
-	C_LAG_PRETTY,
-	C_WAL_STATUS,
-	C_SAFE,
-	C_SAFE_PRETTY,
-	C_VERSIONED /* the columns of slot_columns the server has, in that order */
-};
-
 /* Columns newer servers add, with the server version that has them. */
 static const struct {
 	const char *name;
+	enum pg_slot_col col;
 	int since;
 	bool boolean;
 } slot_columns[] = {
-    {"conflicting", 160000, true},
-    {"inactive_since", 170000, false},
-    {"invalidation_reason", 170000, false},
-    {"failover", 170000, true},
-    {"synced", 170000, true},
+    {"conflicting", PGS_CONFLICTING, 160000, true},
+    {"inactive_since", PGS_INACTIVE_SINCE, 170000, false},
+    {"invalidation_reason", PGS_INVALIDATION_REASON, 170000, false},
+    {"failover", PGS_FAILOVER, 170000, true},
+    {"synced", PGS_SYNCED, 170000, true},
 };
 
 /* The slot as pg_section found it, for the gap check of the Redis section. */
@@ -214,11 +187,6 @@ struct slot_view {
 	lsn_t confirmed;
 	char why[96];
 };
-
-static const char *cell(const PGresult *res, int col)
-{
-	return PQgetisnull(res, 0, col) ? NULL : PQgetvalue(res, 0, col);
-}
 
 static void kv(FILE *out, const char *key, const char *value)
 {
@@ -236,11 +204,12 @@ static int pg_section(const struct relay_config *cf, FILE *out, struct slot_view
 	/* Defaults first; the expanded DSN overrides them; the password file wins. */
 	const char *keys[5] = {"connect_timeout", "fallback_application_name", "dbname"};
 	const char *vals[5] = {"10", "outbox-relay status", cf->pg_dsn};
-	const char *params[1] = {cf->slot};
-	char msg[1024], line[512], query[2048], extra[256] = "";
-	PGresult *res;
+	char msg[1024], line[512];
+	struct pg_slot slot = {0};
+	PGresult *failed;
+	enum pg_fact fact;
 	PGconn *conn;
-	int rc = EXIT_OK, version, nextra = 0, ncols = 0;
+	int rc = EXIT_OK, version;
 
 	if (cf->pg_password) {
 		keys[3] = "password";
@@ -257,82 +226,68 @@ static int pg_section(const struct relay_config *cf, FILE *out, struct slot_view
 	        PQdb(conn), PQuser(conn));
 
 	version = PQserverVersion(conn);
-	for (size_t i = 0; i < sizeof(slot_columns) / sizeof(slot_columns[0]); i++) {
-		if (version >= slot_columns[i].since) {
-			size_t used = strlen(extra);
-
-			(void)snprintf(extra + used, sizeof(extra) - used, ", %s", slot_columns[i].name);
-			nextra++;
-		}
-	}
-	(void)snprintf(query, sizeof(query), slot_query, extra);
-	res = PQexecParams(conn, query, 1, NULL, params, NULL, NULL, 0);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+	fact = pg_slot_read(conn, cf->slot, &slot, &failed);
+	if (fact != PG_FACT_OK && fact != PG_FACT_ABSENT) {
 		fprintf(out, "Replication slot \"%s\"\n  error: could not query pg_replication_slots: %s\n",
-		        cf->slot, one_line(PQerrorMessage(conn), msg, sizeof(msg)));
+		        cf->slot,
+		        fact == PG_FACT_NOMEM ? "out of memory"
+		                              : one_line(PQerrorMessage(conn), msg, sizeof(msg)));
+		PQclear(failed);
 		rc = EXIT_PG_SETUP;
-	} else if ((view->queried = true) && PQntuples(res) == 0) {
+	} else if ((view->queried = true) && !slot.exists) {
 		fprintf(out,
 		        "Replication slot \"%s\"\n  error: the slot does not exist in this cluster "
 		        "(the relay creates it on its first start unless --no-create-slot)\n",
 		        cf->slot);
 		rc = EXIT_SLOT;
 	} else {
-		const char *safe = cell(res, C_SAFE), *ws = cell(res, C_WAL_STATUS);
+		const char *safe = pg_slot_cell(&slot, PGS_SAFE), *ws = pg_slot_cell(&slot, PGS_WAL_STATUS);
+		bool lost = ws && strcmp(ws, "lost") == 0;
 
 		fprintf(out, "Replication slot \"%s\"\n", cf->slot);
-		kv(out, "slot_name", cell(res, C_NAME));
-		kv(out, "plugin", cell(res, C_PLUGIN));
-		kv(out, "slot_type", cell(res, C_TYPE));
-		kv(out, "database", cell(res, C_DATABASE));
-		kv(out, "temporary", pg_bool(cell(res, C_TEMPORARY)));
-		kv(out, "active", pg_bool(cell(res, C_ACTIVE)));
-		kv(out, "active_pid", cell(res, C_PID));
-		kv(out, "confirmed_flush_lsn", cell(res, C_CONFIRMED));
-		kv(out, "restart_lsn", cell(res, C_RESTART));
-		if (cell(res, C_LAG)) {
+		kv(out, "slot_name", pg_slot_cell(&slot, PGS_NAME));
+		kv(out, "plugin", pg_slot_cell(&slot, PGS_PLUGIN));
+		kv(out, "slot_type", pg_slot_cell(&slot, PGS_TYPE));
+		kv(out, "database", pg_slot_cell(&slot, PGS_DATABASE));
+		kv(out, "temporary", pg_bool(pg_slot_cell(&slot, PGS_TEMPORARY)));
+		kv(out, "active", pg_bool(pg_slot_cell(&slot, PGS_ACTIVE)));
+		kv(out, "active_pid", pg_slot_cell(&slot, PGS_PID));
+		kv(out, "confirmed_flush_lsn", pg_slot_cell(&slot, PGS_CONFIRMED));
+		kv(out, "restart_lsn", pg_slot_cell(&slot, PGS_RESTART));
+		if (pg_slot_cell(&slot, PGS_LAG)) {
 			(void)snprintf(line, sizeof(line), "%s (%s behind the current WAL position)",
-			               cell(res, C_LAG), cell(res, C_LAG_PRETTY));
+			               pg_slot_cell(&slot, PGS_LAG), pg_slot_cell(&slot, PGS_LAG_PRETTY));
 			kv(out, "lag_bytes", line);
 		} else {
 			kv(out, "lag_bytes", NULL);
 		}
 		kv(out, "wal_status", ws);
 		view->exists = true;
-		if (cell(res, C_CONFIRMED))
-			(void)lsn_parse(cell(res, C_CONFIRMED), strlen(cell(res, C_CONFIRMED)),
-			                &view->confirmed);
-		if (ws && strcmp(ws, "lost") == 0) {
-			view->invalidated = true;
-			(void)snprintf(view->why, sizeof(view->why), "wal_status lost");
-		}
+		view->confirmed = slot.confirmed;
+		view->invalidated = slot.invalidated;
+		if (slot.invalidated)
+			(void)snprintf(view->why, sizeof(view->why), "%s", slot.why);
 		for (size_t i = 0; i < sizeof(slot_columns) / sizeof(slot_columns[0]); i++) {
-			const char *v;
+			const char *v = pg_slot_cell(&slot, slot_columns[i].col);
 
-			if (version < slot_columns[i].since)
-				continue;
-			v = cell(res, C_VERSIONED + ncols++);
-			kv(out, slot_columns[i].name, slot_columns[i].boolean ? pg_bool(v) : v);
-			if (strcmp(slot_columns[i].name, "invalidation_reason") == 0 && v && *v) {
-				view->invalidated = true;
-				(void)snprintf(view->why, sizeof(view->why), "invalidation_reason %s", v);
-			}
+			if (version >= slot_columns[i].since)
+				kv(out, slot_columns[i].name, slot_columns[i].boolean ? pg_bool(v) : v);
 		}
-		(void)nextra;
 		if (safe) {
-			(void)snprintf(line, sizeof(line), "%s (%s)", safe, cell(res, C_SAFE_PRETTY));
+			(void)snprintf(line, sizeof(line), "%s (%s)", safe,
+			               pg_slot_cell(&slot, PGS_SAFE_PRETTY));
 			kv(out, "safe_wal_size", line);
 		} else {
-			kv(out, "safe_wal_size",
-			   ws && strcmp(ws, "lost") == 0 ? "-" : "- (no max_slot_wal_keep_size: unlimited)");
+			kv(out, "safe_wal_size", lost ? "-" : "- (no max_slot_wal_keep_size: unlimited)");
 		}
-		if (ws && strcmp(ws, "lost") == 0) {
-			fprintf(out, "  error: the slot was invalidated (wal_status lost); the relay "
-			             "cannot stream from it\n");
+		if (slot.invalidated) {
+			fprintf(out,
+			        "  error: the slot was invalidated (%s); the relay cannot stream from it\n",
+			        slot.why);
 			rc = EXIT_SLOT;
 		}
 	}
-	PQclear(res);
+	pg_slot_free(&slot);
 	PQfinish(conn);
 	return rc;
 }

@@ -47,6 +47,7 @@
 #include "exitcode.h"
 #include "log.h"
 #include "lsn.h"
+#include "pg_facts.h"
 #include "pg_sql.h"
 #include "redis_conn.h"
 #include "wal2json.h"
@@ -89,18 +90,12 @@ struct vstream {
 	char pos[48];
 };
 
-struct column {
-	char *name;
-	char *type;
-	unsigned oid;
-};
-
 struct verify {
 	const struct relay_config *cf;
 	PGconn *conn;
 	redisContext *rc;   /* one server */
 	struct rclient *cl; /* or a cluster */
-	struct column *cols;
+	struct pg_column *cols;
 	int ncols, idcol, aggcol;
 	char *schema, *table, *qtable; /* qtable: quoted schema.table */
 	char *idtype;
@@ -340,9 +335,10 @@ static int pg_setup(struct verify *v)
 	const struct relay_config *cf = v->cf;
 	const char *keys[5] = {"connect_timeout", "fallback_application_name", "dbname"};
 	const char *vals[5] = {"10", "outbox-relay verify", cf->pg_dsn};
-	struct buf q = {0};
-	PGresult *res;
-	char *lit, *a, *b;
+	struct pg_table tbl;
+	PGresult *res, *failed;
+	enum pg_fact fact;
+	char *a, *b;
 	bool ok;
 
 	if (cf->pg_password) {
@@ -365,48 +361,40 @@ static int pg_setup(struct verify *v)
 	if (!res)
 		return EXIT_PG_SETUP;
 	PQclear(res);
-	lit = PQescapeLiteral(v->conn, cf->table, strlen(cf->table));
-	if (!lit)
-		return EXIT_FAILURE_RUNTIME;
-	buf_puts(&q, "SELECT n.nspname, c.relname, 0::oid, 0 AS o FROM pg_catalog.pg_class c JOIN "
-	             "pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = "
-	             "pg_catalog.to_regclass(");
-	buf_puts(&q, lit);
-	buf_puts(&q, ") UNION ALL SELECT a.attname, pg_catalog.format_type(a.atttypid, a.atttypmod), "
-	             "a.atttypid, a.attnum FROM pg_catalog.pg_attribute a WHERE a.attrelid = "
-	             "pg_catalog.to_regclass(");
-	buf_puts(&q, lit);
-	buf_puts(&q, ") AND a.attnum > 0 AND NOT a.attisdropped ORDER BY 4");
-	PQfreemem(lit);
-	res = q.failed ? NULL : run(v, "reading the outbox table's columns", q.data, PGRES_TUPLES_OK);
-	buf_finish(&q);
-	if (!res)
-		return strstr(v->err, "invalid name syntax") ? EXIT_USAGE : EXIT_PG_SETUP;
-	if (PQntuples(res) < 2) {
-		PQclear(res);
+	fact = pg_table_read(v->conn, cf->table, false, &tbl, &failed);
+	if (fact == PG_FACT_OK) {
+		v->schema = tbl.schema;
+		v->table = tbl.name;
+		v->cols = tbl.cols;
+		v->ncols = tbl.ncols;
+		tbl.schema = tbl.name = NULL;
+		tbl.cols = NULL;
+		tbl.ncols = 0;
+	}
+	pg_table_free(&tbl);
+	switch (fact) {
+	case PG_FACT_OK:
+		break;
+	case PG_FACT_ABSENT:
 		snprintf(v->err, sizeof(v->err),
-		         "outbox table \"%s\" does not exist: point --table at your outbox table",
+		         "outbox table \"%s\" does not exist: create it (see sql/outbox.sql) or point "
+		         "--table at your outbox table",
 		         cf->table);
 		return EXIT_OUTBOX_SCHEMA;
-	}
-	v->schema = strdup(PQgetvalue(res, 0, 0));
-	v->table = strdup(PQgetvalue(res, 0, 1));
-	v->ncols = PQntuples(res) - 1;
-	v->cols = calloc((size_t)v->ncols, sizeof(*v->cols));
-	if (!v->schema || !v->table || !v->cols) {
-		PQclear(res);
+	case PG_FACT_BAD_NAME:
+		snprintf(
+		    v->err, sizeof(v->err),
+		    "invalid --table %s: not an SQL table name; quote names with spaces or upper case, "
+		    "e.g. --table 'public.\"My Outbox\"'",
+		    cf->table);
+		return EXIT_USAGE;
+	case PG_FACT_FAILED:
+		pg_sql_error(v->conn, "reading the outbox table's columns: ", v->err, sizeof(v->err));
+		PQclear(failed);
+		return EXIT_PG_SETUP;
+	case PG_FACT_NOMEM:
 		return EXIT_FAILURE_RUNTIME;
 	}
-	for (int i = 0; i < v->ncols; i++) {
-		v->cols[i].name = strdup(PQgetvalue(res, i + 1, 0));
-		v->cols[i].type = strdup(PQgetvalue(res, i + 1, 1));
-		v->cols[i].oid = (unsigned)strtoul(PQgetvalue(res, i + 1, 2), NULL, 10);
-		if (!v->cols[i].name || !v->cols[i].type) {
-			PQclear(res);
-			return EXIT_FAILURE_RUNTIME;
-		}
-	}
-	PQclear(res);
 	v->idcol = find_col(v, cf->id_column);
 	if (v->idcol < 0 || find_col(v, cf->time_column) < 0) {
 		snprintf(v->err, sizeof(v->err),
