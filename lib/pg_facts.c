@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "buf.h"
+#include "exitcode.h"
+#include "pg_sql.h"
 
 /* q's statement on c: the result when it has status want; otherwise the failure kind. */
 static enum pg_fact run(PGconn *c, struct buf *q, ExecStatusType want, PGresult **res,
@@ -103,6 +105,43 @@ enum pg_fact pg_table_read(PGconn *c, const char *table, bool seq, struct pg_tab
 	}
 	PQclear(res);
 	return PG_FACT_OK;
+}
+
+bool pg_table_refusal(enum pg_fact fact, const char *table, char *out, size_t outlen)
+{
+	if (fact == PG_FACT_ABSENT)
+		snprintf(out, outlen,
+		         "outbox table \"%s\" does not exist: create it (see sql/outbox.sql) or point "
+		         "--table at your outbox table",
+		         table);
+	else if (fact == PG_FACT_BAD_NAME)
+		snprintf(out, outlen,
+		         "invalid --table %s: not an SQL table name; quote names with spaces or upper "
+		         "case, e.g. --table 'public.\"My Outbox\"'",
+		         table);
+	else
+		return false;
+	return true;
+}
+
+int pg_table_load(PGconn *c, const char *table, bool seq, struct pg_table *t, char *err,
+                  size_t errlen)
+{
+	PGresult *failed;
+	enum pg_fact fact = pg_table_read(c, table, seq, t, &failed);
+
+	if (pg_table_refusal(fact, table, err, errlen))
+		return fact == PG_FACT_BAD_NAME ? EXIT_USAGE : EXIT_OUTBOX_SCHEMA;
+	if (fact == PG_FACT_FAILED) {
+		pg_sql_error(c, "reading the outbox table's columns: ", err, errlen);
+		PQclear(failed);
+		return EXIT_PG_SETUP;
+	}
+	if (fact == PG_FACT_NOMEM) {
+		snprintf(err, errlen, "out of memory");
+		return EXIT_FAILURE_RUNTIME;
+	}
+	return EXIT_OK;
 }
 
 int pg_table_column(const struct pg_table *t, const char *name)

@@ -15,6 +15,7 @@
 
 #include <libpq-fe.h>
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "lsn.h"
 
@@ -57,6 +58,20 @@ struct pg_table {
  */
 enum pg_fact pg_table_read(PGconn *c, const char *table, bool seq, struct pg_table *t,
                            PGresult **failed);
+
+/*
+ * The line for a table pg_table_read() did not find (PG_FACT_ABSENT) or whose
+ * name is not SQL (PG_FACT_BAD_NAME), naming the fix; false for any other
+ * result (out left alone).
+ */
+bool pg_table_refusal(enum pg_fact fact, const char *table, char *out, size_t outlen);
+
+/*
+ * pg_table_read() for a command on a plain connection (republish, verify):
+ * EXIT_OK, or the exit code (exitcode.h) with its line in err.
+ */
+int pg_table_load(PGconn *c, const char *table, bool seq, struct pg_table *t, char *err,
+                  size_t errlen);
 
 /* The index of the column called name in t, or -1. */
 int pg_table_column(const struct pg_table *t, const char *name);

@@ -604,21 +604,9 @@ static enum pg_status check_table(struct pgrepl *p)
 	const char *missing = NULL, *from = NULL;
 
 	fact = pg_table_read(p->conn, p->cf->table, false, &tbl, &failed);
-	if (fact == PG_FACT_BAD_NAME) {
+	if (pg_table_refusal(fact, p->cf->table, p->errmsg, sizeof(p->errmsg))) {
 		pg_table_free(&tbl);
-		snprintf(p->errmsg, sizeof(p->errmsg),
-		         "invalid --table %s: not an SQL table name; quote names with spaces or "
-		         "upper case, e.g. --table 'public.\"My Outbox\"'",
-		         p->cf->table);
-		return PG_FATAL_USAGE;
-	}
-	if (fact == PG_FACT_ABSENT) {
-		pg_table_free(&tbl);
-		snprintf(p->errmsg, sizeof(p->errmsg),
-		         "outbox table \"%s\" does not exist: create it (see sql/outbox.sql) or point "
-		         "--table at your outbox table",
-		         p->cf->table);
-		return PG_FATAL_SCHEMA;
+		return fact == PG_FACT_BAD_NAME ? PG_FATAL_USAGE : PG_FATAL_SCHEMA;
 	}
 	if (fact != PG_FACT_OK) {
 		pg_table_free(&tbl);

@@ -336,34 +336,18 @@ static void check_table(const struct relay_config *cf, struct preflight *pf, PGc
 	struct pg_table tbl;
 	PGresult *failed;
 	enum pg_fact fact;
-	char err[256];
+	char err[256], line[512];
 	size_t nbad = pf->nproblems;
 
 	fact = pg_table_read(c, cf->table, false, &tbl, &failed);
-	switch (fact) {
-	case PG_FACT_OK:
-		break;
-	case PG_FACT_BAD_NAME:
-		add(pf, PREFLIGHT_PROBLEM,
-		    "invalid --table %s: not an SQL table name; quote names with spaces or upper "
-		    "case, e.g. --table 'public.\"My Outbox\"'",
-		    cf->table);
-		pg_table_free(&tbl);
-		return;
-	case PG_FACT_ABSENT:
-		add(pf, PREFLIGHT_PROBLEM,
-		    "outbox table \"%s\" does not exist: create it (see sql/outbox.sql) or point --table "
-		    "at your outbox table",
-		    cf->table);
-		pg_table_free(&tbl);
-		return;
-	case PG_FACT_FAILED:
-		add_command_problem(pf, c, failed);
+	if (fact != PG_FACT_OK) {
+		if (pg_table_refusal(fact, cf->table, line, sizeof(line)))
+			add(pf, PREFLIGHT_PROBLEM, "%s", line);
+		else if (fact == PG_FACT_FAILED)
+			add_command_problem(pf, c, failed);
+		else
+			pf->oom = true;
 		PQclear(failed);
-		pg_table_free(&tbl);
-		return;
-	case PG_FACT_NOMEM:
-		pf->oom = true;
 		pg_table_free(&tbl);
 		return;
 	}

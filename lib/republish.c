@@ -48,9 +48,7 @@ struct republish {
 	PGconn *conn;
 	struct sink_redis *sink;
 	struct mapper *map;
-	struct pg_column *cols;
-	int ncols;
-	char *schema, *table; /* the outbox table's real names */
+	struct pg_table tbl; /* the outbox table: its real names, its columns */
 	uint64_t rows;
 	uint64_t null_time;     /* rows skipped: their --time-column is NULL */
 	uint64_t refused;       /* values from this size on are dead-lettered (Redis refused one) */
@@ -121,9 +119,9 @@ static void render_raw(struct republish *rp, const struct w2j_field *f, int n)
 
 	buf_reset(b);
 	buf_puts(b, "{\"action\":\"I\",\"schema\":");
-	put_json_string(b, rp->schema, strlen(rp->schema));
+	put_json_string(b, rp->tbl.schema, strlen(rp->tbl.schema));
 	buf_puts(b, ",\"table\":");
-	put_json_string(b, rp->table, strlen(rp->table));
+	put_json_string(b, rp->tbl.name, strlen(rp->tbl.name));
 	buf_puts(b, ",\"columns\":[");
 	for (int i = 0; i < n; i++) {
 		buf_puts(b, i ? ",{\"name\":" : "{\"name\":");
@@ -154,9 +152,8 @@ static int pg_setup(struct republish *rp)
 	const struct relay_config *cf = rp->cf;
 	const char *keys[5] = {"connect_timeout", "fallback_application_name", "dbname"};
 	const char *vals[5] = {"10", "outbox-relay republish", cf->pg_dsn};
-	struct pg_table tbl;
-	PGresult *res, *failed;
-	enum pg_fact fact;
+	PGresult *res;
+	int rc;
 
 	if (cf->pg_password) {
 		keys[3] = "password";
@@ -186,42 +183,10 @@ static int pg_setup(struct republish *rp)
 	if (!res)
 		return EXIT_PG_SETUP;
 	PQclear(res);
-	fact = pg_table_read(rp->conn, cf->table, true, &tbl, &failed);
-	if (fact == PG_FACT_OK) {
-		rp->schema = tbl.schema;
-		rp->table = tbl.name;
-		rp->cols = tbl.cols;
-		rp->ncols = tbl.ncols;
-		tbl.schema = tbl.name = NULL;
-		tbl.cols = NULL;
-		tbl.ncols = 0;
-		rp->fields = calloc((size_t)rp->ncols + 1, sizeof(*rp->fields));
-	}
-	pg_table_free(&tbl);
-	switch (fact) {
-	case PG_FACT_OK:
-		break;
-	case PG_FACT_ABSENT:
-		snprintf(rp->err, sizeof(rp->err),
-		         "outbox table \"%s\" does not exist: create it (see sql/outbox.sql) or point "
-		         "--table at your outbox table",
-		         cf->table);
-		return EXIT_OUTBOX_SCHEMA;
-	case PG_FACT_BAD_NAME:
-		snprintf(
-		    rp->err, sizeof(rp->err),
-		    "invalid --table %s: not an SQL table name; quote names with spaces or upper case, "
-		    "e.g. --table 'public.\"My Outbox\"'",
-		    cf->table);
-		return EXIT_USAGE;
-	case PG_FACT_FAILED:
-		pg_sql_error(rp->conn, "reading the outbox table's columns: ", rp->err, sizeof(rp->err));
-		PQclear(failed);
-		return EXIT_PG_SETUP;
-	case PG_FACT_NOMEM:
-		snprintf(rp->err, sizeof(rp->err), "out of memory");
-		return EXIT_FAILURE_RUNTIME;
-	}
+	rc = pg_table_load(rp->conn, cf->table, true, &rp->tbl, rp->err, sizeof(rp->err));
+	if (rc != EXIT_OK)
+		return rc;
+	rp->fields = calloc((size_t)rp->tbl.ncols + 1, sizeof(*rp->fields));
 	if (!rp->fields) {
 		snprintf(rp->err, sizeof(rp->err), "out of memory");
 		return EXIT_FAILURE_RUNTIME;
@@ -230,12 +195,12 @@ static int pg_setup(struct republish *rp)
 		const char *name = want ? cf->id_column : cf->time_column;
 		int i;
 
-		for (i = 0; i < rp->ncols && strcmp(rp->cols[i].name, name) != 0; i++)
+		for (i = 0; i < rp->tbl.ncols && strcmp(rp->tbl.cols[i].name, name) != 0; i++)
 			;
-		if (i == rp->ncols) {
+		if (i == rp->tbl.ncols) {
 			snprintf(rp->err, sizeof(rp->err),
 			         "column \"%s\" (named by %s) does not exist in outbox table \"%s.%s\"", name,
-			         want ? "--id-column" : "--time-column", rp->schema, rp->table);
+			         want ? "--id-column" : "--time-column", rp->tbl.schema, rp->tbl.name);
 			return EXIT_OUTBOX_SCHEMA;
 		}
 	}
@@ -347,10 +312,10 @@ static bool queue_row(struct republish *rp, const PGresult *res, int row, bool h
 	char why[200];
 	struct event ev;
 	enum map_result mr;
-	int n = rp->ncols;
+	int n = rp->tbl.ncols;
 
 	for (int i = 0; i < n; i++)
-		render(&rp->cols[i], PQgetvalue(res, row, i), PQgetisnull(res, row, i), &rp->fields[i]);
+		render(&rp->tbl.cols[i], PQgetvalue(res, row, i), PQgetisnull(res, row, i), &rp->fields[i]);
 	render_raw(rp, rp->fields, n);
 	/* What says the entry came from here, not from the WAL. */
 	rp->fields[n] = (struct w2j_field){.name = "_republished",
@@ -405,10 +370,10 @@ static bool put_literal(struct republish *rp, struct buf *q, const char *v)
 /* Append "schema"."table". False when out of memory. */
 static bool put_table(struct republish *rp, struct buf *q)
 {
-	if (!put_ident(rp, q, rp->schema))
+	if (!put_ident(rp, q, rp->tbl.schema))
 		return false;
 	buf_putc(q, '.');
-	return put_ident(rp, q, rp->table);
+	return put_ident(rp, q, rp->tbl.name);
 }
 
 /*
@@ -421,9 +386,9 @@ static bool put_bound(struct republish *rp, struct buf *q, const char *op, const
 {
 	const struct pg_column *c = NULL;
 
-	for (int i = 0; i < rp->ncols; i++)
-		if (strcmp(rp->cols[i].name, rp->cf->time_column) == 0)
-			c = &rp->cols[i];
+	for (int i = 0; i < rp->tbl.ncols; i++)
+		if (strcmp(rp->tbl.cols[i].name, rp->cf->time_column) == 0)
+			c = &rp->tbl.cols[i];
 	if (!put_ident(rp, q, rp->cf->time_column))
 		return false;
 	buf_puts(q, op);
@@ -497,8 +462,8 @@ static int declare_cursor(struct republish *rp, const char *since, const char *s
 	rp->null_time = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
 	PQclear(res);
 	buf_puts(&q, "DECLARE outbox_republish NO SCROLL CURSOR FOR SELECT ");
-	for (int i = 0; ok && i < rp->ncols; i++) {
-		ok = put_ident(rp, &q, rp->cols[i].name);
+	for (int i = 0; ok && i < rp->tbl.ncols; i++) {
+		ok = put_ident(rp, &q, rp->tbl.cols[i].name);
 		buf_puts(&q, ", ");
 	}
 	buf_puts(&q, *has_ts ? "xmin::text, pg_catalog.pg_xact_commit_timestamp(xmin)"
@@ -515,11 +480,11 @@ static int declare_cursor(struct republish *rp, const char *since, const char *s
 	ok = ok && put_ident(rp, &q, cf->time_column);
 	/* Within a transaction: by statement (cmin, the command that inserted the row). */
 	buf_puts(&q, ", pg_catalog.age(xmin) DESC, (cmin::text)::bigint");
-	for (int i = 0; ok && i < rp->ncols; i++) {
-		if (!rp->cols[i].seq)
+	for (int i = 0; ok && i < rp->tbl.ncols; i++) {
+		if (!rp->tbl.cols[i].seq)
 			continue;
 		buf_puts(&q, ", ");
-		ok = put_ident(rp, &q, rp->cols[i].name);
+		ok = put_ident(rp, &q, rp->tbl.cols[i].name);
 	}
 	buf_puts(&q, ", ctid");
 	if (!ok || q.failed)
@@ -569,9 +534,9 @@ static int republish_pass(struct republish *rp, const char *since, const char *s
 	if (rp->null_time)
 		log_warn("%llu row(s) of %s.%s have a NULL %s: no time range selects them, so they "
 		         "are not republished",
-		         (unsigned long long)rp->null_time, rp->schema, rp->table, cf->time_column);
-	log_info("republishing %s.%s rows with %s >= %s%s%s to %s (dedup window %llds)%s", rp->schema,
-	         rp->table, cf->time_column, since, cf->until ? " and < " : "",
+		         (unsigned long long)rp->null_time, rp->tbl.schema, rp->tbl.name, cf->time_column);
+	log_info("republishing %s.%s rows with %s >= %s%s%s to %s (dedup window %llds)%s",
+	         rp->tbl.schema, rp->tbl.name, cf->time_column, since, cf->until ? " and < " : "",
 	         cf->until ? cf->until : "", cf->stream, (long long)cf->dedup_window_s,
 	         snapshot ? ", in the slot's snapshot" : "");
 	snprintf(fetch, sizeof(fetch), "FETCH FORWARD %lld FROM outbox_republish",
@@ -790,14 +755,8 @@ void republish_destroy(struct republish *rp)
 	sink_redis_destroy(rp->sink);
 	mapper_destroy(rp->map);
 	PQfinish(rp->conn);
-	for (int i = 0; rp->cols && i < rp->ncols; i++) {
-		free(rp->cols[i].name);
-		free(rp->cols[i].type);
-	}
-	free(rp->cols);
+	pg_table_free(&rp->tbl);
 	free(rp->fields);
-	free(rp->schema);
-	free(rp->table);
 	buf_finish(&rp->raw);
 	free(rp);
 }

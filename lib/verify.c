@@ -93,11 +93,11 @@ struct vstream {
 struct verify {
 	const struct relay_config *cf;
 	PGconn *conn;
-	redisContext *rc;   /* one server */
-	struct rclient *cl; /* or a cluster */
-	struct pg_column *cols;
-	int ncols, idcol, aggcol;
-	char *schema, *table, *qtable; /* qtable: quoted schema.table */
+	redisContext *rc;    /* one server */
+	struct rclient *cl;  /* or a cluster */
+	struct pg_table tbl; /* the outbox table: its real names, its columns */
+	int idcol, aggcol;
+	char *qtable; /* quoted schema.table */
 	char *idtype;
 	struct stream_tmpl *tmpl;
 	size_t ntcols; /* template columns */
@@ -275,23 +275,23 @@ static PGresult *run(struct verify *v, const char *what, const char *sql, ExecSt
 /* Column i as the text of the field the relay publishes, NULL when it publishes none. */
 static void put_rendered(struct verify *v, struct buf *q, int i)
 {
-	char *id = PQescapeIdentifier(v->conn, v->cols[i].name, strlen(v->cols[i].name));
+	char *id = PQescapeIdentifier(v->conn, v->tbl.cols[i].name, strlen(v->tbl.cols[i].name));
 
 	if (!id) {
 		v->oom = true;
 		return;
 	}
-	if (v->cols[i].oid == 16) {
+	if (v->tbl.cols[i].oid == 16) {
 		buf_puts(q, "CASE WHEN ");
 		buf_puts(q, id);
 		buf_puts(q, " THEN 'true' WHEN NOT ");
 		buf_puts(q, id);
 		buf_puts(q, " THEN 'false' END");
-	} else if (v->cols[i].oid == 17) {
+	} else if (v->tbl.cols[i].oid == 17) {
 		buf_puts(q, "pg_catalog.encode(");
 		buf_puts(q, id);
 		buf_puts(q, ", 'hex')");
-	} else if (pg_sql_type_is_number(v->cols[i].oid)) {
+	} else if (pg_sql_type_is_number(v->tbl.cols[i].oid)) {
 		buf_puts(q, "CASE WHEN ");
 		buf_puts(q, id);
 		buf_puts(q, "::text IN ('NaN', 'Infinity', '-Infinity') THEN NULL ELSE ");
@@ -306,8 +306,8 @@ static void put_rendered(struct verify *v, struct buf *q, int i)
 
 static int find_col(const struct verify *v, const char *name)
 {
-	for (int i = 0; i < v->ncols; i++)
-		if (strcmp(v->cols[i].name, name) == 0)
+	for (int i = 0; i < v->tbl.ncols; i++)
+		if (strcmp(v->tbl.cols[i].name, name) == 0)
 			return i;
 	return -1;
 }
@@ -335,9 +335,8 @@ static int pg_setup(struct verify *v)
 	const struct relay_config *cf = v->cf;
 	const char *keys[5] = {"connect_timeout", "fallback_application_name", "dbname"};
 	const char *vals[5] = {"10", "outbox-relay verify", cf->pg_dsn};
-	struct pg_table tbl;
-	PGresult *res, *failed;
-	enum pg_fact fact;
+	PGresult *res;
+	int rc;
 	char *a, *b;
 	bool ok;
 
@@ -361,52 +360,21 @@ static int pg_setup(struct verify *v)
 	if (!res)
 		return EXIT_PG_SETUP;
 	PQclear(res);
-	fact = pg_table_read(v->conn, cf->table, false, &tbl, &failed);
-	if (fact == PG_FACT_OK) {
-		v->schema = tbl.schema;
-		v->table = tbl.name;
-		v->cols = tbl.cols;
-		v->ncols = tbl.ncols;
-		tbl.schema = tbl.name = NULL;
-		tbl.cols = NULL;
-		tbl.ncols = 0;
-	}
-	pg_table_free(&tbl);
-	switch (fact) {
-	case PG_FACT_OK:
-		break;
-	case PG_FACT_ABSENT:
-		snprintf(v->err, sizeof(v->err),
-		         "outbox table \"%s\" does not exist: create it (see sql/outbox.sql) or point "
-		         "--table at your outbox table",
-		         cf->table);
-		return EXIT_OUTBOX_SCHEMA;
-	case PG_FACT_BAD_NAME:
-		snprintf(
-		    v->err, sizeof(v->err),
-		    "invalid --table %s: not an SQL table name; quote names with spaces or upper case, "
-		    "e.g. --table 'public.\"My Outbox\"'",
-		    cf->table);
-		return EXIT_USAGE;
-	case PG_FACT_FAILED:
-		pg_sql_error(v->conn, "reading the outbox table's columns: ", v->err, sizeof(v->err));
-		PQclear(failed);
-		return EXIT_PG_SETUP;
-	case PG_FACT_NOMEM:
-		return EXIT_FAILURE_RUNTIME;
-	}
+	rc = pg_table_load(v->conn, cf->table, false, &v->tbl, v->err, sizeof(v->err));
+	if (rc != EXIT_OK)
+		return rc;
 	v->idcol = find_col(v, cf->id_column);
 	if (v->idcol < 0 || find_col(v, cf->time_column) < 0) {
 		snprintf(v->err, sizeof(v->err),
 		         "column \"%s\" (named by %s) does not exist in outbox table \"%s.%s\"",
 		         v->idcol < 0 ? cf->id_column : cf->time_column,
-		         v->idcol < 0 ? "--id-column" : "--time-column", v->schema, v->table);
+		         v->idcol < 0 ? "--id-column" : "--time-column", v->tbl.schema, v->tbl.name);
 		return EXIT_OUTBOX_SCHEMA;
 	}
 	v->aggcol = find_col(v, "aggregate_id");
-	v->idtype = strdup(v->cols[v->idcol].type);
-	a = PQescapeIdentifier(v->conn, v->schema, strlen(v->schema));
-	b = PQescapeIdentifier(v->conn, v->table, strlen(v->table));
+	v->idtype = strdup(v->tbl.cols[v->idcol].type);
+	a = PQescapeIdentifier(v->conn, v->tbl.schema, strlen(v->tbl.schema));
+	b = PQescapeIdentifier(v->conn, v->tbl.name, strlen(v->tbl.name));
 	if (a && b) {
 		size_t n = strlen(a) + strlen(b) + 2;
 
@@ -671,8 +639,8 @@ static void compare(struct verify *v, const char *stream, const char *id, const 
 	size_t e = 0;
 	char detail[300];
 
-	for (int c = 0; c < v->ncols; c++) {
-		const char *name = v->cols[c].name;
+	for (int c = 0; c < v->tbl.ncols; c++) {
+		const char *name = v->tbl.cols[c].name;
 		const char *val;
 		size_t len;
 
@@ -723,7 +691,7 @@ static char *compare_cols(struct verify *v)
 	struct buf q = {0};
 
 	put_rendered(v, &q, v->idcol);
-	for (int c = 0; c < v->ncols; c++) {
+	for (int c = 0; c < v->tbl.ncols; c++) {
 		buf_puts(&q, ", ");
 		put_rendered(v, &q, c);
 	}
@@ -1337,13 +1305,7 @@ static void free_all(struct verify *v)
 	for (int k = 0; k < K_NKINDS; k++)
 		for (int i = 0; i < FIRST_N; i++)
 			free(v->rep[k].first[i]);
-	for (int i = 0; v->cols && i < v->ncols; i++) {
-		free(v->cols[i].name);
-		free(v->cols[i].type);
-	}
-	free(v->cols);
-	free(v->schema);
-	free(v->table);
+	pg_table_free(&v->tbl);
 	free(v->qtable);
 	free(v->idtype);
 	stream_tmpl_free(v->tmpl);
