@@ -5,7 +5,8 @@
 # by field (_lsn, _xid and _committed_at included): rows of every type the
 # republish test covers and more, NULLs, a column added in the middle (a new
 # Relation message), transactions mixing logical messages (the relay's prefix
-# and another) with rows, noise on another table, a rolled-back transaction,
+# and another) with rows, noise on three other tables (one of them other.typed,
+# the outbox table's name in another schema), a rolled-back transaction,
 # a savepoint rolled back, and one transaction larger than the relay holds in
 # memory (it goes to a file). (c) An existing slot's plugin decides. (e) heal
 # makes a dropped pgoutput slot again with pgoutput, every row of the gap once.
@@ -22,7 +23,10 @@ psql_q "CREATE TABLE typed (id text PRIMARY KEY, aggregate_type text, n numeric(
         f float8, r real, i int8, s int2, b bool, bin bytea, tags text[], ints int4[], payload jsonb,
         headers json, ts timestamptz, tsn timestamp, d date, t time, iv interval, u uuid,
         vc varchar(20), ch char(5), note text, created_at timestamptz DEFAULT now());
-        CREATE TABLE noise (k int PRIMARY KEY, v text)" >/dev/null
+        CREATE TABLE noise (k int PRIMARY KEY, v text);
+        CREATE TABLE noise_wide (k bigserial PRIMARY KEY, a int, b text, c jsonb, d timestamptz DEFAULT now());
+        CREATE SCHEMA other;
+        CREATE TABLE other.typed (id text PRIMARY KEY, aggregate_type text, payload jsonb)" >/dev/null
 
 # ---- (a) the relay makes the slot and the publication -------------------------------
 W2J=(--slot s_w2j --table public.typed --stream 'w2j:{aggregate_type}' --dead-letter-stream w2j:dead)
@@ -70,7 +74,16 @@ INSERT INTO typed (id, aggregate_type, payload, note)
   FROM generate_series(1, 20000) g;
 INSERT INTO typed (id, aggregate_type, payload, note, bin)
   SELECT 'large-' || g, 'typed', jsonb_build_object('pad', repeat(E'q\"\\\\ \x01', 30000 * g)), repeat(E'n\t', 50000),
-         decode(repeat('ab', 40000), 'hex') FROM generate_series(1, 3) g;" >/dev/null
+         decode(repeat('ab', 40000), 'hex') FROM generate_series(1, 3) g;
+BEGIN;
+INSERT INTO noise_wide (a, b, c) SELECT g, 'w' || g, jsonb_build_object('g', g) FROM generate_series(1, 300) g;
+INSERT INTO other.typed VALUES ('other-1', 'typed', '{\"not\": \"ours\"}'), ('other-2', 'other', '{}');
+INSERT INTO typed (id, aggregate_type, extra) VALUES ('t-7', 'typed', 'between the noise');
+SELECT pg_logical_emit_message(true, 'outbox', '{\"id\": \"m-2\", \"aggregate_type\": \"other\", \"payload\": {}}');
+UPDATE noise_wide SET b = 'changed' WHERE a % 7 = 0;
+DELETE FROM other.typed WHERE id = 'other-2';
+INSERT INTO noise_wide (a, b) SELECT g, repeat('x', g) FROM generate_series(1, 200) g;
+COMMIT;" >/dev/null
 # Large values (64 KiB and more: the decoder leaves them in the message) in a transaction held in
 # memory, and above in one read back from the file (whose buffer the sink keeps).
 psql_q "INSERT INTO typed (id, aggregate_type, note) VALUES ('large-in-memory', 'other', repeat(E'\u00e9\\\\', 70000))" >/dev/null
@@ -100,7 +113,9 @@ for t in ("typed", "other"):
     total += len(a)
 print(total)
 PY
-assert_eq 20010 "$(($(xlen w2j:typed) + $(xlen w2j:other)))" "(b) every row and the message, once"
+assert_eq 20012 "$(($(xlen w2j:typed) + $(xlen w2j:other)))" "(b) every row and the messages, once"
+assert_not_contains "$(cat "$T/w2j.typed" "$T/pgo.typed" "$T/w2j.other" "$T/pgo.other")" '"other-' \
+	"(b) no row of other.typed (the outbox table's name in another schema) on either"
 # A row no stream takes (aggregate_type NULL) is dead-lettered by both; pgoutput's raw is
 # the relay's rendering of the row in wal2json's form, wal2json's is wal2json's own bytes.
 rx entries w2j:dead >"$T/w2j.dead"
