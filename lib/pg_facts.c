@@ -70,9 +70,11 @@ enum pg_fact pg_table_read(PGconn *c, const char *table, bool seq, struct pg_tab
 	buf_puts(&q, seq ? "a.attidentity <> '' OR coalesce(pg_catalog.pg_get_expr(d.adbin, "
 	                   "d.adrelid) LIKE 'nextval(%', false)"
 	                 : "false");
-	buf_puts(&q, ", a.attnum FROM pg_catalog.pg_attribute a LEFT JOIN pg_catalog.pg_attrdef d ON "
-	             "d.adrelid = a.attrelid AND d.adnum = a.attnum WHERE a.attrelid = "
-	             "pg_catalog.to_regclass(");
+	buf_puts(&q, ", a.attnum FROM pg_catalog.pg_attribute a ");
+	if (seq)
+		buf_puts(&q, "LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = "
+		             "a.attnum ");
+	buf_puts(&q, "WHERE a.attrelid = pg_catalog.to_regclass(");
 	if (!q.failed && !put_literal(c, &q, table))
 		q.failed = true;
 	buf_puts(&q, ") AND a.attnum > 0 AND NOT a.attisdropped ORDER BY 5");
@@ -172,6 +174,11 @@ static const struct {
     {"conflicting", 160000}, {"inactive_since", 170000}, {"invalidation_reason", 170000},
     {"failover", 170000},    {"synced", 170000},
 };
+
+int pg_slot_col_since(enum pg_slot_col col)
+{
+	return col >= PGS_CONFLICTING && col < PGS_NCOLS ? versioned[col - PGS_CONFLICTING].since : 0;
+}
 
 enum pg_fact pg_slot_read(PGconn *c, const char *name, struct pg_slot *s, PGresult **failed)
 {

@@ -126,6 +126,9 @@ struct pg_slot {
 /* The slot called name as pg_replication_slots has it now; *failed as pg_table_read(). */
 enum pg_fact pg_slot_read(PGconn *c, const char *name, struct pg_slot *s, PGresult **failed);
 
+/* The server version (PQserverVersion()) that has column col; 0 for every version. */
+int pg_slot_col_since(enum pg_slot_col col);
+
 /* A cell of s->row: NULL when the slot does not exist or the value is NULL. */
 const char *pg_slot_cell(const struct pg_slot *s, enum pg_slot_col col);
 

@@ -165,18 +165,17 @@ static const char *one_line(const char *msg, char *buf, size_t len)
 	return buf;
 }
 
-/* Columns newer servers add, with the server version that has them. */
+/* Columns newer servers add (pg_slot_col_since() says which version). */
 static const struct {
 	const char *name;
 	enum pg_slot_col col;
-	int since;
 	bool boolean;
 } slot_columns[] = {
-    {"conflicting", PGS_CONFLICTING, 160000, true},
-    {"inactive_since", PGS_INACTIVE_SINCE, 170000, false},
-    {"invalidation_reason", PGS_INVALIDATION_REASON, 170000, false},
-    {"failover", PGS_FAILOVER, 170000, true},
-    {"synced", PGS_SYNCED, 170000, true},
+    {"conflicting", PGS_CONFLICTING, true},
+    {"inactive_since", PGS_INACTIVE_SINCE, false},
+    {"invalidation_reason", PGS_INVALIDATION_REASON, false},
+    {"failover", PGS_FAILOVER, true},
+    {"synced", PGS_SYNCED, true},
 };
 
 /* The slot as pg_section found it, for the gap check of the Redis section. */
@@ -270,7 +269,7 @@ static int pg_section(const struct relay_config *cf, FILE *out, struct slot_view
 		for (size_t i = 0; i < sizeof(slot_columns) / sizeof(slot_columns[0]); i++) {
 			const char *v = pg_slot_cell(&slot, slot_columns[i].col);
 
-			if (version >= slot_columns[i].since)
+			if (version >= pg_slot_col_since(slot_columns[i].col))
 				kv(out, slot_columns[i].name, slot_columns[i].boolean ? pg_bool(v) : v);
 		}
 		if (safe) {
