@@ -108,6 +108,13 @@ def state():
 def stopped():
     with open("/proc/%d/stat" % pid) as f:
         return f.read().rsplit(")", 1)[1].split()[0] == "T"
+def dead():
+    # a zombie, or already reaped (its /proc entry may go between two looks)
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
 deadline = time.monotonic() + 60
 while time.monotonic() < deadline:
     os.kill(pid, signal.SIGSTOP)
@@ -117,7 +124,7 @@ while time.monotonic() < deadline:
     done, pend = state()
     if min_effects <= len(done) < n and pend & done:
         os.kill(pid, signal.SIGKILL)
-        while os.path.exists("/proc/%d" % pid) and open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()[0] != "Z":
+        while not dead():
             time.sleep(0.01)
         done, pend = state()
         print(len(done), len(pend), len(pend & done))
