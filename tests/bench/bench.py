@@ -850,6 +850,36 @@ def cluster_summary(mrows, shapes, blog):
     return out
 
 
+def bounds_of(cr, ev, cpu_ev, with_redis):
+    """(summed µs/event, the largest process's, the two-core bound, the bound
+    with F) of one contender's rounds: see bound_row."""
+    us = lambda n: med([r["procs"].get(n, {}).get("cpu_s", 0) / ev * 1e6 for r in cr])
+    parts = [us("walsender"), cpu_ev] + ([us("redis")] if with_redis else [])
+    total, top = sum(parts), max(parts)
+    bound = min(1e6 / top, 2e6 / total) if top > 0 else None
+    first = med([r["redis"].get("first_xadd_s") for r in cr if r.get("redis")])
+    bound2 = None
+    if bound and first is not None:
+        s_all, largest = total * ev / 1e6, top * ev / 1e6
+        bound2 = ev / max(first + max(s_all - first, 0.0) / 2, largest)
+    return total, top, bound, bound2
+
+
+def item3_verdict(ratio, bound_ratio):
+    """Issue 24's item 3 for one shape: the relay (defaults) at least 0.9 of
+    pg_recvlogical, or, where two cores cannot give 0.9 (its bound with F
+    under 0.9 of pg_recvlogical), how close it comes to that bound."""
+    if ratio is None:
+        return "–"
+    if ratio >= 0.9:
+        return "met"
+    if bound_ratio is not None and bound_ratio < 0.9:
+        return "bound under 0.9: reaches %.2f of it" % (ratio / bound_ratio)
+    if bound_ratio is None:
+        return "missed (no bound)"
+    return "missed: the bound allows %.2f" % bound_ratio
+
+
 def bound_row(shape, cont, cr, ev, rate, base, cpu_ev, with_redis):
     """One row of the two-core bound table: the walsender's, the client's and
     (with Redis) redis-server's CPU µs per event, medians of the rounds.
@@ -861,15 +891,7 @@ def bound_row(shape, cont, cr, ev, rate, base, cpu_ev, with_redis):
     seconds after the client started, and whose processes used S CPU
     seconds in all (the largest L), lasts at least max(F + (S - F) / 2, L).
     Only clients that write stream entries have F (not pg_recvlogical)."""
-    us = lambda n: med([r["procs"].get(n, {}).get("cpu_s", 0) / ev * 1e6 for r in cr])
-    parts = [us("walsender"), cpu_ev] + ([us("redis")] if with_redis else [])
-    total, top = sum(parts), max(parts)
-    bound = min(1e6 / top, 2e6 / total) if top > 0 else None
-    first = med([r["redis"].get("first_xadd_s") for r in cr if r.get("redis")])
-    bound2 = None
-    if bound and first is not None:
-        s_all, largest = total * ev / 1e6, top * ev / 1e6
-        bound2 = ev / max(first + max(s_all - first, 0.0) / 2, largest)
+    total, top, bound, bound2 = bounds_of(cr, ev, cpu_ev, with_redis)
     return "| %s | %s | %s (%s) | %s | %s | %s | %s | %s | %s |" % (
         shape, CONTENDER_LABEL[cont], fmt(total, ".1f"), fmt(top, ".1f"), fmt(bound, ",.0f"),
         fmt(bound / base, ".2f") if bound and base else "–",
@@ -888,6 +910,7 @@ def cmd_report(results, backlogs=None, latency=None):
                 b = json.loads(l)
                 blog[(b["mode"], b["shape"])] = b
     out = []
+    item3 = []
     modes = []
     for r in rows:
         if r["mode"] not in modes:
@@ -934,6 +957,10 @@ def cmd_report(results, backlogs=None, latency=None):
                     fmt(lx, ",.0f"), fmt(lx / base, ".2f") if base and lx else "–"))
                 red = [r["redis"] for r in cr if r.get("redis")]
                 bounds.append(bound_row(shape, cont, cr, ev, rate, base, cpu_ev, bool(red)))
+                if cont == "relay" and base and mode in ("noaof", "aof"):
+                    b1, b2 = bounds_of(cr, ev, cpu_ev, bool(red))[2:]
+                    bb = b2 or b1
+                    item3.append((title, shape, rate / base, bb / base if bb else None))
                 pp = lambda n, k="pct": med([r["procs"].get(n, {}).get(k) for r in cr])
                 mp = lambda n: "%s / %s" % (fmt(pp(n), ".0f"), fmt(pp(n, "peak_pct"), ".0f"))
                 rm = lambda f, spec: fmt(med([f(x) for x in red]), spec) if red else "–"
@@ -976,6 +1003,17 @@ def cmd_report(results, backlogs=None, latency=None):
                    "achieved ÷ bound with F |")
         out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|")
         out.extend(bounds)
+        out.append("")
+    if item3:
+        out.append("### Issue 24, item 3: the relay (defaults) against pg_recvlogical, shape by shape\n")
+        out.append("At least 0.9 of pg_recvlogical (same plugin options, same backlog, same run), or, where "
+                   "the two-core bound with F (the table above) is under 0.9 of it, how close the relay "
+                   "comes to that bound:\n")
+        out.append("| Redis | shape | relay ÷ pg_recvlogical | bound with F ÷ pg_recvlogical | verdict |")
+        out.append("|---|---|---:|---:|---|")
+        for title, shape, ratio, bratio in item3:
+            out.append("| %s | %s | %s | %s | %s |" % (title, shape, fmt(ratio, ".2f"), fmt(bratio, ".2f"),
+                                                    item3_verdict(ratio, bratio)))
         out.append("")
     if latency and os.path.exists(latency):
         allrows = [json.loads(l) for l in open(latency) if l.strip()]
