@@ -880,7 +880,7 @@ def item3_verdict(ratio, bound_ratio):
     return "missed: the bound allows %.2f" % bound_ratio
 
 
-def bound_row(shape, cont, cr, ev, rate, base, cpu_ev, with_redis):
+def bound_row(shape, cont, rate, base, bounds):
     """One row of the two-core bound table: the walsender's, the client's and
     (with Redis) redis-server's CPU µs per event, medians of the rounds.
 
@@ -890,8 +890,9 @@ def bound_row(shape, cont, cr, ev, rate, base, cpu_ev, with_redis):
     so that phase runs on one core. A drain whose first stream entry came F
     seconds after the client started, and whose processes used S CPU
     seconds in all (the largest L), lasts at least max(F + (S - F) / 2, L).
-    Only clients that write stream entries have F (not pg_recvlogical)."""
-    total, top, bound, bound2 = bounds_of(cr, ev, cpu_ev, with_redis)
+    Only clients that write stream entries have F (not pg_recvlogical).
+    bounds: what bounds_of() gives for the contender's rounds."""
+    total, top, bound, bound2 = bounds
     return "| %s | %s | %s (%s) | %s | %s | %s | %s | %s | %s |" % (
         shape, CONTENDER_LABEL[cont], fmt(total, ".1f"), fmt(top, ".1f"), fmt(bound, ",.0f"),
         fmt(bound / base, ".2f") if bound and base else "–",
@@ -956,10 +957,10 @@ def cmd_report(results, backlogs=None, latency=None):
                     fmt(rate / base, ".2f") if base else "–",
                     fmt(lx, ",.0f"), fmt(lx / base, ".2f") if base and lx else "–"))
                 red = [r["redis"] for r in cr if r.get("redis")]
-                bounds.append(bound_row(shape, cont, cr, ev, rate, base, cpu_ev, bool(red)))
+                bd = bounds_of(cr, ev, cpu_ev, bool(red))
+                bounds.append(bound_row(shape, cont, rate, base, bd))
                 if cont == "relay" and base and mode in ("noaof", "aof"):
-                    b1, b2 = bounds_of(cr, ev, cpu_ev, bool(red))[2:]
-                    bb = b2 or b1
+                    bb = bd[3] or bd[2]
                     item3.append((title, shape, rate / base, bb / base if bb else None))
                 pp = lambda n, k="pct": med([r["procs"].get(n, {}).get(k) for r in cr])
                 mp = lambda n: "%s / %s" % (fmt(pp(n), ".0f"), fmt(pp(n, "peak_pct"), ".0f"))

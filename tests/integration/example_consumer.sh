@@ -105,14 +105,15 @@ def state():
         done = {row[0] for row in c.fetchall()}
     pend = {p["message_id"] for p in r.xpending_range("outbox:order", "workers", "-", "+", 10000, name)}
     return done, pend
-def stopped():
+def proc_state():
     with open("/proc/%d/stat" % pid) as f:
-        return f.read().rsplit(")", 1)[1].split()[0] == "T"
+        return f.read().rsplit(")", 1)[1].split()[0]
+def stopped():
+    return proc_state() == "T"
 def dead():
     # a zombie, or already reaped (its /proc entry may go between two looks)
     try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+        return proc_state() == "Z"
     except OSError:
         return True
 deadline = time.monotonic() + 60
