@@ -48,9 +48,26 @@ bool lsn_parse(const char *s, size_t len, lsn_t *ret)
 	return true;
 }
 
+/* v in uppercase hex without leading zeros at o; returns the byte after it. */
+static char *put_hex32(char *o, uint32_t v)
+{
+	int shift = 28;
+
+	while (shift > 0 && !(v >> shift))
+		shift -= 4;
+	for (; shift >= 0; shift -= 4)
+		*o++ = "0123456789ABCDEF"[(v >> shift) & 0xf];
+	return o;
+}
+
+/* "%X/%X" without printf: it runs once per event (the _lsn field). */
 char *lsn_format(lsn_t lsn, char buf[LSN_STRLEN])
 {
-	snprintf(buf, LSN_STRLEN, "%X/%X", (unsigned)(lsn >> 32), (unsigned)(lsn & 0xffffffffu));
+	char *o = put_hex32(buf, (uint32_t)(lsn >> 32));
+
+	*o++ = '/';
+	o = put_hex32(o, (uint32_t)lsn);
+	*o = '\0';
 	return buf;
 }
 

@@ -5,6 +5,7 @@
 #include "lsn.h"
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "test.h"
 
@@ -83,6 +84,28 @@ TEST(format)
 	CHECK_STR(lsn_format(UINT64_MAX, buf), "FFFFFFFF/FFFFFFFF");
 	CHECK_INT(strlen(lsn_format(UINT64_MAX, buf)), LSN_STRLEN - 1);
 	CHECK(lsn_format(1, buf) == buf);
+}
+
+/* lsn_format writes what printf's "%X/%X" did before it, for values of every width. */
+TEST(format_matches_printf)
+{
+	uint64_t x = UINT64_C(0x9E3779B97F4A7C15);
+	char buf[LSN_STRLEN], want[LSN_STRLEN];
+
+	for (int i = 0; i < 20000; i++) {
+		int sh = i % 33, sl = (i / 33) % 33; /* each half 0 to 32 bits wide */
+		uint32_t hi, lo;
+		lsn_t v;
+
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		hi = sh == 32 ? 0 : (uint32_t)(x >> 32) >> sh;
+		lo = sl == 32 ? 0 : (uint32_t)x >> sl;
+		v = (lsn_t)hi << 32 | lo;
+		snprintf(want, sizeof(want), "%X/%X", (unsigned)(v >> 32), (unsigned)(v & 0xffffffffu));
+		CHECK_STR(lsn_format(v, buf), want);
+	}
 }
 
 TEST(round_trip)
@@ -175,6 +198,7 @@ int main(void)
 	RUN(parse_rejects);
 	RUN(parse_uses_len);
 	RUN(format);
+	RUN(format_matches_printf);
 	RUN(round_trip);
 	RUN(be64);
 	RUN(pg_time);

@@ -1152,6 +1152,54 @@ TEST(dedup_field_layout)
 	rig_finish(&r);
 }
 
+/*
+ * resp_bulk and resp_array write in place; the bytes are what buf_printf
+ * gives, for lengths around every digit count, into buffers that start
+ * empty, nearly full and failed.
+ */
+TEST(resp_encoders_match_printf)
+{
+	static const size_t lens[] = {0, 1, 9, 10, 99, 100, 231, 232, 233, 255, 256, 999, 1000, 4097};
+	static char payload[4097];
+
+	for (size_t i = 0; i < sizeof(payload); i++)
+		payload[i] = (char)('a' + i % 23);
+	for (size_t pre = 0; pre < 300; pre += 13) {
+		for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
+			struct buf got = {0}, want = {0};
+			size_t n = lens[k];
+
+			for (size_t i = 0; i < pre; i++) {
+				buf_putc(&got, 'x');
+				buf_putc(&want, 'x');
+			}
+			resp_array(&got, n);
+			resp_bulk(&got, payload, n);
+			buf_printf(&want, "*%zu\r\n$%zu\r\n", n, n);
+			buf_append(&want, payload, n);
+			buf_append(&want, "\r\n", 2);
+			CHECK(!got.failed && !want.failed);
+			CHECK_MEM(got.data, got.len, want.data);
+			CHECK_INT(got.len, want.len);
+			CHECK(got.data[got.len] == '\0');
+			CHECK(got.cap > got.len);
+			buf_finish(&got);
+			buf_finish(&want);
+		}
+	}
+	/* a failed buffer stays as it was */
+	{
+		struct buf b = {0};
+
+		buf_puts(&b, "ab");
+		b.failed = true;
+		resp_bulk(&b, "cd", 2);
+		resp_array(&b, 3);
+		CHECK(b.failed && b.len == 2);
+		buf_finish(&b);
+	}
+}
+
 int main(void)
 {
 	RUN(batches_and_in_order_acks);
@@ -1171,5 +1219,6 @@ int main(void)
 	RUN(error_kinds);
 	RUN(dedup_field_spreads_every_scheme);
 	RUN(dedup_field_layout);
+	RUN(resp_encoders_match_printf);
 	return test_done();
 }
