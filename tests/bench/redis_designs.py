@@ -12,8 +12,9 @@ failed XADD, bucket splits), which cost nothing per event while nothing fails.
   redis_designs.py lua                             the candidate function library
   redis_designs.py gen DESIGN SOCK STREAM OUT      RESP commands into OUT, prints events
 
-Designs (K dedup shards of a bucket, sized for 24 ids each as the relay's function
-sizes them, shard = the dedup field's first three bytes mod K):
+Designs (K dedup shards of a bucket, sized for 24 ids each as the relay sizes them,
+or DESIGN_LOAD from the environment, or N for a design named DESIGN@N; shard = the
+dedup field's first three bytes mod K):
 
   bare     XADD per entry, nothing else (the reference).
   watch    WATCH watermark base; FCALL_RO cand_check (watermark, then one HEXISTS per
@@ -27,6 +28,19 @@ sizes them, shard = the dedup field's first three bytes mod K):
   guard    MULTI; FCALL cand_guard (watermark check and HSETNX per id, in Lua, with
            only the ids as arguments); XADD per entry; EXEC. The lower bound of
            "ids through Lua, entries native": it cannot skip a duplicate's XADD.
+  filter   native, with a filter in front of the hashes: a string of FILTER_BITS bits
+           per id of the bucket (a Bloom filter, FILTER_PROBES bits per id). One
+           BITFIELD_RO per batch reads every id's bits; only an id whose bits are
+           all set (a duplicate, or a false positive) is looked up with HMGET; the
+           write sets the batch's bits with one BITFIELD. Exact, since the hashes
+           decide every positive; FILTER_BITS / 8 bytes more per id. A prototype:
+           the relay does not keep such a filter. FILTER_BITS (16) and
+           FILTER_PROBES (2) in the environment size it.
+
+With PREFILL=N in the environment, gen also writes OUT.pre: N ids of other events
+already in the window (in the design's dedup layout: the hashes, and the filter's
+bits), which redis_designs.sh loads before it counts. The shards are sized for
+N + the events, as the relay sizes a bucket for the backlog it expects.
 """
 import os
 import sys
@@ -34,7 +48,9 @@ import uuid
 import zlib
 
 BATCH = 126  # the relay's mean events per FCALL in redis_breakdown.sh's run
-LOAD = 24
+LOAD = int(os.environ.get("DESIGN_LOAD", "24"))  # ids per dedup shard
+FILTER_BITS = int(os.environ.get("FILTER_BITS", "16"))  # filter bits per id of the bucket
+FILTER_PROBES = int(os.environ.get("FILTER_PROBES", "2"))  # 1 to 4
 
 LUA = r"""#!lua name=cand
 local function shard(f, k)
@@ -90,6 +106,15 @@ def dedup_field(eid):
     return h + u
 
 
+def probes(d, m):
+    """The filter's bit offsets for dedup field d in a filter of m bits (the UUID's random bytes)."""
+    return [int.from_bytes(d[3 + 4 * i:7 + 4 * i], "big") % m for i in range(FILTER_PROBES)]
+
+
+def shard_of(d, k):
+    return (d[0] + d[1] * 256 + d[2] * 65536) % k
+
+
 def resp(f, *args):
     f.write(b"*%d\r\n" % len(args))
     for a in args:
@@ -113,8 +138,40 @@ def gen(design, sock, stream, out):
         entries.append((dedup_field(eid), flat))
     key = stream
     wm, base = "outbox-relay:wm:{%s}" % key, "outbox-relay:dedup:{%s}" % key
-    k = max(1, -(-len(entries) // LOAD))
+    fkey = base + ":filter"
+    prefill = int(os.environ.get("PREFILL", "0") or 0)
+    design, _, load = design.partition("@")
+    k = max(1, -(-(prefill + len(entries)) // (int(load) if load else LOAD)))
+    m = FILTER_BITS * (prefill + len(entries))
+    bits = bytearray(-(-m // 8))  # the filter as Redis holds it, to know the positives
     owner = "7000000000000000000/bench"
+
+    def set_bits(ds):
+        ops = []
+        for d in ds:
+            for o in probes(d, m):
+                bits[o // 8] |= 0x80 >> (o % 8)
+                ops += ["SET", "u1", o, 1]
+        return ops
+
+    if prefill and design in ("watch", "native", "guard", "filter"):
+        rng = uuid.UUID(int=0x5EED).int
+        with open(out + ".pre", "wb") as f:
+            olds = []
+            for i in range(prefill):
+                rng = (rng * 6364136223846793005 + 1442695040888963407) % (1 << 128)
+                olds.append(dedup_field(str(uuid.UUID(int=rng, version=4))))
+            shards = {}
+            for d in olds:
+                shards.setdefault(shard_of(d, k), []).append(d)
+            for j, fs in shards.items():
+                args = []
+                for d in fs:
+                    args += [d, b"1"]
+                resp(f, "HSET", "%s:%d" % (base, j), *args)
+            if design == "filter":
+                for c in range(0, len(olds), 1000):
+                    resp(f, "BITFIELD", fkey, *set_bits(olds[c:c + 1000]))
     with open(out, "wb") as f:
         if design == "bare":
             for _, flat in entries:
@@ -134,8 +191,7 @@ def gen(design, sock, stream, out):
             elif design == "native":
                 shards = {}
                 for d in ids:
-                    j = (d[0] + d[1] * 256 + d[2] * 65536) % k
-                    shards.setdefault(j, []).append(d)
+                    shards.setdefault(shard_of(d, k), []).append(d)
                 resp(f, "WATCH", wm, base)
                 resp(f, "GET", wm)
                 for j, fs in shards.items():
@@ -148,6 +204,30 @@ def gen(design, sock, stream, out):
                     for d in fs:
                         args += [d, b"1"]
                     resp(f, "HSET", "%s:%d" % (base, j), *args)
+                resp(f, "SET", wm, top + " " + owner)
+                resp(f, "EXEC")
+            elif design == "filter":
+                resp(f, "WATCH", wm, base)
+                resp(f, "GET", wm)
+                ops = []
+                for d in ids:
+                    for o in probes(d, m):
+                        ops += ["GET", "u1", o]
+                resp(f, "BITFIELD_RO", fkey, *ops)
+                shards = {}
+                for d in ids:
+                    if all(bits[o // 8] & (0x80 >> (o % 8)) for o in probes(d, m)):
+                        resp(f, "HMGET", "%s:%d" % (base, shard_of(d, k)), d)
+                    shards.setdefault(shard_of(d, k), []).append(d)
+                resp(f, "MULTI")
+                for _, flat in batch:
+                    resp(f, "XADD", key, "*", *flat)
+                for j, fs in shards.items():
+                    args = []
+                    for d in fs:
+                        args += [d, b"1"]
+                    resp(f, "HSET", "%s:%d" % (base, j), *args)
+                resp(f, "BITFIELD", fkey, *set_bits(ids))
                 resp(f, "SET", wm, top + " " + owner)
                 resp(f, "EXEC")
             elif design == "guard":

@@ -14,12 +14,21 @@
 # Environment: NEW_BIN (the relay binary; default: this tree's release build
 # in build-bench/), DESIGNS (the Python candidates, default "bare watch
 # native guard"; "bare" is the ÷ bare column's base, so DESIGNS="bare" runs
-# just the two relay rows and bare, DESIGNS="" no candidate), OUT (keep the
-# table there).
+# just the two relay rows and bare, DESIGNS="" no candidate; "filter" is
+# native behind a Bloom filter), OUT (keep the table there), PREFILL (0, the
+# default; N: each candidate but bare starts with N other ids in its dedup
+# window, loaded before the count; the two relay rows start from an empty one),
+# CPU_ROUNDS (0; N: then N rounds of the designs into a redis-server without
+# valgrind, each design in turn, and a table of Redis's CPU µs per event).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 EVENTS=${1:-20000}
 DESIGNS=${DESIGNS-bare watch native guard}
+PREFILL=${PREFILL:-0}
+CPU_ROUNDS=${CPU_ROUNDS:-0}
+case $CPU_ROUNDS in '' | *[!0-9]*) echo "redis_designs: CPU_ROUNDS must be a number, not '$CPU_ROUNDS'" >&2; exit 2 ;; esac
+case $PREFILL in '' | *[!0-9]*) echo "redis_designs: PREFILL must be a number of ids, not '$PREFILL'" >&2; exit 2 ;; esac
+export PREFILL
 PY="python3 $ROOT/tests/bench/redis_designs.py"
 
 command -v valgrind >/dev/null || { echo "redis_designs: needs valgrind (apt-get install valgrind)" >&2; exit 2; }
@@ -31,9 +40,19 @@ setup_tmp
 pg_start
 load_schema
 
+VG=1 # 0: redis-server runs without valgrind (the CPU rounds)
 redis_server() {
+	if [ "$VG" = 0 ]; then
+		redis-server "$@"
+		return
+	fi
 	valgrind --tool=callgrind --callgrind-out-file="$T/cg.%p" redis-server "$@" --daemonize no \
 		>>"$T/valgrind.log" 2>&1 &
+}
+# cpu: redis-server's user + system CPU seconds so far (INFO).
+cpu() {
+	redis_cli INFO cpu | tr -d '\r' |
+		awk -F: '$1 == "used_cpu_user" || $1 == "used_cpu_sys" { s += $2 } END { printf "%.6f\n", s }'
 }
 fresh_redis() {
 	redis_stop
@@ -52,11 +71,8 @@ total() {
 }
 # dedup_ids: the fields in every dedup hash of the candidates' layout.
 dedup_ids() {
-	local n=0 k
-	for k in $(redis_cli --scan --pattern 'outbox-relay:dedup:{outbox:bench}:*'); do
-		n=$((n + $(redis_cli HLEN "$k")))
-	done
-	echo "$n"
+	redis_cli --scan --pattern 'outbox-relay:dedup:{outbox:bench}:*[0-9]' | sed 's/^/HLEN /' |
+		redis_cli | awk '{ n += $1 } END { print n + 0 }'
 }
 
 # final_field LOG FIELD: FIELD=N of the relay's final line ("stopped (...): ...").
@@ -93,22 +109,51 @@ for d in $DESIGNS; do
 	$PY gen "$d" "$REDIS_SOCK" outbox:bench "$T/$d.resp" >"$T/$d.count"
 	assert_eq "$EVENTS" "$(cat "$T/$d.count")" "$d: every entry read back"
 done
-for d in $DESIGNS; do
+# load D: a fresh Redis with the candidates' functions and D's prefill.
+load() {
 	fresh_redis
 	$PY lua >"$T/cand.lua"
 	redis_cli -x FUNCTION LOAD <"$T/cand.lua" >/dev/null
+	pre=0
+	if [ -f "$T/$1.resp.pre" ]; then
+		redis_cli --pipe <"$T/$1.resp.pre" >"$T/$1.prepipe" 2>&1 || fail "$1: prefill: $(tail -n 3 "$T/$1.prepipe")"
+		assert_contains "$(cat "$T/$1.prepipe")" "errors: 0," "$1: prefill without errors"
+		pre=$PREFILL
+	fi
+}
+# send D: D's commands (C1: Redis's CPU seconds right after them), checked.
+send() {
+	redis_cli --pipe <"$T/$1.resp" >"$T/$1.pipe" 2>&1 || fail "$1: redis-cli --pipe: $(tail -n 3 "$T/$1.pipe")"
+	[ "$VG" = 1 ] || C1=$(cpu)
+	assert_contains "$(cat "$T/$1.pipe")" "errors: 0," "$1: no command failed"
+	assert_eq "$EVENTS" "$(xlen outbox:bench)" "$1: every entry added once"
+	[ "$1" = bare ] || assert_eq "$((EVENTS + pre))" "$(dedup_ids)" "$1: every id in the dedup hashes"
+}
+for d in $DESIGNS; do
+	load "$d"
 	callgrind_control -z "$REDIS_PID" >/dev/null
-	redis_cli --pipe <"$T/$d.resp" >"$T/$d.pipe" 2>&1 || fail "$d: redis-cli --pipe: $(tail -n 3 "$T/$d.pipe")"
-	assert_contains "$(cat "$T/$d.pipe")" "errors: 0," "$d: no command failed"
-	assert_eq "$EVENTS" "$(xlen outbox:bench)" "$d: every entry added once"
-	[ "$d" = bare ] || assert_eq "$EVENTS" "$(dedup_ids)" "$d: every id in the dedup hashes"
+	send "$d"
 	tot[$d]=$(total "$d")
+done
+redis_stop
+# CPU_ROUNDS rounds of every design in turn, Redis without valgrind: CPU µs
+# per event from INFO (noisy on a busy machine; the median is reported).
+declare -A cpus
+VG=0
+for ((r = 1; r <= CPU_ROUNDS; r++)); do
+	for d in $DESIGNS; do
+		load "$d"
+		c0=$(cpu)
+		send "$d"
+		cpus[$d]+="$(awk -v a="$c0" -v b="$C1" -v n="$EVENTS" 'BEGIN { printf "%.3f", (b - a) * 1e6 / n }') "
+	done
 done
 redis_stop
 {
 	echo
 	echo "Redis instructions per event (callgrind, whole redis-server process), redis-server" \
-		"$(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), $EVENTS events (UUID ids), batches of 126"
+		"$(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), $EVENTS events (UUID ids), batches of 126," \
+		"candidates but bare with $PREFILL other ids in the window (the relay rows: none)"
 	printf '%-44s %12s %10s\n' design instr/event "÷ bare"
 	bare=${tot[bare]:-0}
 	row() { awk -v n="$EVENTS" -v t="$2" -v b="$bare" -v l="$1" \
@@ -116,6 +161,19 @@ redis_stop
 	row "relay (outbox_relay_publish, as it is)" "$relay_total"
 	row "relay --publish native" "$native_total"
 	for d in $DESIGNS; do row "$d" "${tot[$d]}"; done
+	if [ "$CPU_ROUNDS" -gt 0 ]; then
+		echo
+		echo "Redis CPU µs per event (INFO used_cpu_user + used_cpu_sys, no valgrind), median of" \
+			"$CPU_ROUNDS rounds (each: every design in turn), and the rounds"
+		printf '%-44s %12s %10s  %s\n' design "CPU µs" "÷ bare" rounds
+		med() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
+		cb=$(med "${cpus[bare]:-}")
+		for d in $DESIGNS; do
+			m=$(med "${cpus[$d]}")
+			awk -v l="$d" -v m="$m" -v b="${cb:-0}" -v r="${cpus[$d]}" \
+				'BEGIN { printf "%-44s %12.2f %10s  %s\n", l, m, (b > 0 ? sprintf("%.2f", m / b) : "-"), r }'
+		done
+	fi
 } | tee "$T/table.txt"
 [ -n "${OUT:-}" ] && mkdir -p "$OUT" && cp "$T/table.txt" "$OUT/"
 pass
