@@ -125,6 +125,15 @@ def resp(f, *args):
         f.write(b"$%d\r\n%s\r\n" % (len(a), a))
 
 
+def hset_shards(f, base, shards):
+    """One HSET per shard j of base with its ids (shards: j -> dedup fields)."""
+    for j, fs in shards.items():
+        args = []
+        for d in fs:
+            args += [d, b"1"]
+        resp(f, "HSET", "%s:%d" % (base, j), *args)
+
+
 def gen(design, sock, stream, out):
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
     import rx  # noqa: E402  (tests/integration/rx.py)
@@ -164,11 +173,7 @@ def gen(design, sock, stream, out):
             shards = {}
             for d in olds:
                 shards.setdefault(shard_of(d, k), []).append(d)
-            for j, fs in shards.items():
-                args = []
-                for d in fs:
-                    args += [d, b"1"]
-                resp(f, "HSET", "%s:%d" % (base, j), *args)
+            hset_shards(f, base, shards)
             if design == "filter":
                 for c in range(0, len(olds), 1000):
                     resp(f, "BITFIELD", fkey, *set_bits(olds[c:c + 1000]))
@@ -199,11 +204,7 @@ def gen(design, sock, stream, out):
                 resp(f, "MULTI")
                 for _, flat in batch:
                     resp(f, "XADD", key, "*", *flat)
-                for j, fs in shards.items():
-                    args = []
-                    for d in fs:
-                        args += [d, b"1"]
-                    resp(f, "HSET", "%s:%d" % (base, j), *args)
+                hset_shards(f, base, shards)
                 resp(f, "SET", wm, top + " " + owner)
                 resp(f, "EXEC")
             elif design == "filter":
@@ -222,11 +223,7 @@ def gen(design, sock, stream, out):
                 resp(f, "MULTI")
                 for _, flat in batch:
                     resp(f, "XADD", key, "*", *flat)
-                for j, fs in shards.items():
-                    args = []
-                    for d in fs:
-                        args += [d, b"1"]
-                    resp(f, "HSET", "%s:%d" % (base, j), *args)
+                hset_shards(f, base, shards)
                 resp(f, "BITFIELD", fkey, *set_bits(ids))
                 resp(f, "SET", wm, top + " " + owner)
                 resp(f, "EXEC")
