@@ -56,7 +56,6 @@ pg_start
 load_schema
 
 info() { redis_cli INFO "$1" | tr -d '\r' | sed -n "s/^$2:\([^,]*\).*/\1/p"; }
-cpu() { awk -v u="$(info cpu used_cpu_user)" -v s="$(info cpu used_cpu_sys)" 'BEGIN { printf "%.6f", u + s }'; }
 fcall_usec() {
 	redis_cli INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_fcall:calls=\([0-9]*\),usec=\([0-9]*\),.*/\2 \1/p'
 }
@@ -68,12 +67,12 @@ fresh_redis() {
 # measure NAME EVENTS INWINDOW: print one result line for the current Redis,
 # against the counters saved by start_measure.
 start_measure() {
-	M0=$(info memory used_memory) C0=$(cpu)
+	M0=$(info memory used_memory) C0=$(bench_redis_cpu_s)
 	redis_cli CONFIG RESETSTAT >/dev/null
 }
 measure() {
 	local name=$1 n=$2 inwin=$3 m1 c1 st fu fc keys enc
-	m1=$(info memory used_memory) c1=$(cpu)
+	m1=$(info memory used_memory) c1=$(bench_redis_cpu_s)
 	st=0
 	for s in $(redis_cli --scan --pattern 'outbox:*'); do
 		[ "$(redis_cli TYPE "$s")" = stream ] || continue
@@ -143,10 +142,10 @@ until_expired() {
 	local c1 t1 c2
 	wait_for '[ "$(redis_cli DBSIZE)" -le 6 ]' $((3 * LIFE_WINDOW + 120)) ||
 		fail "$1: the dedup state did not expire ($(redis_cli DBSIZE) keys)"
-	c1=$(cpu)
+	c1=$(bench_redis_cpu_s)
 	t1=$(date +%s%N)
 	sleep 10
-	c2=$(cpu)
+	c2=$(bench_redis_cpu_s)
 	awk -v name="$1" -v n="$EVENTS" -v c0="$c0" -v c1="$c1" -v c2="$c2" -v t0="$t0" -v t1="$t1" \
 		'BEGIN { idle = (c2 - c1) / 10; el = (t1 - t0) / 1e9;
 			 printf "%s\t%d\t%d\t-\t-\t%.2f\t-\t-\t-\t(%.0f s until expired, idle %.4f s/s subtracted)\n",
@@ -160,7 +159,7 @@ for who in old new; do
 	bin=$OLD_BIN
 	[ "$who" = new ] && bin=$NEW_BIN
 	fresh_redis
-	c0=$(cpu)
+	c0=$(bench_redis_cpu_s)
 	t0=$(date +%s%N)
 	RELAY_BIN=$bin relay_run_until "$lend" --slot "l_$who" --dedup-window "$LIFE_WINDOW" ||
 		fail "relay ($who) exit $RELAY_RC"
@@ -177,7 +176,7 @@ done
 for who in old new; do
 	bench_streaming "$who" "lv_$who" --dedup-window "$LIFE_WINDOW"
 	while [ $(($(date +%s) % (2 * LIFE_WINDOW))) -ne 0 ]; do sleep 0.1; done
-	c0=$(cpu)
+	c0=$(bench_redis_cpu_s)
 	t0=$(date +%s%N)
 	bench_outbox_rows "$EVENTS"
 	wait_for "[ \"\$(xlen outbox:bench)\" -ge $EVENTS ]" 120 || fail "live-lifecycle $who: not all published"
@@ -200,7 +199,7 @@ for who in old new; do
 	start_measure
 	bench_paced_rows "$secs" "$per" &
 	sleep $((4 * win + 1))
-	x1=$(xlen outbox:bench) C0=$(cpu)
+	x1=$(xlen outbox:bench) C0=$(bench_redis_cpu_s)
 	redis_cli CONFIG RESETSTAT >/dev/null
 	wait $!
 	n=$((secs * 10 * per))

@@ -21,6 +21,13 @@ bench_old_relay_bin() {
 	echo "$d/build/cmd/outbox-relay/outbox-relay"
 }
 
+# bench_redis_cpu_s: the Redis at $REDIS_SOCK's user + system CPU seconds so
+# far (INFO used_cpu_user + used_cpu_sys). Needs the integration harness.
+bench_redis_cpu_s() {
+	redis_cli INFO cpu | tr -d '\r' |
+		awk -F: '$1 == "used_cpu_user" || $1 == "used_cpu_sys" { s += $2 } END { printf "%.6f\n", s }'
+}
+
 # bench_outbox_rows N [ID_EXPR]: N outbox rows of stream outbox:bench, 1000
 # per transaction; ID_EXPR (SQL over the row number g) sets their ids,
 # else the table's default (random UUIDs). Needs the integration harness.

@@ -130,11 +130,6 @@ check_path() {
 	fi
 	log "relay: native_batches=$nb function_batches=$fb watch_retries=$(final_field "$RELAY_LOG" watch_retries)"
 }
-# cpu_s: redis-server's user + sys CPU seconds so far (INFO).
-cpu_s() {
-	redis_cli INFO cpu | tr -d '\r' |
-		awk -F: '$1 == "used_cpu_user" || $1 == "used_cpu_sys" { s += $2 } END { printf "%.6f\n", s }'
-}
 
 PREFILL=${PREFILL:-0}
 case $PREFILL in '' | *[!0-9]*) echo "redis_breakdown: PREFILL must be a number of rows, not '$PREFILL'" >&2; exit 2 ;; esac
@@ -178,9 +173,9 @@ CG=$CG_RUN
 fresh_redis
 prefill b_cg
 [ "$CG" = 1 ] && callgrind_control -z "$REDIS_PID" >/dev/null
-c0=$(cpu_s)
+c0=$(bench_redis_cpu_s)
 relay_run_until "$end" --slot b_cg --dedup-window 1h --publish "$PUBLISH" || fail "relay exit $RELAY_RC"
-c1=$(cpu_s)
+c1=$(bench_redis_cpu_s)
 assert_eq "$TOTAL" "$(xlen outbox:bench)" "relay: every event published once"
 check_path
 MEASURED=$((TOTAL - PRE_N))
@@ -244,22 +239,22 @@ if [ "$CPU_RUN" = 1 ]; then
 	if [ "$CG_RUN" = 1 ]; then
 		fresh_redis
 		prefill b_cpu
-		c0=$(cpu_s)
+		c0=$(bench_redis_cpu_s)
 		relay_run_until "$end" --slot b_cpu --dedup-window 1h --publish "$PUBLISH" || fail "relay (cpu) exit $RELAY_RC"
-		c1=$(cpu_s)
+		c1=$(bench_redis_cpu_s)
 		assert_eq "$TOTAL" "$(xlen outbox:bench)" "relay (cpu): every event published once"
 	fi
 	fresh_redis
 	bare_prefill
-	c2=$(cpu_s)
+	c2=$(bench_redis_cpu_s)
 	redis_cli --pipe <"$T/xadd.resp" >"$T/pipe.log" 2>&1 || fail "redis-cli --pipe (cpu)"
-	c3=$(cpu_s)
+	c3=$(bench_redis_cpu_s)
 	assert_eq "$((BARE_PRE + MEASURED))" "$(xlen outbox:bench)" "bare (cpu): every entry added"
 	# issue 24's baseline: redis-benchmark's 50 clients, 64 commands deep
-	c4=$(cpu_s)
+	c4=$(bench_redis_cpu_s)
 	redis-benchmark -s "$REDIS_SOCK" -P 64 -n "$MEASURED" -q XADD outbox:rb '*' "${ENTRY[@]}" >"$T/rb.log" 2>&1 ||
 		fail "redis-benchmark: $(tail -n 3 "$T/rb.log")"
-	c5=$(cpu_s)
+	c5=$(bench_redis_cpu_s)
 	# (it sends whole pipelines, so it may add a few more than asked)
 	rb_n=$(xlen outbox:rb)
 	assert_ge "$rb_n" "$MEASURED" "redis-benchmark: every XADD added"

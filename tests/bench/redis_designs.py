@@ -217,9 +217,10 @@ def gen(design, sock, stream, out):
                 resp(f, "BITFIELD_RO", fkey, *ops)
                 shards = {}
                 for d in ids:
+                    j = shard_of(d, k)
                     if all(bits[o // 8] & (0x80 >> (o % 8)) for o in probes(d, m)):
-                        resp(f, "HMGET", "%s:%d" % (base, shard_of(d, k)), d)
-                    shards.setdefault(shard_of(d, k), []).append(d)
+                        resp(f, "HMGET", "%s:%d" % (base, j), d)  # a duplicate or a false positive
+                    shards.setdefault(j, []).append(d)
                 resp(f, "MULTI")
                 for _, flat in batch:
                     resp(f, "XADD", key, "*", *flat)

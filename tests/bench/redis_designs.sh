@@ -49,11 +49,6 @@ redis_server() {
 	valgrind --tool=callgrind --callgrind-out-file="$T/cg.%p" redis-server "$@" --daemonize no \
 		>>"$T/valgrind.log" 2>&1 &
 }
-# cpu: redis-server's user + system CPU seconds so far (INFO).
-cpu() {
-	redis_cli INFO cpu | tr -d '\r' |
-		awk -F: '$1 == "used_cpu_user" || $1 == "used_cpu_sys" { s += $2 } END { printf "%.6f\n", s }'
-}
 fresh_redis() {
 	redis_stop
 	rm -rf "$T/redis"
@@ -124,7 +119,7 @@ load() {
 # send D: D's commands (C1: Redis's CPU seconds right after them), checked.
 send() {
 	redis_cli --pipe <"$T/$1.resp" >"$T/$1.pipe" 2>&1 || fail "$1: redis-cli --pipe: $(tail -n 3 "$T/$1.pipe")"
-	[ "$VG" = 1 ] || C1=$(cpu)
+	[ "$VG" = 1 ] || C1=$(bench_redis_cpu_s)
 	assert_contains "$(cat "$T/$1.pipe")" "errors: 0," "$1: no command failed"
 	assert_eq "$EVENTS" "$(xlen outbox:bench)" "$1: every entry added once"
 	[ "$1" = bare ] || assert_eq "$((EVENTS + pre))" "$(dedup_ids)" "$1: every id in the dedup hashes"
@@ -143,7 +138,7 @@ VG=0
 for ((r = 1; r <= CPU_ROUNDS; r++)); do
 	for d in $DESIGNS; do
 		load "$d"
-		c0=$(cpu)
+		c0=$(bench_redis_cpu_s)
 		send "$d"
 		cpus[$d]+="$(awk -v a="$c0" -v b="$C1" -v n="$EVENTS" 'BEGIN { printf "%.3f", (b - a) * 1e6 / n }') "
 	done
