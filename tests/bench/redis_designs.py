@@ -11,6 +11,9 @@ failed XADD, bucket splits), which cost nothing per event while nothing fails.
 
   redis_designs.py lua                             the candidate function library
   redis_designs.py gen DESIGN SOCK STREAM OUT      RESP commands into OUT, prints events
+  redis_designs.py pace SOCK FILE BYTES MS         send FILE's commands BYTES at a time, MS
+                                                   ms apart; prints "errors: E, replies: R"
+                                                   as redis-cli --pipe does
 
 Designs (K dedup shards of a bucket, sized for 24 ids each as the relay sizes them,
 or DESIGN_LOAD from the environment, or N for a design named DESIGN@N; shard = the
@@ -43,7 +46,10 @@ bits), which redis_designs.sh loads before it counts. The shards are sized for
 N + the events, as the relay sizes a bucket for the backlog it expects.
 """
 import os
+import socket
 import sys
+import threading
+import time
 import uuid
 import zlib
 
@@ -240,12 +246,82 @@ def gen(design, sock, stream, out):
     print(len(entries))
 
 
+def replies(buf, pos, counts):
+    """Parse whole replies from buf at pos; counts[0] top-level replies, counts[1]
+    errors at any depth. Returns the position after the last whole reply, and
+    whether that reply was +PONG."""
+    pong = False
+    while True:
+        p, ok, top = pos, True, None
+        todo = 1
+        errs = 0
+        while todo:
+            e = buf.find(b"\r\n", p)
+            if e < 0:
+                ok = False
+                break
+            kind, line = buf[p:p + 1], buf[p + 1:e]
+            if top is None:
+                top = buf[p:e]
+            p = e + 2
+            todo -= 1
+            if kind == b"-":
+                errs += 1
+            elif kind == b"$" and int(line) >= 0:
+                if len(buf) < p + int(line) + 2:
+                    ok = False
+                    break
+                p += int(line) + 2
+            elif kind == b"*" and int(line) > 0:
+                todo += int(line)
+        if not ok:
+            return pos, pong
+        counts[0] += 1
+        counts[1] += errs
+        pong = top == b"+PONG"
+        pos = p
+
+
+def pace(sock, path, nbytes, ms):
+    """Send path's commands nbytes at a time, ms apart, then a PING; read every reply."""
+    data = open(path, "rb").read()
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(sock)
+    counts = [0, 0]
+    done = threading.Event()
+
+    def reader():
+        buf, pos = b"", 0
+        while True:
+            b = s.recv(1 << 20)
+            if not b:
+                break
+            buf = buf[pos:] + b
+            pos, pong = replies(buf, 0, counts)
+            if pong:
+                break
+        done.set()
+
+    t = threading.Thread(target=reader, daemon=True)
+    t.start()
+    for i in range(0, len(data), nbytes):
+        s.sendall(data[i:i + nbytes])
+        if ms > 0:
+            time.sleep(ms / 1000.0)
+    s.sendall(b"*1\r\n$4\r\nPING\r\n")
+    done.wait()
+    print("errors: %d, replies: %d" % (counts[1], counts[0] - 1))
+
+
 def main(argv):
     if len(argv) == 2 and argv[1] == "lua":
         sys.stdout.write(LUA)
         return 0
     if len(argv) == 6 and argv[1] == "gen":
         gen(*argv[2:6])
+        return 0
+    if len(argv) == 6 and argv[1] == "pace":
+        pace(argv[2], argv[3], int(argv[4]), float(argv[5]))
         return 0
     sys.stderr.write(__doc__)
     return 2

@@ -19,7 +19,17 @@
 # default; N: each candidate but bare starts with N other ids in its dedup
 # window, loaded before the count; the two relay rows start from an empty one),
 # CPU_ROUNDS (0; N: then N rounds of the designs into a redis-server without
-# valgrind, each design in turn, and a table of Redis's CPU µs per event).
+# valgrind, each design in turn, and a table of Redis's CPU µs per event),
+# BESIDE ("", the default: nothing else runs during the CPU rounds; decode:
+# a PostgreSQL backend decodes the backlog's WAL with wal2json over and over
+# on the other core all through them (pg_logical_slot_peek_changes on a slot
+# of its own), as a walsender does beside Redis in a drain on one machine),
+# PACE ("0", the default: each design's commands go as fast as Redis takes
+# them, through redis-cli --pipe; BYTES:MS: in the CPU rounds they go BYTES
+# at a time with MS ms between, so Redis works in bursts and waits between
+# them, as it does in a drain, where the relay's groups come one by one; a
+# list, such as "0 262144:3": each round runs every design at each pace,
+# and the table has a row per design and pace, each ÷ bare at its pace).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 EVENTS=${1:-20000}
@@ -27,6 +37,11 @@ DESIGNS=${DESIGNS-bare watch native guard}
 PREFILL=${PREFILL:-0}
 CPU_ROUNDS=${CPU_ROUNDS:-0}
 case $CPU_ROUNDS in '' | *[!0-9]*) echo "redis_designs: CPU_ROUNDS must be a number, not '$CPU_ROUNDS'" >&2; exit 2 ;; esac
+case ${BESIDE:-} in '' | decode) ;; *) echo "redis_designs: BESIDE must be empty or decode, not '$BESIDE'" >&2; exit 2 ;; esac
+PACE=${PACE:-0}
+for p in $PACE; do
+	case $p in 0 | [1-9]*:[0-9]*) ;; *) echo "redis_designs: PACE must be 0 or BYTES:MS (a list of them), not '$p'" >&2; exit 2 ;; esac
+done
 case $PREFILL in '' | *[!0-9]*) echo "redis_designs: PREFILL must be a number of ids, not '$PREFILL'" >&2; exit 2 ;; esac
 export PREFILL
 PY="python3 $ROOT/tests/bench/redis_designs.py"
@@ -78,6 +93,7 @@ final_field() {
 # Both relays' slots before the backlog: they drain the identical WAL.
 slot_create b_cg
 slot_create b_cg_native
+[ -z "${BESIDE:-}" ] || slot_create b_beside
 bench_outbox_rows "$EVENTS"
 end=$(current_lsn)
 
@@ -116,9 +132,16 @@ load() {
 		pre=$PREFILL
 	fi
 }
-# send D: D's commands (C1: Redis's CPU seconds right after them), checked.
+# send D [P]: D's commands, at P (one of PACE's settings; with valgrind, or
+# P=0: through redis-cli --pipe), C1 Redis's CPU seconds right after them;
+# then checked.
 send() {
-	redis_cli --pipe <"$T/$1.resp" >"$T/$1.pipe" 2>&1 || fail "$1: redis-cli --pipe: $(tail -n 3 "$T/$1.pipe")"
+	if [ "$VG" = 0 ] && [ "${2:-0}" != 0 ]; then
+		$PY pace "$REDIS_SOCK" "$T/$1.resp" "${2%%:*}" "${2#*:}" >"$T/$1.pipe" 2>&1 ||
+			fail "$1: paced send: $(tail -n 3 "$T/$1.pipe")"
+	else
+		redis_cli --pipe <"$T/$1.resp" >"$T/$1.pipe" 2>&1 || fail "$1: redis-cli --pipe: $(tail -n 3 "$T/$1.pipe")"
+	fi
 	[ "$VG" = 1 ] || C1=$(bench_redis_cpu_s)
 	assert_contains "$(cat "$T/$1.pipe")" "errors: 0," "$1: no command failed"
 	assert_eq "$EVENTS" "$(xlen outbox:bench)" "$1: every entry added once"
@@ -135,14 +158,37 @@ redis_stop
 # per event from INFO (noisy on a busy machine; the median is reported).
 declare -A cpus
 VG=0
+# beside_start / beside_stop: BESIDE's load, on for all of the CPU rounds.
+# The DO block loops until its backend is terminated (a psql killed alone
+# would leave it running).
+beside_start() {
+	[ "${BESIDE:-}" = decode ] || return 0
+	psql_q "SET application_name = 'beside'; DO \$\$ BEGIN LOOP
+	          PERFORM count(*) FROM pg_logical_slot_peek_changes('b_beside', NULL, NULL, 'format-version', '2');
+	        END LOOP; END \$\$" >/dev/null 2>&1 &
+	BESIDE_PID=$!
+	wait_for "[ -n \"\$(psql_q \"SELECT 1 FROM pg_stat_activity WHERE application_name = 'beside' AND state = 'active'\")\" ]" 30 ||
+		fail "BESIDE=decode: the decoding backend did not start"
+}
+beside_stop() {
+	[ "${BESIDE:-}" = decode ] || return 0
+	assert_eq 1 "$(psql_q "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'beside' AND state = 'active'")" \
+		"BESIDE=decode: the decoding backend ran all through the CPU rounds"
+	psql_q "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'beside'" >/dev/null
+	wait "$BESIDE_PID" || true # its session was terminated: psql reports an error
+}
+[ "$CPU_ROUNDS" = 0 ] || beside_start
 for ((r = 1; r <= CPU_ROUNDS; r++)); do
-	for d in $DESIGNS; do
-		load "$d"
-		c0=$(bench_redis_cpu_s)
-		send "$d"
-		cpus[$d]+="$(awk -v a="$c0" -v b="$C1" -v n="$EVENTS" 'BEGIN { printf "%.3f", (b - a) * 1e6 / n }') "
+	for p in $PACE; do
+		for d in $DESIGNS; do
+			load "$d"
+			c0=$(bench_redis_cpu_s)
+			send "$d" "$p"
+			cpus[$d@$p]+="$(awk -v a="$c0" -v b="$C1" -v n="$EVENTS" 'BEGIN { printf "%.3f", (b - a) * 1e6 / n }') "
+		done
 	done
 done
+[ "$CPU_ROUNDS" = 0 ] || beside_stop
 redis_stop
 {
 	echo
@@ -159,14 +205,17 @@ redis_stop
 	if [ "$CPU_ROUNDS" -gt 0 ]; then
 		echo
 		echo "Redis CPU µs per event (INFO used_cpu_user + used_cpu_sys, no valgrind), median of" \
-			"$CPU_ROUNDS rounds (each: every design in turn), and the rounds"
-		printf '%-44s %12s %10s  %s\n' design "CPU µs" "÷ bare" rounds
+			"$CPU_ROUNDS rounds (each: every design in turn at each pace)${BESIDE:+, with BESIDE=$BESIDE}, and the rounds;" \
+			"pace 0: as fast as Redis takes them, B:M: B bytes at a time, M ms apart"
+		printf '%-30s %13s %12s %10s  %s\n' design pace "CPU µs" "÷ bare" rounds
 		med() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
-		cb=$(med "${cpus[bare]:-}")
-		for d in $DESIGNS; do
-			m=$(med "${cpus[$d]}")
-			awk -v l="$d" -v m="$m" -v b="${cb:-0}" -v r="${cpus[$d]}" \
-				'BEGIN { printf "%-44s %12.2f %10s  %s\n", l, m, (b > 0 ? sprintf("%.2f", m / b) : "-"), r }'
+		for p in $PACE; do
+			cb=$(med "${cpus[bare@$p]:-}")
+			for d in $DESIGNS; do
+				m=$(med "${cpus[$d@$p]}")
+				awk -v l="$d" -v p="$p" -v m="$m" -v b="${cb:-0}" -v r="${cpus[$d@$p]}" \
+					'BEGIN { printf "%-30s %13s %12.2f %10s  %s\n", l, p, m, (b > 0 ? sprintf("%.2f", m / b) : "-"), r }'
+			done
 		done
 	fi
 } | tee "$T/table.txt"
