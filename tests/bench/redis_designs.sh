@@ -29,7 +29,9 @@
 # at a time with MS ms between, so Redis works in bursts and waits between
 # them, as it does in a drain, where the relay's groups come one by one; a
 # list, such as "0 262144:3": each round runs every design at each pace,
-# and the table has a row per design and pace, each ÷ bare at its pace).
+# and the table has a row per design and pace, each ÷ bare at its pace),
+# AOF (0, the default: no persistence; 1: every redis-server of the run
+# with appendonly yes and appendfsync everysec, as bench.sh's aof mode).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 EVENTS=${1:-20000}
@@ -39,6 +41,8 @@ CPU_ROUNDS=${CPU_ROUNDS:-0}
 case $CPU_ROUNDS in '' | *[!0-9]*) echo "redis_designs: CPU_ROUNDS must be a number, not '$CPU_ROUNDS'" >&2; exit 2 ;; esac
 case ${BESIDE:-} in '' | decode) ;; *) echo "redis_designs: BESIDE must be empty or decode, not '$BESIDE'" >&2; exit 2 ;; esac
 PACE=${PACE:-0}
+AOF=${AOF:-0}
+case $AOF in 0) AOF_ARGS=() ;; 1) AOF_ARGS=(--appendonly yes --appendfsync everysec) ;; *) echo "redis_designs: AOF must be 0 or 1, not '$AOF'" >&2; exit 2 ;; esac
 for p in $PACE; do
 	case $p in 0 | [1-9]*:[0-9]*) ;; *) echo "redis_designs: PACE must be 0 or BYTES:MS (a list of them), not '$p'" >&2; exit 2 ;; esac
 done
@@ -67,7 +71,7 @@ redis_server() {
 fresh_redis() {
 	redis_stop
 	rm -rf "$T/redis"
-	redis_start
+	redis_start "${AOF_ARGS[@]}"
 }
 # total NAME: redis-server's instructions since the last zeroing.
 total() {
@@ -194,7 +198,7 @@ redis_stop
 	echo
 	echo "Redis instructions per event (callgrind, whole redis-server process), redis-server" \
 		"$(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), $EVENTS events (UUID ids), batches of 126," \
-		"candidates but bare with $PREFILL other ids in the window (the relay rows: none)"
+		"candidates but bare with $PREFILL other ids in the window (the relay rows: none)${AOF_ARGS:+, appendonly yes (everysec)}"
 	printf '%-44s %12s %10s\n' design instr/event "÷ bare"
 	bare=${tot[bare]:-0}
 	row() { awk -v n="$EVENTS" -v t="$2" -v b="$bare" -v l="$1" \
@@ -205,7 +209,7 @@ redis_stop
 	if [ "$CPU_ROUNDS" -gt 0 ]; then
 		echo
 		echo "Redis CPU µs per event (INFO used_cpu_user + used_cpu_sys, no valgrind), median of" \
-			"$CPU_ROUNDS rounds (each: every design in turn at each pace)${BESIDE:+, with BESIDE=$BESIDE}, and the rounds;" \
+			"$CPU_ROUNDS rounds (each: every design in turn at each pace)${BESIDE:+, with BESIDE=$BESIDE}${AOF_ARGS:+, appendonly yes (everysec)}, and the rounds;" \
 			"pace 0: as fast as Redis takes them, B:M: B bytes at a time, M ms apart"
 		printf '%-30s %13s %12s %10s  %s\n' design pace "CPU µs" "÷ bare" rounds
 		med() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
