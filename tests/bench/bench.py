@@ -43,6 +43,13 @@
         receipt_ms = pg_recvlogical's output read - the transaction's commit
       (contender "pg_recvlogical"), with the CPU figures of RUNS_JSON.
 
+  bench.py bare SOCK PATTERN OUT
+      Every entry of every stream matching PATTERN, in order, as a bare
+      "XADD <stream> * <field> <value> ..." into OUT (RESP, for redis-cli
+      --pipe); prints how many. bench.sh replays them after each drain of the
+      relay (defaults) to give Redis's cost of the same entries without the
+      relay's dedup and watermark (issue 24, item 2).
+
   bench.py report RESULTS.jsonl [LATENCY.jsonl]
       Markdown tables of the drains (median of rounds) and of the latency runs.
 """
@@ -149,9 +156,13 @@ def redis_stats(sock):
     c = Redis(sock)
     st = parse_info(c.call("INFO", "stats"))
     cs = parse_info(c.call("INFO", "commandstats"))
+    cpu = parse_info(c.call("INFO", "cpu"))
     out = {k: int(st.get(k, 0)) for k in (
         "total_net_input_bytes", "total_net_output_bytes", "total_reads_processed",
         "total_writes_processed", "total_commands_processed")}
+    # Redis's own CPU (getrusage: every thread of the server, in µs), finer
+    # than the /proc sampler's clock ticks over a short drain
+    out["used_cpu_us"] = int(round((float(cpu.get("used_cpu_user", 0)) + float(cpu.get("used_cpu_sys", 0))) * 1e6))
     calls = {}
     for k, v in cs.items():
         if k.startswith("cmdstat_"):
@@ -233,6 +244,24 @@ def streams_summary(endpoints, pattern, t0_wall, ids=False):
         out["entries_with_id"] = with_id
         out["distinct_ids"] = len(seen)
     return out
+
+
+def cmd_bare(sock, pattern, out):
+    c = Redis(sock)
+    n = 0
+    with open(out, "wb") as f:
+        for k in stream_keys(c, pattern):
+            start = "-"
+            while True:
+                batch = c.call("XRANGE", k, start, "+", "COUNT", 10000)
+                for eid, kv in batch:
+                    f.write(Redis.encode("XADD", k, "*", *[x.encode("utf-8", "surrogateescape") for x in kv]))
+                    n += 1
+                if len(batch) < 10000:
+                    break
+                start = "(" + batch[-1][0]
+    print(n)
+    return 0
 
 
 # ---------------------------------------------------------------------------
@@ -913,6 +942,13 @@ def cmd_report(results, backlogs=None, latency=None):
     out = []
     item3 = []
     modes = []
+    bare = {}  # (mode, shape, round) -> bare XADD Redis CPU µs per event (bench.sh's bare_replay)
+    bare_json = os.path.join(os.path.dirname(results), "bare.jsonl")
+    if os.path.exists(bare_json):
+        for l in open(bare_json):
+            if l.strip():
+                b = json.loads(l)
+                bare[(b["mode"], b["shape"], int(b["round"]))] = b["used_cpu_us"] / b["events"]
     for r in rows:
         if r["mode"] not in modes:
             modes.append(r["mode"])
@@ -993,6 +1029,27 @@ def cmd_report(results, backlogs=None, latency=None):
         out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         out.extend(cost)
         out.append("")
+        item2 = []
+        for shape in shapes:
+            cr = [r for r in mrows if r["shape"] == shape and r["contender"] == "relay"
+                  and r.get("redis", {}).get("used_cpu_us") is not None]
+            pairs = [(r["redis"]["used_cpu_us"] / int(r["events"]), bare[(mode, shape, int(r["round"]))])
+                     for r in cr if (mode, shape, int(r["round"])) in bare]
+            if pairs:
+                item2.append("| %s | %s | %s | %s | %s |" % (
+                    shape, fmt(med([a for a, _ in pairs]), ".2f"), fmt(med([b for _, b in pairs]), ".2f"),
+                    fmt(med([a / b for a, b in pairs if b > 0]), ".2f"),
+                    " ".join("%.2f" % (a / b) for a, b in pairs if b > 0)))
+        if item2:
+            out.append("Redis's CPU per event (%s; INFO used_cpu_user + used_cpu_sys): the relay (defaults) "
+                       "during its drain, and a bare XADD of the very entries it wrote, read back and sent "
+                       "again through redis-cli --pipe into the same redis-server, emptied, right after "
+                       "that drain (issue 24, item 2: within 2×); medians of the rounds, and each round's "
+                       "ratio:\n" % title)
+            out.append("| shape | relay µs/event | bare XADD µs/event | relay ÷ bare XADD | rounds |")
+            out.append("|---|---:|---:|---:|---|")
+            out.extend(item2)
+            out.append("")
         out.append("Two-core bound (%s): each process is one thread and the machine has two cores, so "
                    "a contender drains at most min(10⁶ ÷ the largest of its processes' µs/event, "
                    "2 × 10⁶ ÷ their sum) events/s; medians of the rounds. The last two columns also "
@@ -1090,6 +1147,8 @@ def main(argv):
         return cmd_latency(*argv[2:7])
     if op == "recvlat":
         return cmd_recvlat(*argv[2:5])
+    if op == "bare":
+        return cmd_bare(*argv[2:5])
     if op == "report":
         return cmd_report(*argv[2:5])
     sys.stderr.write(__doc__)

@@ -615,6 +615,8 @@ print(r.get("xlen"), r.get("distinct_ids", "-"))')
 				die "$c on $shape (round $round): native_batches=$nb function_batches=$fb, expected > 0 and 0"
 		fi
 	fi
+	# issue 24, item 2: the same entries as bare XADDs, into the same Redis
+	[ "$c" != relay ] || { [ "$MODE" != noaof ] && [ "$MODE" != aof ]; } || bare_replay "$shape" "$round" "$events" "$xpat"
 	tail -n 1 "$OUT/drains.jsonl" | "$PY" -c '
 import json, sys
 r = json.loads(sys.stdin.read())
@@ -626,6 +628,33 @@ print("    %-15s round %s: %8.2f s  %9.0f events/s  client %4.0f%% (peak %3.0f%%
     r["contender"], r["round"], r["wall_s"], ev / r["wall_s"], g("child"), p.get("child", {}).get("peak_pct", 0),
     g("walsender"), p.get("walsender", {}).get("peak_pct", 0), g("redis"), g("machine"),
     ("  XLEN %s in %s streams, %s distinct ids" % (x["xlen"], x.get("streams"), x["distinct_ids"])) if "distinct_ids" in x else ""))'
+}
+
+# bare_replay SHAPE ROUND EVENTS PATTERN: after a drain of the relay
+# (defaults), every entry it wrote (the streams matching PATTERN) read back
+# and sent again as a bare XADD through redis-cli --pipe into the same
+# redis-server, emptied first (redis_reset): Redis's CPU for the same entries
+# without the relay's dedup and watermark, in the same mode and round, one
+# line in $OUT/bare.jsonl. INFO's used_cpu_user + used_cpu_sys, as
+# drains.jsonl's redis used_cpu_us.
+bare_replay() {
+	local n c0 c1
+	n=$("$PY" "$BENCH_PY" bare "$RSOCK" "$4" "$T/bare.resp") || die "bare XADD: reading back the relay's entries failed"
+	[ "$n" = "$3" ] || die "bare XADD on $1 (round $2): $n entries read back, expected $3"
+	redis_reset
+	c0=$(redis_cpu_us)
+	rcli --pipe <"$T/bare.resp" >"$T/bare.pipe" 2>&1 || die "bare XADD: redis-cli --pipe: $(tail -n 3 "$T/bare.pipe")"
+	c1=$(redis_cpu_us)
+	grep -q "errors: 0," "$T/bare.pipe" || die "bare XADD on $1 (round $2): $(tail -n 3 "$T/bare.pipe")"
+	n=$("$PY" "$BENCH_PY" bare "$RSOCK" "$4" /dev/null)
+	[ "$n" = "$3" ] || die "bare XADD on $1 (round $2): $n entries added, expected $3"
+	rm -f "$T/bare.resp"
+	echo "{\"mode\": \"$MODE\", \"shape\": \"$1\", \"round\": $2, \"events\": $3, \"used_cpu_us\": $((c1 - c0))}" >>"$OUT/bare.jsonl"
+}
+# redis_cpu_us: the redis-server's CPU so far, µs (INFO used_cpu_user + used_cpu_sys).
+redis_cpu_us() {
+	rcli INFO cpu | tr -d '\r' |
+		awk -F: '$1 == "used_cpu_user" || $1 == "used_cpu_sys" { s += $2 } END { printf "%.0f\n", s * 1e6 }'
 }
 
 run_shape() {
@@ -781,6 +810,7 @@ run_latency_floor() {
 wait_idle "$WAIT_IDLE"
 log "relay: $RELAY_BIN; temp dir $T; results in $OUT"
 : >"$OUT/drains.jsonl"
+: >"$OUT/bare.jsonl"
 : >"$OUT/backlogs.jsonl"
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 T_START=$(date +%s)
