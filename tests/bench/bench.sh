@@ -646,7 +646,7 @@ bare_replay() {
 	rcli --pipe <"$T/bare.resp" >"$T/bare.pipe" 2>&1 || die "bare XADD: redis-cli --pipe: $(tail -n 3 "$T/bare.pipe")"
 	c1=$(redis_cpu_us)
 	grep -q "errors: 0," "$T/bare.pipe" || die "bare XADD on $1 (round $2): $(tail -n 3 "$T/bare.pipe")"
-	n=$("$PY" "$BENCH_PY" bare "$RSOCK" "$4" /dev/null)
+	n=$("$PY" "$BENCH_PY" bare "$RSOCK" "$4" /dev/null) || die "bare XADD: reading back the bare entries failed"
 	[ "$n" = "$3" ] || die "bare XADD on $1 (round $2): $n entries added, expected $3"
 	rm -f "$T/bare.resp"
 	echo "{\"mode\": \"$MODE\", \"shape\": \"$1\", \"round\": $2, \"events\": $3, \"used_cpu_us\": $((c1 - c0))}" >>"$OUT/bare.jsonl"
