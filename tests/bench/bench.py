@@ -203,6 +203,17 @@ def stream_keys(c, pattern):
             return sorted(keys)
 
 
+def xrange_all(c, key, page=10000):
+    """Every entry of stream KEY, in order: (id, [field, value, ...])."""
+    start = "-"
+    while True:
+        batch = c.call("XRANGE", key, start, "+", "COUNT", page)
+        yield from batch
+        if len(batch) < page:
+            return
+        start = "(" + batch[-1][0]
+
+
 def streams_summary(endpoints, pattern, t0_wall, ids=False):
     """Over every stream matching PATTERN on every server: total XLEN, number
     of streams, first and last XADD (from the entry ids' millisecond
@@ -225,18 +236,12 @@ def streams_summary(endpoints, pattern, t0_wall, ids=False):
                 ms = int(l[0][0].split("-")[0])
                 last = ms if last is None else max(last, ms)
             if ids:
-                start = "-"
-                while True:
-                    batch = c.call("XRANGE", k, start, "+", "COUNT", 10000)
-                    for eid, kv in batch:
-                        for i in range(0, len(kv), 2):
-                            if kv[i] == "id":
-                                seen.add(kv[i + 1])
-                                with_id += 1
-                                break
-                    if len(batch) < 10000:
-                        break
-                    start = "(" + batch[-1][0]
+                for eid, kv in xrange_all(c, k):
+                    for i in range(0, len(kv), 2):
+                        if kv[i] == "id":
+                            seen.add(kv[i + 1])
+                            with_id += 1
+                            break
     if first is not None:
         out["first_xadd_s"] = round(first / 1000 - t0_wall, 3)
         out["last_xadd_s"] = round(last / 1000 - t0_wall, 3)
@@ -251,15 +256,9 @@ def cmd_bare(sock, pattern, out):
     n = 0
     with open(out, "wb") as f:
         for k in stream_keys(c, pattern):
-            start = "-"
-            while True:
-                batch = c.call("XRANGE", k, start, "+", "COUNT", 10000)
-                for eid, kv in batch:
-                    f.write(Redis.encode("XADD", k, "*", *[x.encode("utf-8", "surrogateescape") for x in kv]))
-                    n += 1
-                if len(batch) < 10000:
-                    break
-                start = "(" + batch[-1][0]
+            for eid, kv in xrange_all(c, k):
+                f.write(Redis.encode("XADD", k, "*", *[x.encode("utf-8", "surrogateescape") for x in kv]))
+                n += 1
     print(n)
     return 0
 

@@ -635,8 +635,8 @@ print("    %-15s round %s: %8.2f s  %9.0f events/s  client %4.0f%% (peak %3.0f%%
 # and sent again as a bare XADD through redis-cli --pipe into the same
 # redis-server, emptied first (redis_reset): Redis's CPU for the same entries
 # without the relay's dedup and watermark, in the same mode and round, one
-# line in $OUT/bare.jsonl. INFO's used_cpu_user + used_cpu_sys, as
-# drains.jsonl's redis used_cpu_us.
+# line in $OUT/bare.jsonl. Redis's CPU is bench.py redis-stats' used_cpu_us,
+# the figure drains.jsonl has for the drain.
 bare_replay() {
 	local n c0 c1
 	n=$("$PY" "$BENCH_PY" bare "$RSOCK" "$4" "$T/bare.resp") || die "bare XADD: reading back the relay's entries failed"
@@ -645,16 +645,16 @@ bare_replay() {
 	c0=$(redis_cpu_us)
 	rcli --pipe <"$T/bare.resp" >"$T/bare.pipe" 2>&1 || die "bare XADD: redis-cli --pipe: $(tail -n 3 "$T/bare.pipe")"
 	c1=$(redis_cpu_us)
+	[ -n "$c0" ] && [ -n "$c1" ] || die "bare XADD: bench.py redis-stats gave no used_cpu_us"
 	grep -q "errors: 0," "$T/bare.pipe" || die "bare XADD on $1 (round $2): $(tail -n 3 "$T/bare.pipe")"
 	n=$("$PY" "$BENCH_PY" bare "$RSOCK" "$4" /dev/null) || die "bare XADD: reading back the bare entries failed"
 	[ "$n" = "$3" ] || die "bare XADD on $1 (round $2): $n entries added, expected $3"
 	rm -f "$T/bare.resp"
 	echo "{\"mode\": \"$MODE\", \"shape\": \"$1\", \"round\": $2, \"events\": $3, \"used_cpu_us\": $((c1 - c0))}" >>"$OUT/bare.jsonl"
 }
-# redis_cpu_us: the redis-server's CPU so far, µs (INFO used_cpu_user + used_cpu_sys).
+# redis_cpu_us: the redis-server's CPU so far, µs (bench.py redis-stats).
 redis_cpu_us() {
-	rcli INFO cpu | tr -d '\r' |
-		awk -F: '$1 == "used_cpu_user" || $1 == "used_cpu_sys" { s += $2 } END { printf "%.0f\n", s * 1e6 }'
+	"$PY" "$BENCH_PY" redis-stats "$RSOCK" | sed -n 's/.*"used_cpu_us": \([0-9]*\).*/\1/p'
 }
 
 run_shape() {

@@ -46,7 +46,6 @@ bits), which redis_designs.sh loads before it counts. The shards are sized for
 N + the events, as the relay sizes a bucket for the backlog it expects.
 """
 import os
-import socket
 import sys
 import threading
 import time
@@ -246,71 +245,44 @@ def gen(design, sock, stream, out):
     print(len(entries))
 
 
-def replies(buf, pos, counts):
-    """Parse whole replies from buf at pos; counts[0] top-level replies, counts[1]
-    errors at any depth. Returns the position after the last whole reply, and
-    whether that reply was +PONG."""
-    pong = False
-    while True:
-        p, ok, top = pos, True, None
-        todo = 1
-        errs = 0
-        while todo:
-            e = buf.find(b"\r\n", p)
-            if e < 0:
-                ok = False
-                break
-            kind, line = buf[p:p + 1], buf[p + 1:e]
-            if top is None:
-                top = buf[p:e]
-            p = e + 2
-            todo -= 1
-            if kind == b"-":
-                errs += 1
-            elif kind == b"$" and int(line) >= 0:
-                if len(buf) < p + int(line) + 2:
-                    ok = False
-                    break
-                p += int(line) + 2
-            elif kind == b"*" and int(line) > 0:
-                todo += int(line)
-        if not ok:
-            return pos, pong
-        counts[0] += 1
-        counts[1] += errs
-        pong = top == b"+PONG"
-        pos = p
+def errors_in(r):
+    """Error replies in reply r, at any depth (inside EXEC's array too)."""
+    if isinstance(r, list):
+        return sum(errors_in(x) for x in r)
+    return 1 if r.__class__.__name__ == "RespError" else 0
 
 
 def pace(sock, path, nbytes, ms):
     """Send path's commands nbytes at a time, ms apart, then a PING; read every reply."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+    import rx  # noqa: E402  (tests/integration/rx.py)
     data = open(path, "rb").read()
-    s = socket.socket(socket.AF_UNIX)
-    s.connect(sock)
-    counts = [0, 0]
-    done = threading.Event()
+    c = rx.Client(sock)
+    counts = [0, 0]  # replies, errors
+    failed = []
 
     def reader():
-        buf, pos = b"", 0
-        while True:
-            b = s.recv(1 << 20)
-            if not b:
-                break
-            buf = buf[pos:] + b
-            pos, pong = replies(buf, 0, counts)
-            if pong:
-                break
-        done.set()
+        try:
+            while True:
+                r = c._reply()
+                if r == "PONG":
+                    return
+                counts[0] += 1
+                counts[1] += errors_in(r)
+        except Exception as e:  # noqa: BLE001  (reported after the join)
+            failed.append(e)
 
-    t = threading.Thread(target=reader, daemon=True)
+    t = threading.Thread(target=reader)
     t.start()
     for i in range(0, len(data), nbytes):
-        s.sendall(data[i:i + nbytes])
+        c.s.sendall(data[i:i + nbytes])
         if ms > 0:
             time.sleep(ms / 1000.0)
-    s.sendall(b"*1\r\n$4\r\nPING\r\n")
-    done.wait()
-    print("errors: %d, replies: %d" % (counts[1], counts[0] - 1))
+    c.s.sendall(b"*1\r\n$4\r\nPING\r\n")
+    t.join()
+    if failed:
+        sys.exit("redis_designs: pace: reading the replies failed: %s" % failed[0])
+    print("errors: %d, replies: %d" % (counts[1], counts[0]))
 
 
 def main(argv):
