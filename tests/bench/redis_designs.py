@@ -14,6 +14,10 @@ failed XADD, bucket splits), which cost nothing per event while nothing fails.
   redis_designs.py pace SOCK FILE BYTES MS         send FILE's commands BYTES at a time, MS
                                                    ms apart; prints "errors: E, replies: R"
                                                    as redis-cli --pipe does
+  redis_designs.py sync SOCK FILE [1]              send FILE's commands a round trip at a
+                                                   time: each batch's reads, then its
+                                                   MULTI ... EXEC (bare: BATCH XADDs);
+                                                   1: both in one trip
 
 Designs (K dedup shards of a bucket, sized for 24 ids each as the relay sizes them,
 or DESIGN_LOAD from the environment, or N for a design named DESIGN@N; shard = the
@@ -39,6 +43,15 @@ dedup field's first three bytes mod K):
            decide every positive; FILTER_BITS / 8 bytes more per id. A prototype:
            the relay does not keep such a filter. FILTER_BITS (16) and
            FILTER_PROBES (2) in the environment size it.
+  strings  native, with each shard a string of fixed records (the 19-byte dedup field
+           and 2 bytes of time, REC bytes per id) instead of a hash: one MGET per
+           batch reads every shard it touches (the relay would scan them for its
+           ids), the write APPENDs each shard's new records (APPEND keeps the key's
+           TTL; a shard the batch creates gets its EXPIREAT). 21 bytes per id, no
+           listpack scan in Redis. A prototype: the relay has no such layout.
+
+DESIGN_BATCH (126) in the environment sets the events per batch: the relay's
+groups during a drain hold 1-12 events in some shapes (RESULTS.md, issue 24).
 
 With PREFILL=N in the environment, gen also writes OUT.pre: N ids of other events
 already in the window (in the design's dedup layout: the hashes, and the filter's
@@ -52,7 +65,8 @@ import time
 import uuid
 import zlib
 
-BATCH = 126  # the relay's mean events per FCALL in redis_breakdown.sh's run
+BATCH = int(os.environ.get("DESIGN_BATCH", "126"))  # redis_breakdown.sh's mean events per FCALL
+REC = 21  # strings: bytes per id (19-byte field, 2 bytes of time)
 LOAD = int(os.environ.get("DESIGN_LOAD", "24"))  # ids per dedup shard
 FILTER_BITS = int(os.environ.get("FILTER_BITS", "16"))  # filter bits per id of the bucket
 FILTER_PROBES = int(os.environ.get("FILTER_PROBES", "2"))  # 1 to 4
@@ -168,7 +182,12 @@ def gen(design, sock, stream, out):
                 ops += ["SET", "u1", o, 1]
         return ops
 
-    if prefill and design in ("watch", "native", "guard", "filter"):
+    made = set()  # strings: the shards that exist
+
+    def skey(j):
+        return "%s:s:%d" % (base, j)
+
+    if prefill and design in ("watch", "native", "guard", "filter", "strings"):
         rng = uuid.UUID(int=0x5EED).int
         with open(out + ".pre", "wb") as f:
             olds = []
@@ -178,7 +197,12 @@ def gen(design, sock, stream, out):
             shards = {}
             for d in olds:
                 shards.setdefault(shard_of(d, k), []).append(d)
-            hset_shards(f, base, shards)
+            if design == "strings":
+                for j, fs in shards.items():
+                    resp(f, "SET", skey(j), b"".join(d + b"\0\1" for d in fs))
+                    made.add(j)
+            else:
+                hset_shards(f, base, shards)
             if design == "filter":
                 for c in range(0, len(olds), 1000):
                     resp(f, "BITFIELD", fkey, *set_bits(olds[c:c + 1000]))
@@ -210,6 +234,23 @@ def gen(design, sock, stream, out):
                 for _, flat in batch:
                     resp(f, "XADD", key, "*", *flat)
                 hset_shards(f, base, shards)
+                resp(f, "SET", wm, top + " " + owner)
+                resp(f, "EXEC")
+            elif design == "strings":
+                shards = {}
+                for d in ids:
+                    shards.setdefault(shard_of(d, k), []).append(d)
+                resp(f, "WATCH", wm, base)
+                resp(f, "GET", wm)
+                resp(f, "MGET", *[skey(j) for j in shards])
+                resp(f, "MULTI")
+                for _, flat in batch:
+                    resp(f, "XADD", key, "*", *flat)
+                for j, fs in shards.items():
+                    resp(f, "APPEND", skey(j), b"".join(d + b"\0\1" for d in fs))
+                    if j not in made:
+                        resp(f, "EXPIREAT", skey(j), 4102444800)
+                        made.add(j)
                 resp(f, "SET", wm, top + " " + owner)
                 resp(f, "EXEC")
             elif design == "filter":
@@ -285,12 +326,68 @@ def pace(sock, path, nbytes, ms):
     print("errors: %d, replies: %d" % (counts[1], counts[0]))
 
 
+def commands(data):
+    """Split RESP data into (name, bytes) per command."""
+    out, i = [], 0
+    while i < len(data):
+        e = data.index(b"\r\n", i)
+        n, j, name = int(data[i + 1:e]), e + 2, None
+        for a in range(n):
+            e = data.index(b"\r\n", j)
+            ln = int(data[j + 1:e])
+            if a == 0:
+                name = data[e + 2:e + 2 + ln].upper()
+            j = e + 2 + ln + 2
+        out.append((name, data[i:j]))
+        i = j
+    return out
+
+
+def sync(sock, path, trips_per_batch=2):
+    """Send path's commands a round trip at a time, as the relay does: a batch's
+    reads, then (after their replies) its MULTI ... EXEC; the bare design's
+    XADDs BATCH at a time. trips_per_batch=1: a batch's reads and its MULTI ...
+    EXEC in one trip, as a relay would send them that knew the reads' answers
+    ahead. Prints "errors: E, replies: R, round trips: T"."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+    import rx  # noqa: E402  (tests/integration/rx.py)
+    c = rx.Client(sock)
+    cmds = commands(open(path, "rb").read())
+    trips, replies, errors, seg = 0, 0, 0, []
+
+    def flush():
+        nonlocal trips, replies, errors
+        if not seg:
+            return
+        c.s.sendall(b"".join(seg))
+        for _ in seg:
+            errors += errors_in(c._reply())
+            replies += 1
+        trips += 1
+        seg.clear()
+
+    in_multi = False
+    for name, raw in cmds:
+        if name == b"MULTI" and trips_per_batch == 2:
+            flush()  # the batch's reads
+            in_multi = True
+        seg.append(raw)
+        if name == b"EXEC" or (not in_multi and name == b"XADD" and len(seg) >= BATCH):
+            flush()
+            in_multi = False
+    flush()
+    print("errors: %d, replies: %d, round trips: %d" % (errors, replies, trips))
+
+
 def main(argv):
     if len(argv) == 2 and argv[1] == "lua":
         sys.stdout.write(LUA)
         return 0
     if len(argv) == 6 and argv[1] == "gen":
         gen(*argv[2:6])
+        return 0
+    if len(argv) in (4, 5) and argv[1] == "sync":
+        sync(argv[2], argv[3], int(argv[4]) if len(argv) == 5 else 2)
         return 0
     if len(argv) == 6 and argv[1] == "pace":
         pace(argv[2], argv[3], int(argv[4]), float(argv[5]))

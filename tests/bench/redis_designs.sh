@@ -15,7 +15,8 @@
 # in build-bench/), DESIGNS (the Python candidates, default "bare watch
 # native guard"; "bare" is the ÷ bare column's base, so DESIGNS="bare" runs
 # just the two relay rows and bare, DESIGNS="" no candidate; "filter" is
-# native behind a Bloom filter), OUT (keep the table there), PREFILL (0, the
+# native behind a Bloom filter, "strings" native with string shards;
+# DESIGN_BATCH sets the events per batch, 126 by default), OUT (keep the table there), PREFILL (0, the
 # default; N: each candidate but bare starts with N other ids in its dedup
 # window, loaded before the count; the two relay rows start from an empty one),
 # CPU_ROUNDS (0; N: then N rounds of the designs into a redis-server without
@@ -29,7 +30,10 @@
 # at a time with MS ms between, so Redis works in bursts and waits between
 # them, as it does in a drain, where the relay's groups come one by one; a
 # list, such as "0 262144:3": each round runs every design at each pace,
-# and the table has a row per design and pace, each ÷ bare at its pace),
+# and the table has a row per design and pace, each ÷ bare at its pace;
+# sync: a round trip at a time, as the relay sends a group: its reads, and
+# after their replies its MULTI ... EXEC; bare: DESIGN_BATCH XADDs a trip;
+# sync1: a batch's reads and its MULTI ... EXEC in one trip),
 # AOF (0, the default: no persistence; 1: every redis-server of the run
 # with appendonly yes and appendfsync everysec, as bench.sh's aof mode).
 set -euo pipefail
@@ -44,7 +48,7 @@ PACE=${PACE:-0}
 AOF=${AOF:-0}
 case $AOF in 0) AOF_ARGS=() ;; 1) AOF_ARGS=(--appendonly yes --appendfsync everysec) ;; *) echo "redis_designs: AOF must be 0 or 1, not '$AOF'" >&2; exit 2 ;; esac
 for p in $PACE; do
-	case $p in 0 | [1-9]*:[0-9]*) ;; *) echo "redis_designs: PACE must be 0 or BYTES:MS (a list of them), not '$p'" >&2; exit 2 ;; esac
+	case $p in 0 | sync | sync1 | [1-9]*:[0-9]*) ;; *) echo "redis_designs: PACE must be 0, sync, sync1 or BYTES:MS (a list of them), not '$p'" >&2; exit 2 ;; esac
 done
 case $PREFILL in '' | *[!0-9]*) echo "redis_designs: PREFILL must be a number of ids, not '$PREFILL'" >&2; exit 2 ;; esac
 export PREFILL
@@ -83,10 +87,15 @@ total() {
 	wait_for "grep -q '^totals:' '$f'" 120 || fail "callgrind dump $f incomplete"
 	sed -n 's/^totals: *\([0-9]*\).*/\1/p' "$f"
 }
-# dedup_ids: the fields in every dedup hash of the candidates' layout.
+# dedup_ids: the ids in every dedup shard of the candidates' layouts (a
+# hash: its fields; the strings design's shard ":s:<j>": its length ÷ 21).
 dedup_ids() {
-	redis_cli --scan --pattern 'outbox-relay:dedup:{outbox:bench}:*[0-9]' | sed 's/^/HLEN /' |
-		redis_cli | awk '{ n += $1 } END { print n + 0 }'
+	{
+		redis_cli --scan --pattern 'outbox-relay:dedup:{outbox:bench}:*[0-9]' | awk '!/:s:[0-9]*$/ { print "HLEN " $0 }' |
+			redis_cli
+		redis_cli --scan --pattern 'outbox-relay:dedup:{outbox:bench}:s:*' | sed 's/^/STRLEN /' |
+			redis_cli | awk '{ print $1 / 21 }'
+	} | awk '{ n += $1 } END { print n + 0 }'
 }
 
 # final_field LOG FIELD: FIELD=N of the relay's final line ("stopped (...): ...").
@@ -140,7 +149,11 @@ load() {
 # P=0: through redis-cli --pipe), C1 Redis's CPU seconds right after them;
 # then checked.
 send() {
-	if [ "$VG" = 0 ] && [ "${2:-0}" != 0 ]; then
+	if [ "$VG" = 0 ] && [ "${2:-0}" = sync ]; then
+		$PY sync "$REDIS_SOCK" "$T/$1.resp" >"$T/$1.pipe" 2>&1 || fail "$1: sync send: $(tail -n 3 "$T/$1.pipe")"
+	elif [ "$VG" = 0 ] && [ "${2:-0}" = sync1 ]; then
+		$PY sync "$REDIS_SOCK" "$T/$1.resp" 1 >"$T/$1.pipe" 2>&1 || fail "$1: sync1 send: $(tail -n 3 "$T/$1.pipe")"
+	elif [ "$VG" = 0 ] && [ "${2:-0}" != 0 ]; then
 		$PY pace "$REDIS_SOCK" "$T/$1.resp" "${2%%:*}" "${2#*:}" >"$T/$1.pipe" 2>&1 ||
 			fail "$1: paced send: $(tail -n 3 "$T/$1.pipe")"
 	else
@@ -197,7 +210,7 @@ redis_stop
 {
 	echo
 	echo "Redis instructions per event (callgrind, whole redis-server process), redis-server" \
-		"$(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), $EVENTS events (UUID ids), batches of 126," \
+		"$(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), $EVENTS events (UUID ids), batches of ${DESIGN_BATCH:-126}," \
 		"candidates but bare with $PREFILL other ids in the window (the relay rows: none)${AOF_ARGS:+, appendonly yes (everysec)}"
 	printf '%-44s %12s %10s\n' design instr/event "÷ bare"
 	bare=${tot[bare]:-0}
@@ -210,7 +223,7 @@ redis_stop
 		echo
 		echo "Redis CPU µs per event (INFO used_cpu_user + used_cpu_sys, no valgrind), median of" \
 			"$CPU_ROUNDS rounds (each: every design in turn at each pace)${BESIDE:+, with BESIDE=$BESIDE}${AOF_ARGS:+, appendonly yes (everysec)}, and the rounds;" \
-			"pace 0: as fast as Redis takes them, B:M: B bytes at a time, M ms apart"
+			"pace 0: as fast as Redis takes them, B:M: B bytes at a time, M ms apart, sync: a round trip at a time (sync1: one per batch)"
 		printf '%-30s %13s %12s %10s  %s\n' design pace "CPU µs" "÷ bare" rounds
 		med() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 		for p in $PACE; do
