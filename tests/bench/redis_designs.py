@@ -144,6 +144,21 @@ def resp(f, *args):
         f.write(b"$%d\r\n%s\r\n" % (len(a), a))
 
 
+def by_shard(ids, k):
+    """The dedup fields ids by shard: j -> fields, in the order they come."""
+    shards = {}
+    for d in ids:
+        shards.setdefault(shard_of(d, k), []).append(d)
+    return shards
+
+
+def multi_xadds(f, key, batch):
+    """MULTI, then an XADD per entry of batch."""
+    resp(f, "MULTI")
+    for _, flat in batch:
+        resp(f, "XADD", key, "*", *flat)
+
+
 def hset_shards(f, base, shards):
     """One HSET per shard j of base with its ids (shards: j -> dedup fields)."""
     for j, fs in shards.items():
@@ -194,9 +209,7 @@ def gen(design, sock, stream, out):
             for i in range(prefill):
                 rng = (rng * 6364136223846793005 + 1442695040888963407) % (1 << 128)
                 olds.append(dedup_field(str(uuid.UUID(int=rng, version=4))))
-            shards = {}
-            for d in olds:
-                shards.setdefault(shard_of(d, k), []).append(d)
+            shards = by_shard(olds, k)
             if design == "strings":
                 for j, fs in shards.items():
                     resp(f, "SET", skey(j), b"".join(d + b"\0\1" for d in fs))
@@ -217,35 +230,25 @@ def gen(design, sock, stream, out):
             if design == "watch":
                 resp(f, "WATCH", wm, base)
                 resp(f, "FCALL_RO", "cand_check", 2, wm, base, k, *ids)
-                resp(f, "MULTI")
-                for _, flat in batch:
-                    resp(f, "XADD", key, "*", *flat)
+                multi_xadds(f, key, batch)
                 resp(f, "FCALL", "cand_commit", 2, wm, base, top, owner, k, *ids)
                 resp(f, "EXEC")
             elif design == "native":
-                shards = {}
-                for d in ids:
-                    shards.setdefault(shard_of(d, k), []).append(d)
+                shards = by_shard(ids, k)
                 resp(f, "WATCH", wm, base)
                 resp(f, "GET", wm)
                 for j, fs in shards.items():
                     resp(f, "HMGET", "%s:%d" % (base, j), *fs)
-                resp(f, "MULTI")
-                for _, flat in batch:
-                    resp(f, "XADD", key, "*", *flat)
+                multi_xadds(f, key, batch)
                 hset_shards(f, base, shards)
                 resp(f, "SET", wm, top + " " + owner)
                 resp(f, "EXEC")
             elif design == "strings":
-                shards = {}
-                for d in ids:
-                    shards.setdefault(shard_of(d, k), []).append(d)
+                shards = by_shard(ids, k)
                 resp(f, "WATCH", wm, base)
                 resp(f, "GET", wm)
                 resp(f, "MGET", *[skey(j) for j in shards])
-                resp(f, "MULTI")
-                for _, flat in batch:
-                    resp(f, "XADD", key, "*", *flat)
+                multi_xadds(f, key, batch)
                 for j, fs in shards.items():
                     resp(f, "APPEND", skey(j), b"".join(d + b"\0\1" for d in fs))
                     if j not in made:
@@ -261,15 +264,12 @@ def gen(design, sock, stream, out):
                     for o in probes(d, m):
                         ops += ["GET", "u1", o]
                 resp(f, "BITFIELD_RO", fkey, *ops)
-                shards = {}
                 for d in ids:
-                    j = shard_of(d, k)
                     if all(bits[o // 8] & (0x80 >> (o % 8)) for o in probes(d, m)):
-                        resp(f, "HMGET", "%s:%d" % (base, j), d)  # a duplicate or a false positive
-                    shards.setdefault(j, []).append(d)
-                resp(f, "MULTI")
-                for _, flat in batch:
-                    resp(f, "XADD", key, "*", *flat)
+                        # a duplicate or a false positive
+                        resp(f, "HMGET", "%s:%d" % (base, shard_of(d, k)), d)
+                shards = by_shard(ids, k)
+                multi_xadds(f, key, batch)
                 hset_shards(f, base, shards)
                 resp(f, "BITFIELD", fkey, *set_bits(ids))
                 resp(f, "SET", wm, top + " " + owner)
@@ -368,8 +368,9 @@ def sync(sock, path, trips_per_batch=2):
 
     in_multi = False
     for name, raw in cmds:
-        if name == b"MULTI" and trips_per_batch == 2:
-            flush()  # the batch's reads
+        if name == b"MULTI":
+            if trips_per_batch == 2:
+                flush()  # the batch's reads
             in_multi = True
         seg.append(raw)
         if name == b"EXEC" or (not in_multi and name == b"XADD" and len(seg) >= BATCH):

@@ -161,6 +161,14 @@ send() {
 	fi
 	[ "$VG" = 1 ] || C1=$(bench_redis_cpu_s)
 	assert_contains "$(cat "$T/$1.pipe")" "errors: 0," "$1: no command failed"
+	case ${2:-0} in
+	sync | sync1)
+		# a trip per batch (sync1, and bare), or two: its reads, then its MULTI ... EXEC
+		local batches=$(((EVENTS + ${DESIGN_BATCH:-126} - 1) / ${DESIGN_BATCH:-126})) per=2
+		[ "$2" = sync1 ] || [ "$1" = bare ] && per=1
+		assert_contains "$(cat "$T/$1.pipe")" "round trips: $((batches * per))" "$1: $2: $per round trip(s) per batch"
+		;;
+	esac
 	assert_eq "$EVENTS" "$(xlen outbox:bench)" "$1: every entry added once"
 	[ "$1" = bare ] || assert_eq "$((EVENTS + pre))" "$(dedup_ids)" "$1: every id in the dedup hashes"
 }
