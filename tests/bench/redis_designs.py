@@ -14,10 +14,10 @@ failed XADD, bucket splits), which cost nothing per event while nothing fails.
   redis_designs.py pace SOCK FILE BYTES MS         send FILE's commands BYTES at a time, MS
                                                    ms apart; prints "errors: E, replies: R"
                                                    as redis-cli --pipe does
-  redis_designs.py sync SOCK FILE [1]              send FILE's commands a round trip at a
-                                                   time: each batch's reads, then its
-                                                   MULTI ... EXEC (bare: BATCH XADDs);
-                                                   1: both in one trip
+  redis_designs.py sync SOCK FILE TRIPS            send FILE's commands a round trip at a
+                                                   time: TRIPS 2, each batch's reads, then
+                                                   its MULTI ... EXEC; TRIPS 1, both in one
+                                                   trip (bare: BATCH XADDs a trip)
 
 Designs (K dedup shards of a bucket, sized for 24 ids each as the relay sizes them,
 or DESIGN_LOAD from the environment, or N for a design named DESIGN@N; shard = the
@@ -66,7 +66,7 @@ import uuid
 import zlib
 
 BATCH = int(os.environ.get("DESIGN_BATCH", "126"))  # redis_breakdown.sh's mean events per FCALL
-REC = 21  # strings: bytes per id (19-byte field, 2 bytes of time)
+REC = 21  # strings: bytes per id (19-byte field, 2 bytes of time); redis_designs.sh divides by it
 LOAD = int(os.environ.get("DESIGN_LOAD", "24"))  # ids per dedup shard
 FILTER_BITS = int(os.environ.get("FILTER_BITS", "16"))  # filter bits per id of the bucket
 FILTER_PROBES = int(os.environ.get("FILTER_PROBES", "2"))  # 1 to 4
@@ -144,6 +144,20 @@ def resp(f, *args):
         f.write(b"$%d\r\n%s\r\n" % (len(a), a))
 
 
+def client(sock):
+    """A connection to the redis-server at sock (tests/integration/rx.py)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+    import rx  # noqa: E402
+    return rx.Client(sock)
+
+
+def records(fields):
+    """The strings design's records of dedup fields: each field, then 2 bytes of time (REC bytes)."""
+    out = b"".join(d + b"\0\1" for d in fields)
+    assert len(out) == REC * len(fields)
+    return out
+
+
 def by_shard(ids, k):
     """The dedup fields ids by shard: j -> fields, in the order they come."""
     shards = {}
@@ -169,9 +183,7 @@ def hset_shards(f, base, shards):
 
 
 def gen(design, sock, stream, out):
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-    import rx  # noqa: E402  (tests/integration/rx.py)
-    c = rx.Client(sock)
+    c = client(sock)
     entries = []
     for _, kv in c.xrange(stream):
         eid = dict(kv).get("id", "")
@@ -212,7 +224,7 @@ def gen(design, sock, stream, out):
             shards = by_shard(olds, k)
             if design == "strings":
                 for j, fs in shards.items():
-                    resp(f, "SET", skey(j), b"".join(d + b"\0\1" for d in fs))
+                    resp(f, "SET", skey(j), records(fs))
                     made.add(j)
             else:
                 hset_shards(f, base, shards)
@@ -250,7 +262,7 @@ def gen(design, sock, stream, out):
                 resp(f, "MGET", *[skey(j) for j in shards])
                 multi_xadds(f, key, batch)
                 for j, fs in shards.items():
-                    resp(f, "APPEND", skey(j), b"".join(d + b"\0\1" for d in fs))
+                    resp(f, "APPEND", skey(j), records(fs))
                     if j not in made:
                         resp(f, "EXPIREAT", skey(j), 4102444800)
                         made.add(j)
@@ -295,10 +307,8 @@ def errors_in(r):
 
 def pace(sock, path, nbytes, ms):
     """Send path's commands nbytes at a time, ms apart, then a PING; read every reply."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-    import rx  # noqa: E402  (tests/integration/rx.py)
     data = open(path, "rb").read()
-    c = rx.Client(sock)
+    c = client(sock)
     counts = [0, 0]  # replies, errors
     failed = []
 
@@ -343,15 +353,13 @@ def commands(data):
     return out
 
 
-def sync(sock, path, trips_per_batch=2):
+def sync(sock, path, trips_per_batch):
     """Send path's commands a round trip at a time, as the relay does: a batch's
     reads, then (after their replies) its MULTI ... EXEC; the bare design's
     XADDs BATCH at a time. trips_per_batch=1: a batch's reads and its MULTI ...
     EXEC in one trip, as a relay would send them that knew the reads' answers
     ahead. Prints "errors: E, replies: R, round trips: T"."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-    import rx  # noqa: E402  (tests/integration/rx.py)
-    c = rx.Client(sock)
+    c = client(sock)
     cmds = commands(open(path, "rb").read())
     trips, replies, errors, seg = 0, 0, 0, []
 
@@ -387,8 +395,8 @@ def main(argv):
     if len(argv) == 6 and argv[1] == "gen":
         gen(*argv[2:6])
         return 0
-    if len(argv) in (4, 5) and argv[1] == "sync":
-        sync(argv[2], argv[3], int(argv[4]) if len(argv) == 5 else 2)
+    if len(argv) == 5 and argv[1] == "sync" and argv[4] in ("1", "2"):
+        sync(argv[2], argv[3], int(argv[4]))
         return 0
     if len(argv) == 6 and argv[1] == "pace":
         pace(argv[2], argv[3], int(argv[4]), float(argv[5]))

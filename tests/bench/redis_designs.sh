@@ -88,7 +88,8 @@ total() {
 	sed -n 's/^totals: *\([0-9]*\).*/\1/p' "$f"
 }
 # dedup_ids: the ids in every dedup shard of the candidates' layouts (a
-# hash: its fields; the strings design's shard ":s:<j>": its length ÷ 21).
+# hash: its fields; the strings design's shard ":s:<j>": its length ÷ 21,
+# redis_designs.py's REC).
 dedup_ids() {
 	{
 		redis_cli --scan --pattern 'outbox-relay:dedup:{outbox:bench}:*[0-9]' | awk '!/:s:[0-9]*$/ { print "HLEN " $0 }' |
@@ -149,10 +150,11 @@ load() {
 # P=0: through redis-cli --pipe), C1 Redis's CPU seconds right after them;
 # then checked.
 send() {
-	if [ "$VG" = 0 ] && [ "${2:-0}" = sync ]; then
-		$PY sync "$REDIS_SOCK" "$T/$1.resp" >"$T/$1.pipe" 2>&1 || fail "$1: sync send: $(tail -n 3 "$T/$1.pipe")"
-	elif [ "$VG" = 0 ] && [ "${2:-0}" = sync1 ]; then
-		$PY sync "$REDIS_SOCK" "$T/$1.resp" 1 >"$T/$1.pipe" 2>&1 || fail "$1: sync1 send: $(tail -n 3 "$T/$1.pipe")"
+	# per: sync's round trips per batch (bare: one, its XADDs)
+	local per=2
+	[ "${2:-0}" = sync1 ] || [ "$1" = bare ] && per=1
+	if [ "$VG" = 0 ] && [[ ${2:-0} == sync* ]]; then
+		$PY sync "$REDIS_SOCK" "$T/$1.resp" "$per" >"$T/$1.pipe" 2>&1 || fail "$1: $2 send: $(tail -n 3 "$T/$1.pipe")"
 	elif [ "$VG" = 0 ] && [ "${2:-0}" != 0 ]; then
 		$PY pace "$REDIS_SOCK" "$T/$1.resp" "${2%%:*}" "${2#*:}" >"$T/$1.pipe" 2>&1 ||
 			fail "$1: paced send: $(tail -n 3 "$T/$1.pipe")"
@@ -161,14 +163,10 @@ send() {
 	fi
 	[ "$VG" = 1 ] || C1=$(bench_redis_cpu_s)
 	assert_contains "$(cat "$T/$1.pipe")" "errors: 0," "$1: no command failed"
-	case ${2:-0} in
-	sync | sync1)
-		# a trip per batch (sync1, and bare), or two: its reads, then its MULTI ... EXEC
-		local batches=$(((EVENTS + ${DESIGN_BATCH:-126} - 1) / ${DESIGN_BATCH:-126})) per=2
-		[ "$2" = sync1 ] || [ "$1" = bare ] && per=1
+	if [ "$VG" = 0 ] && [[ ${2:-0} == sync* ]]; then
+		local batches=$(((EVENTS + ${DESIGN_BATCH:-126} - 1) / ${DESIGN_BATCH:-126}))
 		assert_contains "$(cat "$T/$1.pipe")" "round trips: $((batches * per))" "$1: $2: $per round trip(s) per batch"
-		;;
-	esac
+	fi
 	assert_eq "$EVENTS" "$(xlen outbox:bench)" "$1: every entry added once"
 	[ "$1" = bare ] || assert_eq "$((EVENTS + pre))" "$(dedup_ids)" "$1: every id in the dedup hashes"
 }
