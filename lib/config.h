@@ -60,6 +60,7 @@ struct relay_config {
 	char **groups;        /* --group NAME (repeatable; env: comma list) */
 	size_t ngroups;
 	char *key_prefix;     /* --key-prefix for auxiliary keys, default "outbox-relay" */
+	bool native_predict;  /* --native-predict (lookups sent with read 1), default true */
 	bool redis_functions; /* --redis-functions / --no-redis-functions (EVAL fallback), default true
 	                       */
 	int redis_timeout_ms; /* --redis-timeout, default 5s: connect and reply timeout */

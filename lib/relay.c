@@ -273,7 +273,8 @@ static void log_final(struct relay *r, const char *why)
 	log_info("stopped (%s): confirmed=%s published=%llu replays=%llu duplicates=%llu "
 	         "dead_lettered=%llu transactions=%llu ask_redirects=%llu native_batches=%llu "
 	         "function_batches=%llu watch_retries=%llu native_groups=%llu native_ahead=%llu "
-	         "ahead_voided=%llu native_late=%llu peak_rss_kb=%ld",
+	         "ahead_voided=%llu native_late=%llu native_predicted=%llu predict_missed=%llu "
+	         "peak_rss_kb=%ld",
 	         why, lsn_format(r->cfm.confirmed, c), (unsigned long long)s->published,
 	         (unsigned long long)s->replays, (unsigned long long)s->duplicates,
 	         (unsigned long long)s->dead_lettered,
@@ -282,6 +283,7 @@ static void log_final(struct relay *r, const char *why)
 	         (unsigned long long)s->function_batches, (unsigned long long)s->watch_retries,
 	         (unsigned long long)s->native_groups, (unsigned long long)s->native_ahead,
 	         (unsigned long long)s->ahead_voided, (unsigned long long)s->native_late,
+	         (unsigned long long)s->native_predicted, (unsigned long long)s->predict_missed,
 	         relay_peak_rss_kb());
 }
 

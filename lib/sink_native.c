@@ -67,11 +67,34 @@
  * path's are never staged ahead: nothing but reads goes behind an EXEC whose
  * outcome is not known.
  *
+ * Predicted lookups (--native-predict, the default): read 2 is made from read
+ * 1's answers (which events are replays, the index's buckets, their K and
+ * count, TIME, "legacy"), and on a stream nobody else writes those answers are
+ * what this connection's own last write left. So, per stream (struct pred, the
+ * NATIVE_PREDICT streams used last), the connection remembers that state as
+ * batch_write stages it, and read 1 of the stream's next unit carries read 2
+ * made from it (predict()), unless the group is read ahead: that group forms
+ * from the calls that queued while the group before it was read, and when that
+ * takes one round trip instead of two it holds half as many events, each
+ * paying more of the group's reads and write (tests/bench/RESULTS.md, "Issue
+ * 24: one round trip less, predicted"). When read 1 has answered, read 2 is
+ * made from the answers as always and compared with what went
+ * (read2_or_predicted()): the same commands byte for byte, the same replies
+ * expected, the same lookups of the same buckets. Then the answers that came
+ * are read 2's and the write goes at once: both reads took one round trip.
+ * Else they are dropped and read 2 is sent. Nothing is taken from the
+ * prediction but commands that equal read 2's; they run after the WATCH, as
+ * read 2 does, so a change to the keys after them fails the EXEC alike. A
+ * unit read with a prediction takes no late calls (the answers are per event);
+ * an EXEC answered nil forgets its streams' predictions.
+ *
  * One owner: struct native (one per connection, n->nat) holds the groups on
- * that connection, the one in flight and the one read ahead; each struct
- * group holds its batches, the replies it still expects, what they said, and
- * the bytes to stage next. All of it is reset when the connection closes (the
- * ring sends every call again, and a new group starts from read 1).
+ * that connection, the one in flight and the one read ahead, and the
+ * predictions; each struct group holds its batches, the replies it still
+ * expects, what they said, and the bytes to stage next (and read 1's round
+ * while read 2 is compared with its prediction). All of it is reset when the
+ * connection closes (the ring sends every call again, a new group starts from
+ * read 1, and no stream has a prediction).
  */
 #include "sink_redis.h"
 
@@ -227,6 +250,22 @@ struct nbatch {
 	size_t nsrc, capsrc;
 	struct buf srcbytes;
 
+	/*
+	 * Read 2 as predicted, sent with read 1 (spec): where its bytes and wants
+	 * are in read 1's round, how many buckets it assumed, and, once read 1 has
+	 * answered and read 2 is made from the answers, what it asked and was told
+	 * (swapped with pairs, val, src and srcbytes to compare and keep).
+	 */
+	bool spec;
+	size_t sb_off, sb_len, sw_first, sw_n, snbk;
+	struct pair *spairs;
+	size_t nspairs, capspairs;
+	int64_t *sval;
+	size_t capsval;
+	struct srcid *ssrc;
+	size_t nssrc, capssrc;
+	struct buf ssrcbytes;
+
 	/* write */
 	size_t nxadd;
 	size_t exec_first; /* its first XADD's place in EXEC's reply */
@@ -260,7 +299,32 @@ struct group {
 	size_t capseen;
 	redisReply *res, **resp; /* exec_done's per-event results of a unit */
 	size_t capres, capresp;
+	bool specs;         /* read 1's round carries a predicted read 2 */
+	struct buf spec;    /* read 1's round, kept to compare read 2 with */
+	struct want *swant; /* read 1's round's wants, kept likewise */
+	size_t capswant;
+	struct native *nt; /* the connection's, for its predictions */
 };
+
+/*
+ * What a stream's keys hold after the last write this connection staged for
+ * it, as read 1 would find them: the watermark, the index's buckets (the
+ * current one with the write's record), "legacy", and the TIME it was decided
+ * at. A guess, never trusted: only read 2's bytes made from it are used, and
+ * only when read 1's answers make the same bytes.
+ */
+struct pred {
+	char *stream; /* its key (slen 0: a free slot) */
+	size_t slen;
+	uint64_t used;
+	char wm[26];
+	int64_t legacy, now, win;
+	struct bucket *bk;
+	size_t nbk, capbk;
+	int cur, prevb;
+};
+
+#define NATIVE_PREDICT 32 /* streams remembered per connection (least recently used goes) */
 
 /* The groups on one connection (the file's header says how they take turns). */
 struct native {
@@ -269,6 +333,8 @@ struct native {
 	struct group *ahead; /* NULL, or the group formed from the calls after cur's */
 	bool ahead_sent;     /* ahead's read 1 is staged behind cur's EXEC */
 	size_t discard;      /* replies still to come of a read ahead that was voided */
+	struct pred pred[NATIVE_PREDICT];
+	uint64_t clock; /* for pred[].used */
 };
 
 static bool grow(void **p, size_t *cap, size_t need, size_t item)
@@ -301,8 +367,12 @@ static void batch_free(struct nbatch *t)
 	free(t->pairs);
 	free(t->val);
 	free(t->src);
+	free(t->spairs);
+	free(t->sval);
+	free(t->ssrc);
 	buf_finish(&t->stale);
 	buf_finish(&t->srcbytes);
+	buf_finish(&t->ssrcbytes);
 }
 
 static void group_free(struct group *g)
@@ -317,6 +387,8 @@ static void group_free(struct group *g)
 	free(g->seen);
 	free(g->res);
 	free(g->resp);
+	buf_finish(&g->spec);
+	free(g->swant);
 }
 
 void sink_native_free(struct node *n)
@@ -327,6 +399,10 @@ void sink_native_free(struct node *n)
 		return;
 	group_free(&nt->grp[0]);
 	group_free(&nt->grp[1]);
+	for (size_t i = 0; i < NATIVE_PREDICT; i++) {
+		free(nt->pred[i].stream);
+		free(nt->pred[i].bk);
+	}
 	free(nt);
 	n->nat = NULL;
 }
@@ -349,6 +425,8 @@ void sink_native_reset(struct node *n)
 		nt->ahead = NULL;
 		nt->ahead_sent = false;
 		nt->discard = 0;
+		for (size_t i = 0; i < NATIVE_PREDICT; i++)
+			nt->pred[i].slen = 0; /* another server, maybe: predict from its answers */
 	}
 }
 
@@ -926,6 +1004,195 @@ static bool batch_read2(struct sink_redis *s, struct group *g, struct nbatch *t,
 	return !b->failed;
 }
 
+/* ---- read 2 predicted ---- */
+
+static struct pred *pred_find(struct native *nt, const char *key, size_t len)
+{
+	for (size_t i = 0; i < NATIVE_PREDICT; i++) {
+		struct pred *p = &nt->pred[i];
+
+		if (p->slen == len && len > 0 && memcmp(p->stream, key, len) == 0) {
+			p->used = ++nt->clock;
+			return p;
+		}
+	}
+	return NULL;
+}
+
+/* Stream key's prediction, a new one in the slot used least recently when it has none. */
+static struct pred *pred_slot(struct native *nt, const char *key, size_t len)
+{
+	struct pred *p = pred_find(nt, key, len), *old = &nt->pred[0];
+	char *copy;
+
+	if (p)
+		return p;
+	for (size_t i = 1; i < NATIVE_PREDICT; i++)
+		if (nt->pred[i].slen == 0 || (old->slen > 0 && nt->pred[i].used < old->used))
+			old = &nt->pred[i];
+	if (!(copy = realloc(old->stream, len)))
+		return NULL;
+	memcpy(copy, key, len);
+	old->stream = copy;
+	old->slen = len;
+	old->used = ++nt->clock;
+	return old;
+}
+
+/*
+ * After batch_write decided unit t: what its stream's keys hold once the EXEC
+ * is done (cur: the current bucket's record as written, NULL when the index
+ * keeps it as read), for the next read 1 of the stream to predict read 2 from.
+ */
+static void remember(struct sink_redis *s, struct group *g, const struct nbatch *t,
+                     const struct sq_ent *e, const char *top, const struct bucket *cur)
+{
+	struct span st = t->arg[A_STREAM];
+	struct pred *p;
+
+	if (!s->cf->native_predict || !g->nt || !(p = pred_slot(g->nt, at(s, e, st), st.len)))
+		return;
+	if (!grow((void **)&p->bk, &p->capbk, t->nbk + 1, sizeof(*p->bk))) {
+		p->slen = 0;
+		return;
+	}
+	if (t->nbk)
+		memcpy(p->bk, t->bk, t->nbk * sizeof(*t->bk));
+	p->nbk = t->nbk;
+	p->cur = t->cur;
+	p->prevb = t->prevb;
+	if (cur) {
+		if (p->cur < 0)
+			p->cur = (int)p->nbk++; /* a new bucket: HSET puts it last */
+		p->bk[p->cur] = *cur;
+	}
+	snprintf(p->wm, sizeof(p->wm), "%s", top);
+	p->legacy = t->legacy < 0 ? legacy_until(t) : t->legacy;
+	p->now = t->now;
+	p->win = t->win;
+}
+
+/* What read 1 fills in, empty (read 2's replies, old_hit among them, stay). */
+static void clear_read1(struct nbatch *t)
+{
+	t->wm[0] = '\0';
+	t->wm_found = t->other_type = t->to_function = false;
+	t->foreign[0] = '\0';
+	t->legacy = -1;
+	t->nbk = 0;
+	t->cur = t->prevb = -1;
+	t->now = 0;
+	t->kmax = t->k0 = 0;
+	buf_reset(&t->stale);
+	t->nstale = 0;
+	for (size_t k = 0; k < t->nev; k++) {
+		struct nev *v = &t->ev[k];
+
+		v->res = -1;
+		v->cand = v->fresh = v->renew = false;
+	}
+}
+
+/*
+ * Behind read 1 of unit t: its read 2 as its stream's prediction makes it,
+ * when there is one and it looks anything up (t->spec). The replies fill
+ * t's pairs, val, src and old_hit as read 2's would; read1_done keeps them
+ * only if read 1's answers make the same read 2.
+ */
+static bool predict(struct sink_redis *s, struct group *g, struct nbatch *t, struct sq_ent *e)
+{
+	struct span st = t->arg[A_STREAM];
+	const struct pred *p = g->nt ? pred_find(g->nt, at(s, e, st), st.len) : NULL;
+	size_t c0 = g->cmd.len, w0 = g->nwant;
+
+	if (!p || t->win <= 0 || p->win != t->win)
+		return true;
+	if (!grow((void **)&t->bk, &t->capbk, p->nbk + 1, sizeof(*t->bk)))
+		return false;
+	memcpy(t->bk, p->bk, p->nbk * sizeof(*p->bk));
+	t->nbk = p->nbk;
+	t->cur = p->cur;
+	t->prevb = p->prevb;
+	memcpy(t->wm, p->wm, sizeof(t->wm));
+	t->wm_found = true;
+	t->legacy = p->legacy;
+	t->now = p->now;
+	if (!batch_read2(s, g, t, e))
+		return false;
+	if (g->nwant > w0) {
+		t->spec = g->specs = true;
+		t->sb_off = c0;
+		t->sb_len = g->cmd.len - c0;
+		t->sw_first = w0;
+		t->sw_n = g->nwant - w0;
+		t->snbk = t->nbk;
+	}
+	clear_read1(t);
+	return true;
+}
+
+#define SWAP(T, a, b)                                                                              \
+	do {                                                                                           \
+		T swap_tmp_ = (a);                                                                         \
+		(a) = (b);                                                                                 \
+		(b) = swap_tmp_;                                                                           \
+	} while (0)
+
+/* What the predicted read 2 was told <-> where read 2 made now puts its answers. */
+static void swap_answers(struct nbatch *t)
+{
+	SWAP(int64_t *, t->val, t->sval);
+	SWAP(size_t, t->capval, t->capsval);
+	SWAP(struct srcid *, t->src, t->ssrc);
+	SWAP(size_t, t->nsrc, t->nssrc);
+	SWAP(size_t, t->capsrc, t->capssrc);
+	SWAP(struct buf, t->srcbytes, t->ssrcbytes);
+}
+
+/*
+ * Read 2 of unit t, made from read 1's answers. When the predicted one went
+ * with read 1 and asked exactly this (the same commands byte for byte, the
+ * same replies expected, the same lookups over the same buckets), its answers
+ * are read 2's and nothing is staged; else they are dropped and read 2 goes.
+ */
+static bool read2_or_predicted(struct sink_redis *s, struct group *g, struct nbatch *t,
+                               struct sq_ent *e)
+{
+	size_t c0 = g->cmd.len, w0 = g->nwant;
+	bool same;
+
+	if (!t->spec)
+		return batch_read2(s, g, t, e);
+	t->spec = false;
+	swap_answers(t);
+	SWAP(struct pair *, t->pairs, t->spairs);
+	SWAP(size_t, t->npairs, t->nspairs);
+	SWAP(size_t, t->cappairs, t->capspairs);
+	if (!batch_read2(s, g, t, e))
+		return false;
+	same = !g->cmd.failed && t->nbk == t->snbk && g->cmd.len - c0 == t->sb_len &&
+	       g->spec.len >= t->sb_off + t->sb_len &&
+	       memcmp(g->cmd.data + c0, g->spec.data + t->sb_off, t->sb_len) == 0 &&
+	       g->nwant - w0 == t->sw_n && t->npairs == t->nspairs &&
+	       (t->npairs == 0 || memcmp(t->pairs, t->spairs, t->npairs * sizeof(*t->pairs)) == 0);
+	for (size_t i = 0; same && i < t->sw_n; i++) {
+		const struct want *a = &g->want[w0 + i], *b = &g->swant[t->sw_first + i];
+
+		same = a->kind == b->kind && a->batch == b->batch && a->a == b->a;
+	}
+	if (same) {
+		g->cmd.len = c0;
+		g->nwant = w0;
+		swap_answers(t);
+		s->stats.native_predicted++;
+	} else {
+		for (size_t k = 0; k < t->nev; k++)
+			t->ev[k].old_hit = false; /* EXISTS again, if read 2 asks */
+		s->stats.predict_missed++;
+	}
+	return true;
+}
+
 static bool add_op(struct group *g, uint32_t j, bool del, const char *f, size_t flen, const char *v,
                    size_t vlen)
 {
@@ -1202,6 +1469,17 @@ static bool batch_write(struct sink_redis *s, struct group *g, struct nbatch *t,
 					return false;
 			}
 		}
+		if (any) {
+			curb.k = kf;
+			curb.c = c;
+			curb.made = made;
+			if (newbk) {
+				curb.b = cur;
+				curb.sp = span;
+				curb.age = into;
+			}
+		}
+		remember(s, g, t, e, top, any ? &curb : NULL);
 	}
 	/* The watermark: written by every call, so WAIT has a write to wait for. */
 	resp_array(b, 3);
@@ -1235,8 +1513,12 @@ static void round_start(struct group *g)
 	g->err[0] = '\0';
 }
 
-/* Read 1 of every batch: the watermarks, the stream keys' types, the dedup indexes. */
-static bool build_read1(struct sink_redis *s, struct group *g)
+/*
+ * Read 1 of every batch: the watermarks, the stream keys' types, the dedup indexes
+ * (and with guess, read 2 as predicted: not for a group read ahead, which
+ * forms from the calls that queued during one round trip instead of two).
+ */
+static bool build_read1(struct sink_redis *s, struct group *g, bool guess)
 {
 	struct buf *b = &g->cmd;
 	bool any_dd = false;
@@ -1250,23 +1532,11 @@ static bool build_read1(struct sink_redis *s, struct group *g)
 		struct nbatch *t = &g->b[i];
 		const struct sq_ent *e = batch_ent(s, t);
 
-		t->wm[0] = '\0';
-		t->wm_found = t->other_type = t->to_function = false;
-		t->foreign[0] = '\0';
-		t->legacy = -1;
-		t->nbk = 0;
-		t->cur = t->prevb = -1;
-		t->now = 0;
+		clear_read1(t);
+		for (size_t k = 0; k < t->nev; k++)
+			t->ev[k].old_hit = false;
 		t->win = window(s, e, t);
-		t->kmax = t->k0 = 0;
-		buf_reset(&t->stale);
-		t->nstale = 0;
-		for (size_t k = 0; k < t->nev; k++) {
-			struct nev *v = &t->ev[k];
-
-			v->res = -1;
-			v->cand = v->fresh = v->renew = v->old_hit = false;
-		}
+		t->spec = false;
 		any_dd = any_dd || t->win > 0;
 	}
 	/*
@@ -1330,6 +1600,10 @@ static bool build_read1(struct sink_redis *s, struct group *g)
 				return false;
 		}
 	}
+	g->specs = false;
+	for (size_t i = 0; guess && s->cf->native_predict && i < g->nb; i++)
+		if (g->b[i].win > 0 && !predict(s, g, &g->b[i], batch_ent(s, &g->b[i])))
+			return false;
 	g->phase = NAT_READ1;
 	g->due = true;
 	return !b->failed;
@@ -1434,8 +1708,16 @@ static bool read1_done(struct sink_redis *s, struct node *n, struct group *g)
 			return sink_publish_error(s, e, msg); /* the function's own error */
 		}
 	}
-	if (!take_calls(s, n, g, true))
+	/* A unit with a predicted read 2 keeps its events: its answers are per event. */
+	if (!g->specs && !take_calls(s, n, g, true))
 		return false;
+	if (g->specs) {
+		/* Read 1's round, kept to compare each unit's read 2 with its prediction. */
+		SWAP(struct buf, g->cmd, g->spec);
+		if (!grow((void **)&g->swant, &g->capswant, g->nwant, sizeof(*g->swant)))
+			return false;
+		memcpy(g->swant, g->want, g->nwant * sizeof(*g->want));
+	}
 	round_start(g);
 	for (size_t i = 0; i < g->nb; i++) {
 		struct nbatch *t = &g->b[i];
@@ -1447,7 +1729,7 @@ static bool read1_done(struct sink_redis *s, struct node *n, struct group *g)
 				return false;
 			continue;
 		}
-		if (!batch_read2(s, g, t, e))
+		if (!read2_or_predicted(s, g, t, e))
 			return false;
 	}
 	reads = g->nwant > 0;
@@ -1465,13 +1747,21 @@ static bool exec_done(struct sink_redis *s, struct node *n, struct group *g, con
 		s->stats.watch_retries++;
 		if (s->m)
 			atomic_fetch_add_explicit(&s->m->watch_retries, 1, memory_order_relaxed);
+		/* Someone else wrote: what this group would have left is not what its streams hold. */
+		for (size_t i = 0; g->nt && i < g->nb; i++) {
+			struct span st = g->b[i].arg[A_STREAM];
+			struct pred *p = pred_find(g->nt, at(s, batch_ent(s, &g->b[i]), st), st.len);
+
+			if (p)
+				p->slen = 0;
+		}
 		if (++g->tries >= NATIVE_MAX_TRIES) {
 			for (size_t i = 0; i < g->nb; i++)
 				if (!hand_off(s, g, &g->b[i]))
 					return false;
 			return build_write(s, g);
 		}
-		return build_read1(s, g);
+		return build_read1(s, g, true);
 	}
 	if (r->type != REDIS_REPLY_ARRAY || r->elements != g->nqueued) {
 		snprintf(s->errmsg, sizeof(s->errmsg),
@@ -1672,7 +1962,7 @@ static bool stage_ahead(struct sink_redis *s, struct node *n, struct native *nt)
 		s->stats.native_groups++;
 		s->stats.native_ahead++;
 	}
-	if (!build_read1(s, a) || !stage_round(n, a))
+	if (!build_read1(s, a, false) || !stage_round(n, a))
 		return false;
 	nt->ahead_sent = true;
 	return true;
@@ -1708,6 +1998,7 @@ bool sink_native_stage(struct sink_redis *s, struct node *n, size_t limit)
 		if (!(nt = n->nat = calloc(1, sizeof(*nt))))
 			return false;
 		nt->cur = &nt->grp[0];
+		nt->grp[0].nt = nt->grp[1].nt = nt;
 	}
 	g = nt->cur;
 	if (g->due) {
@@ -1742,7 +2033,7 @@ bool sink_native_stage(struct sink_redis *s, struct node *n, size_t limit)
 		/* Formed before (read ahead, then voided): its calls come before the sendq's. */
 		nt->cur = nt->ahead;
 		nt->ahead = NULL;
-		if (!build_read1(s, nt->cur))
+		if (!build_read1(s, nt->cur, true))
 			return false;
 		return sink_native_stage(s, n, limit);
 	}
@@ -1758,7 +2049,7 @@ bool sink_native_stage(struct sink_redis *s, struct node *n, size_t limit)
 			break;
 	}
 	s->stats.native_groups++;
-	if (!build_read1(s, g))
+	if (!build_read1(s, g, true))
 		return false;
 	return sink_native_stage(s, n, limit);
 }

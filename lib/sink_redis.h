@@ -44,6 +44,8 @@ struct sink_stats {
 	uint64_t native_ahead;     /* of those, read behind the EXEC of the group before */
 	uint64_t ahead_voided;     /* reads ahead dropped: the EXEC before them failed */
 	uint64_t native_late;      /* calls that joined their stream's unit after its read 1 */
+	uint64_t native_predicted; /* units whose read 2 went with read 1, predicted, and was right */
+	uint64_t predict_missed;   /* units whose predicted read 2 was wrong: dropped, read 2 sent */
 };
 
 struct sink_redis;

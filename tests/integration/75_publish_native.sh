@@ -28,6 +28,12 @@
 #       the same published/duplicates/replays, native_batches > 0 in native
 #       mode (0 with the function), and few function batches in native mode
 #       (the large value and the dead letter).
+#       A third relay runs the same WAL the same way in native mode with
+#       --no-native-predict (read 2 always after read 1's answers), on its own
+#       slot and Redis: its Redis and the predicting native one's hold the
+#       same (as above), their final lines give the same counts, and only the
+#       predicting one used predicted lookups (native_predicted > 0; 0 with
+#       --no-native-predict).
 #   (b) Switching modes on one Redis: function, native, function again, each
 #       part with ids published before the switch: no entry missing, none
 #       twice, the duplicates dropped across each switch.
@@ -69,17 +75,18 @@ final_sum() {
 	grep -o "stopped (.*" "$1" | grep -o " $2=[0-9]*" | cut -d= -f2 | awk '{ s += $1 } END { print s + 0 }'
 }
 
-# same_state LABEL ADDR_F ADDR_N: the function's Redis and the native one hold
-# the same streams, each with the same entries field by field in the same order
-# (entry ids aside), the same ids in each stream's dedup hashes, the same
-# buckets with the same counts and about the same K, and a TTL on every dedup
-# shard; each difference is said on its own line.
+# same_state LABEL ADDR_F ADDR_N [NAME_F NAME_N]: the function's Redis and the
+# native one (or those NAME_F and NAME_N wrote) hold the same streams, each
+# with the same entries field by field in the same order (entry ids aside),
+# the same ids in each stream's dedup hashes, the same buckets with the same
+# counts and about the same K, and a TTL on every dedup shard; each
+# difference is said on its own line.
 same_state() {
-	python3 - "$2" "$3" "$_LIB_DIR" "$1" <<-'PY'
+	python3 - "$2" "$3" "$_LIB_DIR" "$1" "${4:-function}" "${5:-native}" <<-'PY'
 
 		import re, sys
 		sys.path.insert(0, sys.argv[3])
-		label = sys.argv[4]
+		label, NF, NN = sys.argv[4], sys.argv[5], sys.argv[6]
 		from rx import Client
 		def scan(c, pattern):
 		    keys, cursor = set(), "0"
@@ -93,7 +100,7 @@ same_state() {
 		    st = {"streams": {}, "ids": {}, "buckets": {}, "nottl": [], "shards": 0}
 		    for s in c.streams("outbox:*"):
 		        # A dead letter names its relay's slot.
-		        st["streams"][s] = [[["slot", "<slot>"] if f[0] == "slot" and f[1] in ("s_f", "s_n", "d_f", "d_n") else list(f)
+		        st["streams"][s] = [[["slot", "<slot>"] if f[0] == "slot" and f[1] in ("s_f", "s_n", "s_p", "d_f", "d_n") else list(f)
 		                             for f in kv] for _, kv in c.xrange(s)]
 		        if s == "outbox:dead-letter":
 		            continue
@@ -115,7 +122,7 @@ same_state() {
 		    bad.append(m)
 		    print("[75_publish_native] FAIL: %s %s" % (label, m), file=sys.stderr)
 		if sorted(f["streams"]) != sorted(n["streams"]):
-		    say("streams: function %s, native %s" % (sorted(f["streams"]), sorted(n["streams"])))
+		    say("streams: %s %s, %s %s" % (NF, sorted(f["streams"]), NN, sorted(n["streams"])))
 		for s in sorted(set(f["streams"]) & set(n["streams"])):
 		    a, b = f["streams"][s], n["streams"][s]
 		    if a != b:
@@ -123,15 +130,15 @@ same_state() {
 		        ea, eb = (a[k] if k < len(a) else []), (b[k] if k < len(b) else [])
 		        diff = [(i, ea[i] if i < len(ea) else None, eb[i] if i < len(eb) else None)
 		                for i in range(max(len(ea), len(eb))) if (ea[i:i + 1] or None) != (eb[i:i + 1] or None)]
-		        say("%s: %d entries (function), %d (native), first difference at entry %d, fields (index, function, native): %s" % (
-		            s, len(a), len(b), k, str(diff)[:1500]))
+		        say("%s: %d entries (%s), %d (%s), first difference at entry %d, fields (index, %s, %s): %s" % (
+		            s, len(a), NF, len(b), NN, k, NF, NN, str(diff)[:1500]))
 		    else:
 		        print("[75_publish_native] ok - %s %s: the same %d entries, field by field, in order" % (label, s, len(a)))
 		for s in sorted(set(f["ids"]) | set(n["ids"])):
 		    a, b = f["ids"].get(s, set()), n["ids"].get(s, set())
 		    if a != b:
-		        say("%s: dedup ids differ: %d (function), %d (native), %d only in function (e.g. %r), %d only in native (e.g. %r)" % (
-		            s, len(a), len(b), len(a - b), sorted(a - b)[:3], len(b - a), sorted(b - a)[:3]))
+		        say("%s: dedup ids differ: %d (%s), %d (%s), %d only in %s (e.g. %r), %d only in %s (e.g. %r)" % (
+		            s, len(a), NF, len(b), NN, len(a - b), NF, sorted(a - b)[:3], len(b - a), NN, sorted(b - a)[:3]))
 		    else:
 		        print("[75_publish_native] ok - %s %s: the same %d ids in the dedup hashes" % (label, s, len(a)))
 		    # The same buckets with the same count of ids. K, as the function
@@ -142,16 +149,16 @@ same_state() {
 		    ba, bb = f["buckets"].get(s, {}), n["buckets"].get(s, {})
 		    far = [b for b in ba if b in bb and abs(int(ba[b][0]) - int(bb[b][0])) > max(2, int(ba[b][0]) // 20)]
 		    if sorted(ba) != sorted(bb) or any(ba[b][1] != bb[b][1] for b in ba if b in bb) or far:
-		        say("%s: bucket records (K, count) differ: function %s, native %s" % (s, ba, bb))
+		        say("%s: bucket records (K, count) differ: %s %s, %s %s" % (s, NF, ba, NN, bb))
 		    else:
-		        print("[75_publish_native] ok - %s %s: the same buckets and counts, K within max(2, K/20): function %s, native %s" % (label, s, ba, bb))
-		for name, st in (("function", f), ("native", n)):
+		        print("[75_publish_native] ok - %s %s: the same buckets and counts, K within max(2, K/20): %s %s, %s %s" % (label, s, NF, ba, NN, bb))
+		for name, st in ((NF, f), (NN, n)):
 		    if st["nottl"]:
 		        say("%s: %d dedup shards without a TTL, e.g. %s" % (name, len(st["nottl"]), st["nottl"][:3]))
 		    else:
 		        print("[75_publish_native] ok - %s %s: all %d dedup shards have a TTL" % (label, name, st["shards"]))
 		if label == "(a)" and (len(f["ids"].get("outbox:bulk", set())) < 3000 or max(int(k) for k, _ in f["buckets"]["outbox:bulk"].values()) < 8):
-		    say("function: the bulk stream's dedup state did not split (test bug?): %s" % f["buckets"].get("outbox:bulk"))
+		    say("%s: the bulk stream's dedup state did not split (test bug?): %s" % (NF, f["buckets"].get("outbox:bulk")))
 		sys.exit(1 if bad else 0)
 	PY
 }
@@ -160,13 +167,14 @@ same_state() {
 # (a) the same WAL through both modes
 # ---------------------------------------------------------------------------
 case_a() {
-	local PF PN m pid_f pid_n lf ln2 l2 x
+	local PF PN PP m pid_f pid_n pid_p lf ln2 lp l2 x
 	PF=$(rnode_new)
 	PN=$(rnode_new)
-	# Four slots at one position (copies of the first): both relays see the
+	PP=$(rnode_new)
+	# Six slots at one position (copies of the first): the relays see the
 	# same backlog ahead of their slot, and so size the dedup buckets alike.
 	slot_create s_f
-	for m in s_n bak_f bak_n; do
+	for m in s_n s_p bak_f bak_n bak_p; do
 		psql_q "SELECT 1 FROM pg_copy_logical_replication_slot('s_f', '$m')" >/dev/null
 	done
 	# Part 1.
@@ -232,17 +240,24 @@ case_a() {
 	relay_start --slot s_n --publish native "${OPTS[@]}"
 	pid_n=$RELAY_PID
 	ln2=$RELAY_LOG
+	REDIS_URL=redis://127.0.0.1:$PP
+	relay_start --slot s_p --publish native --no-native-predict "${OPTS[@]}"
+	pid_p=$RELAY_PID
+	lp=$RELAY_LOG
 	wait_for "[ \"\$($RX 127.0.0.1:$PF fields outbox:marker id)\" = marker-1 ]" 240 ||
 		fail "(a) function: part 1 not published in 240 s ($(tail -n 3 "$lf" | cut -c1-300))"
 	wait_for "[ \"\$($RX 127.0.0.1:$PN fields outbox:marker id)\" = marker-1 ]" 240 ||
 		fail "(a) native: part 1 not published in 240 s ($(tail -n 3 "$ln2" | cut -c1-300))"
-	kill -9 "$pid_f" "$pid_n"
+	wait_for "[ \"\$($RX 127.0.0.1:$PP fields outbox:marker id)\" = marker-1 ]" 240 ||
+		fail "(a) native, --no-native-predict: part 1 not published in 240 s ($(tail -n 3 "$lp" | cut -c1-300))"
+	kill -9 "$pid_f" "$pid_n" "$pid_p"
 	wait "$pid_f" 2>/dev/null || true
 	wait "$pid_n" 2>/dev/null || true
+	wait "$pid_p" 2>/dev/null || true
 	RELAY_PID=
-	log "(a) both relays killed with SIGKILL after part 1"
+	log "(a) the three relays killed with SIGKILL after part 1"
 	# Each slot back to where it began.
-	for m in f n; do
+	for m in f n p; do
 		wait_for "! slot_active s_$m" 60 || fail "(a) slot s_$m still active 60 s after the relay was killed"
 		psql_q "SELECT pg_drop_replication_slot('s_$m')" >/dev/null
 		psql_q "SELECT 1 FROM pg_copy_logical_replication_slot('bak_$m', 's_$m')" >/dev/null
@@ -277,6 +292,10 @@ case_a() {
 	REDIS_URL=redis://127.0.0.1:$PN
 	relay_run_until "$l2" --slot s_n --publish native "${OPTS[@]}" || fail "(a) native: the drain after the kill exited $RELAY_RC"
 	N_LOGS=$RELAY_LOG
+	REDIS_URL=redis://127.0.0.1:$PP
+	relay_run_until "$l2" --slot s_p --publish native --no-native-predict "${OPTS[@]}" ||
+		fail "(a) native, --no-native-predict: the drain after the kill exited $RELAY_RC"
+	P_LOGS=$RELAY_LOG
 	REDIS_URL=unix://$REDIS_SOCK
 
 	# The function's run on its own: every id once, nothing else.
@@ -306,6 +325,17 @@ case_a() {
 	assert_ge "$(final_sum "$N_LOGS" native_batches)" 1 "(a) --publish native: batches written natively"
 	assert_ge 8 "$(final_sum "$N_LOGS" function_batches)" "(a) --publish native: only the large-value and dead-letter batches through the function"
 	[ -n "$same" ] || fail "(a) the two modes' Redis differ (above)"
+
+	# Lookups predicted and sent with read 1, against lookups made from read 1's answers.
+	same_state "(a) prediction" "127.0.0.1:$PP" "127.0.0.1:$PN" no-predict predicted ||
+		fail "(a) native with and without --no-native-predict: the two Redis differ (above)"
+	for x in published duplicates replays dead_lettered; do
+		assert_eq "$(final_sum "$P_LOGS" $x)" "$(final_sum "$N_LOGS" $x)" "(a) $x: the same with and without --no-native-predict"
+	done
+	assert_ge "$(final_sum "$N_LOGS" native_predicted)" 1 "(a) native: units written with their predicted lookups"
+	assert_eq 0 "$(final_sum "$P_LOGS" native_predicted)" "(a) --no-native-predict: no predicted lookups"
+	assert_eq 0 "$(final_sum "$P_LOGS" predict_missed)" "(a) --no-native-predict: no predicted lookups dropped"
+	log "(a) native: $(grep -o 'native_groups=.*predict_missed=[0-9]*' "$N_LOGS" | tail -n 1)"
 }
 
 # ---------------------------------------------------------------------------
