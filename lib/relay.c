@@ -274,7 +274,7 @@ static void log_final(struct relay *r, const char *why)
 	         "dead_lettered=%llu transactions=%llu ask_redirects=%llu native_batches=%llu "
 	         "function_batches=%llu watch_retries=%llu native_groups=%llu native_ahead=%llu "
 	         "ahead_voided=%llu native_late=%llu native_predicted=%llu predict_missed=%llu "
-	         "peak_rss_kb=%ld",
+	         "catchup_waits=%llu peak_rss_kb=%ld",
 	         why, lsn_format(r->cfm.confirmed, c), (unsigned long long)s->published,
 	         (unsigned long long)s->replays, (unsigned long long)s->duplicates,
 	         (unsigned long long)s->dead_lettered,
@@ -284,7 +284,7 @@ static void log_final(struct relay *r, const char *why)
 	         (unsigned long long)s->native_groups, (unsigned long long)s->native_ahead,
 	         (unsigned long long)s->ahead_voided, (unsigned long long)s->native_late,
 	         (unsigned long long)s->native_predicted, (unsigned long long)s->predict_missed,
-	         relay_peak_rss_kb());
+	         (unsigned long long)s->catchup_waits, relay_peak_rss_kb());
 }
 
 static void install_signals(void)
@@ -612,7 +612,7 @@ static bool wal_defer(const struct relay *r)
 	int avail = 0;
 
 	if (!sink_redis_connected(r->sink) || sink_redis_want_write(r->sink) ||
-	    sink_redis_inflight_events(r->sink) == 0)
+	    sink_redis_inflight_events(r->sink) == 0 || !sink_redis_owes_replies(r->sink))
 		return false;
 	return ioctl(pgrepl_fd(r->pg), FIONREAD, &avail) == 0 && avail == 0;
 }
@@ -634,6 +634,12 @@ static bool step_wait(struct relay *r, int64_t now, bool more)
 			pg_i = npfd;
 			pfd[npfd++] = (struct pollfd){.fd = pgrepl_fd(r->pg), .events = POLLIN};
 		}
+	}
+	if (timeout != 0) {
+		int64_t hold = sink_redis_hold_left_us(r->sink);
+
+		if (hold > 0 && (timeout < 0 || hold < (int64_t)timeout * 1000))
+			timeout = (int)((hold + 999) / 1000);
 	}
 	if (sink_redis_connected(r->sink)) {
 		rd_i = npfd;

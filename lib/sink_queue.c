@@ -669,6 +669,8 @@ bool sq_batch_open(struct sink_queue *q, const struct event *ev, bool dead_lette
 	buf_append(&q->b_stream, ev->stream, ev->stream_len);
 	buf_reset(&q->b_args);
 	q->b_commit_us = ev->committed_unix_us;
+	q->b_open_us = time_mono_us();
+	q->b_waited = false;
 	q->b_dead_reason = (uint8_t)ev->dead_reason;
 	q->b_stream_id = stream_id;
 	/* old-layout dedup key prefix: <prefix>:dedup:{tag}[#<len>:<stream>]: */

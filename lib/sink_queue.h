@@ -155,6 +155,8 @@ struct sink_queue {
 	struct buf b_stream;
 	struct buf b_args; /* RESP bulk strings: pos, nfields, fields per event */
 	int64_t b_commit_us;
+	int64_t b_open_us; /* time_mono_us() when the batch opened */
+	bool b_waited;     /* it waited for more events while the relay caught up (sink_redis.c) */
 	uint32_t b_stream_id;
 	uint8_t b_dead_reason;
 	uint64_t b_args_count; /* ARGV entries after ttl and maxlen */

@@ -305,6 +305,47 @@ static size_t calls_pending(const struct sink_redis *s)
 	return n;
 }
 
+/*
+ * Catching up: the open batch's first event committed more than
+ * SINK_CATCHUP_LAG_US ago (by the server's commit timestamp), so the relay
+ * reads a backlog. Then the batch waits for more events, up to
+ * SINK_COALESCE_US from its opening (or until it is full: SQ_BATCH_MAX_*),
+ * before it goes to an idle Redis. A backlog then goes out in full batches,
+ * each group paying its reads, WATCH and MULTI/EXEC once for up to 128
+ * events, not for the few the relay decoded while Redis answered the last
+ * one. A relay that is caught up sends every batch at once, as before.
+ */
+static bool coalescing(const struct sink_redis *s)
+{
+	return s->q.b_open && !s->q.b_dead && s->q.b_commit_us > 0 && !sink_redis_full(s) &&
+	       time_mono_us() - s->q.b_open_us < SINK_COALESCE_US &&
+	       time_now_us() - s->q.b_commit_us > SINK_CATCHUP_LAG_US;
+}
+
+/* coalescing(), counted once per batch that waits (catchup_waits). */
+static bool waits(struct sink_redis *s)
+{
+	if (!coalescing(s))
+		return false;
+	if (!s->q.b_waited) {
+		s->q.b_waited = true;
+		s->stats.catchup_waits++;
+	}
+	return true;
+}
+
+bool sink_redis_owes_replies(const struct sink_redis *s)
+{
+	return calls_pending(s) > 0;
+}
+
+int64_t sink_redis_hold_left_us(const struct sink_redis *s)
+{
+	return s->connected && calls_pending(s) < BATCH_PIPELINE_DEPTH && coalescing(s)
+	           ? s->q.b_open_us + SINK_COALESCE_US - time_mono_us()
+	           : 0;
+}
+
 bool sink_redis_flush(struct sink_redis *s, bool force)
 {
 	/*
@@ -313,14 +354,15 @@ bool sink_redis_flush(struct sink_redis *s, bool force)
 	 * comes back (sink_redis_io) or when it is full. An idle pipeline sends
 	 * it at once, so this adds no latency at low load.
 	 */
-	if (!force && s->connected && calls_pending(s) >= BATCH_PIPELINE_DEPTH)
+	if (!force && s->connected && (calls_pending(s) >= BATCH_PIPELINE_DEPTH || waits(s)))
 		return true;
 	return sq_close_batch(&s->q);
 }
 
 bool sink_send_grown_batch(struct sink_redis *s)
 {
-	return !s->q.b_open || calls_pending(s) >= BATCH_PIPELINE_DEPTH || sq_close_batch(&s->q);
+	return !s->q.b_open || calls_pending(s) >= BATCH_PIPELINE_DEPTH || waits(s) ||
+	       sq_close_batch(&s->q);
 }
 
 bool sink_redis_publish(struct sink_redis *s, const struct event *ev, bool dead_letter)

@@ -46,6 +46,7 @@ struct sink_stats {
 	uint64_t native_late;      /* calls that joined their stream's unit after its read 1 */
 	uint64_t native_predicted; /* units whose read 2 went with read 1, predicted, and was right */
 	uint64_t predict_missed;   /* units whose predicted read 2 was wrong: dropped, read 2 sent */
+	uint64_t catchup_waits;    /* batches that waited for more events while catching up */
 };
 
 struct sink_redis;
@@ -124,6 +125,18 @@ bool sink_redis_publish_held(struct sink_redis *s, const struct event *ev, bool 
  * stopping. Returns false only when out of memory.
  */
 bool sink_redis_flush(struct sink_redis *s, bool force);
+
+/*
+ * While the relay catches up on a backlog, sink_redis_flush() keeps a batch
+ * open for up to SINK_COALESCE_US for more events (sink_redis.c,
+ * coalescing()). How long the open batch may still wait, µs; 0 when it is
+ * not held. The relay's poll() waits no longer than that.
+ */
+#define SINK_COALESCE_US 1000
+#define SINK_CATCHUP_LAG_US 100000
+int64_t sink_redis_hold_left_us(const struct sink_redis *s);
+/* Whether Redis owes replies to calls sent (or routed to be sent): not a batch still held open. */
+bool sink_redis_owes_replies(const struct sink_redis *s);
 
 /*
  * Write pending commands and read available replies. Returns false when the

@@ -33,7 +33,8 @@
 #       slot and Redis: its Redis and the predicting native one's hold the
 #       same (as above), their final lines give the same counts, and only the
 #       predicting one used predicted lookups (native_predicted > 0; 0 with
-#       --no-native-predict).
+#       --no-native-predict). Part 2 was committed before the three drains
+#       began: each relay's batches waited for more events (catchup_waits).
 #   (b) Switching modes on one Redis: function, native, function again, each
 #       part with ids published before the switch: no entry missing, none
 #       twice, the duplicates dropped across each switch.
@@ -335,6 +336,11 @@ case_a() {
 	assert_ge "$(final_sum "$N_LOGS" native_predicted)" 1 "(a) native: units written with their predicted lookups"
 	assert_eq 0 "$(final_sum "$P_LOGS" native_predicted)" "(a) --no-native-predict: no predicted lookups"
 	assert_eq 0 "$(final_sum "$P_LOGS" predict_missed)" "(a) --no-native-predict: no predicted lookups dropped"
+	# Part 2 was committed before the drains began: each relay caught up, its batches waiting
+	# for more events.
+	for x in "$F_LOGS" "$N_LOGS" "$P_LOGS"; do
+		assert_ge "$(final_sum "$x" catchup_waits)" 1 "(a) $(basename "$x"): batches that waited for more events while catching up"
+	done
 	log "(a) native: $(grep -o 'native_groups=.*predict_missed=[0-9]*' "$N_LOGS" | tail -n 1)"
 }
 
