@@ -605,7 +605,10 @@ static int wait_ms(const struct relay *r, int64_t now)
  * which reads what came when Redis answers, at most WAL_DEFER_MS later (the
  * loop then consumes the socket whether poll() saw it or not).
  * tests/bench/RESULTS.md, "Waiting for Redis alone while it owes replies",
- * has the measurement.
+ * has the measurement. A batch that waits for more events while the relay
+ * catches up (sink_redis.c, coalescing()) is in flight but owes no reply: the
+ * relay keeps reading the WAL then (RESULTS.md, "The hold while catching up,
+ * with the WAL read during it").
  */
 static bool wal_defer(const struct relay *r)
 {
