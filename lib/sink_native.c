@@ -303,7 +303,7 @@ struct group {
 	struct buf spec;    /* read 1's round, kept to compare read 2 with */
 	struct want *swant; /* read 1's round's wants, kept likewise */
 	size_t capswant;
-	struct native *nt; /* the connection's, for its predictions */
+	struct native *nt; /* the connection's (set once it is made), for its predictions */
 };
 
 /*
@@ -1050,7 +1050,7 @@ static void remember(struct sink_redis *s, struct group *g, const struct nbatch 
 	struct span st = t->arg[A_STREAM];
 	struct pred *p;
 
-	if (!s->cf->native_predict || !g->nt || !(p = pred_slot(g->nt, at(s, e, st), st.len)))
+	if (!s->cf->native_predict || !(p = pred_slot(g->nt, at(s, e, st), st.len)))
 		return;
 	if (!grow((void **)&p->bk, &p->capbk, t->nbk + 1, sizeof(*p->bk))) {
 		p->slen = 0;
@@ -1067,7 +1067,7 @@ static void remember(struct sink_redis *s, struct group *g, const struct nbatch 
 		p->bk[p->cur] = *cur;
 	}
 	snprintf(p->wm, sizeof(p->wm), "%s", top);
-	p->legacy = t->legacy < 0 ? legacy_until(t) : t->legacy;
+	p->legacy = legacy_until(t); /* what batch_write leaves: "legacy" as read, or as it writes it */
 	p->now = t->now;
 	p->win = t->win;
 }
@@ -1102,7 +1102,7 @@ static void clear_read1(struct nbatch *t)
 static bool predict(struct sink_redis *s, struct group *g, struct nbatch *t, struct sq_ent *e)
 {
 	struct span st = t->arg[A_STREAM];
-	const struct pred *p = g->nt ? pred_find(g->nt, at(s, e, st), st.len) : NULL;
+	const struct pred *p = pred_find(g->nt, at(s, e, st), st.len);
 	size_t c0 = g->cmd.len, w0 = g->nwant;
 
 	if (!p || t->win <= 0 || p->win != t->win)
@@ -1748,7 +1748,7 @@ static bool exec_done(struct sink_redis *s, struct node *n, struct group *g, con
 		if (s->m)
 			atomic_fetch_add_explicit(&s->m->watch_retries, 1, memory_order_relaxed);
 		/* Someone else wrote: what this group would have left is not what its streams hold. */
-		for (size_t i = 0; g->nt && i < g->nb; i++) {
+		for (size_t i = 0; i < g->nb; i++) {
 			struct span st = g->b[i].arg[A_STREAM];
 			struct pred *p = pred_find(g->nt, at(s, batch_ent(s, &g->b[i]), st), st.len);
 

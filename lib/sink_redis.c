@@ -334,6 +334,12 @@ static bool waits(struct sink_redis *s)
 	return true;
 }
 
+/* Whether the open batch keeps growing: Redis is busy (group commit) or it waits (coalescing). */
+static bool keeps_open(struct sink_redis *s)
+{
+	return calls_pending(s) >= BATCH_PIPELINE_DEPTH || waits(s);
+}
+
 bool sink_redis_owes_replies(const struct sink_redis *s)
 {
 	return calls_pending(s) > 0;
@@ -354,15 +360,14 @@ bool sink_redis_flush(struct sink_redis *s, bool force)
 	 * comes back (sink_redis_io) or when it is full. An idle pipeline sends
 	 * it at once, so this adds no latency at low load.
 	 */
-	if (!force && s->connected && (calls_pending(s) >= BATCH_PIPELINE_DEPTH || waits(s)))
+	if (!force && s->connected && keeps_open(s))
 		return true;
 	return sq_close_batch(&s->q);
 }
 
 bool sink_send_grown_batch(struct sink_redis *s)
 {
-	return !s->q.b_open || calls_pending(s) >= BATCH_PIPELINE_DEPTH || waits(s) ||
-	       sq_close_batch(&s->q);
+	return !s->q.b_open || keeps_open(s) || sq_close_batch(&s->q);
 }
 
 bool sink_redis_publish(struct sink_redis *s, const struct event *ev, bool dead_letter)
