@@ -350,6 +350,11 @@ static const struct opt_def option_table[] = {
          "stream predicts them, and use their answers only when the first reads' answers ask "
          "for exactly those lookups (else they are dropped and sent again): a round trip less "
          "per group when events come at a steady rate; --no-native-predict always waits"),
+    NUM("linger", OPT_DURATION, 0, RP, linger_ms, "0", 0, OPT_MS_SECOND, "DURATION",
+        "hold a batch, and the batches of other streams queued meanwhile, this long from its "
+        "first event before they go to Redis: at a steady rate Redis then reads, decides and "
+        "writes several events per round trip instead of one, for up to this much added "
+        "latency; 0 sends at once (while catching up on a backlog a batch waits 1ms either way)"),
     BOOL("redis-functions", RP, redis_functions, "true",
          "load the relay's script as a Redis function (Redis 7+); --no-redis-functions loads it "
          "with SCRIPT LOAD and calls it with EVALSHA instead"),

@@ -60,6 +60,7 @@ struct relay_config {
 	char **groups;        /* --group NAME (repeatable; env: comma list) */
 	size_t ngroups;
 	char *key_prefix;     /* --key-prefix for auxiliary keys, default "outbox-relay" */
+	int linger_ms;        /* --linger: how long a batch waits for more events, default 0 */
 	bool native_predict;  /* --native-predict (lookups sent with read 1), default true */
 	bool redis_functions; /* --redis-functions / --no-redis-functions (EVAL fallback), default true
 	                       */

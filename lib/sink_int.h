@@ -86,6 +86,7 @@ struct sink_redis {
 	int nnodes;
 	int8_t *slot_node; /* cluster: slot -> node, -1 unknown */
 	bool connected;
+	int64_t linger_until_us; /* --linger: calls wait to be written until then (sink_linger_gate) */
 	bool sentinel_found; /* Sentinel mode: a master was found once (later failures are retried) */
 	int poll_node[MAX_NODES]; /* node of each pollfd handed out */
 	int npoll;
@@ -132,6 +133,8 @@ void sink_strset_clear(struct strset *set);
 bool sink_route(struct sink_redis *s, struct sq_ent *e);
 /* Replies came back: send the open batch that grew meanwhile (group commit). */
 bool sink_send_grown_batch(struct sink_redis *s);
+/* --linger: whether calls queued while Redis is idle still wait to be written (sink_redis.c). */
+bool sink_linger_gate(const struct sink_redis *s);
 
 /* sink_node.c */
 /* Close n's connection and forget what was staged or awaited on it. */

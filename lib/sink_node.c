@@ -63,7 +63,7 @@ void sink_node_finish(struct node *n)
 	memset(n, 0, sizeof(*n));
 }
 
-static bool node_wants_write(const struct node *n)
+static bool node_wants_write(const struct sink_redis *s, const struct node *n)
 {
 	if (!n->c)
 		return false;
@@ -77,13 +77,15 @@ static bool node_wants_write(const struct node *n)
 		return true;
 	if (sink_native_blocks(n)) /* nothing to stage until its replies come */
 		return n->wsent < n->wbuf.len;
+	if (sink_linger_gate(s)) /* the calls wait for the window's end (node_write) */
+		return n->part_seq || n->wsent < n->wbuf.len;
 	return n->sendq.len > 0 || n->part_seq || n->wsent < n->wbuf.len;
 }
 
 bool sink_redis_want_write(const struct sink_redis *s)
 {
 	for (int i = 0; i < s->nnodes; i++)
-		if (node_wants_write(&s->nodes[i]))
+		if (node_wants_write(s, &s->nodes[i]))
 			return true;
 	return false;
 }
@@ -98,7 +100,7 @@ int sink_redis_pollfds(struct sink_redis *s, struct pollfd *pfd, int max)
 			continue;
 		pfd[s->npoll] = (struct pollfd){
 		    .fd = n->c->fd,
-		    .events = (short)(POLLIN | (node_wants_write(n) ? POLLOUT : 0)),
+		    .events = (short)(POLLIN | (node_wants_write(s, n) ? POLLOUT : 0)),
 		};
 		s->poll_node[s->npoll++] = i;
 	}
@@ -147,6 +149,9 @@ static bool node_write(struct sink_redis *s, struct node *n)
 			bool was_idle = n->waitq.len == 0;
 
 			if (n->sendq.len == 0 && !n->info_due && !n->part_seq && !sink_native_due(n))
+				return true;
+			/* --linger: new calls wait for the window's end (sink_linger_gate) */
+			if (!n->info_due && !n->part_seq && !sink_native_due(n) && sink_linger_gate(s))
 				return true;
 			if (!stage(s, n)) {
 				snprintf(s->errmsg, sizeof(s->errmsg), "out of memory");
@@ -233,6 +238,14 @@ bool sink_redis_io(struct sink_redis *s, const struct pollfd *pfd, int npfd)
 		return false;
 	}
 	s->errkind = SINK_ERR_IO; /* unless a reply says otherwise */
+	if (s->linger_until_us > 0 && !sink_linger_gate(s)) {
+		/* --linger's window is over: the batch it held open goes with the calls it held */
+		s->linger_until_us = 0;
+		if (s->q.b_open && !sq_close_batch(&s->q)) {
+			snprintf(s->errmsg, sizeof(s->errmsg), "out of memory");
+			return false;
+		}
+	}
 	for (int i = 0; pfd && i < npfd && i < s->npoll; i++) {
 		struct node *n = &s->nodes[s->poll_node[i]];
 

@@ -313,23 +313,55 @@ static size_t calls_pending(const struct sink_redis *s)
  * before it goes to an idle Redis. A backlog then goes out in full batches,
  * each group paying its reads, WATCH and MULTI/EXEC once for up to 128
  * events, not for the few the relay decoded while Redis answered the last
- * one. A relay that is caught up sends every batch at once, as before.
+ * one. A relay that is caught up sends every batch at once, unless --linger
+ * asks it to wait that long (then at a steady rate too a group holds the
+ * events of that long, each paying a share of its round trips).
  */
-static bool coalescing(const struct sink_redis *s)
+static bool catching_up(const struct sink_redis *s)
 {
-	return s->q.b_open && !s->q.b_dead && s->q.b_commit_us > 0 && !sink_redis_full(s) &&
-	       time_mono_us() - s->q.b_open_us < SINK_COALESCE_US &&
-	       time_now_us() - s->q.b_commit_us > SINK_CATCHUP_LAG_US;
+	return s->q.b_commit_us > 0 && time_now_us() - s->q.b_commit_us > SINK_CATCHUP_LAG_US;
 }
 
-/* coalescing(), counted once per batch that waits (catchup_waits). */
+/*
+ * --linger: an event that opens a batch outside a window opens a window of
+ * that length. Until it ends, the open batch stays open and the calls closed
+ * meanwhile (another stream's events close a batch) are not written either,
+ * so they all go out together when it ends: one group for their reads and
+ * one for their write. A group already under way goes on (its reads, its
+ * write). The window ends early when the in-flight window is full or the
+ * relay stops (a forced flush).
+ */
+bool sink_linger_gate(const struct sink_redis *s)
+{
+	return s->linger_until_us > 0 && time_mono_us() < s->linger_until_us && !sink_redis_full(s);
+}
+
+/* Until when the open batch may wait for more events (mono µs; 0: not at all). */
+static int64_t hold_until_us(const struct sink_redis *s)
+{
+	int64_t until = sink_linger_gate(s) ? s->linger_until_us : 0;
+
+	if (catching_up(s) && s->q.b_open_us + SINK_COALESCE_US > until)
+		until = s->q.b_open_us + SINK_COALESCE_US;
+	return until;
+}
+
+static bool coalescing(const struct sink_redis *s)
+{
+	return s->q.b_open && !s->q.b_dead && !sink_redis_full(s) && time_mono_us() < hold_until_us(s);
+}
+
+/* coalescing(), counted once per batch that waits (catchup_waits, linger_waits). */
 static bool waits(struct sink_redis *s)
 {
 	if (!coalescing(s))
 		return false;
 	if (!s->q.b_waited) {
 		s->q.b_waited = true;
-		s->stats.catchup_waits++;
+		if (catching_up(s))
+			s->stats.catchup_waits++;
+		else
+			s->stats.linger_waits++;
 	}
 	return true;
 }
@@ -342,14 +374,20 @@ static bool keeps_open(struct sink_redis *s)
 
 bool sink_redis_owes_replies(const struct sink_redis *s)
 {
-	return calls_pending(s) > 0;
+	return calls_pending(s) > 0 && !sink_linger_gate(s);
 }
 
 int64_t sink_redis_hold_left_us(const struct sink_redis *s)
 {
-	return s->connected && calls_pending(s) < BATCH_PIPELINE_DEPTH && coalescing(s)
-	           ? s->q.b_open_us + SINK_COALESCE_US - time_mono_us()
-	           : 0;
+	int64_t now = time_mono_us(), left = 0;
+
+	if (!s->connected)
+		return 0;
+	if (sink_linger_gate(s))
+		left = s->linger_until_us - now;
+	if (calls_pending(s) < BATCH_PIPELINE_DEPTH && coalescing(s) && hold_until_us(s) - now > left)
+		left = hold_until_us(s) - now;
+	return left;
 }
 
 bool sink_redis_flush(struct sink_redis *s, bool force)
@@ -360,6 +398,8 @@ bool sink_redis_flush(struct sink_redis *s, bool force)
 	 * comes back (sink_redis_io) or when it is full. An idle pipeline sends
 	 * it at once, so this adds no latency at low load.
 	 */
+	if (force)
+		s->linger_until_us = 0;
 	if (!force && s->connected && keeps_open(s))
 		return true;
 	return sq_close_batch(&s->q);
@@ -388,6 +428,12 @@ bool sink_redis_publish_held(struct sink_redis *s, const struct event *ev, bool 
 		if (added < 0 || (added == 1 && (!sq_close_batch(&s->q) ||
 		                                 !sq_queue_groups(&s->q, ev->stream, ev->stream_len))))
 			return false;
+	}
+	if (!s->q.b_open && s->cf->linger_ms > 0) {
+		int64_t now = time_mono_us();
+
+		if (now >= s->linger_until_us)
+			s->linger_until_us = now + (int64_t)s->cf->linger_ms * 1000;
 	}
 	if (!s->q.b_open) {
 		uint32_t id =

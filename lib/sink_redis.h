@@ -47,6 +47,7 @@ struct sink_stats {
 	uint64_t native_predicted; /* units whose read 2 went with read 1, predicted, and was right */
 	uint64_t predict_missed;   /* units whose predicted read 2 was wrong: dropped, read 2 sent */
 	uint64_t catchup_waits;    /* batches that waited for more events while catching up */
+	uint64_t linger_waits;     /* batches that waited for more events for --linger */
 };
 
 struct sink_redis;
@@ -128,8 +129,8 @@ bool sink_redis_flush(struct sink_redis *s, bool force);
 
 /*
  * While the relay catches up on a backlog, sink_redis_flush() keeps a batch
- * open for up to SINK_COALESCE_US for more events (sink_redis.c,
- * coalescing()). How long the open batch may still wait, µs; 0 when it is
+ * open for up to SINK_COALESCE_US for more events, and always for up to
+ * --linger (sink_redis.c, coalescing()). How long the open batch may still wait, µs; 0 when it is
  * not held. The relay's poll() waits no longer than that.
  */
 #define SINK_COALESCE_US 1000
