@@ -70,12 +70,6 @@ now=$(date +%s)
 while [ $((now / (2 * DW))) -ne $(((now + 3600) / (2 * DW))) ]; do DW=$((DW + 1)); done
 OPTS=(--table public.ev --dedup-window "$DW")
 
-# final_sum LOG FIELD: FIELD=N of the relay's final line ("stopped (...): ..."), summed
-# over the final lines in LOG (one per relay run).
-final_sum() {
-	grep -o "stopped (.*" "$1" | grep -o " $2=[0-9]*" | cut -d= -f2 | awk '{ s += $1 } END { print s + 0 }'
-}
-
 # same_state LABEL ADDR_F ADDR_N [NAME_F NAME_N]: the function's Redis and the
 # native one (or those NAME_F and NAME_N wrote) hold the same streams, each
 # with the same entries field by field in the same order (entry ids aside),

@@ -18,9 +18,6 @@ redis_start
 slot_create outbox_relay
 
 LINGER_MS=1000
-final_sum() { # final_sum LOG FIELD: FIELD=N of the relay's final line
-	grep -o "stopped (.*" "$1" | grep -o " $2=[0-9]*" | cut -d= -f2 | awk '{ s += $1 } END { print s + 0 }'
-}
 execs() { redis_cli INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_exec:calls=\([0-9]*\),.*/\1/p' | grep . || echo 0; }
 emit() { echo "SELECT outbox_emit('${2:-order}', 'agg-$1', 'created', '{\"n\": $1}', '{}');"; }
 

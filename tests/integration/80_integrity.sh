@@ -212,8 +212,7 @@ echo "integrity: seed=$SEED seconds=$SECONDS_RUN rows=$ROWS messages=$(okv messa
 assert_eq "0 0 0 0" "$LOST $DUP $CORR $REORD" "lost, duplicated, corrupted, reordered"
 if [ -n "${OUTBOX_RELAY_LINGER:-}" ]; then
 	# --linger (from the environment): the relays' batches waited, so the checks above judged it
-	lw=$(cat "$T"/relay.*.log | grep -o "stopped (.*" | grep -o " linger_waits=[0-9]*" | cut -d= -f2 | awk '{ s += $1 } END { print s + 0 }')
-	assert_ge "$lw" 1 "batches that waited for --linger $OUTBOX_RELAY_LINGER (final lines)"
+	assert_ge "$(final_sum <(cat "$T"/relay.*.log) linger_waits)" 1 "batches that waited for --linger $OUTBOX_RELAY_LINGER (final lines)"
 fi
 if [ "${RELAY_PLUGIN:-}" = pgoutput ] && [[ "${PG_START_OPTS:-}" == *logical_decoding_work_mem* ]]; then
 	# the server streamed (protocol 2) and the relay held what it streamed: it logs each

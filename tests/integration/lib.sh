@@ -701,6 +701,12 @@ relay_drain() {
 	ok "relay drained to $lsn"
 }
 
+# final_sum LOG FIELD: FIELD=N of the relay's final line ("stopped (...): ..."), summed
+# over the final lines in LOG (one per relay run).
+final_sum() {
+	grep -o "stopped (.*" "$1" | grep -o " $2=[0-9]*" | cut -d= -f2 | awk '{ s += $1 } END { print s + 0 }'
+}
+
 # relay_peak_rss_kb [LOG]: the N of the last "peak_rss_kb=N" in the log.
 relay_peak_rss_kb() {
 	grep -o 'peak_rss_kb=[0-9]*' "${1:-$RELAY_LOG}" | tail -n 1 | cut -d= -f2
