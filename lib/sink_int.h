@@ -133,7 +133,7 @@ void sink_strset_clear(struct strset *set);
 bool sink_route(struct sink_redis *s, struct sq_ent *e);
 /* Replies came back: send the open batch that grew meanwhile (group commit). */
 bool sink_send_grown_batch(struct sink_redis *s);
-/* --linger: whether calls queued while Redis is idle still wait to be written (sink_redis.c). */
+/* --linger: whether new calls wait for the window to end to be written (sink_redis.c). */
 bool sink_linger_gate(const struct sink_redis *s);
 
 /* sink_node.c */

@@ -429,12 +429,9 @@ bool sink_redis_publish_held(struct sink_redis *s, const struct event *ev, bool 
 		                                 !sq_queue_groups(&s->q, ev->stream, ev->stream_len))))
 			return false;
 	}
-	if (!s->q.b_open && s->cf->linger_ms > 0) {
-		int64_t now = time_mono_us();
-
-		if (now >= s->linger_until_us)
-			s->linger_until_us = now + (int64_t)s->cf->linger_ms * 1000;
-	}
+	/* A window over but not yet closed (sink_redis_io) lets what it held go first. */
+	if (!s->q.b_open && s->cf->linger_ms > 0 && s->linger_until_us == 0)
+		s->linger_until_us = time_mono_us() + (int64_t)s->cf->linger_ms * 1000;
 	if (!s->q.b_open) {
 		uint32_t id =
 		    !dead_letter && s->m ? metrics_stream_id(s->m, ev->stream, ev->stream_len) : 0;
