@@ -420,6 +420,9 @@ for try in 1 2 3; do
 		break
 	fi
 	log "planned: the master did not move to $OTHER within 20 s of try $try"
+	for sp in $SENTINEL_PORTS; do
+		log "Sentinel $sp: $(tail -n 12 "$T/sentinel.$sp/sentinel.log" 2>/dev/null | tr '\n' '|' | cut -c1-1500)"
+	done
 done
 [ "$moved" = 1 ] || fail "planned: the Sentinels did not move the master to $OTHER in 3 tries"
 NEW_MASTER=$OTHER
