@@ -351,7 +351,7 @@ static bool coalescing(const struct sink_redis *s)
 	return s->q.b_open && !s->q.b_dead && !sink_redis_full(s) && time_mono_us() < hold_until_us(s);
 }
 
-/* coalescing(), counted once per batch that waits (catchup_waits, linger_waits). */
+/* coalescing(), counted once per batch that waits while catching up (catchup_waits). */
 static bool waits(struct sink_redis *s)
 {
 	if (!coalescing(s))
@@ -360,8 +360,6 @@ static bool waits(struct sink_redis *s)
 		s->q.b_waited = true;
 		if (catching_up(s))
 			s->stats.catchup_waits++;
-		else
-			s->stats.linger_waits++;
 	}
 	return true;
 }
@@ -430,8 +428,10 @@ bool sink_redis_publish_held(struct sink_redis *s, const struct event *ev, bool 
 			return false;
 	}
 	/* A window over but not yet closed (sink_redis_io) lets what it held go first. */
-	if (!s->q.b_open && s->cf->linger_ms > 0 && s->linger_until_us == 0)
+	if (!s->q.b_open && s->cf->linger_ms > 0 && s->linger_until_us == 0) {
 		s->linger_until_us = time_mono_us() + (int64_t)s->cf->linger_ms * 1000;
+		s->stats.linger_windows++;
+	}
 	if (!s->q.b_open) {
 		uint32_t id =
 		    !dead_letter && s->m ? metrics_stream_id(s->m, ev->stream, ev->stream_len) : 0;
