@@ -135,6 +135,8 @@ bool sink_route(struct sink_redis *s, struct sq_ent *e);
 bool sink_send_grown_batch(struct sink_redis *s);
 /* --linger: whether new calls wait for the window to end to be written (sink_redis.c). */
 bool sink_linger_gate(const struct sink_redis *s);
+/* --linger: close a window that is over, and the batch it held open; false: out of memory. */
+bool sink_linger_close(struct sink_redis *s);
 
 /* sink_node.c */
 /* Close n's connection and forget what was staged or awaited on it. */

@@ -238,13 +238,9 @@ bool sink_redis_io(struct sink_redis *s, const struct pollfd *pfd, int npfd)
 		return false;
 	}
 	s->errkind = SINK_ERR_IO; /* unless a reply says otherwise */
-	if (s->linger_until_us > 0 && !sink_linger_gate(s)) {
-		/* --linger's window is over: the batch it held open goes with the calls it held */
-		s->linger_until_us = 0;
-		if (s->q.b_open && !sq_close_batch(&s->q)) {
-			snprintf(s->errmsg, sizeof(s->errmsg), "out of memory");
-			return false;
-		}
+	if (!sink_linger_close(s)) {
+		snprintf(s->errmsg, sizeof(s->errmsg), "out of memory");
+		return false;
 	}
 	for (int i = 0; pfd && i < npfd && i < s->npoll; i++) {
 		struct node *n = &s->nodes[s->poll_node[i]];

@@ -336,6 +336,14 @@ bool sink_linger_gate(const struct sink_redis *s)
 	return s->linger_until_us > 0 && time_mono_us() < s->linger_until_us && !sink_redis_full(s);
 }
 
+bool sink_linger_close(struct sink_redis *s)
+{
+	if (s->linger_until_us == 0 || sink_linger_gate(s))
+		return true;
+	s->linger_until_us = 0;
+	return !s->q.b_open || sq_close_batch(&s->q);
+}
+
 /* Until when the open batch may wait for more events (mono µs; 0: not at all). */
 static int64_t hold_until_us(const struct sink_redis *s)
 {
@@ -383,7 +391,8 @@ int64_t sink_redis_hold_left_us(const struct sink_redis *s)
 		return 0;
 	if (sink_linger_gate(s))
 		left = s->linger_until_us - now;
-	if (calls_pending(s) < BATCH_PIPELINE_DEPTH && coalescing(s) && hold_until_us(s) - now > left)
+	/* hold_until_us() is never before the window's end */
+	if (calls_pending(s) < BATCH_PIPELINE_DEPTH && coalescing(s))
 		left = hold_until_us(s) - now;
 	return left;
 }
