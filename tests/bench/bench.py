@@ -1035,8 +1035,9 @@ def cmd_report(results, backlogs=None, latency=None):
             pairs = [(r["redis"]["used_cpu_us"] / int(r["events"]), bare[(mode, shape, int(r["round"]))])
                      for r in cr if (mode, shape, int(r["round"])) in bare]
             if pairs:
-                item2.append("| %s | %s | %s | %s | %s |" % (
-                    shape, fmt(med([a for a, _ in pairs]), ".2f"), fmt(med([b for _, b in pairs]), ".2f"),
+                bs = [b for _, b in pairs]
+                item2.append("| %s | %s | %s (%.2f–%.2f) | %s | %s |" % (
+                    shape, fmt(med([a for a, _ in pairs]), ".2f"), fmt(med(bs), ".2f"), min(bs), max(bs),
                     fmt(med([a / b for a, b in pairs if b > 0]), ".2f"),
                     " ".join("%.2f" % (a / b) for a, b in pairs if b > 0)))
         if item2:
@@ -1044,8 +1045,9 @@ def cmd_report(results, backlogs=None, latency=None):
                        "during its drain, and a bare XADD of the very entries it wrote, read back and sent "
                        "again through redis-cli --pipe into the same redis-server, emptied, right after "
                        "that drain (issue 24, item 2: within 2×); medians of the rounds, and each round's "
-                       "ratio:\n" % title)
-            out.append("| shape | relay µs/event | bare XADD µs/event | relay ÷ bare XADD | rounds |")
+                       "ratio. The bare replay's own spread between rounds (min–max: the same commands "
+                       "each round) shows how far this machine's speed moves between them:\n" % title)
+            out.append("| shape | relay µs/event | bare XADD µs/event (min–max) | relay ÷ bare XADD | rounds |")
             out.append("|---|---:|---:|---:|---|")
             out.extend(item2)
             out.append("")
