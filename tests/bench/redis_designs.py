@@ -43,6 +43,12 @@ dedup field's first three bytes mod K):
            decide every positive; FILTER_BITS / 8 bytes more per id. A prototype:
            the relay does not keep such a filter. FILTER_BITS (16) and
            FILTER_PROBES (2) in the environment size it.
+  known    native without the HMGETs: what Redis would do if the relay knew that no id
+           of the batch is in the window (an exact record, or a filter, of the ids its own
+           writes put there, valid while read 1 answers what its last write left: the
+           --native-predict check). The lower bound of that design: an id the relay's
+           record says may be there would still be looked up. A prototype: the relay
+           keeps no such record.
   strings  native, with each shard a string of fixed records (the 19-byte dedup field
            and 2 bytes of time, REC bytes per id) instead of a hash: one MGET per
            batch reads every shard it touches (the relay would scan them for its
@@ -214,7 +220,7 @@ def gen(design, sock, stream, out):
     def skey(j):
         return "%s:s:%d" % (base, j)
 
-    if prefill and design in ("watch", "native", "guard", "filter", "strings"):
+    if prefill and design in ("watch", "native", "known", "guard", "filter", "strings"):
         rng = uuid.UUID(int=0x5EED).int
         with open(out + ".pre", "wb") as f:
             olds = []
@@ -245,11 +251,11 @@ def gen(design, sock, stream, out):
                 multi_xadds(f, key, batch)
                 resp(f, "FCALL", "cand_commit", 2, wm, base, top, owner, k, *ids)
                 resp(f, "EXEC")
-            elif design == "native":
+            elif design in ("native", "known"):
                 shards = by_shard(ids, k)
                 resp(f, "WATCH", wm, base)
                 resp(f, "GET", wm)
-                for j, fs in shards.items():
+                for j, fs in shards.items() if design == "native" else ():
                     resp(f, "HMGET", "%s:%d" % (base, j), *fs)
                 multi_xadds(f, key, batch)
                 hset_shards(f, base, shards)
