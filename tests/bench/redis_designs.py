@@ -255,8 +255,9 @@ def gen(design, sock, stream, out):
                 shards = by_shard(ids, k)
                 resp(f, "WATCH", wm, base)
                 resp(f, "GET", wm)
-                for j, fs in shards.items() if design == "native" else ():
-                    resp(f, "HMGET", "%s:%d" % (base, j), *fs)
+                if design == "native":
+                    for j, fs in shards.items():
+                        resp(f, "HMGET", "%s:%d" % (base, j), *fs)
                 multi_xadds(f, key, batch)
                 hset_shards(f, base, shards)
                 resp(f, "SET", wm, top + " " + owner)
