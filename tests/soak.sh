@@ -7,8 +7,8 @@
 # the time) against DIR's outbox-relay (default build/, BUILD_DIR works too),
 # then prints ONE line:
 #   soak: seed=S minutes=N rows=R messages=M rolled_back=B faults: relay_kill9=a redis_restart=b
-#         redis_kill9=c pg_restart=d slot_heal=e lost=L duplicated=D corrupted=C reordered=O
-#         (republished: P) messages_lost_in_slot_gaps=G result=PASS|FAIL
+#         redis_kill9=c pg_restart=d watch_noise=w slot_heal=e second_relay=s lost=L duplicated=D
+#         corrupted=C reordered=O (republished: P) messages_lost_in_slot_gaps=G result=PASS|FAIL
 # (on one line). Exit status: the test's (0 pass, 1 a discrepancy or a
 # failure). The whole output of the run is kept in soak-<seed>.log in the
 # current directory (KEEP_LOG=0: removed when it passed).

@@ -16,8 +16,13 @@
 # the build has heal; otherwise the fault is skipped and said so), and for 3 s
 # a client writing a key every native group watches (the dead-letter stream,
 # XADD MAXLEN 0: it stays empty), so EXECs fail with the next group's reads
-# staged behind them (--publish native reads ahead). Then the
-# relay drains and:
+# staged behind them (--publish native reads ahead); and for a few seconds a
+# second relay on a slot of its own (created once the first relay confirmed
+# past it) publishing the same rows into the same streams, through the
+# function or the native path at random: another writer of the dedup
+# buckets and their index, racing the first relay, each dropping what the
+# other wrote first (the streams must still hold each row once, in commit
+# order). Then the relay drains and:
 #   - `outbox-relay verify` (the production checker) over all rows, and again
 #     over a --since/--until slice: every committed row exactly once, every
 #     field byte for byte equal to the row as rendered in SQL, no entry
@@ -63,7 +68,7 @@ else
 	log "TODO: this build has no 'outbox-relay heal': the dropped-slot fault is skipped"
 fi
 
-declare -A FAULTS=([relay_kill9]=0 [redis_restart]=0 [redis_kill9]=0 [pg_restart]=0 [watch_noise]=0 [slot_heal]=0)
+declare -A FAULTS=([relay_kill9]=0 [redis_restart]=0 [redis_kill9]=0 [pg_restart]=0 [watch_noise]=0 [slot_heal]=0 [second_relay]=0)
 
 $ORACLE gen "$T/oracle" "$T" "$PGPORT" "$SEED" "$SECONDS_RUN" >"$T/gen.log" 2>&1 &
 GEN_PID=$!
@@ -97,6 +102,42 @@ redis_kill9() {
 # watch_noise: for 3 s, writes to a key every native group watches (EXEC nil).
 watch_noise() {
 	timeout 3 redis-cli -s "$REDIS_SOCK" -r 1000000000 -i 0.0005 XADD outbox:dead-letter MAXLEN 0 '*' noise 1 >/dev/null 2>&1 || true
+}
+# second_relay: another relay, slot outbox_relay_b, publishes the same rows for
+# about 4 s (the first time on the other --publish path than the first
+# relay's, then on either). Its slot starts where it is created (X); it runs once the first
+# relay confirmed X, so every row up to X is in the streams already and each
+# stream gets the union of both relays' rows in commit order: a row either
+# relay finds in the dedup buckets is dropped.
+second_relay() {
+	local x publish=native pid log rc=0
+	# the first run on the other path than the first relay's, then either
+	if [ -z "${SECOND_N:-}" ]; then
+		[ "${OUTBOX_RELAY_PUBLISH:-native}" = function ] || publish=function
+	elif [ $((RANDOM % 2)) = 1 ]; then
+		publish=function
+	fi
+	slot_create outbox_relay_b
+	x=$(psql_q "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'outbox_relay_b'")
+	relay_up
+	wait_for "[ \"\$(psql_q \"SELECT confirmed_flush_lsn >= '$x' FROM pg_replication_slots WHERE slot_name = 'outbox_relay'\")\" = t ]" 120 ||
+		fail "the relay did not confirm $x within 120 s"
+	SECOND_N=$((${SECOND_N:-0} + 1))
+	log="$T/relay_b.$SECOND_N.log"
+	_relay_args
+	"$RELAY_BIN" "${RELAY_ARGS[@]}" "${RELAY_OPTS[@]}" --slot outbox_relay_b --publish "$publish" >"$log" 2>&1 &
+	pid=$!
+	echo "$pid" >>"$T/relay.pids"
+	sleep 4
+	kill -TERM "$pid" 2>/dev/null || true
+	wait_for "! pid_alive $pid" 60 || fail "the second relay (pid $pid) did not exit within 60 s of SIGTERM"
+	wait "$pid" 2>/dev/null || rc=$?
+	[ "$rc" = 0 ] || fail "the second relay (--publish $publish) exited with $rc: $(tail -n 3 "$log")"
+	log "second relay (--publish $publish, from $x): $(grep -o 'stopped (.*' "$log" | cut -c1-200)"
+	SECOND_PUBLISHED=$((${SECOND_PUBLISHED:-0} + $(final_sum "$log" published)))
+	SECOND_DUPS=$((${SECOND_DUPS:-0} + $(final_sum "$log" duplicates)))
+	wait_for '! slot_active outbox_relay_b' 30 || fail "slot outbox_relay_b stays active"
+	psql_q "SELECT pg_drop_replication_slot('outbox_relay_b')" >/dev/null
 }
 slot_heal() {
 	local line
@@ -133,6 +174,11 @@ while gen_running; do
 		[ $((FAULTS[relay_kill9] + FAULTS[redis_restart] + FAULTS[redis_kill9] + FAULTS[pg_restart] + FAULTS[watch_noise])) -ge 3 ]; then
 		r=99
 	fi
+	# ... and runs a second relay at least once (from the fifth fault on)
+	if [ "${FAULTS[second_relay]}" = 0 ] &&
+		[ $((FAULTS[relay_kill9] + FAULTS[redis_restart] + FAULTS[redis_kill9] + FAULTS[pg_restart] + FAULTS[watch_noise] + FAULTS[slot_heal])) -ge 4 ]; then
+		r=85
+	fi
 	if [ "$r" -lt 30 ]; then
 		kind=relay_kill9
 		relay_kill9
@@ -146,9 +192,12 @@ while gen_running; do
 	elif [ "$r" -lt 75 ]; then
 		kind=pg_restart
 		if [ $((RANDOM % 2)) = 0 ]; then pg_restart immediate; else pg_restart fast; fi
-	elif [ "$r" -lt 88 ]; then
+	elif [ "$r" -lt 82 ]; then
 		kind=watch_noise
 		watch_noise
+	elif [ "$r" -lt 88 ]; then
+		kind=second_relay
+		second_relay
 	elif [ "$HAS_HEAL" = 1 ]; then
 		kind=slot_heal
 		slot_heal
@@ -160,6 +209,11 @@ while gen_running; do
 	progress
 done
 wait "$GEN_PID" || fail "the application (oracle.py gen) failed: $(tail -n 5 "$T/gen.log")"
+if [ "${FAULTS[second_relay]}" -gt 0 ]; then
+	# the second relay took part: it wrote rows first, or found the first relay's
+	log "second relay: published=${SECOND_PUBLISHED:-0} duplicates=${SECOND_DUPS:-0} in ${FAULTS[second_relay]} runs"
+	assert_ge "$((${SECOND_PUBLISHED:-0} + ${SECOND_DUPS:-0}))" 1 "the second relay published rows or dropped the first relay's"
+fi
 ok "the application committed $(psql_q "SELECT count(*) FROM outbox") rows in ${SECONDS_RUN} s of faults"
 
 # ---- drain, then judge ----------------------------------------------------------
@@ -203,7 +257,7 @@ DUP=$((V_DUP > O_DUP ? V_DUP : O_DUP))
 CORR=$((V_DIFF + O_CORR + (V_ORPHAN > O_PHANTOM ? V_ORPHAN : O_PHANTOM)))
 REORD=$((V_REORD + O_REORD))
 faults=""
-for k in relay_kill9 redis_restart redis_kill9 pg_restart watch_noise slot_heal; do
+for k in relay_kill9 redis_restart redis_kill9 pg_restart watch_noise slot_heal second_relay; do
 	faults="$faults $k=${FAULTS[$k]}"
 done
 [ "$HAS_HEAL" = 1 ] || faults="$faults (slot_heal: no heal in this build)"
