@@ -18,8 +18,8 @@
 # XADD MAXLEN 0: it stays empty), so EXECs fail with the next group's reads
 # staged behind them (--publish native reads ahead); and for a few seconds a
 # second relay on a slot of its own (created once the first relay confirmed
-# past it) publishing the same rows into the same streams, through the
-# function or the native path at random: another writer of the dedup
+# past it) publishing the same rows into the same streams, first through
+# the other --publish path than the first relay's: another writer of the dedup
 # buckets and their index, racing the first relay, each dropping what the
 # other wrote first (the streams must still hold each row once, in commit
 # order). Then the relay drains and:
@@ -105,12 +105,13 @@ watch_noise() {
 }
 # second_relay: another relay, slot outbox_relay_b, publishes the same rows for
 # about 4 s (the first time on the other --publish path than the first
-# relay's, then on either). Its slot starts where it is created (X); it runs once the first
-# relay confirmed X, so every row up to X is in the streams already and each
-# stream gets the union of both relays' rows in commit order: a row either
-# relay finds in the dedup buckets is dropped.
+# relay's, then on either). Its slot starts where it is created (X); it runs
+# once the first relay confirmed X, so every row up to X is in the streams
+# already and each stream gets the union of both relays' rows in commit
+# order: a row either relay finds in the dedup buckets is dropped. It is
+# lib.sh's background relay while it runs (the first one's pid set aside).
 second_relay() {
-	local x publish=native pid log rc=0
+	local x publish=native pid_a n_a log_a log_b
 	# the first run on the other path than the first relay's, then either
 	if [ -z "${SECOND_N:-}" ]; then
 		[ "${OUTBOX_RELAY_PUBLISH:-native}" = function ] || publish=function
@@ -118,24 +119,20 @@ second_relay() {
 		publish=function
 	fi
 	slot_create outbox_relay_b
-	x=$(psql_q "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE slot_name = 'outbox_relay_b'")
+	x=$(slot_confirmed_lsn outbox_relay_b)
 	relay_up
-	wait_for "[ \"\$(psql_q \"SELECT confirmed_flush_lsn >= '$x' FROM pg_replication_slots WHERE slot_name = 'outbox_relay'\")\" = t ]" 120 ||
-		fail "the relay did not confirm $x within 120 s"
+	pid_a=$RELAY_PID n_a=$RELAY_BG_N log_a=$RELAY_LOG
+	wait_for "lsn_ge \"\$(slot_confirmed_lsn outbox_relay)\" $x" 120 || fail "the relay did not confirm $x within 120 s"
 	SECOND_N=$((${SECOND_N:-0} + 1))
-	log="$T/relay_b.$SECOND_N.log"
-	_relay_args
-	"$RELAY_BIN" "${RELAY_ARGS[@]}" "${RELAY_OPTS[@]}" --slot outbox_relay_b --publish "$publish" >"$log" 2>&1 &
-	pid=$!
-	echo "$pid" >>"$T/relay.pids"
+	relay_start "${RELAY_OPTS[@]}" --slot outbox_relay_b --publish "$publish"
+	log_b=$RELAY_LOG
 	sleep 4
-	kill -TERM "$pid" 2>/dev/null || true
-	wait_for "! pid_alive $pid" 60 || fail "the second relay (pid $pid) did not exit within 60 s of SIGTERM"
-	wait "$pid" 2>/dev/null || rc=$?
-	[ "$rc" = 0 ] || fail "the second relay (--publish $publish) exited with $rc: $(tail -n 3 "$log")"
-	log "second relay (--publish $publish, from $x): $(grep -o 'stopped (.*' "$log" | cut -c1-200)"
-	SECOND_PUBLISHED=$((${SECOND_PUBLISHED:-0} + $(final_sum "$log" published)))
-	SECOND_DUPS=$((${SECOND_DUPS:-0} + $(final_sum "$log" duplicates)))
+	relay_stop 60
+	RELAY_PID=$pid_a RELAY_BG_N=$n_a RELAY_LOG=$log_a
+	[ "$RELAY_RC" = 0 ] || fail "the second relay (--publish $publish) exited with $RELAY_RC: $(tail -n 3 "$log_b")"
+	log "second relay (--publish $publish, from $x): $(grep -o 'stopped (.*' "$log_b" | cut -c1-200)"
+	SECOND_PUBLISHED=$((${SECOND_PUBLISHED:-0} + $(final_sum "$log_b" published)))
+	SECOND_DUPS=$((${SECOND_DUPS:-0} + $(final_sum "$log_b" duplicates)))
 	wait_for '! slot_active outbox_relay_b' 30 || fail "slot outbox_relay_b stays active"
 	psql_q "SELECT pg_drop_replication_slot('outbox_relay_b')" >/dev/null
 }
@@ -158,6 +155,11 @@ slot_heal() {
 }
 
 # ---- faults while the application commits ----------------------------------
+faults_total() {
+	local k n=0
+	for k in "${!FAULTS[@]}"; do n=$((n + FAULTS[$k])); done
+	echo "$n"
+}
 progress
 while gen_running; do
 	sleep "$((2 + RANDOM % 5))"
@@ -175,8 +177,7 @@ while gen_running; do
 		r=99
 	fi
 	# ... and runs a second relay at least once (from the fifth fault on)
-	if [ "${FAULTS[second_relay]}" = 0 ] &&
-		[ $((FAULTS[relay_kill9] + FAULTS[redis_restart] + FAULTS[redis_kill9] + FAULTS[pg_restart] + FAULTS[watch_noise] + FAULTS[slot_heal])) -ge 4 ]; then
+	if [ "${FAULTS[second_relay]}" = 0 ] && [ "$(faults_total)" -ge 4 ]; then
 		r=85
 	fi
 	if [ "$r" -lt 30 ]; then
