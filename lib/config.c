@@ -350,6 +350,11 @@ static const struct opt_def option_table[] = {
          "stream predicts them, and use their answers only when the first reads' answers ask "
          "for exactly those lookups (else they are dropped and sent again): a round trip less "
          "per group when events come at a steady rate; --no-native-predict always waits"),
+    NUM("dedup-record", OPT_SIZE, 0, RP, dedup_record, "16MiB", 0, 16 * OPT_GIB, "SIZE",
+        "with --publish native, remember in filters (about 10 bits an id) the ids the relay "
+        "itself wrote into each stream's live dedup buckets, and leave out the lookups of ids "
+        "a bucket cannot hold while nobody else has added to it; a bucket whose filters would "
+        "pass this budget (all connections together) is looked up in full; 0 looks every id up"),
     NUM("linger", OPT_DURATION, 0, RP, linger_ms, "0", 0, OPT_MS_SECOND, "DURATION",
         "hold a batch, and the batches of other streams queued meanwhile, this long from its "
         "first event before they go to Redis: at a steady rate Redis then reads, decides and "

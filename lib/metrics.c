@@ -473,6 +473,13 @@ char *metrics_render(struct metrics *m, const char *slot)
 	family(&o, "outbox_relay_redis_watch_retries_total", "counter",
 	       "Native batches read again because another client changed a watched key.");
 	sample(&o, "outbox_relay_redis_watch_retries_total", slot, load(&m->watch_retries));
+	family(&o, "outbox_relay_redis_dedup_lookups_skipped_total", "counter",
+	       "Dedup lookups --publish native left out: the relay's record of the ids it wrote "
+	       "says the id is not in the bucket (--dedup-record).");
+	sample(&o, "outbox_relay_redis_dedup_lookups_skipped_total", slot, load(&m->lookups_skipped));
+	family(&o, "outbox_relay_redis_dedup_record_bytes", "gauge",
+	       "Bytes of the id records' filters, against the --dedup-record budget.");
+	sample(&o, "outbox_relay_redis_dedup_record_bytes", slot, load(&m->record_bytes));
 
 	family(&o, "outbox_relay_transactions_total", "counter",
 	       "Committed transactions received from the replication slot.");

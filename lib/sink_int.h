@@ -32,6 +32,7 @@
 
 #include "buf.h"
 #include "cluster_slots.h"
+#include "dedup_record.h"
 #include "redis_conn.h"
 #include "sink_queue.h"
 #include "sink_redis.h"
@@ -110,6 +111,7 @@ struct sink_redis {
 	struct buf tag;
 	struct buf wait_cmd; /* encoded WAIT or WAITAOF */
 	struct sink_stats stats;
+	struct drec_budget drec_budget; /* --dedup-record: the id records of all connections */
 	enum sink_error_kind errkind;
 	char errmsg[1024];
 };

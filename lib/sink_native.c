@@ -104,6 +104,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dedup_record.h"
 #include "sink_int.h"
 
 #define LOAD 24            /* ids per hash before a split (the function's LOAD) */
@@ -164,6 +165,7 @@ struct nev {
 	struct span pos, f, pairs;
 	uint32_t nfields;
 	uint32_t h;   /* shard hash of the dedup field */
+	uint64_t rh;  /* its hash in the id record (dedup_record.h) */
 	uint16_t m;   /* the member (function call) it is in */
 	int8_t res;   /* -1 not yet, 0 replay, 1 duplicate, 3 written (XADD) */
 	bool cand;    /* not a replay: looked up */
@@ -269,6 +271,13 @@ struct nbatch {
 	/* write */
 	size_t nxadd;
 	size_t exec_first; /* its first XADD's place in EXEC's reply */
+
+	/* the id record: lookups read 2 left out, and what the write does to the current bucket */
+	size_t nskip;
+	bool rec_write, rec_created;
+	uint32_t rec_c0, rec_c1;
+	int64_t rec_start;
+	char rec_name[48];
 };
 
 /*
@@ -334,7 +343,8 @@ struct native {
 	bool ahead_sent;     /* ahead's read 1 is staged behind cur's EXEC */
 	size_t discard;      /* replies still to come of a read ahead that was voided */
 	struct pred pred[NATIVE_PREDICT];
-	uint64_t clock; /* for pred[].used */
+	uint64_t clock;   /* for pred[].used */
+	struct drec *rec; /* the ids this connection wrote (NULL: --dedup-record 0) */
 };
 
 static bool grow(void **p, size_t *cap, size_t need, size_t item)
@@ -403,6 +413,7 @@ void sink_native_free(struct node *n)
 		free(nt->pred[i].stream);
 		free(nt->pred[i].bk);
 	}
+	drec_free(nt->rec);
 	free(nt);
 	n->nat = NULL;
 }
@@ -427,6 +438,7 @@ void sink_native_reset(struct node *n)
 		nt->discard = 0;
 		for (size_t i = 0; i < NATIVE_PREDICT; i++)
 			nt->pred[i].slen = 0; /* another server, maybe: predict from its answers */
+		drec_clear(nt->rec);  /* likewise: its buckets are not known to hold only these ids */
 	}
 }
 
@@ -588,6 +600,7 @@ static bool parse_batch(struct sink_redis *s, struct nbatch *t, const struct sq_
 				return false;
 		v->pairs.len = (uint32_t)(off - v->pairs.off);
 		v->h = field_hash((const unsigned char *)p + v->f.off, v->f.len, v->f.len);
+		v->rh = drec_hash(p + v->f.off, v->f.len);
 		v->res = -1;
 		if (v->pos.len == 25) {
 			memcpy(mb->last, p + v->pos.off, 25);
@@ -911,6 +924,7 @@ static bool batch_read2(struct sink_redis *s, struct group *g, struct nbatch *t,
 	size_t ncand = 0;
 	uint32_t k1;
 
+	t->nskip = 0;
 	for (size_t i = 0; i < t->nev; i++) {
 		struct nev *v = &t->ev[i];
 		const char *pos = vat(s, t, v, v->pos);
@@ -934,6 +948,14 @@ static bool batch_read2(struct sink_redis *s, struct group *g, struct nbatch *t,
 		t->val[i] = -1;
 	for (size_t bi = 0; bi < t->nbk; bi++) {
 		const struct bucket *bk = &t->bk[bi];
+		/*
+		 * A bucket whose every id this connection wrote (dedup_record.h): an id
+		 * its record cannot hold is not there, and its lookup would answer nil.
+		 */
+		const struct drec_set *rs =
+		    bk->v1 ? NULL
+		           : drec_get(g->nt->rec, at(s, e, t->arg[A_STREAM]), t->arg[A_STREAM].len,
+		                      bk->name, bk->c);
 
 		for (size_t i = 0; i < t->nev; i++) {
 			const char *f;
@@ -942,6 +964,10 @@ static bool batch_read2(struct sink_redis *s, struct group *g, struct nbatch *t,
 
 			if (!t->ev[i].cand)
 				continue;
+			if (rs && !drec_may_hold(rs, t->ev[i].rh)) {
+				t->nskip++;
+				continue;
+			}
 			bucket_field(s, t, bk, &t->ev[i], &f, &fl, &h);
 			if (!grow((void **)&t->pairs, &t->cappairs, t->npairs + 1, sizeof(*t->pairs)))
 				return false;
@@ -1298,6 +1324,7 @@ static bool batch_write(struct sink_redis *s, struct group *g, struct nbatch *t,
 
 	t->nxadd = 0;
 	t->exec_first = g->nqueued;
+	t->rec_write = false;
 	g->nops = 0;
 	for (size_t i = 0; i < t->nev; i++) {
 		struct nev *v = &t->ev[i];
@@ -1478,6 +1505,13 @@ static bool batch_write(struct sink_redis *s, struct group *g, struct nbatch *t,
 				curb.sp = span;
 				curb.age = into;
 			}
+			/* For the id record, once EXEC has succeeded (exec_done). */
+			t->rec_write = true;
+			t->rec_created = newbk;
+			t->rec_c0 = c0;
+			t->rec_c1 = c;
+			t->rec_start = curb.b * curb.sp;
+			memcpy(t->rec_name, curb.name, sizeof(t->rec_name));
 		}
 		remember(s, g, t, e, top, any ? &curb : NULL);
 	}
@@ -1740,6 +1774,30 @@ static bool read1_done(struct sink_redis *s, struct node *n, struct group *g)
 	return !g->cmd.failed;
 }
 
+/*
+ * Unit t's EXEC succeeded: the ids it added to the current bucket go into the
+ * record when the record held every id before (or the write made the bucket).
+ */
+static void record_write(struct sink_redis *s, struct group *g, const struct nbatch *t)
+{
+	struct span st = t->arg[A_STREAM];
+	struct drec_set *set;
+
+	s->stats.lookups_skipped += t->nskip;
+	if (s->m && t->nskip)
+		atomic_fetch_add_explicit(&s->m->lookups_skipped, t->nskip, memory_order_relaxed);
+	if (!t->rec_write || !g->nt->rec)
+		return;
+	set = drec_open(g->nt->rec, at(s, batch_ent(s, t), st), st.len, t->rec_name, t->rec_start,
+	                t->rec_created, t->rec_c0);
+	for (size_t k = 0; set && k < t->nev; k++)
+		if (t->ev[k].fresh)
+			drec_add(g->nt->rec, set, t->ev[k].rh);
+	drec_seal(set, t->rec_c1);
+	if (s->m)
+		atomic_store_explicit(&s->m->record_bytes, s->drec_budget.used, memory_order_relaxed);
+}
+
 static bool exec_done(struct sink_redis *s, struct node *n, struct group *g, const redisReply *r)
 {
 	if (r->type == REDIS_REPLY_NIL) {
@@ -1790,6 +1848,7 @@ static bool exec_done(struct sink_redis *s, struct node *n, struct group *g, con
 			snprintf(s->errmsg, sizeof(s->errmsg), "out of memory");
 			return false;
 		}
+		record_write(s, g, t);
 		res = g->res;
 		ptr = g->resp;
 		memset(res, 0, t->nev * sizeof(*res));
@@ -1996,6 +2055,8 @@ bool sink_native_stage(struct sink_redis *s, struct node *n, size_t limit)
 
 	if (!nt) {
 		if (!(nt = n->nat = calloc(1, sizeof(*nt))))
+			return false;
+		if (s->drec_budget.limit > 0 && !(nt->rec = drec_new(&s->drec_budget)))
 			return false;
 		nt->cur = &nt->grp[0];
 		nt->grp[0].nt = nt->grp[1].nt = nt;

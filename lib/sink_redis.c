@@ -104,6 +104,7 @@ struct sink_redis *sink_redis_create(const struct relay_config *cf, struct metri
 		return NULL;
 	s->cf = cf;
 	s->m = m;
+	s->drec_budget.limit = (size_t)cf->dedup_record;
 	s->use_functions = cf->redis_functions;
 	s->trim = cf->trim && strcmp(cf->trim, "acked") == 0;
 	sq_init(&s->q, cf, cf->redis.cluster);

@@ -46,6 +46,7 @@ struct sink_stats {
 	uint64_t native_late;      /* calls that joined their stream's unit after its read 1 */
 	uint64_t native_predicted; /* units whose read 2 went with read 1, predicted, and was right */
 	uint64_t predict_missed;   /* units whose predicted read 2 was wrong: dropped, read 2 sent */
+	uint64_t lookups_skipped;  /* dedup lookups left out: the id record says the id is not there */
 	uint64_t catchup_waits;    /* batches that waited for more events while catching up */
 	uint64_t linger_windows;   /* --linger windows opened (each held at least one batch) */
 };

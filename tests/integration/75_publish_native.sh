@@ -33,8 +33,13 @@
 #       slot and Redis: its Redis and the predicting native one's hold the
 #       same (as above), their final lines give the same counts, and only the
 #       predicting one used predicted lookups (native_predicted > 0; 0 with
-#       --no-native-predict). Part 2 was committed before the three drains
-#       began: each relay's batches waited for more events (catchup_waits).
+#       --no-native-predict). A fourth runs it in native mode with
+#       --dedup-record 0 (every id looked up): its Redis and the native one's
+#       (which keeps the record by default) hold the same, their final lines
+#       give the same counts, and only the native one left lookups out
+#       (lookups_skipped > 0; 0 with --dedup-record 0). Part 2 was committed
+#       before the four drains began: each relay's batches waited for more
+#       events (catchup_waits).
 #   (b) Switching modes on one Redis: function, native, function again, each
 #       part with ids published before the switch: no entry missing, none
 #       twice, the duplicates dropped across each switch.
@@ -51,6 +56,16 @@
 #       that failed (watch_retries), groups read ahead (native_ahead), reads
 #       ahead dropped (ahead_voided) and calls that joined a group after its
 #       read 1 (native_late).
+#   (e) Another writer adds an id to a bucket the relay's id record holds in
+#       full: relay A (native, one slot, --table public.ev) writes 40 rows in
+#       two transactions (the second's lookups left out: lookups_skipped); relay B
+#       (the function, its own slot, --table public.ev2) publishes ids e-a and
+#       e-b into the same stream; then A's table commits e-a, e-b and 20 new ids.
+#       A must drop e-a and e-b as duplicates (the bucket's count moved, so its
+#       record is not trusted) and publish the 20: the stream holds each id once.
+#       Then A commits 20 more new ids and e-1 again: the record was dropped for
+#       that bucket, so every id is looked up (lookups_skipped unchanged) and e-1
+#       is a duplicate.
 # Nothing depends on the machine's speed: the waits are for conditions,
 # bounded generously.
 . "$(dirname "$0")/lib.sh"
@@ -69,6 +84,17 @@ DW=1800
 now=$(date +%s)
 while [ $((now / (2 * DW))) -ne $(((now + 3600) / (2 * DW))) ]; do DW=$((DW + 1)); done
 OPTS=(--table public.ev --dedup-window "$DW")
+
+# metric PORT NAME: the value of the sample NAME (empty when absent);
+# http_port LOG: the port a relay's log says it serves /metrics on.
+metric() {
+	http_get "$1" /metrics >/dev/null
+	grep -E "^$2[{ ]" "$T/http.body" | awk '{ print $NF }' | head -n 1
+}
+http_port() {
+	wait_for "grep -q 'serving /metrics' '$1'" 30 "the HTTP endpoint" || fail "no HTTP endpoint in $1"
+	sed -n 's/.*serving \/metrics.*(port \([0-9]*\)).*/\1/p' "$1" | head -n 1
+}
 
 # same_state LABEL ADDR_F ADDR_N [NAME_F NAME_N]: the function's Redis and the
 # native one (or those NAME_F and NAME_N wrote) hold the same streams, each
@@ -95,7 +121,7 @@ same_state() {
 		    st = {"streams": {}, "ids": {}, "buckets": {}, "nottl": [], "shards": 0}
 		    for s in c.streams("outbox:*"):
 		        # A dead letter names its relay's slot.
-		        st["streams"][s] = [[["slot", "<slot>"] if f[0] == "slot" and f[1] in ("s_f", "s_n", "s_p", "d_f", "d_n") else list(f)
+		        st["streams"][s] = [[["slot", "<slot>"] if f[0] == "slot" and f[1] in ("s_f", "s_n", "s_p", "s_r", "d_f", "d_n") else list(f)
 		                             for f in kv] for _, kv in c.xrange(s)]
 		        if s == "outbox:dead-letter":
 		            continue
@@ -162,14 +188,15 @@ same_state() {
 # (a) the same WAL through both modes
 # ---------------------------------------------------------------------------
 case_a() {
-	local PF PN PP m pid_f pid_n pid_p lf ln2 lp l2 x
+	local PF PN PP PR m skipped pid_f pid_n pid_p pid_r lf ln2 lp lr l2 x
 	PF=$(rnode_new)
 	PN=$(rnode_new)
 	PP=$(rnode_new)
-	# Six slots at one position (copies of the first): the relays see the
+	PR=$(rnode_new)
+	# Eight slots at one position (copies of the first): the relays see the
 	# same backlog ahead of their slot, and so size the dedup buckets alike.
 	slot_create s_f
-	for m in s_n s_p bak_f bak_n bak_p; do
+	for m in s_n s_p s_r bak_f bak_n bak_p bak_r; do
 		psql_q "SELECT 1 FROM pg_copy_logical_replication_slot('s_f', '$m')" >/dev/null
 	done
 	# Part 1.
@@ -232,30 +259,41 @@ case_a() {
 	pid_f=$RELAY_PID
 	lf=$RELAY_LOG
 	REDIS_URL=redis://127.0.0.1:$PN
-	relay_start --slot s_n --publish native "${OPTS[@]}"
+	relay_start --slot s_n --publish native --http-addr 127.0.0.1:0 "${OPTS[@]}"
 	pid_n=$RELAY_PID
 	ln2=$RELAY_LOG
 	REDIS_URL=redis://127.0.0.1:$PP
 	relay_start --slot s_p --publish native --no-native-predict "${OPTS[@]}"
 	pid_p=$RELAY_PID
 	lp=$RELAY_LOG
+	REDIS_URL=redis://127.0.0.1:$PR
+	relay_start --slot s_r --publish native --dedup-record 0 "${OPTS[@]}"
+	pid_r=$RELAY_PID
+	lr=$RELAY_LOG
 	wait_for "[ \"\$($RX 127.0.0.1:$PF fields outbox:marker id)\" = marker-1 ]" 240 ||
 		fail "(a) function: part 1 not published in 240 s ($(tail -n 3 "$lf" | cut -c1-300))"
 	wait_for "[ \"\$($RX 127.0.0.1:$PN fields outbox:marker id)\" = marker-1 ]" 240 ||
 		fail "(a) native: part 1 not published in 240 s ($(tail -n 3 "$ln2" | cut -c1-300))"
 	wait_for "[ \"\$($RX 127.0.0.1:$PP fields outbox:marker id)\" = marker-1 ]" 240 ||
 		fail "(a) native, --no-native-predict: part 1 not published in 240 s ($(tail -n 3 "$lp" | cut -c1-300))"
-	kill -9 "$pid_f" "$pid_n" "$pid_p"
+	wait_for "[ \"\$($RX 127.0.0.1:$PR fields outbox:marker id)\" = marker-1 ]" 240 ||
+		fail "(a) native, --dedup-record 0: part 1 not published in 240 s ($(tail -n 3 "$lr" | cut -c1-300))"
+	# The native relay's id record left lookups out in part 1 (its count dies with the kill).
+	skipped=$(metric "$(http_port "$ln2")" outbox_relay_redis_dedup_lookups_skipped_total)
+	log "(a) native: $skipped lookups left out in part 1, $(metric "$(http_port "$ln2")" outbox_relay_redis_dedup_record_bytes) bytes of record"
+	kill -9 "$pid_f" "$pid_n" "$pid_p" "$pid_r"
 	wait "$pid_f" 2>/dev/null || true
 	wait "$pid_n" 2>/dev/null || true
 	wait "$pid_p" 2>/dev/null || true
+	wait "$pid_r" 2>/dev/null || true
 	RELAY_PID=
-	log "(a) the three relays killed with SIGKILL after part 1"
+	log "(a) the four relays killed with SIGKILL after part 1"
 	# Each slot back to where it began.
-	for m in f n p; do
+	for m in f n p r; do
 		wait_for "! slot_active s_$m" 60 || fail "(a) slot s_$m still active 60 s after the relay was killed"
 		psql_q "SELECT pg_drop_replication_slot('s_$m')" >/dev/null
 		psql_q "SELECT 1 FROM pg_copy_logical_replication_slot('bak_$m', 's_$m')" >/dev/null
+		psql_q "SELECT pg_drop_replication_slot('bak_$m')" >/dev/null
 	done
 	# Part 2: ids of part 1 again, new ids, messages, another large value.
 	psql_q >/dev/null <<-'SQL'
@@ -291,6 +329,10 @@ case_a() {
 	relay_run_until "$l2" --slot s_p --publish native --no-native-predict "${OPTS[@]}" ||
 		fail "(a) native, --no-native-predict: the drain after the kill exited $RELAY_RC"
 	P_LOGS=$RELAY_LOG
+	REDIS_URL=redis://127.0.0.1:$PR
+	relay_run_until "$l2" --slot s_r --publish native --dedup-record 0 "${OPTS[@]}" ||
+		fail "(a) native, --dedup-record 0: the drain after the kill exited $RELAY_RC"
+	R_LOGS=$RELAY_LOG
 	REDIS_URL=unix://$REDIS_SOCK
 
 	# The function's run on its own: every id once, nothing else.
@@ -330,9 +372,18 @@ case_a() {
 	assert_ge "$(final_sum "$N_LOGS" native_predicted)" 1 "(a) native: units written with their predicted lookups"
 	assert_eq 0 "$(final_sum "$P_LOGS" native_predicted)" "(a) --no-native-predict: no predicted lookups"
 	assert_eq 0 "$(final_sum "$P_LOGS" predict_missed)" "(a) --no-native-predict: no predicted lookups dropped"
+	# The id record's lookups left out, against every id looked up.
+	same_state "(a) id record" "127.0.0.1:$PR" "127.0.0.1:$PN" no-record record ||
+		fail "(a) native with and without --dedup-record 0: the two Redis differ (above)"
+	for x in published duplicates replays dead_lettered; do
+		assert_eq "$(final_sum "$R_LOGS" $x)" "$(final_sum "$N_LOGS" $x)" "(a) $x: the same with and without --dedup-record 0"
+	done
+	assert_ge "$skipped" 100 "(a) native: part 1's lookups left out by the id record (before the kill)"
+	assert_eq 0 "$(final_sum "$N_LOGS" lookups_skipped)" "(a) native after the kill: the buckets were made before it, so nothing left out"
+	assert_eq 0 "$(final_sum "$R_LOGS" lookups_skipped)" "(a) --dedup-record 0: no lookup left out"
 	# Part 2 was committed before the drains began: each relay caught up, its batches waiting
 	# for more events.
-	for x in "$F_LOGS" "$N_LOGS" "$P_LOGS"; do
+	for x in "$F_LOGS" "$N_LOGS" "$P_LOGS" "$R_LOGS"; do
 		assert_ge "$(final_sum "$x" catchup_waits)" 1 "(a) $(basename "$x"): batches that waited for more events while catching up"
 	done
 	log "(a) native: $(grep -o 'native_groups=.*predict_missed=[0-9]*' "$N_LOGS" | tail -n 1)"
@@ -440,9 +491,63 @@ case_d() {
 	assert_ge "$(final_sum "$nlog" native_late)" 1 "(d) native: calls that joined their unit after its read 1"
 }
 
+# ---------------------------------------------------------------------------
+# (e) another writer adds to a bucket the id record holds
+# ---------------------------------------------------------------------------
+case_e() {
+	local la port n0 n1
+	redis_start
+	psql_q "CREATE TABLE public.ev2 (LIKE public.ev)"
+	slot_create e_a
+	slot_create e_b
+	relay_start --slot e_a --publish native --http-addr 127.0.0.1:0 "${OPTS[@]}"
+	la=$RELAY_LOG
+	port=$(http_port "$la")
+	psql_q "INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload)
+	        SELECT 'e-' || g, 'er', g::text, 'first', '{}' FROM generate_series(1, 20) g"
+	wait_for "[ \"\$(xlen outbox:er)\" = 20 ]" 120 || fail "(e) the first 20 rows not published"
+	psql_q "INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload)
+	        SELECT 'e-' || g, 'er', g::text, 'second', '{}' FROM generate_series(21, 40) g"
+	wait_for "[ \"\$(xlen outbox:er)\" = 40 ]" 120 || fail "(e) the next 20 rows not published"
+	n0=$(metric "$port" outbox_relay_redis_dedup_lookups_skipped_total)
+	assert_ge "$n0" 20 "(e) the second transaction's lookups left out: its bucket holds only the relay's ids"
+	# Relay B, on its own slot and table, writes e-a and e-b into the same stream and bucket.
+	psql_q "INSERT INTO ev2 (id, aggregate_type, aggregate_id, event_type, payload)
+	        VALUES ('e-a', 'er', 'a', 'other-writer', '{}'), ('e-b', 'er', 'b', 'other-writer', '{}')"
+	relay_run_until "$(current_lsn)" --slot e_b --publish function --table public.ev2 \
+		--dedup-window "$DW" || fail "(e) relay B exited $RELAY_RC"
+	assert_eq 42 "$(xlen outbox:er)" "(e) relay B published e-a and e-b"
+	# A's table: e-a and e-b (B's), 20 new ids.
+	psql_q "INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload)
+	        SELECT x, 'er', x, 'third', '{}'::jsonb FROM unnest(ARRAY['e-a', 'e-b']) x
+	        UNION ALL SELECT 'e-' || g, 'er', g::text, 'third', '{}' FROM generate_series(41, 60) g"
+	wait_confirmed e_a "$(current_lsn)" 120 || fail "(e) relay A did not confirm the third transaction"
+	assert_eq 62 "$(xlen outbox:er)" "(e) A's third transaction: its 20 new ids, not e-a or e-b again"
+	n1=$(metric "$port" outbox_relay_redis_dedup_lookups_skipped_total)
+	# Then 20 more new ids and e-1 again: the bucket is no longer recorded, everything looked up.
+	psql_q "INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload)
+	        SELECT 'e-' || g, 'er', g::text, 'fourth', '{}'::jsonb FROM generate_series(61, 80) g
+	        UNION ALL SELECT 'e-1', 'er', '1', 'fourth', '{}'"
+	wait_confirmed e_a "$(current_lsn)" 120 || fail "(e) relay A did not confirm the fourth transaction"
+	assert_eq 82 "$(xlen outbox:er)" "(e) A's fourth transaction: its 20 new ids, not e-1 again"
+	relay_stop
+	{
+		seq 1 80 | sed 's/^/e-/'
+		printf 'e-a\ne-b\n'
+	} | sort >"$T/e.exp"
+	rx ids outbox:er >"$T/e.got"
+	ids_exactly_once "$T/e.exp" "$T/e.got" "(e) each id once"
+	assert_eq "20 20" "$(rx fields outbox:er event_type | grep -c '^third$') $(rx fields outbox:er event_type | grep -c '^fourth$')" \
+		"(e) A published its 20 new ids of each later transaction, not e-a, e-b or e-1 again"
+	assert_eq 3 "$(final_sum "$la" duplicates)" "(e) A dropped e-a, e-b (B's) and e-1 as duplicates"
+	assert_eq "$n1" "$(final_sum "$la" lookups_skipped)" "(e) nothing left out after the other writer's ids: the bucket's record was dropped"
+	assert_eq "$n0" "$n1" "(e) the write after the other writer's ids looked everything up"
+}
+
 run_case a case_a
 run_case b case_b
 run_case c case_c
 run_case d case_d
+run_case e case_e
 [ "${#CASES_FAILED[@]}" = 0 ] || fail "cases failed: ${CASES_FAILED[*]} (passed: ${CASES_OK[*]:-none})"
 pass
