@@ -14,11 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DREC_STREAMS 64  /* streams remembered per connection (least recently used goes) */
-#define DREC_FIRST 4096  /* ids the first filter of a set holds */
-#define DREC_BITS 10     /* bits per id */
-#define DREC_K 7         /* bits an id sets, in one block */
-#define BLOCK_WORDS 8    /* 512 bits */
+#define DREC_STREAMS 64 /* streams remembered per connection (least recently used goes) */
+#define DREC_FIRST 4096 /* ids the first filter of a set holds */
+#define DREC_BITS 10    /* bits per id */
+#define DREC_K 7        /* bits an id sets, in one block */
+#define BLOCK_WORDS 8   /* 512 bits */
 
 struct filt {
 	uint64_t *w; /* nblk blocks of BLOCK_WORDS words */
@@ -29,8 +29,8 @@ struct filt {
 struct drec_set {
 	char name[48]; /* the index field: "<S>:<b>" ("" a free slot) */
 	int64_t start;
-	uint32_t c;    /* the index's count of ids after the last write recorded */
-	bool live;     /* holds every id of the bucket at count c */
+	uint32_t c; /* the index's count of ids after the last write recorded */
+	bool live;  /* holds every id of the bucket at count c */
 	struct filt *f;
 	size_t nf, capf;
 };
@@ -238,10 +238,10 @@ struct drec_set *drec_open(struct drec *r, const char *stream, size_t slen, cons
 		return NULL;
 	if (!(set = set_find(st, name))) {
 		/* The bucket begins: it takes the place of the older of the two. */
-		set = !st->set[0].name[0]                  ? &st->set[0]
-		      : !st->set[1].name[0]                ? &st->set[1]
+		set = !st->set[0].name[0]                    ? &st->set[0]
+		      : !st->set[1].name[0]                  ? &st->set[1]
 		      : st->set[0].start <= st->set[1].start ? &st->set[0]
-		                                           : &st->set[1];
+		                                             : &st->set[1];
 		set_free(r, set);
 	}
 	set_drop(r, set);

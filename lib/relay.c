@@ -284,9 +284,8 @@ static void log_final(struct relay *r, const char *why)
 	         (unsigned long long)s->native_groups, (unsigned long long)s->native_ahead,
 	         (unsigned long long)s->ahead_voided, (unsigned long long)s->native_late,
 	         (unsigned long long)s->native_predicted, (unsigned long long)s->predict_missed,
-	         (unsigned long long)s->lookups_skipped,
-	         (unsigned long long)s->catchup_waits, (unsigned long long)s->linger_windows,
-	         relay_peak_rss_kb());
+	         (unsigned long long)s->lookups_skipped, (unsigned long long)s->catchup_waits,
+	         (unsigned long long)s->linger_windows, relay_peak_rss_kb());
 }
 
 static void install_signals(void)

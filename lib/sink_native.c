@@ -88,13 +88,28 @@
  * unit read with a prediction takes no late calls (the answers are per event);
  * an EXEC answered nil forgets its streams' predictions.
  *
+ * The id record (--dedup-record, dedup_record.h): per stream and live bucket,
+ * filters of the ids this connection's EXECs added, from the write that made
+ * the bucket on, with the index's count after the last of them. read 2 leaves
+ * out the lookup of an id the filters of a bucket say is not there while read
+ * 1's count for that bucket is the recorded one (a lookup left out is one that
+ * would have answered nil: batch_write's decisions are the same). An id leaves
+ * a live bucket only when the function takes back an id it renewed and the
+ * stream key then refused the entry (a key of another type), so any other
+ * writer's id changes the count and the bucket's record is not used again;
+ * the count could come back only if that key's type changed back and forth
+ * between two writes of this connection. The record is updated only when EXEC
+ * succeeded (exec_done, record_write), so a nil EXEC leaves it as it was, and
+ * it is forgotten with the connection.
+ *
  * One owner: struct native (one per connection, n->nat) holds the groups on
- * that connection, the one in flight and the one read ahead, and the
- * predictions; each struct group holds its batches, the replies it still
- * expects, what they said, and the bytes to stage next (and read 1's round
- * while read 2 is compared with its prediction). All of it is reset when the
- * connection closes (the ring sends every call again, a new group starts from
- * read 1, and no stream has a prediction).
+ * that connection, the one in flight and the one read ahead, the
+ * predictions and the id record (struct drec); each struct group holds its
+ * batches, the replies it still expects, what they said, and the bytes to
+ * stage next (and read 1's round while read 2 is compared with its
+ * prediction). All of it is reset when the connection closes (the ring sends every
+ * call again, a new group starts from read 1, and no stream has a prediction
+ * or a record).
  */
 #include "sink_redis.h"
 
@@ -438,7 +453,7 @@ void sink_native_reset(struct node *n)
 		nt->discard = 0;
 		for (size_t i = 0; i < NATIVE_PREDICT; i++)
 			nt->pred[i].slen = 0; /* another server, maybe: predict from its answers */
-		drec_clear(nt->rec);  /* likewise: its buckets are not known to hold only these ids */
+		drec_clear(nt->rec);      /* likewise: its buckets are not known to hold only these ids */
 	}
 }
 
@@ -952,10 +967,9 @@ static bool batch_read2(struct sink_redis *s, struct group *g, struct nbatch *t,
 		 * A bucket whose every id this connection wrote (dedup_record.h): an id
 		 * its record cannot hold is not there, and its lookup would answer nil.
 		 */
-		const struct drec_set *rs =
-		    bk->v1 ? NULL
-		           : drec_get(g->nt->rec, at(s, e, t->arg[A_STREAM]), t->arg[A_STREAM].len,
-		                      bk->name, bk->c);
+		const struct drec_set *rs = bk->v1 ? NULL
+		                                   : drec_get(g->nt->rec, at(s, e, t->arg[A_STREAM]),
+		                                              t->arg[A_STREAM].len, bk->name, bk->c);
 
 		for (size_t i = 0; i < t->nev; i++) {
 			const char *f;

@@ -800,10 +800,11 @@ def cmd_recvlat(path, out_json, runs_json):
 # ---------------------------------------------------------------------------
 # Mode plugins: pg_recvlogical_pgo / relay_pgo are the same with pgoutput (their "vs pg_recvlogical"
 # is against pg_recvlogical_pgo, the baseline before them in this order).
-CONTENDER_ORDER = ["pg_recvlogical", "relay", "relay_nodedup", "relay_function", "relay_tcp", "relay_tls",
+CONTENDER_ORDER = ["pg_recvlogical", "relay", "relay_norecord", "relay_nodedup", "relay_function", "relay_tcp", "relay_tls",
                    "relay_cluster", "pg_recvlogical_pgo", "relay_pgo", "relay_pgo_nostream", "relay_pgo_function"]
 CONTENDER_LABEL = {"pg_recvlogical": "pg_recvlogical", "relay": "outbox-relay (defaults)",
                    "relay_nodedup": "outbox-relay --dedup-window 0",
+                   "relay_norecord": "outbox-relay --dedup-record 0",
                    "relay_function": "outbox-relay --publish function",
                    "relay_tcp": "outbox-relay, single node over TCP",
                    "relay_tls": "outbox-relay, single node over TLS (rediss://)",

@@ -98,8 +98,9 @@ shapes_for() { # shapes_for MODE
 	elif [ "$1" = tls ]; then echo "$TLS_SHAPES"
 	else echo "$ALL_SHAPES"; fi
 }
-contenders_for() { # contenders_for MODE
-	if [ "$1" = cluster ]; then echo "pg_recvlogical relay relay_tcp relay_cluster"
+contenders_for() { # contenders_for MODE (BENCH_CONTENDERS, a word list, replaces the mode's)
+	if [ -n "${BENCH_CONTENDERS:-}" ]; then echo "$BENCH_CONTENDERS"
+	elif [ "$1" = cluster ]; then echo "pg_recvlogical relay relay_tcp relay_cluster"
 	elif [ "$1" = tls ]; then echo "pg_recvlogical relay_tcp relay_tls"
 	elif [ "$1" = plugins ]; then echo "pg_recvlogical relay pg_recvlogical_pgo relay_pgo relay_pgo_nostream relay_pgo_function"
 	else echo "pg_recvlogical relay relay_nodedup relay_function"; fi
@@ -546,7 +547,7 @@ drain() {
 	slot=$(slot_name "$c" "$round")
 	logf=$T/$MODE.$shape.$c.$round.log
 	case $c in
-	relay | relay_nodedup | relay_function | relay_pgo | relay_pgo_nostream | relay_pgo_function) redis_reset; rsrv=(--redis "$RSOCK"); url="unix://$RSOCK" ;;
+	relay | relay_nodedup | relay_norecord | relay_function | relay_pgo | relay_pgo_nostream | relay_pgo_function) redis_reset; rsrv=(--redis "$RSOCK"); url="unix://$RSOCK" ;;
 	relay_tcp) redis_reset; rsrv=(--redis "127.0.0.1:$SPORT"); url="redis://127.0.0.1:$SPORT" ;;
 	relay_tls)
 		redis_reset
@@ -583,6 +584,7 @@ drain() {
 		;;
 	*)
 		[ "$c" = relay_nodedup ] && args=(--dedup-window 0)
+		[ "$c" = relay_norecord ] && args=(--dedup-record 0)
 		[ "$c" = relay_pgo ] && args=(--plugin pgoutput --publication bench_pub)
 		[ "$c" = relay_function ] && args=(--publish function)
 		[ "$c" = relay_pgo_function ] && args=(--plugin pgoutput --publication bench_pub --publish function)

@@ -16,11 +16,6 @@ load_schema
 redis_start --maxmemory 100mb --maxmemory-policy allkeys-lru
 slot_create outbox_relay
 
-# metric PORT NAME: the value of the sample NAME (empty when absent).
-metric() {
-	http_get "$1" /metrics >/dev/null
-	grep -E "^$2[{ ]" "$T/http.body" | awk '{ print $NF }' | head -n 1
-}
 emit() {
 	psql_q "SELECT outbox_emit('order', 'agg-' || i, 'created', '{}') FROM generate_series(1, $1) i" >>"$T/expected"
 }
@@ -61,10 +56,10 @@ redis_cli CONFIG SET maxmemory-policy noeviction >/dev/null
 relay_start --http-addr 127.0.0.1:0
 wait_for "grep -q 'serving /metrics' '$RELAY_LOG'" 10 "the HTTP endpoint" || fail "no HTTP endpoint"
 PORT=$(sed -n 's/.*serving \/metrics.*(port \([0-9]*\)).*/\1/p' "$RELAY_LOG" | head -n 1)
-wait_for "[ -n \"\$(metric $PORT outbox_relay_redis_used_memory_bytes)\" ]" 15 "used_memory in /metrics" ||
+wait_for "[ -n \"\$(metric_value $PORT outbox_relay_redis_used_memory_bytes)\" ]" 15 "used_memory in /metrics" ||
 	fail "(d) no outbox_relay_redis_used_memory_bytes in /metrics"
-assert_eq 104857600 "$(metric "$PORT" outbox_relay_redis_maxmemory_bytes)" "(d) maxmemory in /metrics (100mb)"
-used=$(metric "$PORT" outbox_relay_redis_used_memory_bytes)
+assert_eq 104857600 "$(metric_value "$PORT" outbox_relay_redis_maxmemory_bytes)" "(d) maxmemory in /metrics (100mb)"
+used=$(metric_value "$PORT" outbox_relay_redis_used_memory_bytes)
 real=$(redis_cli INFO memory | tr -d '\r' | sed -n 's/^used_memory://p')
 assert_ge "$used" $((real / 2)) "(d) used_memory in /metrics is near INFO's ($real)"
 assert_lt "$used" $((real * 2)) "(d) used_memory in /metrics is near INFO's ($real)"
@@ -79,6 +74,6 @@ assert_eq "ready redis-memory-pressure" "$(cat "$T/http.body")" "(d) /readyz bod
 redis_cli CONFIG SET maxmemory 0 >/dev/null
 wait_for "http_get $PORT /readyz >/dev/null; [ \"\$(cat '$T/http.body')\" = ready ]" 15 "pressure gone" ||
 	fail "(d) /readyz still reports memory pressure after maxmemory 0"
-assert_eq 0 "$(metric "$PORT" outbox_relay_redis_maxmemory_bytes)" "(d) maxmemory 0 in /metrics"
+assert_eq 0 "$(metric_value "$PORT" outbox_relay_redis_maxmemory_bytes)" "(d) maxmemory 0 in /metrics"
 relay_stop
 pass

@@ -23,11 +23,6 @@ redis_start
 slot_create outbox_relay
 
 N=3000
-# metric PORT NAME: the value of the sample NAME (empty when absent).
-metric() {
-	http_get "$1" /metrics >/dev/null
-	grep -E "^$2[{ ]" "$T/http.body" | awk '{ print $NF }' | head -n 1
-}
 # py CODE ARGS...: Python with rx.py's client on the test Redis as `r`.
 py() {
 	local code=$1
@@ -104,7 +99,7 @@ for s in a b c d; do assert_eq "$N" "$(xlen "outbox:$s")" "outbox:$s has $N entr
 # Rounds ran over the published streams and removed nothing: nothing consumed.
 wait_for "grep -q 'trim: 4 stream(s) checked' '$RELAY_LOG'" 10 "a trim round over the 4 streams" ||
 	fail "no trim round over the four streams: $(grep 'trim' "$RELAY_LOG" | tail -n 3)"
-assert_eq 0 "$(metric "$PORT" outbox_relay_trimmed_entries_total)" "nothing trimmed before any consumer read"
+assert_eq 0 "$(metric_value "$PORT" outbox_relay_trimmed_entries_total)" "nothing trimmed before any consumer read"
 assert_not_contains "$(cat "$RELAY_LOG")" "entries removed" "no trim line while nothing was removed"
 
 ids outbox:a >"$T/a.all"
@@ -164,11 +159,11 @@ assert_eq 1000 "$(lag outbox:a ga)" "XINFO lag of ga stays exact after the trim"
 assert_eq 1000 "$(lag outbox:b gb)" "XINFO lag of gb stays exact after the trim"
 
 removed=$((total - la - lb - 2 * N))
-wait_for "[ \"\$(metric $PORT outbox_relay_trimmed_entries_total)\" = $removed ]" 5 "the metric" ||
-	fail "outbox_relay_trimmed_entries_total is $(metric "$PORT" outbox_relay_trimmed_entries_total), not $removed"
+wait_for "[ \"\$(metric_value $PORT outbox_relay_trimmed_entries_total)\" = $removed ]" 5 "the metric" ||
+	fail "outbox_relay_trimmed_entries_total is $(metric_value "$PORT" outbox_relay_trimmed_entries_total), not $removed"
 sum=$(grep -o '[0-9]* entries removed' "$RELAY_LOG" | awk '{ s += $1 } END { print s }')
 assert_eq "$removed" "$sum" "the trim lines add up to the entries that left Redis"
-assert_ge "$(metric "$PORT" outbox_relay_trim_episodes_total)" 2 "outbox_relay_trim_episodes_total counts rounds"
+assert_ge "$(metric_value "$PORT" outbox_relay_trim_episodes_total)" 2 "outbox_relay_trim_episodes_total counts rounds"
 
 # More events while trimming; ga2 catches up with ga.
 for s in a b; do

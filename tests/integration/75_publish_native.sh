@@ -85,17 +85,6 @@ now=$(date +%s)
 while [ $((now / (2 * DW))) -ne $(((now + 3600) / (2 * DW))) ]; do DW=$((DW + 1)); done
 OPTS=(--table public.ev --dedup-window "$DW")
 
-# metric PORT NAME: the value of the sample NAME (empty when absent);
-# http_port LOG: the port a relay's log says it serves /metrics on.
-metric() {
-	http_get "$1" /metrics >/dev/null
-	grep -E "^$2[{ ]" "$T/http.body" | awk '{ print $NF }' | head -n 1
-}
-http_port() {
-	wait_for "grep -q 'serving /metrics' '$1'" 30 "the HTTP endpoint" || fail "no HTTP endpoint in $1"
-	sed -n 's/.*serving \/metrics.*(port \([0-9]*\)).*/\1/p' "$1" | head -n 1
-}
-
 # same_state LABEL ADDR_F ADDR_N [NAME_F NAME_N]: the function's Redis and the
 # native one (or those NAME_F and NAME_N wrote) hold the same streams, each
 # with the same entries field by field in the same order (entry ids aside),
@@ -279,8 +268,8 @@ case_a() {
 	wait_for "[ \"\$($RX 127.0.0.1:$PR fields outbox:marker id)\" = marker-1 ]" 240 ||
 		fail "(a) native, --dedup-record 0: part 1 not published in 240 s ($(tail -n 3 "$lr" | cut -c1-300))"
 	# The native relay's id record left lookups out in part 1 (its count dies with the kill).
-	skipped=$(metric "$(http_port "$ln2")" outbox_relay_redis_dedup_lookups_skipped_total)
-	log "(a) native: $skipped lookups left out in part 1, $(metric "$(http_port "$ln2")" outbox_relay_redis_dedup_record_bytes) bytes of record"
+	skipped=$(metric_value "$(metrics_port "$ln2")" outbox_relay_redis_dedup_lookups_skipped_total)
+	log "(a) native: $skipped lookups left out in part 1, $(metric_value "$(metrics_port "$ln2")" outbox_relay_redis_dedup_record_bytes) bytes of record"
 	kill -9 "$pid_f" "$pid_n" "$pid_p" "$pid_r"
 	wait "$pid_f" 2>/dev/null || true
 	wait "$pid_n" 2>/dev/null || true
@@ -502,14 +491,14 @@ case_e() {
 	slot_create e_b
 	relay_start --slot e_a --publish native --http-addr 127.0.0.1:0 "${OPTS[@]}"
 	la=$RELAY_LOG
-	port=$(http_port "$la")
+	port=$(metrics_port "$la")
 	psql_q "INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload)
 	        SELECT 'e-' || g, 'er', g::text, 'first', '{}' FROM generate_series(1, 20) g"
 	wait_for "[ \"\$(xlen outbox:er)\" = 20 ]" 120 || fail "(e) the first 20 rows not published"
 	psql_q "INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload)
 	        SELECT 'e-' || g, 'er', g::text, 'second', '{}' FROM generate_series(21, 40) g"
 	wait_for "[ \"\$(xlen outbox:er)\" = 40 ]" 120 || fail "(e) the next 20 rows not published"
-	n0=$(metric "$port" outbox_relay_redis_dedup_lookups_skipped_total)
+	n0=$(metric_value "$port" outbox_relay_redis_dedup_lookups_skipped_total)
 	assert_ge "$n0" 20 "(e) the second transaction's lookups left out: its bucket holds only the relay's ids"
 	# Relay B, on its own slot and table, writes e-a and e-b into the same stream and bucket.
 	psql_q "INSERT INTO ev2 (id, aggregate_type, aggregate_id, event_type, payload)
@@ -523,7 +512,7 @@ case_e() {
 	        UNION ALL SELECT 'e-' || g, 'er', g::text, 'third', '{}' FROM generate_series(41, 60) g"
 	wait_confirmed e_a "$(current_lsn)" 120 || fail "(e) relay A did not confirm the third transaction"
 	assert_eq 62 "$(xlen outbox:er)" "(e) A's third transaction: its 20 new ids, not e-a or e-b again"
-	n1=$(metric "$port" outbox_relay_redis_dedup_lookups_skipped_total)
+	n1=$(metric_value "$port" outbox_relay_redis_dedup_lookups_skipped_total)
 	# Then 20 more new ids and e-1 again: the bucket is no longer recorded, everything looked up.
 	psql_q "INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload)
 	        SELECT 'e-' || g, 'er', g::text, 'fourth', '{}'::jsonb FROM generate_series(61, 80) g

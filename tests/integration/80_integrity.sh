@@ -22,7 +22,14 @@
 # the other --publish path than the first relay's: another writer of the dedup
 # buckets and their index, racing the first relay, each dropping what the
 # other wrote first (the streams must still hold each row once, in commit
-# order). Then the relay drains and:
+# order). The dedup window (90 s or a little more) is chosen so that a bucket
+# (two windows) begins 10 to 40 s after the relay starts: the relay running then
+# makes the new bucket, so with --publish native its id record (--dedup-record)
+# holds it and leaves lookups out, and a later bucket's lookups also go to the
+# one before it. Each relay serves /metrics, read before it is SIGKILLed, so
+# the lookups left out by all relays are counted (lookups_skipped in the
+# summary; at least one when the relay runs --publish native).
+# Then the relay drains and:
 #   - `outbox-relay verify` (the production checker) over all rows, and again
 #     over a --since/--until slice: every committed row exactly once, every
 #     field byte for byte equal to the row as rendered in SQL, no entry
@@ -32,7 +39,7 @@
 #     aggregate's events in the order the application committed them, the
 #     committed logical messages once each with their fields.
 # The last line before PASS/FAIL is the summary tests/soak.sh prints:
-#   integrity: seed=S seconds=N rows=R faults: relay_kill9=a ... lost=L duplicated=D corrupted=C reordered=O
+#   integrity: seed=S seconds=N rows=R faults: relay_kill9=a ... lookups_skipped=K lost=L duplicated=D corrupted=C reordered=O
 # Nothing here depends on the machine's speed: every wait is for a condition,
 # bounded generously, and nothing asserts on time.
 . "$(dirname "$0")/lib.sh"
@@ -54,7 +61,7 @@ redis_start "${REDIS_ARGS[@]}"
 slot_create outbox_relay
 mkdir -p "$T/oracle"
 chmod 777 "$T/oracle"
-RELAY_OPTS=(--dedup-window 1h --retry-max 2s)
+RELAY_OPTS=(--retry-max 2s --http-addr 127.0.0.1:0)
 # pgoutput: transactions past 1 MiB are read back from the spool's file, whose
 # buffer the sink keeps for large values (the path without a copy) -- under faults.
 [ "${RELAY_PLUGIN:-}" != pgoutput ] || RELAY_OPTS+=(--txn-memory 1MiB)
@@ -76,12 +83,28 @@ GEN_PID=$!
 # and whatever follows it are decoded in one go, as after an outage.
 wait_for '[ "$(psql_q "SELECT count(*) FROM outbox")" -ge 100 ] || [ -e "$T/oracle/gen.done" ]' 120 ||
 	log "the application committed fewer than 100 rows in 120 s: starting the relay anyway"
+# The dedup window: 90 s or more, its bucket (two windows) ending 10 to 40 s from now.
+DW=90
+now=$(date +%s)
+while [ $((((now / (2 * DW)) + 1) * 2 * DW - now)) -lt 10 ] || [ $((((now / (2 * DW)) + 1) * 2 * DW - now)) -gt 40 ]; do
+	DW=$((DW + 1))
+done
+RELAY_OPTS+=(--dedup-window "$DW")
+log "dedup window ${DW}s: a bucket begins $((((now / (2 * DW)) + 1) * 2 * DW - now)) s after the relay starts"
 relay_start "${RELAY_OPTS[@]}"
 
 gen_running() { pid_alive "$GEN_PID" && [ ! -e "$T/oracle/gen.done" ]; }
 entries_now() { xlen_sum outbox:order outbox:user outbox:payment outbox:inventory 2>/dev/null || echo 0; }
 # relay_up: the background relay runs (started again if a fault ended it)
 relay_up() { relay_alive || relay_start "${RELAY_OPTS[@]}"; }
+# kill9: SIGKILL the background relay, its lookups left out (/metrics) counted first
+kill9() {
+	local port n
+	port=$(metrics_port "$RELAY_LOG")
+	n=$([ -z "$port" ] || metric_value "$port" outbox_relay_redis_dedup_lookups_skipped_total)
+	SKIPPED_KILLED=$((${SKIPPED_KILLED:-0} + ${n:-0}))
+	relay_kill9
+}
 # progress: wait (bounded, never failing) until the relay published something new
 progress() {
 	local before
@@ -138,7 +161,7 @@ second_relay() {
 }
 slot_heal() {
 	local line
-	relay_kill9
+	kill9
 	wait_for '! slot_active outbox_relay' 60 || fail "the slot stays active after the relay's SIGKILL"
 	psql_q "SELECT pg_drop_replication_slot('outbox_relay')" >/dev/null
 	sleep 0.5 # the application goes on committing
@@ -182,7 +205,7 @@ while gen_running; do
 	fi
 	if [ "$r" -lt 30 ]; then
 		kind=relay_kill9
-		relay_kill9
+		kill9
 		relay_start "${RELAY_OPTS[@]}"
 	elif [ "$r" -lt 46 ]; then
 		kind=redis_restart
@@ -262,9 +285,15 @@ for k in relay_kill9 redis_restart redis_kill9 pg_restart watch_noise slot_heal 
 	faults="$faults $k=${FAULTS[$k]}"
 done
 [ "$HAS_HEAL" = 1 ] || faults="$faults (slot_heal: no heal in this build)"
+# the id record's lookups left out: SIGKILLed relays (read before the kill), and every final line
+SKIPPED=$((${SKIPPED_KILLED:-0} + $(final_sum <(cat "$T"/relay.*.log) lookups_skipped)))
+faults="$faults lookups_skipped=$SKIPPED"
 echo "integrity: seed=$SEED seconds=$SECONDS_RUN rows=$ROWS messages=$(okv messages) rolled_back=$(okv rolled_back) faults:$faults lost=$LOST duplicated=$DUP corrupted=$CORR reordered=$REORD (republished: $(okv reordered_republished)) messages_lost_in_slot_gaps=$(okv messages_lost_in_slot_gaps)"
 
 assert_eq "0 0 0 0" "$LOST $DUP $CORR $REORD" "lost, duplicated, corrupted, reordered"
+if [ "${OUTBOX_RELAY_PUBLISH:-native}" = native ] && [ "${OUTBOX_RELAY_DEDUP_RECORD:-}" != 0 ]; then
+	assert_ge "$SKIPPED" 1 "lookups the id record left out (--publish native): the checks above judged them"
+fi
 if [ -n "${OUTBOX_RELAY_LINGER:-}" ]; then
 	# --linger (from the environment): the relays held their batches, so the checks above judged
 	# that. A relay that publishes an event opens a window first; a SIGKILLed one says nothing.

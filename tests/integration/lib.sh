@@ -1484,6 +1484,21 @@ http_get() {
 	awk 'NR == 1 { print $2 }' "$T/http.raw"
 }
 
+# metrics_port LOG: the port a relay's log says it serves /metrics on (it was
+# started with --http-addr 127.0.0.1:0); waits up to 30 s for the line, empty
+# when it never came.
+metrics_port() {
+	wait_for "grep -q 'serving /metrics' '$1'" 30 "the HTTP endpoint in $1" || return 0
+	sed -n 's/.*serving \/metrics.*(port \([0-9]*\)).*/\1/p' "$1" | head -n 1
+}
+
+# metric_value PORT NAME: the value of sample NAME in a fresh scrape (its first
+# sample; empty when absent).
+metric_value() {
+	http_get "$1" /metrics >/dev/null
+	grep -E "^$2[{ ]" "$T/http.body" | awk '{ print $NF }' | head -n 1
+}
+
 # ---------------------------------------------------------------------------
 # Tests made of independent cases
 # ---------------------------------------------------------------------------

@@ -53,8 +53,8 @@ TEST(no_false_no)
 	CHECK(perhaps < asked / 20);
 	CHECK(drec_bytes(r) == bud.used);
 	CHECK(drec_bytes(r) < (size_t)n * 4); /* ~16 bits an id with the series' slack */
-	printf("# %u of %u absent ids 'perhaps'; %zu bytes for %u ids\n", perhaps, asked,
-	       drec_bytes(r), n);
+	printf("# %u of %u absent ids 'perhaps'; %zu bytes for %u ids\n", perhaps, asked, drec_bytes(r),
+	       n);
 	drec_free(r);
 	CHECK(bud.used == 0);
 }
