@@ -103,13 +103,12 @@
  * it is forgotten with the connection.
  *
  * One owner: struct native (one per connection, n->nat) holds the groups on
- * that connection, the one in flight and the one read ahead, the
- * predictions and the id record (struct drec); each struct group holds its
- * batches, the replies it still expects, what they said, and the bytes to
- * stage next (and read 1's round while read 2 is compared with its
- * prediction). All of it is reset when the connection closes (the ring sends every
- * call again, a new group starts from read 1, and no stream has a prediction
- * or a record).
+ * that connection, the one in flight and the one read ahead, the predictions
+ * and the id record (struct drec); each struct group holds its batches, the
+ * replies it still expects, what they said, and the bytes to stage next (and
+ * read 1's round while read 2 is compared with its prediction). All of it is
+ * reset when the connection closes (the ring sends every call again, a new
+ * group starts from read 1, and no stream has a prediction or a record).
  */
 #include "sink_redis.h"
 
