@@ -259,8 +259,8 @@ void drec_add(struct drec *r, struct drec_set *set, uint64_t h)
 	if (!set || !set->live)
 		return;
 	if (set->nf == 0 || set->f[set->nf - 1].n >= set->f[set->nf - 1].cap) {
-		uint32_t cap = set->nf ? set->f[set->nf - 1].cap * 2 : DREC_FIRST;
-		uint32_t nblk = (uint32_t)(((uint64_t)cap * DREC_BITS + 511) / 512);
+		uint64_t cap = set->nf ? (uint64_t)set->f[set->nf - 1].cap * 2 : DREC_FIRST;
+		uint32_t nblk = (uint32_t)((cap * DREC_BITS + 511) / 512);
 		size_t bytes = (size_t)nblk * BLOCK_WORDS * sizeof(uint64_t);
 		uint64_t *w = NULL;
 
@@ -275,12 +275,12 @@ void drec_add(struct drec *r, struct drec_set *set, uint64_t h)
 			set->f = nf;
 			set->capf = nc;
 		}
-		if (cap > UINT32_MAX / 2 || r->bud->used + bytes > r->bud->limit ||
+		if (cap > UINT32_MAX || r->bud->used + bytes > r->bud->limit ||
 		    !(w = calloc(nblk, BLOCK_WORDS * sizeof(uint64_t)))) {
 			set_drop(r, set); /* over the budget: this bucket is looked up in full */
 			return;
 		}
-		set->f[set->nf++] = (struct filt){w, nblk, cap, 0};
+		set->f[set->nf++] = (struct filt){w, nblk, (uint32_t)cap, 0};
 		r->bytes += bytes;
 		r->bud->used += bytes;
 	}
