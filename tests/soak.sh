@@ -7,8 +7,9 @@
 # the time) against DIR's outbox-relay (default build/, BUILD_DIR works too),
 # then prints ONE line:
 #   soak: seed=S minutes=N rows=R messages=M rolled_back=B faults: relay_kill9=a redis_restart=b
-#         redis_kill9=c pg_restart=d watch_noise=w slot_heal=e second_relay=s lost=L duplicated=D
-#         corrupted=C reordered=O (republished: P) messages_lost_in_slot_gaps=G result=PASS|FAIL
+#         redis_kill9=c pg_restart=d watch_noise=w slot_heal=e second_relay=s lookups_skipped=K
+#         lost=L duplicated=D corrupted=C reordered=O (republished: P) messages_lost_in_slot_gaps=G
+#         result=PASS|FAIL
 # (on one line). Exit status: the test's (0 pass, 1 a discrepancy or a
 # failure). The whole output of the run is kept in soak-<seed>.log in the
 # current directory (KEEP_LOG=0: removed when it passed).
@@ -22,7 +23,7 @@ while [ $# -gt 0 ]; do
 	--minutes) minutes=$2; shift 2 ;;
 	--seed) seed=$2; shift 2 ;;
 	--build-dir) build=$2; shift 2 ;;
-	-h | --help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "soak.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
