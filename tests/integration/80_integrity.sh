@@ -101,7 +101,7 @@ relay_up() { relay_alive || relay_start "${RELAY_OPTS[@]}"; }
 kill9() {
 	local port n
 	port=$(metrics_port "$RELAY_LOG")
-	n=$([ -z "$port" ] || metric_value "$port" outbox_relay_redis_dedup_lookups_skipped_total)
+	n=$([ -z "$port" ] || metric_value "$port" outbox_relay_redis_dedup_lookups_skipped_total 2>/dev/null || true)
 	SKIPPED_KILLED=$((${SKIPPED_KILLED:-0} + ${n:-0}))
 	relay_kill9
 }
