@@ -177,7 +177,7 @@ same_state() {
 # (a) the same WAL through both modes
 # ---------------------------------------------------------------------------
 case_a() {
-	local PF PN PP PR m skipped pid_f pid_n pid_p pid_r lf ln2 lp lr l2 x
+	local PF PN PP PR m port skipped pid_f pid_n pid_p pid_r lf ln2 lp lr l2 x
 	PF=$(rnode_new)
 	PN=$(rnode_new)
 	PP=$(rnode_new)
@@ -268,8 +268,9 @@ case_a() {
 	wait_for "[ \"\$($RX 127.0.0.1:$PR fields outbox:marker id)\" = marker-1 ]" 240 ||
 		fail "(a) native, --dedup-record 0: part 1 not published in 240 s ($(tail -n 3 "$lr" | cut -c1-300))"
 	# The native relay's id record left lookups out in part 1 (its count dies with the kill).
-	skipped=$(metric_value "$(metrics_port "$ln2")" outbox_relay_redis_dedup_lookups_skipped_total)
-	log "(a) native: $skipped lookups left out in part 1, $(metric_value "$(metrics_port "$ln2")" outbox_relay_redis_dedup_record_bytes) bytes of record"
+	port=$(metrics_port "$ln2")
+	skipped=$(metric_value "$port" outbox_relay_redis_dedup_lookups_skipped_total)
+	log "(a) native: $skipped lookups left out in part 1, $(metric_value "$port" outbox_relay_redis_dedup_record_bytes) bytes of record"
 	kill -9 "$pid_f" "$pid_n" "$pid_p" "$pid_r"
 	wait "$pid_f" 2>/dev/null || true
 	wait "$pid_n" 2>/dev/null || true
