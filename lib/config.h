@@ -59,10 +59,11 @@ struct relay_config {
 	int trim_interval_ms; /* --trim-interval, default 60s */
 	char **groups;        /* --group NAME (repeatable; env: comma list) */
 	size_t ngroups;
-	char *key_prefix;     /* --key-prefix for auxiliary keys, default "outbox-relay" */
-	int linger_ms;        /* --linger: how long a batch waits for more events, default 0 */
-	bool native_predict;  /* --native-predict (lookups sent with read 1), default true */
-	int64_t dedup_record; /* --dedup-record: bytes for the native path's id records, 0 none */
+	char *key_prefix;          /* --key-prefix for auxiliary keys, default "outbox-relay" */
+	int linger_ms;             /* --linger: how long a batch waits for more events, default 0 */
+	bool native_predict;       /* --native-predict (lookups sent with read 1), default true */
+	int64_t dedup_record;      /* --dedup-record: bytes for the native path's id records, 0 none */
+	int64_t dedup_record_seed; /* --dedup-record-seed: hashes of a bucket read per group, 0 none */
 	bool redis_functions; /* --redis-functions / --no-redis-functions (EVAL fallback), default true
 	                       */
 	int redis_timeout_ms; /* --redis-timeout, default 5s: connect and reply timeout */

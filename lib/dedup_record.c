@@ -31,6 +31,14 @@ struct drec_set {
 	int64_t start;
 	uint32_t c; /* the index's count of ids after the last write recorded */
 	bool live;  /* holds every id of the bucket at count c */
+	/*
+	 * Being read (drec_seed): holds every id of the bucket's hashes below next
+	 * as they stood when read, every id this connection added or moved since
+	 * the first read, and was at count c after each; complete (live) once next
+	 * reaches k0, the K the first read found.
+	 */
+	bool seeding;
+	uint32_t next, k0;
 	struct filt *f;
 	size_t nf, capf;
 };
@@ -90,7 +98,7 @@ static void set_drop(struct drec *r, struct drec_set *set)
 		r->bud->used -= b;
 	}
 	set->nf = 0;
-	set->live = false;
+	set->live = set->seeding = false;
 }
 
 static void set_free(struct drec *r, struct drec_set *set)
@@ -229,7 +237,7 @@ struct drec_set *drec_open(struct drec *r, const char *stream, size_t slen, cons
 		set = st ? set_find(st, name) : NULL;
 		if (!set)
 			return NULL;
-		if (set->live && set->c == c0)
+		if ((set->live || set->seeding) && set->c == c0)
 			return set;
 		set_drop(r, set); /* another writer's ids came between: it cannot say "no" again */
 		return NULL;
@@ -256,7 +264,7 @@ void drec_add(struct drec *r, struct drec_set *set, uint64_t h)
 {
 	struct filt *f;
 
-	if (!set || !set->live)
+	if (!set || !(set->live || set->seeding))
 		return;
 	if (set->nf == 0 || set->f[set->nf - 1].n >= set->f[set->nf - 1].cap) {
 		uint64_t cap = set->nf ? (uint64_t)set->f[set->nf - 1].cap * 2 : DREC_FIRST;
@@ -290,6 +298,109 @@ void drec_add(struct drec *r, struct drec_set *set, uint64_t h)
 
 void drec_seal(struct drec_set *set, uint32_t c1)
 {
-	if (set && set->live)
+	if (set && (set->live || set->seeding))
 		set->c = c1;
+}
+
+bool drec_seeding(const struct drec_set *set)
+{
+	return set && set->seeding;
+}
+
+/*
+ * The set a seed of bucket `name` (starting at second `start`) would go into:
+ * its own, or a free one, or the older of the two when it began before this
+ * bucket. NULL: none (the stream has no slot: a new one is made when needed).
+ */
+static struct drec_set *seed_slot(struct drec_stream *st, const char *name, int64_t start,
+                                  bool *fits)
+{
+	struct drec_set *set = set_find(st, name), *old;
+
+	*fits = true;
+	if (set)
+		return set;
+	for (int k = 0; k < 2; k++)
+		if (!st->set[k].name[0])
+			return &st->set[k];
+	old = st->set[0].start <= st->set[1].start ? &st->set[0] : &st->set[1];
+	*fits = old->start < start;
+	return *fits ? old : NULL;
+}
+
+bool drec_seed_range(struct drec *r, const char *stream, size_t slen, const char *name,
+                     int64_t start, uint32_t k, uint32_t c, uint32_t chunk, uint32_t *from,
+                     uint32_t *to)
+{
+	struct drec_stream *st;
+	struct drec_set *set = NULL;
+	bool fits = true;
+	uint64_t end;
+
+	if (!r || chunk == 0 || k == 0 || strlen(name) >= sizeof(set->name))
+		return false;
+	st = stream_find(r, stream, slen);
+	if (st)
+		set = seed_slot(st, name, start, &fits);
+	if (!fits)
+		return false;
+	if (set && set->name[0] && strcmp(set->name, name) == 0) {
+		/* Recorded, dropped (not read again while it lasts), or someone else has written. */
+		if (!set->seeding || set->c != c)
+			return false;
+		*from = set->next;
+		end = (uint64_t)set->next + chunk;
+		*to = end < set->k0 ? (uint32_t)end : set->k0;
+		return *from < *to;
+	}
+	/* A new seed: only when the budget has room for about c ids. */
+	if (r->bud->used + (uint64_t)c * DREC_BITS / 8 + 4096 > r->bud->limit)
+		return false;
+	*from = 0;
+	*to = k < chunk ? k : chunk;
+	return true;
+}
+
+struct drec_set *drec_seed(struct drec *r, const char *stream, size_t slen, const char *name,
+                           int64_t start, uint32_t k, uint32_t c, uint32_t from)
+{
+	struct drec_stream *st;
+	struct drec_set *set;
+	bool fits;
+
+	if (!r || r->bud->limit == 0 || strlen(name) >= sizeof(set->name))
+		return NULL;
+	if (from > 0) {
+		st = stream_find(r, stream, slen);
+		set = st ? set_find(st, name) : NULL;
+		if (!set)
+			return NULL;
+		if (set->seeding && set->c == c && set->next == from)
+			return set;
+		set_drop(r, set); /* another writer came between the reads: start no more */
+		return NULL;
+	}
+	if (!(st = stream_slot(r, stream, slen)) || !(set = seed_slot(st, name, start, &fits)))
+		return NULL;
+	if (set->name[0] && strcmp(set->name, name) == 0 && (set->live || !set->seeding))
+		return NULL; /* recorded meanwhile, or dropped: not read again */
+	set_free(r, set);
+	memcpy(set->name, name, strlen(name) + 1);
+	set->start = start;
+	set->c = c;
+	set->k0 = k;
+	set->next = 0;
+	set->seeding = true;
+	return set;
+}
+
+void drec_seed_done(struct drec_set *set, uint32_t to)
+{
+	if (!set || !set->seeding)
+		return;
+	set->next = to;
+	if (to >= set->k0) {
+		set->seeding = false;
+		set->live = true;
+	}
 }

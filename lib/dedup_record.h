@@ -13,6 +13,17 @@
  * "perhaps" of an id it does not hold (about 1 %: that id is looked up as
  * before), never "no" of one it holds.
  *
+ * Seeding: a bucket this connection did not make (after a start or a
+ * reconnect) is read into a set instead, a few of its hashes (HKEYS) per
+ * group, each read going into the record only when its group's EXEC succeeded.
+ * Ids move between hashes only when K grows, and only by a write that adds
+ * ids: this connection's own (whose moved ids it read whole in read 2 and adds
+ * too) or another writer's (which changes the count). So once every hash below
+ * the K the first read found has been read, the set holds every id the bucket
+ * had at that first read and every id added since, as long as the count went
+ * only where this connection's writes took it; from then on it is used as a set
+ * begun with the bucket is.
+ *
  * One owner: struct drec (one per connection, the native path's) holds every
  * set and filter; struct drec_budget (the sink's) counts the filters' bytes
  * of all connections against --dedup-record. A set that would pass the budget
@@ -61,6 +72,27 @@ struct drec_set *drec_open(struct drec *r, const char *stream, size_t slen, cons
                            int64_t start, bool created, uint32_t c0);
 void drec_add(struct drec *r, struct drec_set *set, uint64_t h);
 void drec_seal(struct drec_set *set, uint32_t c1);
+
+/* Whether set is still being read (its write's ids that moved between hashes go in too). */
+bool drec_seeding(const struct drec_set *set);
+
+/*
+ * Seeding. drec_seed_range: which of bucket `name`'s hashes, [from, to), to
+ * read next, at most chunk of them, when read 1 found it with K k and count c;
+ * false when the bucket is recorded, dropped, being read but someone else has
+ * written since, has no room among the stream's two sets, or the budget has
+ * no room for about c ids. It changes nothing: after the EXEC of the group that
+ * read them succeeded, drec_seed (the same k and c, and from) gives the set to
+ * drec_add the ids read into, or NULL (it drops a set whose count moved), and
+ * drec_seed_done(to) then marks them read. drec_seed before drec_open of the
+ * same write.
+ */
+bool drec_seed_range(struct drec *r, const char *stream, size_t slen, const char *name,
+                     int64_t start, uint32_t k, uint32_t c, uint32_t chunk, uint32_t *from,
+                     uint32_t *to);
+struct drec_set *drec_seed(struct drec *r, const char *stream, size_t slen, const char *name,
+                           int64_t start, uint32_t k, uint32_t c, uint32_t from);
+void drec_seed_done(struct drec_set *set, uint32_t to);
 
 /* Bytes of filters this connection holds (for tests and the final log line). */
 size_t drec_bytes(const struct drec *r);

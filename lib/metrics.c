@@ -480,6 +480,10 @@ char *metrics_render(struct metrics *m, const char *slot)
 	family(&o, "outbox_relay_redis_dedup_record_bytes", "gauge",
 	       "Bytes of the id records' filters, against the --dedup-record budget.");
 	sample(&o, "outbox_relay_redis_dedup_record_bytes", slot, load(&m->record_bytes));
+	family(&o, "outbox_relay_redis_dedup_record_ids_read_total", "counter",
+	       "Ids read from a live dedup bucket the relay did not make into its record "
+	       "(--dedup-record-seed).");
+	sample(&o, "outbox_relay_redis_dedup_record_ids_read_total", slot, load(&m->record_ids_read));
 
 	family(&o, "outbox_relay_transactions_total", "counter",
 	       "Committed transactions received from the replication slot.");

@@ -67,6 +67,7 @@ struct metrics {
 	_Atomic uint64_t watch_retries;    /* native batches read again after a watched key changed */
 	_Atomic uint64_t lookups_skipped;  /* dedup lookups the native path's id record left out */
 	_Atomic uint64_t record_bytes;     /* the id records' filters, all connections (a gauge) */
+	_Atomic uint64_t record_ids_read;  /* ids read from Redis into the id records */
 	_Atomic uint64_t transactions;
 	_Atomic uint64_t trimmed_entries; /* --trim acked: entries XTRIM removed */
 	_Atomic uint64_t trim_episodes;   /* --trim acked: trim rounds completed */

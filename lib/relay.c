@@ -274,7 +274,8 @@ static void log_final(struct relay *r, const char *why)
 	         "dead_lettered=%llu transactions=%llu ask_redirects=%llu native_batches=%llu "
 	         "function_batches=%llu watch_retries=%llu native_groups=%llu native_ahead=%llu "
 	         "ahead_voided=%llu native_late=%llu native_predicted=%llu predict_missed=%llu "
-	         "lookups_skipped=%llu catchup_waits=%llu linger_windows=%llu peak_rss_kb=%ld",
+	         "lookups_skipped=%llu record_ids_read=%llu catchup_waits=%llu linger_windows=%llu "
+	         "peak_rss_kb=%ld",
 	         why, lsn_format(r->cfm.confirmed, c), (unsigned long long)s->published,
 	         (unsigned long long)s->replays, (unsigned long long)s->duplicates,
 	         (unsigned long long)s->dead_lettered,
@@ -284,8 +285,9 @@ static void log_final(struct relay *r, const char *why)
 	         (unsigned long long)s->native_groups, (unsigned long long)s->native_ahead,
 	         (unsigned long long)s->ahead_voided, (unsigned long long)s->native_late,
 	         (unsigned long long)s->native_predicted, (unsigned long long)s->predict_missed,
-	         (unsigned long long)s->lookups_skipped, (unsigned long long)s->catchup_waits,
-	         (unsigned long long)s->linger_windows, relay_peak_rss_kb());
+	         (unsigned long long)s->lookups_skipped, (unsigned long long)s->record_ids_read,
+	         (unsigned long long)s->catchup_waits, (unsigned long long)s->linger_windows,
+	         relay_peak_rss_kb());
 }
 
 static void install_signals(void)

@@ -100,7 +100,12 @@
  * the count could come back only if that key's type changed back and forth
  * between two writes of this connection. The record is updated only when EXEC
  * succeeded (exec_done, record_write), so a nil EXEC leaves it as it was, and
- * it is forgotten with the connection.
+ * it is forgotten with the connection. A live bucket the connection did not
+ * make is read into the record instead (seed_reads: --dedup-record-seed hashes
+ * per unit that looks ids up, HKEYS in read 2, taken in when the EXEC
+ * succeeded, with the ids its own write moved between hashes meanwhile); it is
+ * used once every hash is read (dedup_record.h, "Seeding", says why that is
+ * every id).
  *
  * One owner: struct native (one per connection, n->nat) holds the groups on
  * that connection, the one in flight and the one read ahead, the predictions
@@ -144,6 +149,7 @@ enum want_kind {
 	W_LOOKUP, /* HMGET: a = first pair in the batch's pairs of its group */
 	W_SOURCE, /* HGETALL of a splitting hash: a = hash number */
 	W_EXISTS, /* a = event */
+	W_SEED,   /* HKEYS of a hash read into the id record: a = bucket */
 	W_QUEUED, /* a command inside MULTI */
 	W_EXEC,
 };
@@ -193,12 +199,19 @@ struct bucket {
 	int64_t b, sp, age;
 	uint32_t k, c, made;
 	bool old, v1;
+	uint32_t seed_from, seed_to; /* its hashes read 2 reads into the id record */
 };
 
 /* An id of a splitting hash, as HGETALL gave it. */
 struct srcid {
 	uint32_t hash;                       /* the hash it was read from */
 	uint32_t f_off, f_len, v_off, v_len; /* in the batch's srcbytes */
+};
+
+/* An id read 2 read for the id record (W_SEED): its hash there, and its bucket. */
+struct seedid {
+	uint64_t h;
+	uint32_t bk;
 };
 
 /* A lookup: event ev in hash j of bucket bk. */
@@ -288,6 +301,9 @@ struct nbatch {
 
 	/* the id record: lookups read 2 left out, and what the write does to the current bucket */
 	size_t nskip;
+	struct seedid *seed; /* ids read 2 read into it (W_SEED) */
+	size_t nseed, capseed;
+	bool seed_held; /* a prediction would have read some: it is not made */
 	bool rec_write, rec_created;
 	uint32_t rec_c0, rec_c1;
 	int64_t rec_start;
@@ -323,6 +339,7 @@ struct group {
 	redisReply *res, **resp; /* exec_done's per-event results of a unit */
 	size_t capres, capresp;
 	bool specs;         /* read 1's round carries a predicted read 2 */
+	bool predicting;    /* batch_read2 is making a prediction */
 	struct buf spec;    /* read 1's round, kept to compare read 2 with */
 	struct want *swant; /* read 1's round's wants, kept likewise */
 	size_t capswant;
@@ -394,6 +411,7 @@ static void batch_free(struct nbatch *t)
 	free(t->spairs);
 	free(t->sval);
 	free(t->ssrc);
+	free(t->seed);
 	buf_finish(&t->stale);
 	buf_finish(&t->srcbytes);
 	buf_finish(&t->ssrcbytes);
@@ -929,6 +947,43 @@ static uint32_t grown_k(const struct nbatch *t)
 }
 
 /*
+ * Read 2's reads of live buckets this connection did not make into its id
+ * record (dedup_record.h, "Seeding"): the next --dedup-record-seed hashes of
+ * each, HKEYS, kept in t->seed until the group's EXEC succeeded. A prediction
+ * reads none: the record moves on when the EXEC succeeds, so read 2 made
+ * after read 1 answered could ask for other hashes than the prediction did;
+ * a unit that would read some is not predicted (t->seed_held).
+ */
+static bool seed_reads(struct sink_redis *s, struct group *g, struct nbatch *t, struct sq_ent *e)
+{
+	struct span st = t->arg[A_STREAM];
+
+	for (size_t bi = 0; g->nt->rec && bi < t->nbk; bi++) {
+		struct bucket *bk = &t->bk[bi];
+		uint32_t from, to;
+
+		if (bk->v1 ||
+		    !drec_seed_range(g->nt->rec, at(s, e, st), st.len, bk->name, bk->b * bk->sp, bk->k,
+		                     bk->c, (uint32_t)s->cf->dedup_record_seed, &from, &to))
+			continue;
+		if (g->predicting) {
+			t->seed_held = true;
+			return true;
+		}
+		bk->seed_from = from;
+		bk->seed_to = to;
+		for (uint32_t j = from; j < to; j++) {
+			resp_array(&g->cmd, 2);
+			resp_str(&g->cmd, "HKEYS");
+			bulk_shard(&g->cmd, s, e, t, bk, j);
+			if (!want(g, W_SEED, t, (uint32_t)bi))
+				return false;
+		}
+	}
+	return true;
+}
+
+/*
  * After read 1: the replays are known. Stage read 2 (lookups and the hashes
  * that split), or go straight to the write.
  */
@@ -939,6 +994,9 @@ static bool batch_read2(struct sink_redis *s, struct group *g, struct nbatch *t,
 	uint32_t k1;
 
 	t->nskip = 0;
+	t->nseed = 0;
+	for (size_t i = 0; i < t->nbk; i++)
+		t->bk[i].seed_from = t->bk[i].seed_to = 0;
 	for (size_t i = 0; i < t->nev; i++) {
 		struct nev *v = &t->ev[i];
 		const char *pos = vat(s, t, v, v->pos);
@@ -1040,7 +1098,7 @@ static bool batch_read2(struct sink_redis *s, struct group *g, struct nbatch *t,
 				if (!want(g, W_EXISTS, t, (uint32_t)i))
 					return false;
 			}
-	return !b->failed;
+	return seed_reads(s, g, t, e) && !b->failed;
 }
 
 /* ---- read 2 predicted ---- */
@@ -1156,9 +1214,18 @@ static bool predict(struct sink_redis *s, struct group *g, struct nbatch *t, str
 	t->wm_found = true;
 	t->legacy = p->legacy;
 	t->now = p->now;
-	if (!batch_read2(s, g, t, e))
+	t->seed_held = false;
+	g->predicting = true;
+	if (!batch_read2(s, g, t, e)) {
+		g->predicting = false;
 		return false;
-	if (g->nwant > w0) {
+	}
+	g->predicting = false;
+	if (t->seed_held) {
+		/* A bucket being read into the id record: read 2 waits for read 1. */
+		g->cmd.len = c0;
+		g->nwant = w0;
+	} else if (g->nwant > w0) {
 		t->spec = g->specs = true;
 		t->sb_off = c0;
 		t->sb_len = g->cmd.len - c0;
@@ -1222,6 +1289,8 @@ static bool read2_or_predicted(struct sink_redis *s, struct group *g, struct nba
 	if (same) {
 		g->cmd.len = c0;
 		g->nwant = w0;
+		for (size_t i = 0; i < t->nbk; i++)
+			t->bk[i].seed_from = t->bk[i].seed_to = 0; /* none: the prediction read none */
 		swap_answers(t);
 		s->stats.native_predicted++;
 	} else {
@@ -1799,14 +1868,37 @@ static void record_write(struct sink_redis *s, struct group *g, const struct nba
 	s->stats.lookups_skipped += t->nskip;
 	if (s->m && t->nskip)
 		atomic_fetch_add_explicit(&s->m->lookups_skipped, t->nskip, memory_order_relaxed);
+	/* The hashes read 2 read into the record, before this write's own ids. */
+	for (size_t bi = 0; g->nt->rec && bi < t->nbk; bi++) {
+		const struct bucket *bk = &t->bk[bi];
+		size_t n = 0;
+
+		if (bk->seed_to <= bk->seed_from)
+			continue;
+		set = drec_seed(g->nt->rec, at(s, batch_ent(s, t), st), st.len, bk->name, bk->b * bk->sp,
+		                bk->k, bk->c, bk->seed_from);
+		for (size_t i = 0; set && i < t->nseed; i++)
+			if (t->seed[i].bk == bi) {
+				drec_add(g->nt->rec, set, t->seed[i].h);
+				n++;
+			}
+		drec_seed_done(set, bk->seed_to);
+		s->stats.record_ids_read += n;
+		if (s->m && n)
+			atomic_fetch_add_explicit(&s->m->record_ids_read, n, memory_order_relaxed);
+	}
 	if (!t->rec_write || !g->nt->rec)
-		return;
+		goto done;
 	set = drec_open(g->nt->rec, at(s, batch_ent(s, t), st), st.len, t->rec_name, t->rec_start,
 	                t->rec_created, t->rec_c0);
 	for (size_t k = 0; set && k < t->nev; k++)
 		if (t->ev[k].fresh)
 			drec_add(g->nt->rec, set, t->ev[k].rh);
+	/* A bucket still being read: the ids this write moved between its hashes, too. */
+	for (size_t i = 0; drec_seeding(set) && i < t->nsrc; i++)
+		drec_add(g->nt->rec, set, drec_hash(t->srcbytes.data + t->src[i].f_off, t->src[i].f_len));
 	drec_seal(set, t->rec_c1);
+done:
 	if (s->m)
 		atomic_store_explicit(&s->m->record_bytes, s->drec_budget.used, memory_order_relaxed);
 }
@@ -2220,6 +2312,17 @@ bool sink_native_reply(struct sink_redis *s, struct node *n, const redisReply *r
 			break;
 		case W_EXISTS:
 			t->ev[w.a].old_hit = r->type == REDIS_REPLY_INTEGER && r->integer > 0;
+			break;
+		case W_SEED:
+			for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i < r->elements; i++) {
+				const redisReply *f = r->element[i];
+
+				if (f->type != REDIS_REPLY_STRING)
+					continue;
+				if (!grow((void **)&t->seed, &t->capseed, t->nseed + 1, sizeof(*t->seed)))
+					return false;
+				t->seed[t->nseed++] = (struct seedid){drec_hash(f->str, f->len), w.a};
+			}
 			break;
 		}
 	}

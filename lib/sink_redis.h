@@ -47,6 +47,7 @@ struct sink_stats {
 	uint64_t native_predicted; /* units whose read 2 went with read 1, predicted, and was right */
 	uint64_t predict_missed;   /* units whose predicted read 2 was wrong: dropped, read 2 sent */
 	uint64_t lookups_skipped;  /* dedup lookups left out: the id record says the id is not there */
+	uint64_t record_ids_read;  /* ids read from Redis into the id record (--dedup-record-seed) */
 	uint64_t catchup_waits;    /* batches that waited for more events while catching up */
 	uint64_t linger_windows;   /* --linger windows opened (each held at least one batch) */
 };

@@ -66,6 +66,20 @@
 #       Then A commits 20 more new ids and e-1 again: the record was dropped for
 #       that bucket, so every id is looked up (lookups_skipped unchanged) and e-1
 #       is a duplicate.
+#   (f) A bucket made before the relay started is read into its id record
+#       (--dedup-record-seed), while the relay's own writes split the hashes
+#       not read yet: relay A (native, --dedup-record-seed 1: one hash per
+#       group) writes 40 ids f-1..f-40 (K = 2) and is stopped. Started again,
+#       it writes 100 new ids in one transaction (K grows to 6: both hashes
+#       split, their ids moved to hashes the read never reaches) while it reads
+#       hash 0 (committed before the start, held together with --linger), then 1
+#       new id while it reads hash 1, then all 141 ids again with
+#       10 new ones. Each id is in the stream once; the second run dropped the
+#       141 as duplicates, read the bucket's ids into its record
+#       (record_ids_read), and then left lookups out (lookups_skipped). A
+#       record that leaves out the ids its own split moved says "not there" of
+#       some of f-1..f-40, and they are published twice. Part 2 of (a) reads
+#       the buckets of part 1 into the record after the kill the same way.
 # Nothing depends on the machine's speed: the waits are for conditions,
 # bounded generously.
 . "$(dirname "$0")/lib.sh"
@@ -369,7 +383,10 @@ case_a() {
 		assert_eq "$(final_sum "$R_LOGS" $x)" "$(final_sum "$N_LOGS" $x)" "(a) $x: the same with and without --dedup-record 0"
 	done
 	assert_ge "$skipped" 100 "(a) native: part 1's lookups left out by the id record (before the kill)"
-	assert_eq 0 "$(final_sum "$N_LOGS" lookups_skipped)" "(a) native after the kill: the buckets were made before it, so nothing left out"
+	# After the kill the buckets of part 1 are read into the record, then lookups are left out.
+	assert_ge "$(final_sum "$N_LOGS" record_ids_read)" 1000 "(a) native after the kill: part 1's ids read into the record"
+	assert_ge "$(final_sum "$N_LOGS" lookups_skipped)" 1 "(a) native after the kill: lookups left out once the bucket was read"
+	assert_eq 0 "$(final_sum "$R_LOGS" record_ids_read)" "(a) --dedup-record 0: nothing read into a record"
 	assert_eq 0 "$(final_sum "$R_LOGS" lookups_skipped)" "(a) --dedup-record 0: no lookup left out"
 	# Part 2 was committed before the drains began: each relay caught up, its batches waiting
 	# for more events.
@@ -534,10 +551,52 @@ case_e() {
 	assert_eq "$n0" "$n1" "(e) the write after the other writer's ids looked everything up"
 }
 
+# ---------------------------------------------------------------------------
+# (f) a bucket made before the start, read into the record while it splits
+# ---------------------------------------------------------------------------
+case_f() {
+	local l1 l2 port
+	redis_start
+	slot_create f_a
+	relay_start --slot f_a --publish native --dedup-record-seed 1 "${OPTS[@]}"
+	l1=$RELAY_LOG
+	psql_q "INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload)
+	        SELECT 'f-' || g, 'fr', g::text, 'first', '{}' FROM generate_series(1, 40) g"
+	wait_confirmed f_a "$(current_lsn)" 120 || fail "(f) the first 40 rows not confirmed"
+	relay_stop
+	assert_eq 40 "$(xlen outbox:fr)" "(f) first run: 40 ids"
+	assert_eq 0 "$(final_sum "$l1" record_ids_read)" "(f) first run: the bucket is its own, nothing read"
+	assert_eq 2 "$(redis_cli HGETALL 'outbox-relay:dd:{outbox:fr}' |
+		awk '/^[0-9]+:[0-9]+$/ { getline v; split(v, a, " "); print a[1] }')" \
+		"(f) the bucket has two hashes (K) before the restart"
+	# Committed before the start and held together (--linger): one group, whose
+	# write grows K while its read 2 reads hash 0.
+	psql_q "INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload)
+	        SELECT 'f-' || g, 'fr', g::text, 'grow', '{}' FROM generate_series(41, 140) g"
+	relay_start --slot f_a --publish native --dedup-record-seed 1 --linger 300ms --http-addr 127.0.0.1:0 "${OPTS[@]}"
+	l2=$RELAY_LOG
+	port=$(metrics_port "$l2")
+	wait_confirmed f_a "$(current_lsn)" 120 || fail "(f) the 100 rows not confirmed"
+	assert_ge "$(metric_value "$port" outbox_relay_redis_dedup_record_ids_read_total)" 1 "(f) hash 0 read into the record"
+	psql_q "INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload) VALUES ('f-141', 'fr', '141', 'one', '{}')"
+	wait_confirmed f_a "$(current_lsn)" 120 || fail "(f) f-141 not confirmed"
+	psql_q "INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload)
+	        SELECT 'f-' || g, 'fr', g::text, 'again', '{}' FROM generate_series(1, 151) g"
+	wait_confirmed f_a "$(current_lsn)" 120 || fail "(f) the last transaction not confirmed"
+	relay_stop
+	seq 1 151 | sed 's/^/f-/' | sort >"$T/f.exp"
+	rx ids outbox:fr >"$T/f.got"
+	ids_exactly_once "$T/f.exp" "$T/f.got" "(f) each id once"
+	assert_eq 141 "$(final_sum "$l2" duplicates)" "(f) the second run dropped the 141 ids written before as duplicates"
+	assert_ge "$(final_sum "$l2" record_ids_read)" 20 "(f) the second run read the bucket's ids into its record"
+	assert_ge "$(final_sum "$l2" lookups_skipped)" 1 "(f) lookups left out once the bucket was read"
+}
+
 run_case a case_a
 run_case b case_b
 run_case c case_c
 run_case d case_d
 run_case e case_e
+run_case f case_f
 [ "${#CASES_FAILED[@]}" = 0 ] || fail "cases failed: ${CASES_FAILED[*]} (passed: ${CASES_OK[*]:-none})"
 pass

@@ -2,7 +2,9 @@
  * test_dedup_record.c - unit tests for lib/dedup_record.c: the native path's
  * record of its own dedup ids. A set never says "no" of an id it holds, says
  * "perhaps" of few it does not, is used only at the count it was sealed at,
- * begins only with its bucket, and gives way to the budget.
+ * begins only with its bucket, and gives way to the budget. A bucket made by
+ * someone else is read into a set a few hashes at a time (seeding), used once
+ * every hash is read, and not read on once its count moved under it.
  */
 #include "dedup_record.h"
 
@@ -152,6 +154,115 @@ TEST(streams_least_recently_used_go)
 	CHECK(bud.used == 0);
 }
 
+/* Read hashes [from, to) of a bucket with K k and count c: ids pre-j-0..per-1 of each hash j. */
+static struct drec_set *seed_chunk(struct drec *r, const char *s, const char *name, int64_t start,
+                                   uint32_t k, uint32_t c, uint32_t from, uint32_t to, unsigned per)
+{
+	struct drec_set *set = drec_seed(r, s, strlen(s), name, start, k, c, from);
+	char pre[32];
+
+	for (uint32_t j = from; set && j < to; j++) {
+		snprintf(pre, sizeof(pre), "h%u", j);
+		for (unsigned i = 0; i < per; i++)
+			drec_add(r, set, id_hash(pre, i));
+	}
+	drec_seed_done(set, to);
+	return set;
+}
+
+TEST(seed_reads_every_hash_then_is_used)
+{
+	struct drec_budget bud = {64u << 20, 0};
+	struct drec *r = drec_new(&bud);
+	uint32_t from = 99, to = 99;
+	const struct drec_set *got;
+	struct drec_set *set;
+	char pre[32];
+
+	/* Bucket 7200:9 of someone else: 10 hashes, 240 ids; 4 hashes a group. */
+	CHECK(drec_seed_range(r, "outbox:a", 8, "7200:9", 64800, 10, 240, 4, &from, &to));
+	CHECK(from == 0 && to == 4);
+	CHECK(seed_chunk(r, "outbox:a", "7200:9", 64800, 10, 240, 0, 4, 24) != NULL);
+	CHECK(drec_get(r, "outbox:a", 8, "7200:9", 240) == NULL); /* not all read yet */
+	/* This connection writes 5 ids meanwhile (the write's set is the seed's). */
+	set = drec_open(r, "outbox:a", 8, "7200:9", 64800, false, 240);
+	CHECK(set != NULL && drec_seeding(set));
+	for (unsigned i = 0; i < 5; i++)
+		drec_add(r, set, id_hash("own", i));
+	drec_seal(set, 245);
+	CHECK(!drec_seed_range(r, "outbox:a", 8, "7200:9", 64800, 10, 240, 4, &from, &to));
+	CHECK(drec_seed_range(r, "outbox:a", 8, "7200:9", 64800, 10, 245, 4, &from, &to));
+	CHECK(from == 4 && to == 8);
+	CHECK(seed_chunk(r, "outbox:a", "7200:9", 64800, 10, 245, 4, 8, 24) != NULL);
+	CHECK(drec_seed_range(r, "outbox:a", 8, "7200:9", 64800, 10, 245, 4, &from, &to));
+	CHECK(from == 8 && to == 10); /* up to the K of the first read */
+	CHECK(seed_chunk(r, "outbox:a", "7200:9", 64800, 12, 245, 8, 10, 24) != NULL);
+	got = drec_get(r, "outbox:a", 8, "7200:9", 245);
+	CHECK(got != NULL);
+	CHECK(!drec_seed_range(r, "outbox:a", 8, "7200:9", 64800, 10, 245, 4, &from, &to));
+	for (uint32_t j = 0; got && j < 10; j++) {
+		snprintf(pre, sizeof(pre), "h%u", j);
+		for (unsigned i = 0; i < 24; i++)
+			CHECK(drec_may_hold(got, id_hash(pre, i)));
+	}
+	for (unsigned i = 0; got && i < 5; i++)
+		CHECK(drec_may_hold(got, id_hash("own", i)));
+	drec_free(r);
+	CHECK(bud.used == 0);
+}
+
+TEST(seed_stops_when_someone_else_writes)
+{
+	struct drec_budget bud = {64u << 20, 0};
+	struct drec *r = drec_new(&bud);
+	uint32_t from, to;
+
+	CHECK(seed_chunk(r, "outbox:a", "7200:9", 64800, 10, 240, 0, 4, 24) != NULL);
+	/* Another writer took the count to 241: no more reads, and the set is dropped. */
+	CHECK(!drec_seed_range(r, "outbox:a", 8, "7200:9", 64800, 10, 241, 4, &from, &to));
+	CHECK(seed_chunk(r, "outbox:a", "7200:9", 64800, 10, 241, 4, 8, 24) == NULL);
+	CHECK(drec_get(r, "outbox:a", 8, "7200:9", 241) == NULL);
+	/* Dropped: it is not read again while the bucket lasts. */
+	CHECK(!drec_seed_range(r, "outbox:a", 8, "7200:9", 64800, 10, 241, 4, &from, &to));
+	CHECK(drec_seed(r, "outbox:a", 8, "7200:9", 64800, 10, 241, 0) == NULL);
+	/* A write of this connection from a count the seed did not reach drops it too. */
+	CHECK(seed_chunk(r, "outbox:a", "7300:9", 65700, 2, 30, 0, 1, 15) != NULL);
+	CHECK(drec_open(r, "outbox:a", 8, "7300:9", 65700, false, 31) == NULL);
+	CHECK(!drec_seed_range(r, "outbox:a", 8, "7300:9", 65700, 2, 31, 4, &from, &to));
+	/* A chunk read out of turn (not where the seed is) drops it. */
+	CHECK(seed_chunk(r, "outbox:b", "7200:9", 64800, 10, 240, 0, 4, 24) != NULL);
+	CHECK(seed_chunk(r, "outbox:b", "7200:9", 64800, 10, 240, 6, 8, 24) == NULL);
+	CHECK(drec_get(r, "outbox:b", 8, "7200:9", 240) == NULL);
+	drec_free(r);
+	CHECK(bud.used == 0);
+}
+
+TEST(seed_keeps_the_newer_buckets)
+{
+	struct drec_budget bud = {64u << 20, 0};
+	struct drec *r = drec_new(&bud);
+	uint32_t from, to;
+
+	/* This connection made 7200:10 and 7200:9 is read: both are kept. */
+	CHECK(fill(r, "outbox:a", "7200:10", 72000, "new", 30) != NULL);
+	CHECK(drec_seed_range(r, "outbox:a", 8, "7200:9", 64800, 1, 20, 4, &from, &to));
+	CHECK(seed_chunk(r, "outbox:a", "7200:9", 64800, 1, 20, 0, 1, 20) != NULL);
+	CHECK(drec_get(r, "outbox:a", 8, "7200:9", 20) != NULL);
+	CHECK(drec_get(r, "outbox:a", 8, "7200:10", 30) != NULL);
+	/* An older bucket than both: no room, nothing read. */
+	CHECK(!drec_seed_range(r, "outbox:a", 8, "7200:8", 57600, 1, 20, 4, &from, &to));
+	CHECK(seed_chunk(r, "outbox:a", "7200:8", 57600, 1, 20, 0, 1, 20) == NULL);
+	CHECK(drec_get(r, "outbox:a", 8, "7200:10", 30) != NULL);
+	CHECK(drec_get(r, "outbox:a", 8, "7200:9", 20) != NULL);
+	/* No budget for the ids a bucket holds: not read. */
+	bud.limit = bud.used + 1000;
+	CHECK(!drec_seed_range(r, "outbox:c", 8, "7200:9", 64800, 500, 12000, 4, &from, &to));
+	/* Nothing read when seeding is off (chunk 0). */
+	CHECK(!drec_seed_range(r, "outbox:d", 8, "7200:9", 64800, 1, 1, 0, &from, &to));
+	drec_free(r);
+	CHECK(bud.used == 0);
+}
+
 int main(void)
 {
 	RUN(no_false_no);
@@ -159,5 +270,8 @@ int main(void)
 	RUN(two_newest_buckets);
 	RUN(budget);
 	RUN(streams_least_recently_used_go);
+	RUN(seed_reads_every_hash_then_is_used);
+	RUN(seed_stops_when_someone_else_writes);
+	RUN(seed_keeps_the_newer_buckets);
 	return test_done();
 }
