@@ -28,7 +28,9 @@
 # holds it and leaves lookups out, and a later bucket's lookups also go to the
 # one before it. Each relay serves /metrics, read before it is SIGKILLed, so
 # the lookups left out by all relays are counted (lookups_skipped in the
-# summary; at least one when the relay runs --publish native).
+# summary; at least one when the relay runs --publish native), and so are the
+# ids a relay started (or reconnected) over a live bucket read into its record
+# (record_ids_read: --dedup-record-seed, reported).
 # Then the relay drains and:
 #   - `outbox-relay verify` (the production checker) over all rows, and again
 #     over a --since/--until slice: every committed row exactly once, every
@@ -39,7 +41,7 @@
 #     aggregate's events in the order the application committed them, the
 #     committed logical messages once each with their fields.
 # The last line before PASS/FAIL is the summary tests/soak.sh prints:
-#   integrity: seed=S seconds=N rows=R faults: relay_kill9=a ... lookups_skipped=K lost=L duplicated=D corrupted=C reordered=O
+#   integrity: seed=S seconds=N rows=R faults: relay_kill9=a ... lookups_skipped=K record_ids_read=I lost=L duplicated=D corrupted=C reordered=O
 # Nothing here depends on the machine's speed: every wait is for a condition,
 # bounded generously, and nothing asserts on time.
 . "$(dirname "$0")/lib.sh"
@@ -97,12 +99,15 @@ gen_running() { pid_alive "$GEN_PID" && [ ! -e "$T/oracle/gen.done" ]; }
 entries_now() { xlen_sum outbox:order outbox:user outbox:payment outbox:inventory 2>/dev/null || echo 0; }
 # relay_up: the background relay runs (started again if a fault ended it)
 relay_up() { relay_alive || relay_start "${RELAY_OPTS[@]}"; }
-# kill9: SIGKILL the background relay, its lookups left out (/metrics) counted first
+# kill9: SIGKILL the background relay, its lookups left out and ids read into
+# its record (/metrics) counted first
 kill9() {
-	local port n
+	local port n r
 	port=$(metrics_port "$RELAY_LOG")
 	n=$([ -z "$port" ] || metric_value "$port" outbox_relay_redis_dedup_lookups_skipped_total 2>/dev/null || true)
+	r=$([ -z "$port" ] || metric_value "$port" outbox_relay_redis_dedup_record_ids_read_total 2>/dev/null || true)
 	SKIPPED_KILLED=$((${SKIPPED_KILLED:-0} + ${n:-0}))
+	READ_KILLED=$((${READ_KILLED:-0} + ${r:-0}))
 	relay_kill9
 }
 # progress: wait (bounded, never failing) until the relay published something new
@@ -288,6 +293,7 @@ done
 # the id record's lookups left out: SIGKILLed relays (read before the kill), and every final line
 SKIPPED=$((${SKIPPED_KILLED:-0} + $(final_sum <(cat "$T"/relay.*.log) lookups_skipped)))
 faults="$faults lookups_skipped=$SKIPPED"
+faults="$faults record_ids_read=$((${READ_KILLED:-0} + $(final_sum <(cat "$T"/relay.*.log) record_ids_read)))"
 echo "integrity: seed=$SEED seconds=$SECONDS_RUN rows=$ROWS messages=$(okv messages) rolled_back=$(okv rolled_back) faults:$faults lost=$LOST duplicated=$DUP corrupted=$CORR reordered=$REORD (republished: $(okv reordered_republished)) messages_lost_in_slot_gaps=$(okv messages_lost_in_slot_gaps)"
 
 assert_eq "0 0 0 0" "$LOST $DUP $CORR $REORD" "lost, duplicated, corrupted, reordered"
