@@ -128,7 +128,9 @@ check_path() {
 	else
 		assert_eq 0 "$nb" "relay --publish function: native_batches=0"
 	fi
-	log "relay: native_batches=$nb function_batches=$fb watch_retries=$(final_field "$RELAY_LOG" watch_retries)"
+	log "relay: native_batches=$nb function_batches=$fb watch_retries=$(final_field "$RELAY_LOG" watch_retries)" \
+		"native_groups=$(final_field "$RELAY_LOG" native_groups) lookups_skipped=$(final_field "$RELAY_LOG" lookups_skipped)" \
+		"record_ids_read=$(final_field "$RELAY_LOG" record_ids_read)"
 }
 
 PREFILL=${PREFILL:-0}
