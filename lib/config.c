@@ -355,7 +355,7 @@ static const struct opt_def option_table[] = {
         "itself wrote into each stream's live dedup buckets, and leave out the lookups of ids "
         "a bucket cannot hold while nobody else has added to it; a bucket whose filters would "
         "pass this budget (all connections together) is looked up in full; 0 looks every id up"),
-    NUM("dedup-record-seed", OPT_INT, 0, RP, dedup_record_seed, "256", 0, 65536, "N",
+    NUM("dedup-record-seed", OPT_INT, 0, RP, dedup_record_seed, "1024", 0, 65536, "N",
         "with --dedup-record, read a live bucket the relay did not make itself (after a start "
         "or a reconnect) into its record, N of the bucket's hashes (about 24 ids each) per "
         "group that looks ids up, so that its lookups are left out once it is read instead of "

@@ -67,3 +67,22 @@ bench_streaming() {
 	RELAY_BIN=$bin relay_start --slot "$2" "${@:3}"
 	wait_for "slot_active $2" 30 || fail "relay ($1, slot $2) does not stream"
 }
+
+# bench_final_field LOG FIELD: FIELD=N of the relay's final line ("stopped (...): ...").
+bench_final_field() {
+	grep -o "stopped (.*" "$1" | tail -n 1 | grep -o " $2=[0-9]*" | cut -d= -f2
+}
+
+# bench_cg_total NAME: the instructions of the redis-server at $REDIS_PID
+# (running under valgrind --tool=callgrind --callgrind-out-file=$T/cg.%p)
+# since its counts were last zeroed; the dump is kept as $T/cg-NAME.out.
+bench_cg_total() {
+	local f
+	rm -f "$T/cg.$REDIS_PID".*
+	callgrind_control -d "$1" "$REDIS_PID" >/dev/null
+	wait_for "ls '$T/cg.$REDIS_PID'.* >/dev/null 2>&1" 60 || fail "callgrind wrote no dump"
+	f=$(ls "$T/cg.$REDIS_PID".* | head -n 1)
+	wait_for "grep -q '^totals:' '$f'" 120 || fail "callgrind dump $f incomplete"
+	cp "$f" "$T/cg-$1.out"
+	sed -n 's/^totals: *\([0-9]*\).*/\1/p' "$f"
+}

@@ -112,10 +112,7 @@ dump() {
 	wait_for "grep -q '^totals:' '$f'" 120 || fail "callgrind dump $f incomplete"
 	cp "$f" "$T/cg-$1.out"
 }
-# final_field LOG FIELD: FIELD=N of the relay's final line ("stopped (...): ...").
-final_field() {
-	grep -o "stopped (.*" "$1" | tail -n 1 | grep -o " $2=[0-9]*" | cut -d= -f2
-}
+final_field() { bench_final_field "$@"; }
 # check_path: the relay's final line shows the batches went the way PUBLISH asks.
 check_path() {
 	local nb fb

@@ -78,15 +78,7 @@ fresh_redis() {
 	redis_start "${AOF_ARGS[@]}"
 }
 # total NAME: redis-server's instructions since the last zeroing.
-total() {
-	local f
-	rm -f "$T/cg.$REDIS_PID".*
-	callgrind_control -d "$1" "$REDIS_PID" >/dev/null
-	wait_for "ls '$T/cg.$REDIS_PID'.* >/dev/null 2>&1" 60 || fail "callgrind wrote no dump"
-	f=$(ls "$T/cg.$REDIS_PID".* | head -n 1)
-	wait_for "grep -q '^totals:' '$f'" 120 || fail "callgrind dump $f incomplete"
-	sed -n 's/^totals: *\([0-9]*\).*/\1/p' "$f"
-}
+total() { bench_cg_total "$@"; }
 # dedup_ids: the ids in every dedup shard of the candidates' layouts (a
 # hash: its fields; the strings design's shard ":s:<j>": its length ÷ 21,
 # redis_designs.py's REC).
@@ -99,10 +91,7 @@ dedup_ids() {
 	} | awk '{ n += $1 } END { print n + 0 }'
 }
 
-# final_field LOG FIELD: FIELD=N of the relay's final line ("stopped (...): ...").
-final_field() {
-	grep -o "stopped (.*" "$1" | tail -n 1 | grep -o " $2=[0-9]*" | cut -d= -f2
-}
+final_field() { bench_final_field "$@"; }
 
 # Both relays' slots before the backlog: they drain the identical WAL.
 slot_create b_cg

@@ -1,0 +1,125 @@
+#!/bin/bash
+# record_seed.sh - what reading a live dedup bucket into the id record
+# (--dedup-record-seed) costs Redis and saves it, for a relay that starts
+# over a window it did not write itself (a restart, a deploy, a reconnect).
+#
+#   tests/bench/record_seed.sh [EVENTS]      (default 40000)
+#
+# One Redis state is made once: PREFILL (default 100000) outbox rows drained
+# by a relay (--publish native) into an empty redis-server, saved as an RDB.
+# Then, for each N of SEEDS (default "0 1024 4096"), a redis-server loads a
+# copy of that RDB and a new relay, with --dedup-record-seed N, drains the
+# same EVENTS rows that follow (random UUID ids, 1000 per transaction, one
+# stream, --dedup-window 1h, no persistence) from a slot of its own, all
+# made at the same position before the rows were written. Every run starts
+# from the same window, the same buckets and the same K, so what differs is
+# only what the relay reads and leaves out.
+#
+# Per run: the relay's lookups_skipped and record_ids_read (its final line);
+# Redis's HMGET and HKEYS calls per event and their µs (INFO commandstats);
+# with CG=1 (the default) Redis's instructions per event for the whole
+# process under callgrind (repeatable whatever else the machine runs); and
+# Redis's CPU µs per event (INFO used_cpu_*, noisy on a busy machine).
+# Environment: NEW_BIN (the relay; default this tree's release build in
+# build-bench/), PREFILL, SEEDS, CG (0: no valgrind), OUT (keep the table).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+EVENTS=${1:-40000}
+PREFILL=${PREFILL:-100000}
+SEEDS=${SEEDS:-0 1024 4096}
+CG_RUN=${CG:-1}
+for v in "$EVENTS" "$PREFILL" $SEEDS; do
+	case $v in '' | *[!0-9]*) echo "record_seed: EVENTS, PREFILL and SEEDS are numbers, not '$v'" >&2; exit 2 ;; esac
+done
+[ "$CG_RUN" = 0 ] || command -v valgrind >/dev/null ||
+	{ echo "record_seed: needs valgrind (apt-get install valgrind), or CG=0" >&2; exit 2; }
+
+. "$ROOT/tests/bench/lib.sh"
+[ -n "${NEW_BIN:-}" ] || NEW_BIN=$(bench_relay_bin)
+export TESTS_DIR=$ROOT/tests RELAY_LOG_LEVEL=info RELAY_TIMEOUT=1800 RELAY_BIN=$NEW_BIN
+. "$ROOT/tests/integration/lib.sh"
+setup_tmp
+pg_start
+load_schema
+
+# redis-server under callgrind (CG=1: in the foreground of a background job,
+# which callgrind_control reaches; its pidfile still names it) or plain.
+CG=0
+redis_server() {
+	if [ "$CG" = 1 ]; then
+		valgrind --tool=callgrind --callgrind-out-file="$T/cg.%p" redis-server "$@" --daemonize no \
+			>>"$T/valgrind.log" 2>&1 &
+	else
+		redis-server "$@"
+	fi
+}
+# cmdstat NAME FIELD: calls or usec of command NAME in $T/cmdstats (0 if it never ran).
+cmdstat() {
+	local v
+	v=$(tr -d '\r' <"$T/cmdstats" | sed -n "s/^cmdstat_$1:/,/p" | sed -n "s/.*,$2=\([0-9]*\).*/\1/p")
+	echo "${v:-0}"
+}
+
+slot_create pre
+bench_outbox_rows "$PREFILL"
+pre_end=$(current_lsn)
+for n in $SEEDS; do slot_create "m_$n"; done
+bench_outbox_rows "$EVENTS"
+end=$(current_lsn)
+TOTAL=$((PREFILL + EVENTS))
+log "prefill: $PREFILL rows to $pre_end; then $EVENTS rows to $end"
+
+# The window, once: drained, saved, kept.
+redis_start
+relay_run_until "$pre_end" --slot pre --dedup-window 1h --publish native --max-inflight-events 256 ||
+	fail "relay (prefill) exit $RELAY_RC"
+PRE_N=$(xlen outbox:bench)
+assert_ge "$PRE_N" "$PREFILL" "prefill: every row published"
+assert_eq OK "$(redis_cli SAVE)" "prefill: saved"
+cp "$T/redis/dump.rdb" "$T/prefill.rdb"
+redis_stop
+MEASURED=$((TOTAL - PRE_N))
+[ "$MEASURED" -ge $((EVENTS / 2)) ] || fail "the prefill's relay published $((PRE_N - PREFILL)) of the $EVENTS rows to measure"
+
+printf '%s\n' "relay --dedup-record-seed N over a window of $PRE_N ids it did not write, then $MEASURED new events ($(redis-server --version | grep -o 'v=[0-9.]*'))" \
+	"" \
+	"| N | ids read into the record | lookups left out | HMGET calls/event | HKEYS calls/event | HMGET + HKEYS µs/event | Redis instructions/event | Redis CPU µs/event | groups |" \
+	"|---:|---:|---:|---:|---:|---:|---:|---:|---:|" >"$T/table.md"
+for n in $SEEDS; do
+	CG=$CG_RUN
+	rm -rf "$T/redis"
+	mkdir -p "$T/redis"
+	cp "$T/prefill.rdb" "$T/redis/dump.rdb"
+	redis_start
+	assert_eq "$PRE_N" "$(xlen outbox:bench)" "N=$n: the saved window loaded"
+	redis_cli CONFIG RESETSTAT >/dev/null
+	[ "$CG" = 0 ] || callgrind_control -z "$REDIS_PID" >/dev/null
+	c0=$(bench_redis_cpu_s)
+	OUTBOX_RELAY_DEDUP_RECORD_SEED=$n relay_run_until "$end" --slot "m_$n" --dedup-window 1h --publish native ||
+		fail "relay (N=$n) exit $RELAY_RC"
+	c1=$(bench_redis_cpu_s)
+	redis_cli INFO commandstats >"$T/cmdstats"
+	ir=-
+	[ "$CG" = 0 ] || ir=$(bench_cg_total "seed$n")
+	assert_eq "$TOTAL" "$(xlen outbox:bench)" "N=$n: every row once"
+	read_ids=$(bench_final_field "$RELAY_LOG" record_ids_read)
+	skipped=$(bench_final_field "$RELAY_LOG" lookups_skipped)
+	[ "$n" != 0 ] || assert_eq 0 "$read_ids" "N=0: nothing read into the record"
+	[ "$n" = 0 ] || assert_ge "$read_ids" 1 "N=$n: ids of the window read into the record"
+	python3 - "$n" "$read_ids" "$skipped" "$MEASURED" "$(cmdstat hmget calls)" "$(cmdstat hkeys calls)" \
+		"$(cmdstat hmget usec)" "$(cmdstat hkeys usec)" "$ir" "$c0" "$c1" "$(bench_final_field "$RELAY_LOG" native_groups)" \
+		>>"$T/table.md" <<-'PY'
+			import sys
+			n, rd, sk, ev, hm, hk, hmu, hku, ir, c0, c1, gr = sys.argv[1:]
+			ev = int(ev)
+			irs = "-" if ir == "-" else "{:,}".format(round(int(ir) / ev))
+			print("| %s | {:,} | {:,} | %.3f | %.3f | %.2f | %s | %.2f | %s |".format(int(rd), int(sk))
+			      % (n, int(hm) / ev, int(hk) / ev, (int(hmu) + int(hku)) / ev, irs,
+			         (float(c1) - float(c0)) * 1e6 / ev, gr))
+		PY
+	log "N=$n: $(tail -n 1 "$T/table.md")"
+	redis_stop
+done
+cat "$T/table.md"
+[ -z "${OUT:-}" ] || { mkdir -p "$OUT" && cp "$T/table.md" "$OUT/"; }
+pass
