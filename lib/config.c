@@ -357,9 +357,9 @@ static const struct opt_def option_table[] = {
         "pass this budget (all connections together) is looked up in full; 0 looks every id up"),
     NUM("dedup-record-seed", OPT_INT, 0, RP, dedup_record_seed, "1024", 0, 65536, "N",
         "with --dedup-record, read a live bucket the relay did not make itself (after a start "
-        "or a reconnect) into its record, N of the bucket's hashes (about 24 ids each) per "
-        "group that looks ids up, so that its lookups are left out once it is read instead of "
-        "only for buckets begun after the start; 0 reads none"),
+        "or a reconnect) into its record, at most N hashes (about 24 ids each) per group that "
+        "looks ids up, whatever its streams, so that its lookups are left out once it is read "
+        "instead of only for buckets begun after the start; 0 reads none"),
     NUM("linger", OPT_DURATION, 0, RP, linger_ms, "0", 0, OPT_MS_SECOND, "DURATION",
         "hold a batch, and the batches of other streams queued meanwhile, this long from its "
         "first event before they go to Redis: at a steady rate Redis then reads, decides and "

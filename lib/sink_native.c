@@ -340,6 +340,7 @@ struct group {
 	size_t capres, capresp;
 	bool specs;         /* read 1's round carries a predicted read 2 */
 	bool predicting;    /* batch_read2 is making a prediction */
+	uint32_t seed_left; /* hashes read 2 may still read into the id record (seed_reads) */
 	struct buf spec;    /* read 1's round, kept to compare read 2 with */
 	struct want *swant; /* read 1's round's wants, kept likewise */
 	size_t capswant;
@@ -948,8 +949,9 @@ static uint32_t grown_k(const struct nbatch *t)
 
 /*
  * Read 2's reads of live buckets this connection did not make into its id
- * record (dedup_record.h, "Seeding"): the next --dedup-record-seed hashes of
- * each, HKEYS, kept in t->seed until the group's EXEC succeeded. A prediction
+ * record (dedup_record.h, "Seeding"): their next hashes, HKEYS, at most
+ * --dedup-record-seed in the group whatever its streams (g->seed_left), kept
+ * in t->seed until the group's EXEC succeeded. A prediction
  * reads none: the record moves on when the EXEC succeeds, so read 2 made
  * after read 1 answered could ask for other hashes than the prediction did;
  * a unit that would read some is not predicted (t->seed_held).
@@ -962,9 +964,10 @@ static bool seed_reads(struct sink_redis *s, struct group *g, struct nbatch *t, 
 		struct bucket *bk = &t->bk[bi];
 		uint32_t from, to;
 
-		if (bk->v1 ||
-		    !drec_seed_range(g->nt->rec, at(s, e, st), st.len, bk->name, bk->b * bk->sp, bk->k,
-		                     bk->c, (uint32_t)s->cf->dedup_record_seed, &from, &to))
+		uint32_t chunk = g->predicting ? (uint32_t)s->cf->dedup_record_seed : g->seed_left;
+
+		if (bk->v1 || !drec_seed_range(g->nt->rec, at(s, e, st), st.len, bk->name, bk->b * bk->sp,
+		                               bk->k, bk->c, chunk, &from, &to))
 			continue;
 		if (g->predicting) {
 			t->seed_held = true;
@@ -972,6 +975,7 @@ static bool seed_reads(struct sink_redis *s, struct group *g, struct nbatch *t, 
 		}
 		bk->seed_from = from;
 		bk->seed_to = to;
+		g->seed_left -= to - from;
 		for (uint32_t j = from; j < to; j++) {
 			resp_array(&g->cmd, 2);
 			resp_str(&g->cmd, "HKEYS");
@@ -1835,6 +1839,7 @@ static bool read1_done(struct sink_redis *s, struct node *n, struct group *g)
 		memcpy(g->swant, g->want, g->nwant * sizeof(*g->want));
 	}
 	round_start(g);
+	g->seed_left = (uint32_t)s->cf->dedup_record_seed;
 	for (size_t i = 0; i < g->nb; i++) {
 		struct nbatch *t = &g->b[i];
 		struct sq_ent *e = batch_ent(s, t);
