@@ -73,6 +73,19 @@ bench_final_field() {
 	grep -o "stopped (.*" "$1" | tail -n 1 | grep -o " $2=[0-9]*" | cut -d= -f2
 }
 
+# bench_redis_server ARGS...: redis-server under valgrind --tool=callgrind
+# when CG=1 (in the foreground of a background job, which callgrind_control
+# reaches; its pidfile still names it), else plain, as lib.sh starts it. A
+# script sets redis_server() { bench_redis_server "$@"; } after lib.sh.
+bench_redis_server() {
+	if [ "${CG:-0}" = 1 ]; then
+		valgrind --tool=callgrind --callgrind-out-file="$T/cg.%p" redis-server "$@" --daemonize no \
+			>>"$T/valgrind.log" 2>&1 &
+	else
+		redis-server "$@"
+	fi
+}
+
 # bench_cg_total NAME: the instructions of the redis-server at $REDIS_PID
 # (running under valgrind --tool=callgrind --callgrind-out-file=$T/cg.%p)
 # since its counts were last zeroed; the dump is kept as $T/cg-NAME.out.

@@ -42,17 +42,9 @@ setup_tmp
 pg_start
 load_schema
 
-# redis-server under callgrind (CG=1: in the foreground of a background job,
-# which callgrind_control reaches; its pidfile still names it) or plain.
+# redis-server under callgrind while CG=1 (the measured runs), else plain.
 CG=0
-redis_server() {
-	if [ "$CG" = 1 ]; then
-		valgrind --tool=callgrind --callgrind-out-file="$T/cg.%p" redis-server "$@" --daemonize no \
-			>>"$T/valgrind.log" 2>&1 &
-	else
-		redis-server "$@"
-	fi
-}
+redis_server() { bench_redis_server "$@"; }
 # cmdstat NAME FIELD: calls or usec of command NAME in $T/cmdstats (0 if it never ran).
 cmdstat() {
 	local v

@@ -87,14 +87,7 @@ load_schema
 # (a daemonized child is out of callgrind_control's reach; its pidfile still
 # names it), or plain (CG=0), as lib.sh starts it.
 CG=1
-redis_server() {
-	if [ "$CG" = 1 ]; then
-		valgrind --tool=callgrind --callgrind-out-file="$T/cg.%p" redis-server "$@" --daemonize no \
-			>>"$T/valgrind.log" 2>&1 &
-	else
-		redis-server "$@"
-	fi
-}
+redis_server() { bench_redis_server "$@"; }
 # fresh_redis: an empty redis-server (CG as set), no persistence.
 fresh_redis() {
 	redis_stop
@@ -102,16 +95,7 @@ fresh_redis() {
 	redis_start
 }
 # dump NAME: callgrind's counts since the last zeroing, to $T/cg-NAME.out.
-dump() {
-	local f
-	rm -f "$T/cg.$REDIS_PID".*
-	callgrind_control -d "$1" "$REDIS_PID" >/dev/null
-	wait_for "ls '$T/cg.$REDIS_PID'.* >/dev/null 2>&1" 60 || fail "callgrind wrote no dump"
-	f=$(ls "$T/cg.$REDIS_PID".* | head -n 1)
-	# the dump is complete once callgrind has written its totals line
-	wait_for "grep -q '^totals:' '$f'" 120 || fail "callgrind dump $f incomplete"
-	cp "$f" "$T/cg-$1.out"
-}
+dump() { bench_cg_total "$1" >/dev/null; }
 final_field() { bench_final_field "$@"; }
 # check_path: the relay's final line shows the batches went the way PUBLISH asks.
 check_path() {
