@@ -101,6 +101,12 @@ static void set_drop(struct drec *r, struct drec_set *set)
 	set->live = set->seeding = false;
 }
 
+/* Whether the set takes the ids of this connection's writes: complete, or being read. */
+static bool takes_ids(const struct drec_set *set)
+{
+	return set->live || set->seeding;
+}
+
 static void set_free(struct drec *r, struct drec_set *set)
 {
 	set_drop(r, set);
@@ -237,7 +243,7 @@ struct drec_set *drec_open(struct drec *r, const char *stream, size_t slen, cons
 		set = st ? set_find(st, name) : NULL;
 		if (!set)
 			return NULL;
-		if ((set->live || set->seeding) && set->c == c0)
+		if (takes_ids(set) && set->c == c0)
 			return set;
 		set_drop(r, set); /* another writer's ids came between: it cannot say "no" again */
 		return NULL;
@@ -264,7 +270,7 @@ void drec_add(struct drec *r, struct drec_set *set, uint64_t h)
 {
 	struct filt *f;
 
-	if (!set || !(set->live || set->seeding))
+	if (!set || !takes_ids(set))
 		return;
 	if (set->nf == 0 || set->f[set->nf - 1].n >= set->f[set->nf - 1].cap) {
 		uint64_t cap = set->nf ? (uint64_t)set->f[set->nf - 1].cap * 2 : DREC_FIRST;
@@ -298,7 +304,7 @@ void drec_add(struct drec *r, struct drec_set *set, uint64_t h)
 
 void drec_seal(struct drec_set *set, uint32_t c1)
 {
-	if (set && (set->live || set->seeding))
+	if (set && takes_ids(set))
 		set->c = c1;
 }
 
@@ -310,22 +316,19 @@ bool drec_seeding(const struct drec_set *set)
 /*
  * The set a seed of bucket `name` (starting at second `start`) would go into:
  * its own, or a free one, or the older of the two when it began before this
- * bucket. NULL: none (the stream has no slot: a new one is made when needed).
+ * bucket. NULL: none (both sets hold buckets at least as new).
  */
-static struct drec_set *seed_slot(struct drec_stream *st, const char *name, int64_t start,
-                                  bool *fits)
+static struct drec_set *seed_slot(struct drec_stream *st, const char *name, int64_t start)
 {
 	struct drec_set *set = set_find(st, name), *old;
 
-	*fits = true;
 	if (set)
 		return set;
 	for (int k = 0; k < 2; k++)
 		if (!st->set[k].name[0])
 			return &st->set[k];
 	old = st->set[0].start <= st->set[1].start ? &st->set[0] : &st->set[1];
-	*fits = old->start < start;
-	return *fits ? old : NULL;
+	return old->start < start ? old : NULL;
 }
 
 bool drec_seed_range(struct drec *r, const char *stream, size_t slen, const char *name,
@@ -333,18 +336,13 @@ bool drec_seed_range(struct drec *r, const char *stream, size_t slen, const char
                      uint32_t *to)
 {
 	struct drec_stream *st;
-	struct drec_set *set = NULL;
-	bool fits = true;
+	struct drec_set *set;
 	uint64_t end;
 
 	if (!r || chunk == 0 || k == 0 || strlen(name) >= sizeof(set->name))
 		return false;
 	st = stream_find(r, stream, slen);
-	if (st)
-		set = seed_slot(st, name, start, &fits);
-	if (!fits)
-		return false;
-	if (set && set->name[0] && strcmp(set->name, name) == 0) {
+	if (st && (set = set_find(st, name))) {
 		/* Recorded, dropped (not read again while it lasts), or someone else has written. */
 		if (!set->seeding || set->c != c)
 			return false;
@@ -353,7 +351,9 @@ bool drec_seed_range(struct drec *r, const char *stream, size_t slen, const char
 		*to = end < set->k0 ? (uint32_t)end : set->k0;
 		return *from < *to;
 	}
-	/* A new seed: only when the budget has room for about c ids. */
+	/* A new seed: only in a set it may take, and when the budget has room for about c ids. */
+	if (st && !seed_slot(st, name, start))
+		return false;
 	if (r->bud->used + (uint64_t)c * DREC_BITS / 8 + 4096 > r->bud->limit)
 		return false;
 	*from = 0;
@@ -366,7 +366,6 @@ struct drec_set *drec_seed(struct drec *r, const char *stream, size_t slen, cons
 {
 	struct drec_stream *st;
 	struct drec_set *set;
-	bool fits;
 
 	if (!r || r->bud->limit == 0 || strlen(name) >= sizeof(set->name))
 		return NULL;
@@ -380,7 +379,7 @@ struct drec_set *drec_seed(struct drec *r, const char *stream, size_t slen, cons
 		set_drop(r, set); /* another writer came between the reads: start no more */
 		return NULL;
 	}
-	if (!(st = stream_slot(r, stream, slen)) || !(set = seed_slot(st, name, start, &fits)))
+	if (!(st = stream_slot(r, stream, slen)) || !(set = seed_slot(st, name, start)))
 		return NULL;
 	if (set->name[0] && strcmp(set->name, name) == 0 && (set->live || !set->seeding))
 		return NULL; /* recorded meanwhile, or dropped: not read again */

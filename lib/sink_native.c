@@ -200,6 +200,7 @@ struct bucket {
 	uint32_t k, c, made;
 	bool old, v1;
 	uint32_t seed_from, seed_to; /* its hashes read 2 reads into the id record */
+	bool recorded;               /* read 2 uses its id record (nothing to read into it) */
 };
 
 /* An id of a splitting hash, as HGETALL gave it. */
@@ -966,8 +967,9 @@ static bool seed_reads(struct sink_redis *s, struct group *g, struct nbatch *t, 
 
 		uint32_t chunk = g->predicting ? (uint32_t)s->cf->dedup_record_seed : g->seed_left;
 
-		if (bk->v1 || !drec_seed_range(g->nt->rec, at(s, e, st), st.len, bk->name, bk->b * bk->sp,
-		                               bk->k, bk->c, chunk, &from, &to))
+		if (bk->v1 || bk->recorded ||
+		    !drec_seed_range(g->nt->rec, at(s, e, st), st.len, bk->name, bk->b * bk->sp, bk->k,
+		                     bk->c, chunk, &from, &to))
 			continue;
 		if (g->predicting) {
 			t->seed_held = true;
@@ -1023,7 +1025,7 @@ static bool batch_read2(struct sink_redis *s, struct group *g, struct nbatch *t,
 	for (size_t i = 0; i < t->nbk * t->nev; i++)
 		t->val[i] = -1;
 	for (size_t bi = 0; bi < t->nbk; bi++) {
-		const struct bucket *bk = &t->bk[bi];
+		struct bucket *bk = &t->bk[bi];
 		/*
 		 * A bucket whose every id this connection wrote (dedup_record.h): an id
 		 * its record cannot hold is not there, and its lookup would answer nil.
@@ -1031,6 +1033,8 @@ static bool batch_read2(struct sink_redis *s, struct group *g, struct nbatch *t,
 		const struct drec_set *rs = bk->v1 ? NULL
 		                                   : drec_get(g->nt->rec, at(s, e, t->arg[A_STREAM]),
 		                                              t->arg[A_STREAM].len, bk->name, bk->c);
+
+		bk->recorded = rs != NULL;
 
 		for (size_t i = 0; i < t->nev; i++) {
 			const char *f;

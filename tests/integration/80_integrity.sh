@@ -105,7 +105,7 @@ kill9() {
 	local port n r
 	port=$(metrics_port "$RELAY_LOG")
 	n=$([ -z "$port" ] || metric_value "$port" outbox_relay_redis_dedup_lookups_skipped_total 2>/dev/null || true)
-	r=$([ -z "$port" ] || metric_value "$port" outbox_relay_redis_dedup_record_ids_read_total 2>/dev/null || true)
+	r=$([ -z "$n" ] || metric_sample outbox_relay_redis_dedup_record_ids_read_total 2>/dev/null || true)
 	SKIPPED_KILLED=$((${SKIPPED_KILLED:-0} + ${n:-0}))
 	READ_KILLED=$((${READ_KILLED:-0} + ${r:-0}))
 	relay_kill9

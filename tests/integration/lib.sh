@@ -1496,7 +1496,12 @@ metrics_port() {
 # sample; empty when absent).
 metric_value() {
 	http_get "$1" /metrics >/dev/null
-	grep -E "^$2[{ ]" "$T/http.body" | awk '{ print $NF }' | head -n 1
+	metric_sample "$2"
+}
+
+# metric_sample NAME: the value of sample NAME in the last scrape metric_value made.
+metric_sample() {
+	grep -E "^$1[{ ]" "$T/http.body" | awk '{ print $NF }' | head -n 1
 }
 
 # ---------------------------------------------------------------------------
