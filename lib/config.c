@@ -358,7 +358,8 @@ static const struct opt_def option_table[] = {
     NUM("dedup-record-seed", OPT_INT, 0, RP, dedup_record_seed, "1024", 0, 65536, "N",
         "with --dedup-record, read a live bucket the relay did not make itself (after a start "
         "or a reconnect) into its record, at most N hashes (about 24 ids each) per group that "
-        "looks ids up, whatever its streams, so that its lookups are left out once it is read "
+        "looks ids up, whatever its streams, and one per event of the group (at least 16), so "
+        "that its lookups are left out once it is read "
         "instead of only for buckets begun after the start; 0 reads none"),
     NUM("linger", OPT_DURATION, 0, RP, linger_ms, "0", 0, OPT_MS_SECOND, "DURATION",
         "hold a batch, and the batches of other streams queued meanwhile, this long from its "

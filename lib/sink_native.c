@@ -130,6 +130,15 @@
 #define MAX_K 1048576      /* most hashes in a bucket (the function's cap) */
 #define NATIVE_MAX_TRIES 8 /* EXEC answered nil this often: the batch goes through the function */
 /*
+ * Hashes a group reads into the id record (seed_reads): one per event of the
+ * group, at least SEED_MIN, at most --dedup-record-seed. A hash of 24 ids
+ * costs Redis about what an event does, so the reads at most double a
+ * group's time: at a steady rate a start adds a fraction of a ms to the
+ * first groups' latency instead of tens of ms to one, and a backlog's large
+ * groups still read --dedup-record-seed each.
+ */
+#define SEED_MIN 16
+/*
  * A group's calls, at most (about 2,800 events of the bench's size). More ids
  * of one group then share a dedup hash, so Redis runs fewer HMGETs and HSETs
  * per id in a backlog; one EXEC of that size keeps Redis busy for some 30 ms.
@@ -951,12 +960,23 @@ static uint32_t grown_k(const struct nbatch *t)
 /*
  * Read 2's reads of live buckets this connection did not make into its id
  * record (dedup_record.h, "Seeding"): their next hashes, HKEYS, at most
- * --dedup-record-seed in the group whatever its streams (g->seed_left), kept
+ * seed_budget() in the group whatever its streams (g->seed_left), kept
  * in t->seed until the group's EXEC succeeded. A prediction
  * reads none: the record moves on when the EXEC succeeds, so read 2 made
  * after read 1 answered could ask for other hashes than the prediction did;
  * a unit that would read some is not predicted (t->seed_held).
  */
+static uint32_t seed_budget(const struct sink_redis *s, const struct group *g)
+{
+	uint64_t n = 0, max = (uint64_t)s->cf->dedup_record_seed;
+
+	for (size_t i = 0; i < g->nb; i++)
+		n += g->b[i].nev;
+	if (n < SEED_MIN)
+		n = SEED_MIN;
+	return (uint32_t)(n < max ? n : max);
+}
+
 static bool seed_reads(struct sink_redis *s, struct group *g, struct nbatch *t, struct sq_ent *e)
 {
 	struct span st = t->arg[A_STREAM];
@@ -1843,7 +1863,7 @@ static bool read1_done(struct sink_redis *s, struct node *n, struct group *g)
 		memcpy(g->swant, g->want, g->nwant * sizeof(*g->want));
 	}
 	round_start(g);
-	g->seed_left = (uint32_t)s->cf->dedup_record_seed;
+	g->seed_left = seed_budget(s, g);
 	for (size_t i = 0; i < g->nb; i++) {
 		struct nbatch *t = &g->b[i];
 		struct sq_ent *e = batch_ent(s, t);

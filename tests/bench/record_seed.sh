@@ -22,15 +22,27 @@
 # Redis's CPU µs per event (INFO used_cpu_*, noisy on a busy machine).
 # Environment: NEW_BIN (the relay; default this tree's release build in
 # build-bench/), PREFILL, SEEDS, CG (0: no valgrind), OUT (keep the table).
+#
+# LAT_RATE=R (with LAT_SECS, default 10): instead of the drain, a steady rate
+# right after the start. For each N a relay (--dedup-record-seed N) starts on
+# its own slot over a copy of the window, caught up, and pgbench commits R
+# one-row transactions a second into the same stream for LAT_SECS seconds.
+# Per run: commit → XADD (the entry id's time) p50 / p99 / p99.9 / max ms
+# over all of them and over those committed in the first second, and the
+# relay's ids read and lookups left out. What reading the window costs the
+# first groups after a start shows here as their latency.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 EVENTS=${1:-40000}
 PREFILL=${PREFILL:-100000}
 SEEDS=${SEEDS:-0 1024 4096}
-CG_RUN=${CG:-1}
-for v in "$EVENTS" "$PREFILL" $SEEDS; do
-	case $v in '' | *[!0-9]*) echo "record_seed: EVENTS, PREFILL and SEEDS are numbers, not '$v'" >&2; exit 2 ;; esac
+LAT_RATE=${LAT_RATE:-}
+LAT_SECS=${LAT_SECS:-10}
+for v in "$EVENTS" "$PREFILL" $SEEDS $LAT_RATE "$LAT_SECS"; do
+	case $v in '' | *[!0-9]*) echo "record_seed: EVENTS, PREFILL, SEEDS, LAT_RATE and LAT_SECS are numbers, not '$v'" >&2; exit 2 ;; esac
 done
+CG_RUN=${CG:-1}
+[ -z "$LAT_RATE" ] || CG_RUN=0
 [ "$CG_RUN" = 0 ] || command -v valgrind >/dev/null ||
 	{ echo "record_seed: needs valgrind (apt-get install valgrind), or CG=0" >&2; exit 2; }
 
@@ -52,11 +64,88 @@ cmdstat() {
 	echo "${v:-0}"
 }
 
+# seed_latency: the LAT_RATE runs (see the header), one per N of SEEDS.
+seed_latency() {
+	local n rows last
+	cat >"$T/lat.sql" <<-'EOF'
+		INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('bench', :client_id, 'lat', '{"n": 1}');
+	EOF
+	printf '%s\n' "relay --dedup-record-seed N started over a window of $PRE_N ids it did not write, then $LAT_RATE one-row transactions/s for $LAT_SECS s ($(redis-server --version | grep -o 'v=[0-9.]*'))" \
+		"" \
+		"| N | events | ids read into the record | lookups left out | commit → XADD ms: p50 / p99 / p99.9 / max | the first second's: events, p99 / max | groups |" \
+		"|---:|---:|---:|---:|---|---|---:|" >"$T/table.md"
+	for n in $SEEDS; do
+		rm -rf "$T/redis"
+		mkdir -p "$T/redis"
+		cp "$T/prefill.rdb" "$T/redis/dump.rdb"
+		redis_start
+		assert_eq "$PRE_N" "$(xlen outbox:bench)" "N=$n: the saved window loaded"
+		last=$(redis_cli XREVRANGE outbox:bench + - COUNT 1 | head -n 1)
+		slot_create "l_$n"
+		OUTBOX_RELAY_DEDUP_RECORD_SEED=$n relay_start --slot "l_$n" --dedup-window 1h --publish native
+		wait_for "slot_active l_$n" 30 || fail "N=$n: the relay did not start streaming"
+		"$PG_BINDIR/pgbench" -n -M prepared -f "$T/lat.sql" -R "$LAT_RATE" -T "$LAT_SECS" -c 4 -j 2 \
+			-h "$T" -p "$PGPORT" -U postgres postgres >"$T/pgbench.$n.log" 2>&1 ||
+			{ cat "$T/pgbench.$n.log" >&2; fail "N=$n: pgbench failed"; }
+		rows=$(psql_q "SELECT count(*) FROM outbox WHERE event_type = 'lat'")
+		wait_for "[ \$(xlen outbox:bench) -ge $((PRE_N + rows - ${LAT_DONE:-0})) ]" 60 ||
+			fail "N=$n: $(xlen outbox:bench) entries, $PRE_N + $((rows - ${LAT_DONE:-0})) expected"
+		relay_stop
+		assert_eq 0 "$RELAY_RC" "N=$n: the relay stopped cleanly"
+		assert_eq "$((PRE_N + rows - ${LAT_DONE:-0}))" "$(xlen outbox:bench)" "N=$n: every row once"
+		LAT_DONE=$rows
+		python3 - "$n" "$(final_sum "$RELAY_LOG" record_ids_read)" "$(final_sum "$RELAY_LOG" lookups_skipped)" \
+			"$(final_sum "$RELAY_LOG" native_groups)" "$REDIS_SOCK" "$last" >>"$T/table.md" <<-'PY'
+				import socket, sys
+				from datetime import datetime, timezone
+				n, rd, sk, gr, sock, start = sys.argv[1:]
+				s = socket.socket(socket.AF_UNIX); s.connect(sock); f = s.makefile("rb")
+				def call(*a):
+				    s.sendall(b"".join([b"*%d\r\n" % len(a)] + [b"$%d\r\n%s\r\n" % (len(x), x) for x in (y.encode() for y in a)]))
+				    return read()
+				def read():
+				    l = f.readline()[:-2]; t, r = l[:1], l[1:]
+				    if t == b"*":
+				        return None if int(r) < 0 else [read() for _ in range(int(r))]
+				    if t == b"$":
+				        return None if int(r) < 0 else f.read(int(r) + 2)[:-2].decode()
+				    if t == b"-":
+				        raise RuntimeError(r)
+				    return int(r)
+				lat, start = [], "(" + start
+				while True:
+				    b = call("XRANGE", "outbox:bench", start, "+", "COUNT", "10000")
+				    for eid, kv in b:
+				        d = dict(zip(kv[::2], kv[1::2]))
+				        if d.get("event_type") == "lat":
+				            c = datetime.fromisoformat(d["_committed_at"].replace(" ", "T")).timestamp()
+				            lat.append((c, int(eid.split("-")[0]) / 1000.0 - c))
+				    if len(b) < 10000:
+				        break
+				    start = "(" + b[-1][0]
+				def q(v, p):
+				    v = sorted(v); return v[min(len(v) - 1, int(len(v) * p))] * 1000
+				first = [l for c, l in lat if c < lat[0][0] + 1]
+				all_ = [l for _, l in lat]
+				print("| %s | %s | %s | %s | %.1f / %.1f / %.1f / %.1f | %s, %.1f / %.1f | %s |" % (
+				    n, format(len(all_), ","), format(int(rd), ","), format(int(sk), ","), q(all_, .5), q(all_, .99),
+				    q(all_, .999), max(all_) * 1000, format(len(first), ","), q(first, .99), max(first) * 1000, gr))
+			PY
+		log "N=$n: $(tail -n 1 "$T/table.md")"
+		redis_stop
+	done
+	cat "$T/table.md"
+	[ -z "${OUT:-}" ] || { mkdir -p "$OUT" && cp "$T/table.md" "$OUT/"; }
+	pass
+}
+
 slot_create pre
 bench_outbox_rows "$PREFILL"
 pre_end=$(current_lsn)
-for n in $SEEDS; do slot_create "m_$n"; done
-bench_outbox_rows "$EVENTS"
+if [ -z "$LAT_RATE" ]; then
+	for n in $SEEDS; do slot_create "m_$n"; done
+	bench_outbox_rows "$EVENTS"
+fi
 end=$(current_lsn)
 TOTAL=$((PREFILL + EVENTS))
 log "prefill: $PREFILL rows to $pre_end; then $EVENTS rows to $end"
@@ -70,6 +159,7 @@ assert_ge "$PRE_N" "$PREFILL" "prefill: every row published"
 assert_eq OK "$(redis_cli SAVE)" "prefill: saved"
 cp "$T/redis/dump.rdb" "$T/prefill.rdb"
 redis_stop
+[ -z "$LAT_RATE" ] || { seed_latency; exit; }
 MEASURED=$((TOTAL - PRE_N))
 [ "$MEASURED" -ge $((EVENTS / 2)) ] || fail "the prefill's relay published $((PRE_N - PREFILL)) of the $EVENTS rows to measure"
 

@@ -83,6 +83,16 @@
 #       (record_ids_read), and then left lookups out (lookups_skipped). A
 #       record that leaves out the ids its own split moved says "not there" of
 #       some of f-1..f-40, and they are published twice.
+#   (g) How much a group reads into the record: one hash per event of the
+#       group, at least 16, at most --dedup-record-seed. Relay A writes 3,000
+#       ids in one transaction (K >= 64) and is stopped. Started again with
+#       the default --dedup-record-seed (1,024) and --linger 300ms (each
+#       transaction one group), caught up: a one-row
+#       transaction's group sends exactly 16 HKEYS (INFO commandstats), a
+#       40-row transaction's 40 or what is left; then one-row transactions
+#       until every hash is read, and the next one's lookup is left out. A
+#       relay that reads --dedup-record-seed hashes in every group reads the
+#       whole bucket in the first.
 # Nothing depends on the machine's speed: the waits are for conditions,
 # bounded generously.
 . "$(dirname "$0")/lib.sh"
@@ -605,11 +615,63 @@ case_f() {
 	assert_ge "$(final_sum "$l2" lookups_skipped)" 1 "(f) lookups left out once the bucket was read"
 }
 
+# ---------------------------------------------------------------------------
+# (g) one hash per event of the group, at least 16
+# ---------------------------------------------------------------------------
+case_g() {
+	local l k n h0 h1 i port
+	# The earlier cases' slots are done with (max_replication_slots is 10).
+	psql_q "SELECT count(pg_drop_replication_slot(slot_name)) FROM pg_replication_slots WHERE NOT active" >/dev/null
+	redis_start
+	slot_create g_a
+	relay_start --slot g_a --publish native "${OPTS[@]}"
+	psql_q "INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload)
+	        SELECT 'g-' || g, 'gr', g::text, 'first', '{}' FROM generate_series(1, 3000) g"
+	wait_confirmed g_a "$(current_lsn)" 120 || fail "(g) the 3,000 rows not confirmed"
+	relay_stop
+	k=$(redis_cli HGETALL 'outbox-relay:dd:{outbox:gr}' |
+		awk '/^[0-9]+:[0-9]+$/ { getline v; split(v, a, " "); print a[1] }')
+	assert_ge "$k" 64 "(g) the bucket has at least 64 hashes (K) before the restart"
+	hkeys() { redis_cli INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_hkeys:calls=\([0-9]*\).*/\1/p' | grep . || echo 0; }
+	# --linger: a transaction's events are one group, however the relay reads them.
+	relay_start --slot g_a --publish native --linger 300ms --http-addr 127.0.0.1:0 "${OPTS[@]}"
+	l=$RELAY_LOG
+	port=$(metrics_port "$l")
+	h0=$(hkeys)
+	psql_q "INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload) VALUES ('g-3001', 'gr', '3001', 'one', '{}')"
+	wait_confirmed g_a "$(current_lsn)" 120 || fail "(g) g-3001 not confirmed"
+	h1=$(hkeys)
+	assert_eq 16 "$((h1 - h0))" "(g) a group of one event read 16 hashes"
+	psql_q "INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload)
+	        SELECT 'g-' || g, 'gr', g::text, 'forty', '{}' FROM generate_series(3002, 3041) g"
+	wait_confirmed g_a "$(current_lsn)" 120 || fail "(g) the 40 rows not confirmed"
+	h0=$h1
+	h1=$(hkeys)
+	n=$((k - 16 < 40 ? k - 16 : 40))
+	assert_eq "$n" "$((h1 - h0))" "(g) a group of 40 events read 40 hashes (or what was left of $k)"
+	for i in $(seq 3042 3200); do
+		[ "$h1" -lt "$k" ] || break
+		psql_q "INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload) VALUES ('g-$i', 'gr', '$i', 'one', '{}')"
+		wait_confirmed g_a "$(current_lsn)" 120 || fail "(g) g-$i not confirmed"
+		h0=$h1
+		h1=$(hkeys)
+		assert_ge 16 "$((h1 - h0))" "(g) g-$i's group read at most 16 hashes"
+	done
+	assert_ge "$(metric_value "$port" outbox_relay_redis_dedup_record_ids_read_total)" 3000 "(g) the bucket's ids read into the record"
+	n=$(metric_value "$port" outbox_relay_redis_dedup_lookups_skipped_total)
+	psql_q "INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload) VALUES ('g-3500', 'gr', '3500', 'last', '{}')"
+	wait_confirmed g_a "$(current_lsn)" 120 || fail "(g) g-3500 not confirmed"
+	assert_ge "$(metric_value "$port" outbox_relay_redis_dedup_lookups_skipped_total)" "$((n + 1))" "(g) once read, the lookup is left out"
+	relay_stop
+	assert_eq 0 "$RELAY_RC" "(g) the relay stopped cleanly"
+}
+
 run_case a case_a
 run_case b case_b
 run_case c case_c
 run_case d case_d
 run_case e case_e
 run_case f case_f
+run_case g case_g
 [ "${#CASES_FAILED[@]}" = 0 ] || fail "cases failed: ${CASES_FAILED[*]} (passed: ${CASES_OK[*]:-none})"
 pass
