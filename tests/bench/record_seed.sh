@@ -64,6 +64,26 @@ cmdstat() {
 	echo "${v:-0}"
 }
 
+# window_load N: a redis-server over a copy of the saved window, for setting N.
+window_load() {
+	rm -rf "$T/redis"
+	mkdir -p "$T/redis"
+	cp "$T/prefill.rdb" "$T/redis/dump.rdb"
+	redis_start
+	assert_eq "$PRE_N" "$(xlen outbox:bench)" "N=$1: the saved window loaded"
+}
+# run_done N: setting N's row logged, its Redis stopped.
+run_done() {
+	log "N=$1: $(tail -n 1 "$T/table.md")"
+	redis_stop
+}
+# table_done: the table printed (and kept in OUT); the run passed.
+table_done() {
+	cat "$T/table.md"
+	[ -z "${OUT:-}" ] || { mkdir -p "$OUT" && cp "$T/table.md" "$OUT/"; }
+	pass
+}
+
 # seed_latency: the LAT_RATE runs (see the header), one per N of SEEDS.
 seed_latency() {
 	local n rows last
@@ -75,11 +95,7 @@ seed_latency() {
 		"| N | events | ids read into the record | lookups left out | commit → XADD ms: p50 / p99 / p99.9 / max | the first second's: events, p99 / max | groups |" \
 		"|---:|---:|---:|---:|---|---|---:|" >"$T/table.md"
 	for n in $SEEDS; do
-		rm -rf "$T/redis"
-		mkdir -p "$T/redis"
-		cp "$T/prefill.rdb" "$T/redis/dump.rdb"
-		redis_start
-		assert_eq "$PRE_N" "$(xlen outbox:bench)" "N=$n: the saved window loaded"
+		window_load "$n"
 		last=$(redis_cli XREVRANGE outbox:bench + - COUNT 1 | head -n 1)
 		slot_create "l_$n"
 		OUTBOX_RELAY_DEDUP_RECORD_SEED=$n relay_start --slot "l_$n" --dedup-window 1h --publish native
@@ -131,12 +147,9 @@ seed_latency() {
 				    n, format(len(all_), ","), format(int(rd), ","), format(int(sk), ","), q(all_, .5), q(all_, .99),
 				    q(all_, .999), max(all_) * 1000, format(len(first), ","), q(first, .99), max(first) * 1000, gr))
 			PY
-		log "N=$n: $(tail -n 1 "$T/table.md")"
-		redis_stop
+		run_done "$n"
 	done
-	cat "$T/table.md"
-	[ -z "${OUT:-}" ] || { mkdir -p "$OUT" && cp "$T/table.md" "$OUT/"; }
-	pass
+	table_done
 }
 
 slot_create pre
@@ -171,11 +184,7 @@ printf '%s\n' "relay --dedup-record-seed N over a window of $PRE_N ids it did no
 	"|---:|---:|---:|---:|---:|---:|---:|---:|---:|" >"$T/table.md"
 for n in $SEEDS; do
 	CG=$CG_RUN
-	rm -rf "$T/redis"
-	mkdir -p "$T/redis"
-	cp "$T/prefill.rdb" "$T/redis/dump.rdb"
-	redis_start
-	assert_eq "$PRE_N" "$(xlen outbox:bench)" "N=$n: the saved window loaded"
+	window_load "$n"
 	redis_cli CONFIG RESETSTAT >/dev/null
 	[ "$CG" = 0 ] || callgrind_control -z "$REDIS_PID" >/dev/null
 	c0=$(bench_redis_cpu_s)
@@ -201,9 +210,6 @@ for n in $SEEDS; do
 			      % (n, int(hm) / ev, int(hk) / ev, (int(hmu) + int(hku)) / ev, irs,
 			         (float(c1) - float(c0)) * 1e6 / ev, gr))
 		PY
-	log "N=$n: $(tail -n 1 "$T/table.md")"
-	redis_stop
+	run_done "$n"
 done
-cat "$T/table.md"
-[ -z "${OUT:-}" ] || { mkdir -p "$OUT" && cp "$T/table.md" "$OUT/"; }
-pass
+table_done
