@@ -86,7 +86,7 @@ table_done() {
 
 # seed_latency: the LAT_RATE runs (see the header), one per N of SEEDS.
 seed_latency() {
-	local n rows last
+	local n rows last want prev=0
 	cat >"$T/lat.sql" <<-'EOF'
 		INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('bench', :client_id, 'lat', '{"n": 1}');
 	EOF
@@ -103,45 +103,35 @@ seed_latency() {
 		"$PG_BINDIR/pgbench" -n -M prepared -f "$T/lat.sql" -R "$LAT_RATE" -T "$LAT_SECS" -c 4 -j 2 \
 			-h "$T" -p "$PGPORT" -U postgres postgres >"$T/pgbench.$n.log" 2>&1 ||
 			{ cat "$T/pgbench.$n.log" >&2; fail "N=$n: pgbench failed"; }
+		# this run's rows: those committed since the run before
 		rows=$(psql_q "SELECT count(*) FROM outbox WHERE event_type = 'lat'")
-		wait_for "[ \$(xlen outbox:bench) -ge $((PRE_N + rows - ${LAT_DONE:-0})) ]" 60 ||
-			fail "N=$n: $(xlen outbox:bench) entries, $PRE_N + $((rows - ${LAT_DONE:-0})) expected"
+		want=$((PRE_N + rows - prev))
+		prev=$rows
+		wait_for "[ \$(xlen outbox:bench) -ge $want ]" 60 || fail "N=$n: $(xlen outbox:bench) entries, $want expected"
 		relay_stop
 		assert_eq 0 "$RELAY_RC" "N=$n: the relay stopped cleanly"
-		assert_eq "$((PRE_N + rows - ${LAT_DONE:-0}))" "$(xlen outbox:bench)" "N=$n: every row once"
-		LAT_DONE=$rows
+		assert_eq "$want" "$(xlen outbox:bench)" "N=$n: every row once"
 		python3 - "$n" "$(final_sum "$RELAY_LOG" record_ids_read)" "$(final_sum "$RELAY_LOG" lookups_skipped)" \
-			"$(final_sum "$RELAY_LOG" native_groups)" "$REDIS_SOCK" "$last" >>"$T/table.md" <<-'PY'
-				import socket, sys
-				from datetime import datetime, timezone
-				n, rd, sk, gr, sock, start = sys.argv[1:]
-				s = socket.socket(socket.AF_UNIX); s.connect(sock); f = s.makefile("rb")
-				def call(*a):
-				    s.sendall(b"".join([b"*%d\r\n" % len(a)] + [b"$%d\r\n%s\r\n" % (len(x), x) for x in (y.encode() for y in a)]))
-				    return read()
-				def read():
-				    l = f.readline()[:-2]; t, r = l[:1], l[1:]
-				    if t == b"*":
-				        return None if int(r) < 0 else [read() for _ in range(int(r))]
-				    if t == b"$":
-				        return None if int(r) < 0 else f.read(int(r) + 2)[:-2].decode()
-				    if t == b"-":
-				        raise RuntimeError(r)
-				    return int(r)
+			"$(final_sum "$RELAY_LOG" native_groups)" "$REDIS_SOCK" "$last" "$ROOT/tests/bench" >>"$T/table.md" <<-'PY'
+				import sys
+				sys.path.insert(0, sys.argv[7])
+				from bench import Redis, parse_pg_ts
+				n, rd, sk, gr, sock, start = sys.argv[1:7]
+				c = Redis(sock)
 				lat, start = [], "(" + start
 				while True:
-				    b = call("XRANGE", "outbox:bench", start, "+", "COUNT", "10000")
+				    b = c.call("XRANGE", "outbox:bench", start, "+", "COUNT", "10000")
 				    for eid, kv in b:
 				        d = dict(zip(kv[::2], kv[1::2]))
 				        if d.get("event_type") == "lat":
-				            c = datetime.fromisoformat(d["_committed_at"].replace(" ", "T")).timestamp()
-				            lat.append((c, int(eid.split("-")[0]) / 1000.0 - c))
+				            t = parse_pg_ts(d["_committed_at"])
+				            lat.append((t, int(eid.split("-")[0]) / 1000.0 - t))
 				    if len(b) < 10000:
 				        break
 				    start = "(" + b[-1][0]
-				def q(v, p):
+				def q(v, p):  # nearest rank, in ms
 				    v = sorted(v); return v[min(len(v) - 1, int(len(v) * p))] * 1000
-				first = [l for c, l in lat if c < lat[0][0] + 1]
+				first = [l for t, l in lat if t < lat[0][0] + 1]
 				all_ = [l for _, l in lat]
 				print("| %s | %s | %s | %s | %.1f / %.1f / %.1f / %.1f | %s, %.1f / %.1f | %s |" % (
 				    n, format(len(all_), ","), format(int(rd), ","), format(int(sk), ","), q(all_, .5), q(all_, .99),

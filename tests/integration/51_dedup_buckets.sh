@@ -152,16 +152,14 @@ aged() {
 }
 aged
 
-# Redis's count of calls of a command (functions' calls included).
-calls() { redis_cli INFO commandstats | sed -n "s/^cmdstat_$1:calls=\([0-9]*\),.*/\1/p" | grep . || echo 0; }
 # splits: HSCANs beyond the one per call that reads the state's index; with
 # --publish native (OUTBOX_RELAY_PUBLISH=native), the hashes read whole to be
 # split: HGETALLs beyond the one per batch (one WATCH each) that reads the index.
 splits() {
 	if [ "${OUTBOX_RELAY_PUBLISH:-native}" = native ]; then
-		echo $(($(calls hgetall) - $(calls watch)))
+		echo $(($(redis_calls hgetall) - $(redis_calls watch)))
 	else
-		echo $(($(calls hscan) - $(calls fcall)))
+		echo $(($(redis_calls hscan) - $(redis_calls fcall)))
 	fi
 }
 # monitor / moved STREAM: watch Redis's commands (the function's too), then

@@ -632,21 +632,20 @@ case_g() {
 	k=$(redis_cli HGETALL 'outbox-relay:dd:{outbox:gr}' |
 		awk '/^[0-9]+:[0-9]+$/ { getline v; split(v, a, " "); print a[1] }')
 	assert_ge "$k" 64 "(g) the bucket has at least 64 hashes (K) before the restart"
-	hkeys() { redis_cli INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_hkeys:calls=\([0-9]*\).*/\1/p' | grep . || echo 0; }
 	# --linger: a transaction's events are one group, however the relay reads them.
 	relay_start --slot g_a --publish native --linger 300ms --http-addr 127.0.0.1:0 "${OPTS[@]}"
 	l=$RELAY_LOG
 	port=$(metrics_port "$l")
-	h0=$(hkeys)
+	h0=$(redis_calls hkeys)
 	psql_q "INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload) VALUES ('g-3001', 'gr', '3001', 'one', '{}')"
 	wait_confirmed g_a "$(current_lsn)" 120 || fail "(g) g-3001 not confirmed"
-	h1=$(hkeys)
+	h1=$(redis_calls hkeys)
 	assert_eq 16 "$((h1 - h0))" "(g) a group of one event read 16 hashes"
 	psql_q "INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload)
 	        SELECT 'g-' || g, 'gr', g::text, 'forty', '{}' FROM generate_series(3002, 3041) g"
 	wait_confirmed g_a "$(current_lsn)" 120 || fail "(g) the 40 rows not confirmed"
 	h0=$h1
-	h1=$(hkeys)
+	h1=$(redis_calls hkeys)
 	n=$((k - 16 < 40 ? k - 16 : 40))
 	assert_eq "$n" "$((h1 - h0))" "(g) a group of 40 events read 40 hashes (or what was left of $k)"
 	for i in $(seq 3042 3200); do
@@ -654,7 +653,7 @@ case_g() {
 		psql_q "INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload) VALUES ('g-$i', 'gr', '$i', 'one', '{}')"
 		wait_confirmed g_a "$(current_lsn)" 120 || fail "(g) g-$i not confirmed"
 		h0=$h1
-		h1=$(hkeys)
+		h1=$(redis_calls hkeys)
 		assert_ge 16 "$((h1 - h0))" "(g) g-$i's group read at most 16 hashes"
 	done
 	assert_ge "$(metric_value "$port" outbox_relay_redis_dedup_record_ids_read_total)" 3000 "(g) the bucket's ids read into the record"

@@ -18,7 +18,6 @@ redis_start
 slot_create outbox_relay
 
 LINGER_MS=1000
-execs() { redis_cli INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_exec:calls=\([0-9]*\),.*/\1/p' | grep . || echo 0; }
 emit() { echo "SELECT outbox_emit('${2:-order}', 'agg-$1', 'created', '{\"n\": $1}', '{}');"; }
 
 relay_start --linger "${LINGER_MS}ms"
@@ -34,10 +33,10 @@ log "event 1 in its stream ${waited} ms after its commit was sent"
 assert_ge "$waited" "$LINGER_MS" "ms from commit to stream entry, --linger ${LINGER_MS}ms"
 
 # 2. A burst of one-row transactions, one session.
-e0=$(execs)
+e0=$(redis_calls exec)
 for i in $(seq 2 21); do emit "$i"; done | psql_q >/dev/null
 wait_entries 21 30 outbox:order || fail "the burst was not published"
-e1=$(execs)
+e1=$(redis_calls exec)
 log "20 one-row transactions went to Redis in $((e1 - e0)) EXEC(s)"
 assert_lt "$((e1 - e0))" 20 "EXECs for 20 events committed in a burst (groups of more than one)"
 
@@ -55,7 +54,7 @@ assert_ge "$waited" "$LINGER_MS" "ms from commit to the first entry of outbox:in
 wait_entries 25 30 outbox:order outbox:invoice || fail "the two streams' events were not published"
 assert_eq 23 "$(xlen outbox:order)" "outbox:order entries"
 assert_eq 2 "$(xlen outbox:invoice)" "outbox:invoice entries"
-log "two streams' events went to Redis in $(($(execs) - e1)) EXEC(s)"
+log "two streams' events went to Redis in $(($(redis_calls exec) - e1)) EXEC(s)"
 
 # 4. SIGTERM while the batch may be held.
 emit 24 | psql_q >/dev/null

@@ -1499,6 +1499,12 @@ metric_value() {
 	metric_sample "$2"
 }
 
+# redis_calls NAME: Redis's count of calls of command NAME (lower case; INFO
+# commandstats, functions' and MULTI's inner calls included; 0 if it never ran).
+redis_calls() {
+	redis_cli INFO commandstats | tr -d '\r' | sed -n "s/^cmdstat_$1:calls=\([0-9]*\),.*/\1/p" | grep . || echo 0
+}
+
 # metric_sample NAME: the value of sample NAME in the last scrape metric_value made.
 metric_sample() {
 	grep -E "^$1[{ ]" "$T/http.body" | awk '{ print $NF }' | head -n 1
