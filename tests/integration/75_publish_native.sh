@@ -86,7 +86,7 @@
 #   (g) How much a group reads into the record: one hash per event of the
 #       group, at least 16, at most --dedup-record-seed. Relay A writes 3,000
 #       ids in one transaction (K >= 64) and is stopped. Started again with
-#       the default --dedup-record-seed (1,024) and --linger 300ms (each
+#       the default --dedup-record-seed (1,024) and --linger 1s (each
 #       transaction one group), caught up: a one-row
 #       transaction's group sends exactly 16 HKEYS (INFO commandstats), a
 #       40-row transaction's 40 or what is left; then one-row transactions
@@ -632,8 +632,9 @@ case_g() {
 	k=$(redis_cli HGETALL 'outbox-relay:dd:{outbox:gr}' |
 		awk '/^[0-9]+:[0-9]+$/ { getline v; split(v, a, " "); print a[1] }')
 	assert_ge "$k" 64 "(g) the bucket has at least 64 hashes (K) before the restart"
-	# --linger: a transaction's events are one group, however the relay reads them.
-	relay_start --slot g_a --publish native --linger 300ms --http-addr 127.0.0.1:0 "${OPTS[@]}"
+	# --linger: a transaction's events are one group, however slowly the relay decodes them
+	# (a 40-row transaction takes ms; 1 s leaves a slow machine room).
+	relay_start --slot g_a --publish native --linger 1s --http-addr 127.0.0.1:0 "${OPTS[@]}"
 	l=$RELAY_LOG
 	port=$(metrics_port "$l")
 	h0=$(redis_calls hkeys)
