@@ -48,11 +48,14 @@
       "XADD <stream> * <field> <value> ..." into OUT (RESP, for redis-cli
       --pipe); prints how many. bench.sh replays them after each drain of the
       relay (defaults) to give Redis's cost of the same entries without the
-      relay's dedup and watermark (issue 24, item 2).
+      relay's dedup and watermark (issue 24, item 2). With OUT a file, also
+      OUT.idx: where each command ends (native 8-byte integers), for
+      xadd_gate.c (bench.sh's contender xadd_live).
 
   bench.py report RESULTS.jsonl [LATENCY.jsonl]
       Markdown tables of the drains (median of rounds) and of the latency runs.
 """
+import array
 import gzip
 import json
 import os
@@ -254,13 +257,19 @@ def streams_summary(endpoints, pattern, t0_wall, ids=False):
 def cmd_bare(sock, pattern, out):
     c = Redis(sock)
     n = 0
+    ends = array.array("Q")
     with open(out, "wb") as f:
         for k in stream_keys(c, pattern):
             for eid, kv in xrange_all(c, k):
                 f.write(Redis.encode("XADD", k, "*", *[x.encode("utf-8", "surrogateescape") for x in kv]))
+                ends.append(f.tell())
                 n += 1
+    if out != os.devnull:
+        with open(out + ".idx", "wb") as f:
+            ends.tofile(f)
     print(n)
     return 0
+
 
 
 # ---------------------------------------------------------------------------
@@ -800,9 +809,10 @@ def cmd_recvlat(path, out_json, runs_json):
 # ---------------------------------------------------------------------------
 # Mode plugins: pg_recvlogical_pgo / relay_pgo are the same with pgoutput (their "vs pg_recvlogical"
 # is against pg_recvlogical_pgo, the baseline before them in this order).
-CONTENDER_ORDER = ["pg_recvlogical", "relay", "relay_norecord", "relay_nodedup", "relay_function", "relay_tcp", "relay_tls",
+CONTENDER_ORDER = ["pg_recvlogical", "relay", "xadd_live", "relay_norecord", "relay_nodedup", "relay_function", "relay_tcp", "relay_tls",
                    "relay_cluster", "pg_recvlogical_pgo", "relay_pgo", "relay_pgo_nostream", "relay_pgo_function"]
 CONTENDER_LABEL = {"pg_recvlogical": "pg_recvlogical", "relay": "outbox-relay (defaults)",
+                   "xadd_live": "pg_recvlogical → bare XADD of the relay's entries (xadd_gate)",
                    "relay_nodedup": "outbox-relay --dedup-window 0",
                    "relay_norecord": "outbox-relay --dedup-record 0",
                    "relay_function": "outbox-relay --publish function",
@@ -1030,26 +1040,38 @@ def cmd_report(results, backlogs=None, latency=None):
         out.extend(cost)
         out.append("")
         item2 = []
+        cpu_of = lambda r: r["redis"]["used_cpu_us"] / int(r["events"])
         for shape in shapes:
             cr = [r for r in mrows if r["shape"] == shape and r["contender"] == "relay"
                   and r.get("redis", {}).get("used_cpu_us") is not None]
-            pairs = [(r["redis"]["used_cpu_us"] / int(r["events"]), bare[(mode, shape, int(r["round"]))])
+            live = {int(r["round"]): cpu_of(r) for r in mrows if r["shape"] == shape
+                    and r["contender"] == "xadd_live" and r.get("redis", {}).get("used_cpu_us") is not None}
+            pairs = [(cpu_of(r), bare[(mode, shape, int(r["round"]))])
                      for r in cr if (mode, shape, int(r["round"])) in bare]
+            lpairs = [(cpu_of(r), live[int(r["round"])]) for r in cr if int(r["round"]) in live]
             if pairs:
                 bs = [b for _, b in pairs]
-                item2.append("| %s | %s | %s (%.2f–%.2f) | %s | %s |" % (
+                ls = [b for _, b in lpairs]
+                item2.append("| %s | %s | %s (%.2f–%.2f) | %s | %s | %s | %s | %s |" % (
                     shape, fmt(med([a for a, _ in pairs]), ".2f"), fmt(med(bs), ".2f"), min(bs), max(bs),
                     fmt(med([a / b for a, b in pairs if b > 0]), ".2f"),
-                    " ".join("%.2f" % (a / b) for a, b in pairs if b > 0)))
+                    " ".join("%.2f" % (a / b) for a, b in pairs if b > 0),
+                    ("%s (%.2f–%.2f)" % (fmt(med(ls), ".2f"), min(ls), max(ls))) if ls else "–",
+                    fmt(med([a / b for a, b in lpairs if b > 0]), ".2f"),
+                    " ".join("%.2f" % (a / b) for a, b in lpairs if b > 0) or "–"))
         if item2:
             out.append("Redis's CPU per event (%s; INFO used_cpu_user + used_cpu_sys): the relay (defaults) "
-                       "during its drain, and a bare XADD of the very entries it wrote, read back and sent "
-                       "again through redis-cli --pipe into the same redis-server, emptied, right after "
-                       "that drain (issue 24, item 2: within 2×); medians of the rounds, and each round's "
-                       "ratio. The bare replay's own spread between rounds (min–max: the same commands "
-                       "each round) shows how far this machine's speed moves between them:\n" % title)
-            out.append("| shape | relay µs/event | bare XADD µs/event (min–max) | relay ÷ bare XADD | rounds |")
-            out.append("|---|---:|---:|---:|---|")
+                       "during its drain, and a bare XADD of the very entries it wrote, two ways (issue 24, "
+                       "item 2: within 2×): read back and sent again through redis-cli --pipe into the same "
+                       "redis-server, emptied, right after that drain, with nothing beside it (replayed); "
+                       "and the same commands paced by pg_recvlogical decoding the same backlog on a slot of "
+                       "its own (xadd_live: a walsender and a client beside Redis, as in the relay's drain). "
+                       "Medians of the rounds, and each round's ratio. The bare runs' own spread between "
+                       "rounds (min–max: the same commands each round) shows how far this machine's speed "
+                       "moves between them:\n" % title)
+            out.append("| shape | relay µs/event | bare XADD replayed µs/event (min–max) | relay ÷ replayed | rounds | "
+                       "bare XADD in a drain (xadd_live) µs/event (min–max) | relay ÷ xadd_live | rounds |")
+            out.append("|---|---:|---:|---:|---|---:|---:|---|")
             out.extend(item2)
             out.append("")
         out.append("Two-core bound (%s): each process is one thread and the machine has two cores, so "

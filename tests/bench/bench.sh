@@ -11,7 +11,11 @@
 # --publish function (relay_function), mode plugins with pgoutput too
 # (relay_pgo_function), and with --no-pgoutput-streaming (relay_pgo_nostream:
 # protocol 1, the server sends a large transaction only once it has read it
-# back from its spill files), next to the default.
+# back from its spill files), next to the default. Modes noaof and aof also run
+# xadd_live after the relay in each round: pg_recvlogical on its own slot, its
+# output piped into xadd_gate.c, which sends a bare XADD of each entry the relay
+# wrote in that round as pg_recvlogical decodes its row, in groups as the relay
+# sends its own (issue 24, item 2, measured with a drain beside Redis).
 #
 # Installs nothing. Builds the relay in release mode (build-bench/) unless
 # RELAY_BIN is set. Starts its own PostgreSQL 15 + wal2json and redis-server on
@@ -103,7 +107,7 @@ contenders_for() { # contenders_for MODE (BENCH_CONTENDERS, a word list, replace
 	elif [ "$1" = cluster ]; then echo "pg_recvlogical relay relay_tcp relay_cluster"
 	elif [ "$1" = tls ]; then echo "pg_recvlogical relay_tcp relay_tls"
 	elif [ "$1" = plugins ]; then echo "pg_recvlogical relay pg_recvlogical_pgo relay_pgo relay_pgo_nostream relay_pgo_function"
-	else echo "pg_recvlogical relay relay_nodedup relay_function"; fi
+	else echo "pg_recvlogical relay xadd_live relay_nodedup relay_function"; fi
 }
 # The plugin of a contender's slot (mode plugins: the *_pgo ones use pgoutput and
 # the publication bench_pub, inserts of public.outbox, made before their slots).
@@ -139,10 +143,10 @@ if [ "$(id -u)" = 0 ]; then
 	command -v runuser >/dev/null || missing+=("util-linux (runuser)")
 	id postgres >/dev/null 2>&1 || missing+=("a 'postgres' OS user (comes with postgresql-common)")
 fi
+command -v cc >/dev/null || missing+=("gcc") # xadd_gate.c, and the relay unless RELAY_BIN
 if [ -z "${RELAY_BIN:-}" ]; then
 	command -v meson >/dev/null || missing+=("meson")
 	command -v ninja >/dev/null || missing+=("ninja-build")
-	command -v cc >/dev/null || missing+=("gcc")
 fi
 if [ ${#missing[@]} -gt 0 ]; then
 	printf '[bench] ERROR: missing requirements (install them, e.g. with apt-get install):\n' >&2
@@ -181,6 +185,7 @@ as_pg() { if is_root; then runuser -u postgres -- "$@"; else "$@"; fi; }
 T=$(mktemp -d /tmp/outbox-bench.XXXXXX)
 chmod 755 "$T"
 is_root && chown postgres "$T"
+cc -O2 -Wall -Wextra -o "$T/xadd_gate" "$HERE/xadd_gate.c" || die "cc $HERE/xadd_gate.c failed"
 OUT=${OUT:-/tmp/outbox-bench-results.$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -547,7 +552,7 @@ drain() {
 	slot=$(slot_name "$c" "$round")
 	logf=$T/$MODE.$shape.$c.$round.log
 	case $c in
-	relay | relay_nodedup | relay_norecord | relay_function | relay_pgo | relay_pgo_nostream | relay_pgo_function) redis_reset; rsrv=(--redis "$RSOCK"); url="unix://$RSOCK" ;;
+	relay | relay_nodedup | relay_norecord | relay_function | relay_pgo | relay_pgo_nostream | relay_pgo_function | xadd_live) redis_reset; rsrv=(--redis "$RSOCK"); url="unix://$RSOCK" ;;
 	relay_tcp) redis_reset; rsrv=(--redis "127.0.0.1:$SPORT"); url="redis://127.0.0.1:$SPORT" ;;
 	relay_tls)
 		redis_reset
@@ -576,6 +581,24 @@ drain() {
 			-o include-timestamp=1 -o add-tables=public.outbox -o add-msg-prefixes=outbox \
 			-f /dev/null || rc=$?
 		;;
+	xadd_live) # the relay's entries of this round as bare XADDs, paced by pg_recvlogical's decode
+		local resp=$T/bare.$shape.$round.resp
+		[ -s "$resp" ] && [ -s "$resp.idx" ] ||
+			die "xadd_live on $shape (round $round) needs the relay's entries of the round: put relay before it"
+		"$PY" "$BENCH_PY" run "${common[@]}" "${rsrv[@]}" --xlen "$xpat" -- bash -c '
+			set -o pipefail
+			"$1" --no-loop -d "$2" --slot "$3" --start --endpos "$4" \
+				-o format-version=2 -o include-transaction=1 -o include-xids=1 -o include-lsn=1 \
+				-o include-timestamp=1 -o add-tables=public.outbox -o add-msg-prefixes=outbox -f - |
+				"$5" "$6" "$7" >"$8"' xadd_live \
+			"$PG_BINDIR/pg_recvlogical" "$DSN" "$slot" "$endpos" "$T/xadd_gate" "$resp" "$RSOCK" \
+			"$T/xadd_live.pipe" || rc=$?
+		[ "$rc" != 0 ] || grep -q "^replies: $events, errors: 0$" "$T/xadd_live.pipe" ||
+			die "xadd_live on $shape (round $round): $(cat "$T/xadd_live.pipe") $(tail -n 3 "$logf")"
+		[ "$rc" != 0 ] || [ "$(tail -n 1 "$OUT/drains.jsonl" | "$PY" -c 'import json, sys; print(json.load(sys.stdin)["redis"].get("xlen"))')" = "$events" ] ||
+			die "xadd_live on $shape (round $round): XLEN is not $events"
+		rm -f "$resp" "$resp.idx"
+		;;
 	pg_recvlogical_pgo) # the options the relay sends pgoutput (PostgreSQL 14+)
 		"$PY" "$BENCH_PY" run "${common[@]}" -- \
 			"$PG_BINDIR/pg_recvlogical" --no-loop -d "$DSN" --slot "$slot" --start --endpos "$endpos" \
@@ -596,7 +619,7 @@ drain() {
 		;;
 	esac
 	[ "$rc" = 0 ] || { tail -n 20 "$logf" >&2; die "$c on $shape (round $round) exited with $rc"; }
-	if [ "${c#pg_recvlogical}" = "$c" ]; then # a relay
+	if [ "${c#pg_recvlogical}" = "$c" ] && [ "$c" != xadd_live ]; then # a relay
 		local pub xl di
 		pub=$(sed -n 's/.*stopped (.*published=\([0-9]*\).*/\1/p' "$logf" | tail -n 1)
 		read -r xl di < <(tail -n 1 "$OUT/drains.jsonl" | "$PY" -c '
@@ -640,18 +663,19 @@ print("    %-15s round %s: %8.2f s  %9.0f events/s  client %4.0f%% (peak %3.0f%%
 # line in $OUT/bare.jsonl. Redis's CPU is bench.py redis-stats' used_cpu_us,
 # the figure drains.jsonl has for the drain.
 bare_replay() {
-	local n c0 c1
-	n=$("$PY" "$BENCH_PY" bare "$RSOCK" "$4" "$T/bare.resp") || die "bare XADD: reading back the relay's entries failed"
+	local n c0 c1 resp=$T/bare.$1.$2.resp
+	rm -f "$T"/bare.*.resp "$T"/bare.*.resp.idx # a round's, when no xadd_live took it
+	n=$("$PY" "$BENCH_PY" bare "$RSOCK" "$4" "$resp") || die "bare XADD: reading back the relay's entries failed"
 	[ "$n" = "$3" ] || die "bare XADD on $1 (round $2): $n entries read back, expected $3"
 	redis_reset
 	c0=$(redis_cpu_us)
-	rcli --pipe <"$T/bare.resp" >"$T/bare.pipe" 2>&1 || die "bare XADD: redis-cli --pipe: $(tail -n 3 "$T/bare.pipe")"
+	rcli --pipe <"$resp" >"$T/bare.pipe" 2>&1 || die "bare XADD: redis-cli --pipe: $(tail -n 3 "$T/bare.pipe")"
 	c1=$(redis_cpu_us)
 	[ -n "$c0" ] && [ -n "$c1" ] || die "bare XADD: bench.py redis-stats gave no used_cpu_us"
 	grep -q "errors: 0," "$T/bare.pipe" || die "bare XADD on $1 (round $2): $(tail -n 3 "$T/bare.pipe")"
 	n=$("$PY" "$BENCH_PY" bare "$RSOCK" "$4" /dev/null) || die "bare XADD: reading back the bare entries failed"
 	[ "$n" = "$3" ] || die "bare XADD on $1 (round $2): $n entries added, expected $3"
-	rm -f "$T/bare.resp"
+	# $resp is kept for xadd_live in the same round
 	echo "{\"mode\": \"$MODE\", \"shape\": \"$1\", \"round\": $2, \"events\": $3, \"used_cpu_us\": $((c1 - c0))}" >>"$OUT/bare.jsonl"
 }
 # redis_cpu_us: the redis-server's CPU so far, µs (bench.py redis-stats).
