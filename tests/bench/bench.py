@@ -812,7 +812,7 @@ def cmd_recvlat(path, out_json, runs_json):
 CONTENDER_ORDER = ["pg_recvlogical", "relay", "xadd_live", "relay_norecord", "relay_nodedup", "relay_function", "relay_tcp", "relay_tls",
                    "relay_cluster", "pg_recvlogical_pgo", "relay_pgo", "relay_pgo_nostream", "relay_pgo_function"]
 CONTENDER_LABEL = {"pg_recvlogical": "pg_recvlogical", "relay": "outbox-relay (defaults)",
-                   "xadd_live": "pg_recvlogical → bare XADD of the relay's entries (xadd_gate)",
+                   "xadd_live": "bare XADD of the relay's entries, paced by a replication stream (xadd_gate)",
                    "relay_nodedup": "outbox-relay --dedup-window 0",
                    "relay_norecord": "outbox-relay --dedup-record 0",
                    "relay_function": "outbox-relay --publish function",
@@ -1019,9 +1019,11 @@ def cmd_report(results, backlogs=None, latency=None):
                         fmt(med([r["procs"].get("redis", {}).get("cpu_s", 0) / ev * 1e6 for r in cr]), ".1f")
                         if red else "–"),
                     fmt(med([r["maxrss_kb"] / 1024 for r in cr]), ".1f"),
-                    rm(lambda x: ev / per_batch(x), ".1f"),
+                    # xadd_live: neither FCALL nor EXEC, and its client is a shell pipeline
+                    rm(lambda x: ev / per_batch(x), ".1f") if cont != "xadd_live" else "–",
                     rm(lambda x: ev / max(x["total_reads_processed"], 1), ".0f"),
-                    fmt(med([ev / r["syscw"] for r in cr if r.get("syscw")]), ".1f") if red else "–",
+                    fmt(med([ev / r["syscw"] for r in cr if r.get("syscw")]), ".1f")
+                    if red and cont != "xadd_live" else "–",
                     rm(lambda x: x["total_net_input_bytes"] / ev, ",.0f"),
                     mp("child"), mp("walsender"), mp("redis") if red else "–",
                     fmt(pp("machine"), ".0f"),
@@ -1064,8 +1066,9 @@ def cmd_report(results, backlogs=None, latency=None):
                        "during its drain, and a bare XADD of the very entries it wrote, two ways (issue 24, "
                        "item 2: within 2×): read back and sent again through redis-cli --pipe into the same "
                        "redis-server, emptied, right after that drain, with nothing beside it (replayed); "
-                       "and the same commands paced by pg_recvlogical decoding the same backlog on a slot of "
-                       "its own (xadd_live: a walsender and a client beside Redis, as in the relay's drain). "
+                       "and the same commands sent while a slot of its own streams the same backlog, each one "
+                       "once its row has come (xadd_live: a walsender and a client beside Redis, and groups, "
+                       "as in the relay's drain). "
                        "Medians of the rounds, and each round's ratio. The bare runs' own spread between "
                        "rounds (min–max: the same commands each round) shows how far this machine's speed "
                        "moves between them:\n" % title)

@@ -12,10 +12,10 @@
 # (relay_pgo_function), and with --no-pgoutput-streaming (relay_pgo_nostream:
 # protocol 1, the server sends a large transaction only once it has read it
 # back from its spill files), next to the default. Modes noaof and aof also run
-# xadd_live after the relay in each round: pg_recvlogical on its own slot, its
-# output piped into xadd_gate.c, which sends a bare XADD of each entry the relay
-# wrote in that round as pg_recvlogical decodes its row, in groups as the relay
-# sends its own (issue 24, item 2, measured with a drain beside Redis).
+# xadd_live after the relay in each round: xadd_gate.c streams a slot of its own
+# with the relay's wal2json options and, as each insert arrives, makes ready a
+# bare XADD of the entry the relay wrote for it in that round, sent in groups as
+# the relay sends its own (issue 24, item 2, measured with a drain beside Redis).
 #
 # Installs nothing. Builds the relay in release mode (build-bench/) unless
 # RELAY_BIN is set. Starts its own PostgreSQL 15 + wal2json and redis-server on
@@ -144,6 +144,7 @@ if [ "$(id -u)" = 0 ]; then
 	id postgres >/dev/null 2>&1 || missing+=("a 'postgres' OS user (comes with postgresql-common)")
 fi
 command -v cc >/dev/null || missing+=("gcc") # xadd_gate.c, and the relay unless RELAY_BIN
+pkg-config --exists libpq 2>/dev/null || missing+=("libpq-dev and pkg-config (xadd_gate.c)")
 if [ -z "${RELAY_BIN:-}" ]; then
 	command -v meson >/dev/null || missing+=("meson")
 	command -v ninja >/dev/null || missing+=("ninja-build")
@@ -185,7 +186,11 @@ as_pg() { if is_root; then runuser -u postgres -- "$@"; else "$@"; fi; }
 T=$(mktemp -d /tmp/outbox-bench.XXXXXX)
 chmod 755 "$T"
 is_root && chown postgres "$T"
-cc -O2 -Wall -Wextra -o "$T/xadd_gate" "$HERE/xadd_gate.c" || die "cc $HERE/xadd_gate.c failed"
+# shellcheck disable=SC2046 # pkg-config's flags are words
+cc -O2 -Wall -Wextra -o "$T/xadd_gate" "$HERE/xadd_gate.c" $(pkg-config --cflags --libs libpq) ||
+	die "cc $HERE/xadd_gate.c failed (it needs libpq-dev)"
+# The relay's wal2json options, as START_REPLICATION's option list (xadd_gate)
+W2J_OPTS="\"format-version\" '2', \"include-transaction\" '1', \"include-xids\" '1', \"include-lsn\" '1', \"include-timestamp\" '1', \"add-tables\" 'public.outbox', \"add-msg-prefixes\" 'outbox'"
 OUT=${OUT:-/tmp/outbox-bench-results.$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -581,20 +586,14 @@ drain() {
 			-o include-timestamp=1 -o add-tables=public.outbox -o add-msg-prefixes=outbox \
 			-f /dev/null || rc=$?
 		;;
-	xadd_live) # the relay's entries of this round as bare XADDs, paced by pg_recvlogical's decode
+	xadd_live) # the relay's entries of this round as bare XADDs, paced by a replication stream
 		local resp=$T/bare.$shape.$round.resp
 		[ -s "$resp" ] && [ -s "$resp.idx" ] ||
 			die "xadd_live on $shape (round $round) needs the relay's entries of the round: put relay before it"
-		"$PY" "$BENCH_PY" run "${common[@]}" "${rsrv[@]}" --xlen "$xpat" -- bash -c '
-			set -o pipefail
-			"$1" --no-loop -d "$2" --slot "$3" --start --endpos "$4" \
-				-o format-version=2 -o include-transaction=1 -o include-xids=1 -o include-lsn=1 \
-				-o include-timestamp=1 -o add-tables=public.outbox -o add-msg-prefixes=outbox -f - |
-				"$5" "$6" "$7" >"$8"' xadd_live \
-			"$PG_BINDIR/pg_recvlogical" "$DSN" "$slot" "$endpos" "$T/xadd_gate" "$resp" "$RSOCK" \
-			"$T/xadd_live.pipe" || rc=$?
-		[ "$rc" != 0 ] || grep -q "^replies: $events, errors: 0$" "$T/xadd_live.pipe" ||
-			die "xadd_live on $shape (round $round): $(cat "$T/xadd_live.pipe") $(tail -n 3 "$logf")"
+		"$PY" "$BENCH_PY" run "${common[@]}" "${rsrv[@]}" --xlen "$xpat" --stdout "$T/xadd_live.out" -- \
+			"$T/xadd_gate" "$DSN" "$slot" "$W2J_OPTS" "$resp" "$RSOCK" || rc=$?
+		[ "$rc" != 0 ] || grep -q "^replies: $events, errors: 0$" "$T/xadd_live.out" ||
+			die "xadd_live on $shape (round $round): $(cat "$T/xadd_live.out") $(tail -n 3 "$logf")"
 		[ "$rc" != 0 ] || [ "$(tail -n 1 "$OUT/drains.jsonl" | "$PY" -c 'import json, sys; print(json.load(sys.stdin)["redis"].get("xlen"))')" = "$events" ] ||
 			die "xadd_live on $shape (round $round): XLEN is not $events"
 		rm -f "$resp" "$resp.idx"

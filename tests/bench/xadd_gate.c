@@ -1,23 +1,28 @@
 /*
- * xadd_gate.c - bare XADDs paced by a decoder (bench.sh's contender xadd_live).
+ * xadd_gate.c - bare XADDs paced by a replication stream (bench.sh's
+ * contender xadd_live): the least a relay could do with the same backlog.
  *
- *   pg_recvlogical ... -f - | xadd_gate RESP REDIS_SOCKET
+ *   xadd_gate DSN SLOT OPTIONS RESP REDIS_SOCKET
  *
- * RESP holds one command per event (bench.py bare wrote it), RESP.idx where
- * each ends (native 8-byte integers). The gate reads wal2json's output
- * (format-version 2, one action per line) from stdin; each complete line of an
- * insert makes the next command ready. It sends them to Redis the way the
- * relay sends its groups: with nothing in flight, every ready command (up to
- * 1 MiB, the relay's largest group) goes out in one write, and the next group
- * waits until Redis has answered all of this one. Commands sent one by one as
- * they become ready would cost Redis a read each, which neither the relay nor
- * a pipelined bare XADD pays.
+ * RESP holds one command per event (bench.py bare wrote it: the entries the
+ * relay wrote in that round), RESP.idx where each ends (native 8-byte
+ * integers). The gate streams SLOT over a replication connection (DSN, with
+ * replication=database added; OPTIONS is START_REPLICATION's option list, the
+ * relay's wal2json options) and decodes nothing: each message that begins as
+ * an insert ({"action":"I") makes the next command ready. It sends them to
+ * Redis the way the relay sends its groups: with nothing in flight, every
+ * ready command (up to 1 MiB, the relay's largest group) goes out in one
+ * write, and the next group waits until Redis has answered all of this one.
+ * Commands sent one by one as they become ready would cost Redis a read each,
+ * which neither the relay nor a pipelined bare XADD pays.
  *
- * Prints "replies: N, errors: E" at the end; exits 0 only when every event of
- * RESP was decoded, sent and answered without an error, so a run that
- * published less than the backlog cannot pass for one that did.
+ * It stops once every command is answered, and prints "replies: N, errors: E";
+ * it exits 0 only when every event of RESP was streamed, sent and answered
+ * without an error, so a run that published less than the backlog cannot pass
+ * for one that did. It confirms nothing to the slot.
  */
 #include <errno.h>
+#include <libpq-fe.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <stdint.h>
@@ -69,21 +74,14 @@ static void write_all(int fd, const char *p, size_t n)
 	}
 }
 
-/* Inserts among the complete lines of buf[0, n): the count, and in *used
- * where the last complete line ends. */
-static size_t count_inserts(const char *buf, size_t n, size_t *used)
+/* A keepalive that asks for a reply gets a standby status update with no
+ * position: the gate confirms nothing. */
+static void keepalive_reply(PGconn *pg)
 {
-	const char *end = buf, *p = buf, *nl;
-	size_t k = 0;
+	char m[34] = {'r'};
 
-	while ((nl = memchr(p, '\n', n - (size_t)(p - buf))) != NULL) {
-		if ((size_t)(nl - p) >= sizeof MARK - 1 && memcmp(p, MARK, sizeof MARK - 1) == 0)
-			k++;
-		p = nl + 1;
-		end = p;
-	}
-	*used = (size_t)(end - buf);
-	return k;
+	if (PQputCopyData(pg, m, sizeof m) < 0 || PQflush(pg) < 0)
+		die("standby status update", PQerrorMessage(pg));
 }
 
 /* The replies complete in r[0, n) (RESP2: an XADD answers with a bulk
@@ -123,35 +121,49 @@ static size_t count_replies(const char *r, size_t n, size_t *used, size_t *err)
 int main(int argc, char **argv)
 {
 	size_t rlen, ilen, ncmd, ready = 0, sent = 0, answered = 0, errors = 0;
-	size_t have = 0, cap = 1 << 20, rhave = 0, rcap = 1 << 20, used;
+	size_t rhave = 0, rcap = 1 << 20, used;
 	const char *resp;
 	const uint64_t *ends;
-	char idx[4096], *buf, *rbuf;
+	char path[4096], *rbuf, *sql;
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
-	int rs, in_open = 1;
+	int rs;
+	PGconn *pg;
+	PGresult *res;
 
-	if (argc != 3) {
-		fprintf(stderr, "usage: xadd_gate RESP REDIS_SOCKET < wal2json lines\n");
+	if (argc != 6) {
+		fprintf(stderr, "usage: xadd_gate DSN SLOT OPTIONS RESP REDIS_SOCKET\n");
 		return 2;
 	}
-	snprintf(idx, sizeof idx, "%s.idx", argv[1]);
-	resp = map_file(argv[1], &rlen);
-	ends = map_file(idx, &ilen);
+	snprintf(path, sizeof path, "%s.idx", argv[4]);
+	resp = map_file(argv[4], &rlen);
+	ends = map_file(path, &ilen);
 	ncmd = ilen / sizeof *ends;
 	if (ilen % sizeof *ends != 0 || ends[ncmd - 1] != rlen)
-		die(idx, "does not match the commands");
+		die(path, "does not match the commands");
 	rs = socket(AF_UNIX, SOCK_STREAM, 0);
-	snprintf(sa.sun_path, sizeof sa.sun_path, "%s", argv[2]);
+	snprintf(sa.sun_path, sizeof sa.sun_path, "%s", argv[5]);
 	if (rs < 0 || connect(rs, (struct sockaddr *)&sa, sizeof sa) != 0)
-		die(argv[2], strerror(errno));
-	buf = malloc(cap);
+		die(argv[5], strerror(errno));
+	snprintf(path, sizeof path, "%s replication=database", argv[1]);
+	pg = PQconnectdb(path);
+	if (PQstatus(pg) != CONNECTION_OK)
+		die("PostgreSQL", PQerrorMessage(pg));
+	sql = malloc(strlen(argv[2]) + strlen(argv[3]) + 64);
 	rbuf = malloc(rcap);
-	if (!buf || !rbuf)
+	if (!sql || !rbuf)
 		die("malloc", "out of memory");
-	while (in_open || answered < sent || sent < ready) {
-		struct pollfd pf[2] = {{.fd = in_open ? 0 : -1, .events = POLLIN},
+	sprintf(sql, "START_REPLICATION SLOT %s LOGICAL 0/0 (%s)", argv[2], argv[3]);
+	res = PQexec(pg, sql);
+	if (PQresultStatus(res) != PGRES_COPY_BOTH)
+		die("START_REPLICATION", PQerrorMessage(pg));
+	PQclear(res);
+	if (PQsetnonblocking(pg, 1) != 0)
+		die("PQsetnonblocking", PQerrorMessage(pg));
+	while (answered < ncmd) {
+		struct pollfd pf[2] = {{.fd = ready < ncmd ? PQsocket(pg) : -1, .events = POLLIN},
 		                       {.fd = rs, .events = POLLIN}};
-		ssize_t r;
+		char *m;
+		int n = 0;
 
 		if (answered == sent && sent < ready) { /* nothing in flight: send what is ready */
 			size_t last = ready, from = sent ? ends[sent - 1] : 0;
@@ -160,15 +172,31 @@ int main(int argc, char **argv)
 				last--;
 			write_all(rs, resp + from, (size_t)(ends[last - 1] - from));
 			sent = last;
-			continue;
 		}
+		/* every message libpq has read already, before waiting */
+		while (ready < ncmd && (n = PQgetCopyData(pg, &m, 1)) > 0) {
+			if (m[0] == 'w' && n > 25 && (size_t)n - 25 >= sizeof MARK - 1 &&
+			    memcmp(m + 25, MARK, sizeof MARK - 1) == 0)
+				ready++;
+			else if (m[0] == 'k' && n >= 18 && m[17])
+				keepalive_reply(pg);
+			PQfreemem(m);
+		}
+		if (ready < ncmd && n < 0)
+			die("replication stream",
+			    n == -1 ? "ended before the last insert" : PQerrorMessage(pg));
+		if (answered == sent && sent < ready)
+			continue;
 		if (poll(pf, 2, -1) < 0) {
 			if (errno == EINTR)
 				continue;
 			die("poll", strerror(errno));
 		}
+		if (pf[0].revents && PQconsumeInput(pg) != 1)
+			die("replication stream", PQerrorMessage(pg));
 		if (pf[1].revents) {
-			r = read(rs, rbuf + rhave, rcap - rhave);
+			ssize_t r = read(rs, rbuf + rhave, rcap - rhave);
+
 			if (r <= 0)
 				die("read from Redis", r == 0 ? "the connection closed" : strerror(errno));
 			rhave += (size_t)r;
@@ -178,41 +206,11 @@ int main(int argc, char **argv)
 			if (answered > sent)
 				die("Redis", "more replies than commands");
 		}
-		if (pf[0].revents) {
-			r = read(0, buf + have, cap - have);
-			if (r < 0 && errno != EINTR)
-				die("read", strerror(errno));
-			if (r == 0) {
-				in_open = 0;
-				continue;
-			}
-			if (r < 0)
-				continue;
-			have += (size_t)r;
-			ready += count_inserts(buf, have, &used);
-			if (ready > ncmd) {
-				fprintf(stderr, "xadd_gate: %zu inserts decoded, %s has %zu commands\n", ready,
-				        argv[1], ncmd);
-				return 1;
-			}
-			memmove(buf, buf + used, have - used);
-			have -= used;
-			if (have == cap) { /* one line longer than the buffer: grow it */
-				char *nb = realloc(buf, cap * 2);
-
-				if (!nb)
-					die("realloc", "out of memory");
-				buf = nb;
-				cap *= 2;
-			}
-		}
 	}
+	PQfinish(pg);
 	printf("replies: %zu, errors: %zu\n", answered, errors);
-	if (have > 0 || ready != ncmd || errors > 0) {
-		fprintf(stderr,
-		        "xadd_gate: %zu inserts decoded (%zu bytes left without a newline), %s has %zu "
-		        "commands, %zu errors\n",
-		        ready, have, argv[1], ncmd, errors);
+	if (errors > 0) {
+		fprintf(stderr, "xadd_gate: %zu of %zu commands answered with an error\n", errors, ncmd);
 		return 1;
 	}
 	return 0;
