@@ -14,8 +14,8 @@
 # back from its spill files), next to the default. Modes noaof and aof also run
 # xadd_live after the relay in each round: xadd_gate.c streams a slot of its own
 # with the relay's wal2json options and, as each insert arrives, makes ready a
-# bare XADD of the entry the relay wrote for it in that round, sent in groups as
-# the relay sends its own (issue 24, item 2, measured with a drain beside Redis).
+# bare XADD of the entry the relay wrote for it in that round, sent in groups of
+# the relay's size in that round (issue 24, item 2, with a drain beside Redis).
 #
 # Installs nothing. Builds the relay in release mode (build-bench/) unless
 # RELAY_BIN is set. Starts its own PostgreSQL 15 + wal2json and redis-server on
@@ -588,15 +588,15 @@ drain() {
 		;;
 	xadd_live) # the relay's entries of this round as bare XADDs, paced by a replication stream
 		local resp=$T/bare.$shape.$round.resp
-		[ -s "$resp" ] && [ -s "$resp.idx" ] ||
+		[ -s "$resp" ] && [ -s "$resp.idx" ] && [ -s "$resp.group" ] ||
 			die "xadd_live on $shape (round $round) needs the relay's entries of the round: put relay before it"
 		"$PY" "$BENCH_PY" run "${common[@]}" "${rsrv[@]}" --xlen "$xpat" --stdout "$T/xadd_live.out" -- \
-			"$T/xadd_gate" "$DSN" "$slot" "$W2J_OPTS" "$resp" "$RSOCK" || rc=$?
+			"$T/xadd_gate" "$DSN" "$slot" "$W2J_OPTS" "$resp" "$RSOCK" "$(cat "$resp.group")" || rc=$?
 		[ "$rc" != 0 ] || grep -q "^replies: $events, errors: 0$" "$T/xadd_live.out" ||
 			die "xadd_live on $shape (round $round): $(cat "$T/xadd_live.out") $(tail -n 3 "$logf")"
 		[ "$rc" != 0 ] || [ "$(tail -n 1 "$OUT/drains.jsonl" | "$PY" -c 'import json, sys; print(json.load(sys.stdin)["redis"].get("xlen"))')" = "$events" ] ||
 			die "xadd_live on $shape (round $round): XLEN is not $events"
-		rm -f "$resp" "$resp.idx"
+		rm -f "$resp" "$resp.idx" "$resp.group"
 		;;
 	pg_recvlogical_pgo) # the options the relay sends pgoutput (PostgreSQL 14+)
 		"$PY" "$BENCH_PY" run "${common[@]}" -- \
@@ -663,7 +663,7 @@ print("    %-15s round %s: %8.2f s  %9.0f events/s  client %4.0f%% (peak %3.0f%%
 # the figure drains.jsonl has for the drain.
 bare_replay() {
 	local n c0 c1 resp=$T/bare.$1.$2.resp
-	rm -f "$T"/bare.*.resp "$T"/bare.*.resp.idx # a round's, when no xadd_live took it
+	rm -f "$T"/bare.*.resp "$T"/bare.*.resp.* # a round's, when no xadd_live took it
 	n=$("$PY" "$BENCH_PY" bare "$RSOCK" "$4" "$resp") || die "bare XADD: reading back the relay's entries failed"
 	[ "$n" = "$3" ] || die "bare XADD on $1 (round $2): $n entries read back, expected $3"
 	redis_reset
@@ -674,7 +674,13 @@ bare_replay() {
 	grep -q "errors: 0," "$T/bare.pipe" || die "bare XADD on $1 (round $2): $(tail -n 3 "$T/bare.pipe")"
 	n=$("$PY" "$BENCH_PY" bare "$RSOCK" "$4" /dev/null) || die "bare XADD: reading back the bare entries failed"
 	[ "$n" = "$3" ] || die "bare XADD on $1 (round $2): $n entries added, expected $3"
-	# $resp is kept for xadd_live in the same round
+	# $resp is kept for xadd_live in the same round, with the relay's events per EXEC
+	tail -n 1 "$OUT/drains.jsonl" | "$PY" -c '
+import json, sys
+r = json.load(sys.stdin)
+assert r["contender"] == "relay", r["contender"]
+print(max(1, round(int(r["events"]) / max(r["redis"]["calls"].get("exec", 0), 1))))' >"$resp.group" ||
+		die "bare XADD on $1 (round $2): no events per EXEC from the relay's drain"
 	echo "{\"mode\": \"$MODE\", \"shape\": \"$1\", \"round\": $2, \"events\": $3, \"used_cpu_us\": $((c1 - c0))}" >>"$OUT/bare.jsonl"
 }
 # redis_cpu_us: the redis-server's CPU so far, µs (bench.py redis-stats).

@@ -2,7 +2,7 @@
  * xadd_gate.c - bare XADDs paced by a replication stream (bench.sh's
  * contender xadd_live): the least a relay could do with the same backlog.
  *
- *   xadd_gate DSN SLOT OPTIONS RESP REDIS_SOCKET
+ *   xadd_gate DSN SLOT OPTIONS RESP REDIS_SOCKET GROUP
  *
  * RESP holds one command per event (bench.py bare wrote it: the entries the
  * relay wrote in that round), RESP.idx where each ends (native 8-byte
@@ -10,11 +10,15 @@
  * replication=database added; OPTIONS is START_REPLICATION's option list, the
  * relay's wal2json options) and decodes nothing: each message that begins as
  * an insert ({"action":"I") makes the next command ready. It sends them to
- * Redis the way the relay sends its groups: with nothing in flight, every
- * ready command (up to 1 MiB, the relay's largest group) goes out in one
+ * Redis in groups of the relay's size: with nothing in flight, once GROUP
+ * commands are ready (bench.sh passes the relay's own events per EXEC in the
+ * same round), or the stream has been quiet for 1 ms, or the last one is
+ * ready, the ready ones (up to 1 MiB, the relay's largest group) go out in one
  * write, and the next group waits until Redis has answered all of this one.
- * Commands sent one by one as they become ready would cost Redis a read each,
- * which neither the relay nor a pipelined bare XADD pays.
+ * Sent as soon as they are ready, the commands would go in groups of 2-8 where
+ * the relay's hold 16-1,800 events, and each group costs Redis a read and a
+ * round of its event loop: that would compare the relay with a worse-batched
+ * bare XADD, not with the XADD's own cost.
  *
  * It stops once every command is answered, and prints "replies: N, errors: E";
  * it exits 0 only when every event of RESP was streamed, sent and answered
@@ -121,7 +125,8 @@ static size_t count_replies(const char *r, size_t n, size_t *used, size_t *err)
 int main(int argc, char **argv)
 {
 	size_t rlen, ilen, ncmd, ready = 0, sent = 0, answered = 0, errors = 0;
-	size_t rhave = 0, rcap = 1 << 20, used;
+	size_t rhave = 0, rcap = 1 << 20, used, group;
+	int quiet = 0;
 	const char *resp;
 	const uint64_t *ends;
 	char path[4096], *rbuf, *sql;
@@ -130,8 +135,8 @@ int main(int argc, char **argv)
 	PGconn *pg;
 	PGresult *res;
 
-	if (argc != 6) {
-		fprintf(stderr, "usage: xadd_gate DSN SLOT OPTIONS RESP REDIS_SOCKET\n");
+	if (argc != 7 || (group = strtoul(argv[6], NULL, 10)) < 1) {
+		fprintf(stderr, "usage: xadd_gate DSN SLOT OPTIONS RESP REDIS_SOCKET GROUP (GROUP >= 1)\n");
 		return 2;
 	}
 	snprintf(path, sizeof path, "%s.idx", argv[4]);
@@ -165,13 +170,15 @@ int main(int argc, char **argv)
 		char *m;
 		int n = 0;
 
-		if (answered == sent && sent < ready) { /* nothing in flight: send what is ready */
+		if (answered == sent && sent < ready && (ready - sent >= group || ready == ncmd || quiet)) {
+			/* nothing in flight and a group ready: send it */
 			size_t last = ready, from = sent ? ends[sent - 1] : 0;
 
 			while (last > sent + 1 && ends[last - 1] - from > GROUP_BYTES)
 				last--;
 			write_all(rs, resp + from, (size_t)(ends[last - 1] - from));
 			sent = last;
+			quiet = 0;
 		}
 		/* every message libpq has read already, before waiting */
 		while (ready < ncmd && (n = PQgetCopyData(pg, &m, 1)) > 0) {
@@ -185,12 +192,18 @@ int main(int argc, char **argv)
 		if (ready < ncmd && n < 0)
 			die("replication stream",
 			    n == -1 ? "ended before the last insert" : PQerrorMessage(pg));
-		if (answered == sent && sent < ready)
+		if (answered == sent && sent < ready && (ready - sent >= group || ready == ncmd))
 			continue;
-		if (poll(pf, 2, -1) < 0) {
+		/* a group not full yet waits at most 1 ms for the stream's next message */
+		n = poll(pf, 2, answered == sent && sent < ready ? 1 : -1);
+		if (n < 0) {
 			if (errno == EINTR)
 				continue;
 			die("poll", strerror(errno));
+		}
+		if (n == 0) {
+			quiet = 1;
+			continue;
 		}
 		if (pf[0].revents && PQconsumeInput(pg) != 1)
 			die("replication stream", PQerrorMessage(pg));
