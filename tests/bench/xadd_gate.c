@@ -15,8 +15,8 @@
  * same round), or the stream has been quiet for 1 ms, or the last one is
  * ready, the ready ones (up to 1 MiB, the relay's largest group) go out in one
  * write, and the next group waits until Redis has answered all of this one.
- * Sent as soon as they are ready, the commands would go in groups of 2-8 where
- * the relay's hold 16-1,800 events, and each group costs Redis a read and a
+ * Sent as soon as they are ready, the commands reach Redis 1-8 at a time where
+ * the relay's drain gives it 2-26 events a read, and each read costs Redis a
  * round of its event loop: that would compare the relay with a worse-batched
  * bare XADD, not with the XADD's own cost.
  *
