@@ -271,7 +271,6 @@ def cmd_bare(sock, pattern, out):
     return 0
 
 
-
 # ---------------------------------------------------------------------------
 # run: timed child + /proc sampler
 # ---------------------------------------------------------------------------
@@ -1019,11 +1018,10 @@ def cmd_report(results, backlogs=None, latency=None):
                         fmt(med([r["procs"].get("redis", {}).get("cpu_s", 0) / ev * 1e6 for r in cr]), ".1f")
                         if red else "–"),
                     fmt(med([r["maxrss_kb"] / 1024 for r in cr]), ".1f"),
-                    # xadd_live: neither FCALL nor EXEC, and its client is a shell pipeline
+                    # xadd_live sends neither FCALL nor EXEC
                     rm(lambda x: ev / per_batch(x), ".1f") if cont != "xadd_live" else "–",
                     rm(lambda x: ev / max(x["total_reads_processed"], 1), ".0f"),
-                    fmt(med([ev / r["syscw"] for r in cr if r.get("syscw")]), ".1f")
-                    if red and cont != "xadd_live" else "–",
+                    fmt(med([ev / r["syscw"] for r in cr if r.get("syscw")]), ".1f") if red else "–",
                     rm(lambda x: x["total_net_input_bytes"] / ev, ",.0f"),
                     mp("child"), mp("walsender"), mp("redis") if red else "–",
                     fmt(pp("machine"), ".0f"),

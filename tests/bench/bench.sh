@@ -189,8 +189,14 @@ is_root && chown postgres "$T"
 # shellcheck disable=SC2046 # pkg-config's flags are words
 cc -O2 -Wall -Wextra -o "$T/xadd_gate" "$HERE/xadd_gate.c" $(pkg-config --cflags --libs libpq) ||
 	die "cc $HERE/xadd_gate.c failed (it needs libpq-dev)"
-# The relay's wal2json options, as START_REPLICATION's option list (xadd_gate)
-W2J_OPTS="\"format-version\" '2', \"include-transaction\" '1', \"include-xids\" '1', \"include-lsn\" '1', \"include-timestamp\" '1', \"add-tables\" 'public.outbox', \"add-msg-prefixes\" 'outbox'"
+# The relay's wal2json options: as pg_recvlogical's -o arguments (W2J_O) and as
+# START_REPLICATION's option list (W2J_SQL, for xadd_gate).
+W2J_O=() W2J_SQL=
+for kv in format-version=2 include-transaction=1 include-xids=1 include-lsn=1 include-timestamp=1 \
+	add-tables=public.outbox add-msg-prefixes=outbox; do
+	W2J_O+=(-o "$kv")
+	W2J_SQL+="${W2J_SQL:+, }\"${kv%%=*}\" '${kv#*=}'"
+done
 OUT=${OUT:-/tmp/outbox-bench-results.$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -582,20 +588,20 @@ drain() {
 	pg_recvlogical)
 		"$PY" "$BENCH_PY" run "${common[@]}" -- \
 			"$PG_BINDIR/pg_recvlogical" --no-loop -d "$DSN" --slot "$slot" --start --endpos "$endpos" \
-			-o format-version=2 -o include-transaction=1 -o include-xids=1 -o include-lsn=1 \
-			-o include-timestamp=1 -o add-tables=public.outbox -o add-msg-prefixes=outbox \
-			-f /dev/null || rc=$?
+			"${W2J_O[@]}" -f /dev/null || rc=$?
 		;;
 	xadd_live) # the relay's entries of this round as bare XADDs, paced by a replication stream
 		local resp=$T/bare.$shape.$round.resp
 		[ -s "$resp" ] && [ -s "$resp.idx" ] && [ -s "$resp.group" ] ||
 			die "xadd_live on $shape (round $round) needs the relay's entries of the round: put relay before it"
 		"$PY" "$BENCH_PY" run "${common[@]}" "${rsrv[@]}" --xlen "$xpat" --stdout "$T/xadd_live.out" -- \
-			"$T/xadd_gate" "$DSN" "$slot" "$W2J_OPTS" "$resp" "$RSOCK" "$(cat "$resp.group")" || rc=$?
-		[ "$rc" != 0 ] || grep -q "^replies: $events, errors: 0$" "$T/xadd_live.out" ||
-			die "xadd_live on $shape (round $round): $(cat "$T/xadd_live.out") $(tail -n 3 "$logf")"
-		[ "$rc" != 0 ] || [ "$(tail -n 1 "$OUT/drains.jsonl" | "$PY" -c 'import json, sys; print(json.load(sys.stdin)["redis"].get("xlen"))')" = "$events" ] ||
-			die "xadd_live on $shape (round $round): XLEN is not $events"
+			"$T/xadd_gate" "$DSN" "$slot" "$W2J_SQL" "$resp" "$RSOCK" "$(cat "$resp.group")" || rc=$?
+		if [ "$rc" = 0 ]; then
+			grep -q "^replies: $events, errors: 0$" "$T/xadd_live.out" ||
+				die "xadd_live on $shape (round $round): $(cat "$T/xadd_live.out") $(tail -n 3 "$logf")"
+			[ "$(tail -n 1 "$OUT/drains.jsonl" | "$PY" -c 'import json, sys; print(json.load(sys.stdin)["redis"].get("xlen"))')" = "$events" ] ||
+				die "xadd_live on $shape (round $round): XLEN is not $events"
+		fi
 		rm -f "$resp" "$resp.idx" "$resp.group"
 		;;
 	pg_recvlogical_pgo) # the options the relay sends pgoutput (PostgreSQL 14+)
@@ -806,9 +812,7 @@ run_latency_floor() {
 	rd_pid=$!
 	BG_PIDS+=("$rd_pid")
 	"$PG_BINDIR/pg_recvlogical" -d "$DSN" --slot latfloor --start -f - -F 0 \
-		-o format-version=2 -o include-transaction=1 -o include-xids=1 -o include-lsn=1 \
-		-o include-timestamp=1 -o add-tables=public.outbox -o add-msg-prefixes=outbox \
-		>"$T/floor.fifo" 2>"$T/floor.err" &
+		"${W2J_O[@]}" >"$T/floor.fifo" 2>"$T/floor.err" &
 	rl_pid=$!
 	BG_PIDS+=("$rl_pid")
 	echo "$rl_pid" >>"$T/bg.pids"
