@@ -22,9 +22,9 @@
 # the other --publish path than the first relay's: another writer of the dedup
 # buckets and their index, racing the first relay, each dropping what the
 # other wrote first (the streams must still hold each row once, in commit
-# order). The dedup window (90 s or a little more) is chosen so that a bucket
-# (two windows) begins 10 to 40 s after the relay starts: the relay running then
-# makes the new bucket, so with --publish native its id record (--dedup-record)
+# order). The dedup window (the run's length plus 5 minutes, or a little
+# more) is chosen so that a bucket (two windows) begins 10 to 40 s after the
+# relay starts: the relay running then makes the new bucket, so with --publish native its id record (--dedup-record)
 # holds it and leaves lookups out, and a later bucket's lookups also go to the
 # one before it. Each relay serves /metrics, read before it is SIGKILLed, so
 # the lookups left out by all relays are counted (lookups_skipped in the
@@ -85,8 +85,15 @@ GEN_PID=$!
 # and whatever follows it are decoded in one go, as after an outage.
 wait_for '[ "$(psql_q "SELECT count(*) FROM outbox")" -ge 100 ] || [ -e "$T/oracle/gen.done" ]' 120 ||
 	log "the application committed fewer than 100 rows in 120 s: starting the relay anyway"
-# The dedup window: 90 s or more, its bucket (two windows) ending 10 to 40 s from now.
-DW=90
+# The dedup window: its bucket (two windows) ending 10 to 40 s from now, and
+# at least the run's length and 5 minutes more (for heal's own republish and
+# the faults' waits). heal republishes the rows from 5 minutes before the slot
+# record's last commit (HEAL_MARGIN_S); those among them that were published
+# before the gap are dropped as duplicates only while their ids are in the
+# window. A window shorter than the time since the first row (a soak of
+# several minutes) gets them published twice, as the README says under "What
+# republish cannot heal".
+DW=$((SECONDS_RUN + 300))
 now=$(date +%s)
 while [ $((((now / (2 * DW)) + 1) * 2 * DW - now)) -lt 10 ] || [ $((((now / (2 * DW)) + 1) * 2 * DW - now)) -gt 40 ]; do
 	DW=$((DW + 1))
@@ -131,28 +138,31 @@ redis_kill9() {
 watch_noise() {
 	timeout 3 redis-cli -s "$REDIS_SOCK" -r 1000000000 -i 0.0005 XADD outbox:dead-letter MAXLEN 0 '*' noise 1 >/dev/null 2>&1 || true
 }
-# second_relay: another relay, slot outbox_relay_b, publishes the same rows for
-# about 4 s (the first time on the other --publish path than the first
-# relay's, then on either). Its slot starts where it is created (X); it runs
+# second_relay: another relay, on a slot of its own (outbox_relay_b1, _b2, ...:
+# a new name each run, since the relay's slot record in Redis outlives the
+# dropped slot, and a slot created again under a name the record knows is a
+# gap the relay stops on, exit 8), publishes the same rows for about 4 s (the
+# first time on the other --publish path than the first relay's, then on
+# either). Its slot starts where it is created (X); it runs
 # once the first relay confirmed X, so every row up to X is in the streams
 # already and each stream gets the union of both relays' rows in commit
 # order: a row either relay finds in the dedup buckets is dropped. It is
 # lib.sh's background relay while it runs (the first one's pid set aside).
 second_relay() {
-	local x publish=native pid_a n_a log_a log_b
+	local x publish=native pid_a n_a log_a log_b slot_b=outbox_relay_b$((${SECOND_N:-0} + 1))
 	# the first run on the other path than the first relay's, then either
 	if [ -z "${SECOND_N:-}" ]; then
 		[ "${OUTBOX_RELAY_PUBLISH:-native}" = function ] || publish=function
 	elif [ $((RANDOM % 2)) = 1 ]; then
 		publish=function
 	fi
-	slot_create outbox_relay_b
-	x=$(slot_confirmed_lsn outbox_relay_b)
+	slot_create "$slot_b"
+	x=$(slot_confirmed_lsn "$slot_b")
 	relay_up
 	pid_a=$RELAY_PID n_a=$RELAY_BG_N log_a=$RELAY_LOG
 	wait_for "lsn_ge \"\$(slot_confirmed_lsn outbox_relay)\" $x" 120 || fail "the relay did not confirm $x within 120 s"
 	SECOND_N=$((${SECOND_N:-0} + 1))
-	relay_start "${RELAY_OPTS[@]}" --slot outbox_relay_b --publish "$publish"
+	relay_start "${RELAY_OPTS[@]}" --slot "$slot_b" --publish "$publish"
 	log_b=$RELAY_LOG
 	sleep 4
 	relay_stop 60
@@ -161,8 +171,8 @@ second_relay() {
 	log "second relay (--publish $publish, from $x): $(grep -o 'stopped (.*' "$log_b" | cut -c1-200)"
 	SECOND_PUBLISHED=$((${SECOND_PUBLISHED:-0} + $(final_sum "$log_b" published)))
 	SECOND_DUPS=$((${SECOND_DUPS:-0} + $(final_sum "$log_b" duplicates)))
-	wait_for '! slot_active outbox_relay_b' 30 || fail "slot outbox_relay_b stays active"
-	psql_q "SELECT pg_drop_replication_slot('outbox_relay_b')" >/dev/null
+	wait_for "! slot_active $slot_b" 30 || fail "slot $slot_b stays active"
+	psql_q "SELECT pg_drop_replication_slot('$slot_b')" >/dev/null
 }
 slot_heal() {
 	local line
