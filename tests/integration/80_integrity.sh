@@ -24,10 +24,11 @@
 # other wrote first (the streams must still hold each row once, in commit
 # order). The dedup window (the run's length plus 5 minutes, or a little
 # more) is chosen so that a bucket (two windows) begins 10 to 40 s after the
-# relay starts: the relay running then makes the new bucket, so with --publish native its id record (--dedup-record)
-# holds it and leaves lookups out, and a later bucket's lookups also go to the
-# one before it. Each relay serves /metrics, read before it is SIGKILLed, so
-# the lookups left out by all relays are counted (lookups_skipped in the
+# relay starts: the relay running then makes the new bucket, so with
+# --publish native its id record (--dedup-record) holds it and leaves lookups
+# out, and a later bucket's lookups also go to the one before it. Each relay
+# serves /metrics, read before it is SIGKILLed, so the lookups left out by
+# all relays are counted (lookups_skipped in the
 # summary; at least one when the relay runs --publish native), and so are the
 # ids a relay started (or reconnected) over a live bucket read into its record
 # (record_ids_read: --dedup-record-seed, reported).
@@ -95,11 +96,13 @@ wait_for '[ "$(psql_q "SELECT count(*) FROM outbox")" -ge 100 ] || [ -e "$T/orac
 # republish cannot heal".
 DW=$((SECONDS_RUN + 300))
 now=$(date +%s)
-while [ $((((now / (2 * DW)) + 1) * 2 * DW - now)) -lt 10 ] || [ $((((now / (2 * DW)) + 1) * 2 * DW - now)) -gt 40 ]; do
+# seconds from now to the next bucket's start with window DW
+next_bucket_in() { echo $((((now / (2 * DW)) + 1) * 2 * DW - now)); }
+while [ "$(next_bucket_in)" -lt 10 ] || [ "$(next_bucket_in)" -gt 40 ]; do
 	DW=$((DW + 1))
 done
 RELAY_OPTS+=(--dedup-window "$DW")
-log "dedup window ${DW}s: a bucket begins $((((now / (2 * DW)) + 1) * 2 * DW - now)) s after the relay starts"
+log "dedup window ${DW}s: a bucket begins $(next_bucket_in) s after the relay starts"
 relay_start "${RELAY_OPTS[@]}"
 
 gen_running() { pid_alive "$GEN_PID" && [ ! -e "$T/oracle/gen.done" ]; }
@@ -149,9 +152,11 @@ watch_noise() {
 # order: a row either relay finds in the dedup buckets is dropped. It is
 # lib.sh's background relay while it runs (the first one's pid set aside).
 second_relay() {
-	local x publish=native pid_a n_a log_a log_b slot_b=outbox_relay_b$((${SECOND_N:-0} + 1))
+	local x publish=native pid_a n_a log_a log_b slot_b
+	SECOND_N=$((${SECOND_N:-0} + 1))
+	slot_b=outbox_relay_b$SECOND_N
 	# the first run on the other path than the first relay's, then either
-	if [ -z "${SECOND_N:-}" ]; then
+	if [ "$SECOND_N" = 1 ]; then
 		[ "${OUTBOX_RELAY_PUBLISH:-native}" = function ] || publish=function
 	elif [ $((RANDOM % 2)) = 1 ]; then
 		publish=function
@@ -161,7 +166,6 @@ second_relay() {
 	relay_up
 	pid_a=$RELAY_PID n_a=$RELAY_BG_N log_a=$RELAY_LOG
 	wait_for "lsn_ge \"\$(slot_confirmed_lsn outbox_relay)\" $x" 120 || fail "the relay did not confirm $x within 120 s"
-	SECOND_N=$((${SECOND_N:-0} + 1))
 	relay_start "${RELAY_OPTS[@]}" --slot "$slot_b" --publish "$publish"
 	log_b=$RELAY_LOG
 	sleep 4
