@@ -51,6 +51,7 @@ struct republish {
 	struct pg_table tbl; /* the outbox table: its real names, its columns */
 	uint64_t rows;
 	uint64_t null_time;     /* rows skipped: their --time-column is NULL */
+	uint64_t past_window;   /* rows selected whose --time-column is older than --dedup-window */
 	uint64_t refused;       /* values from this size on are dead-lettered (Redis refused one) */
 	struct sink_stats prev; /* the counts of the sinks of earlier passes */
 	char session_tz[128];   /* the session's TimeZone before ours (UTC) replaced it */
@@ -406,6 +407,49 @@ static bool put_bound(struct republish *rp, struct buf *q, const char *op, const
 }
 
 /*
+ * Count into rp->past_window the rows of [since, --until) whose time column
+ * is older than --dedup-window, by this host's clock. Dedup keeps an id for
+ * at least the window after it was published, and a row is published after
+ * its time: so a row younger than the window that the streams already have
+ * is always dropped, and one older may be published a second time (README,
+ * "What republish cannot heal"). q is empty and left for the caller to reset.
+ */
+static int count_past_window(struct republish *rp, struct buf *q, const char *since)
+{
+	const struct relay_config *cf = rp->cf;
+	char cut[64];
+	PGresult *res;
+	bool ok;
+
+	rp->past_window = 0;
+	if (cf->dedup_window_s <= 0)
+		return EXIT_OK;
+	if (!time_format_iso(time_now_us() - cf->dedup_window_s * 1000000, cut, sizeof(cut)))
+		return EXIT_OK; /* a window reaching before 1970: nothing is older */
+	buf_puts(q, "SELECT count(*) FROM ");
+	ok = put_table(rp, q);
+	buf_puts(q, " WHERE ");
+	ok = ok && put_bound(rp, q, " >= ", since);
+	buf_puts(q, " AND ");
+	ok = ok && put_bound(rp, q, " < ", cut);
+	if (cf->until) {
+		buf_puts(q, " AND ");
+		ok = ok && put_bound(rp, q, " < ", cf->until);
+	}
+	if (!ok || q->failed) {
+		snprintf(rp->err, sizeof(rp->err), "out of memory");
+		return EXIT_FAILURE_RUNTIME;
+	}
+	res = run(rp, "counting the rows older than the dedup window", q->data, PGRES_TUPLES_OK);
+	if (!res)
+		return strstr(rp->err, "timestamp") || strstr(rp->err, "time zone") ? EXIT_USAGE
+		                                                                    : EXIT_PG_SETUP;
+	rp->past_window = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+	PQclear(res);
+	return EXIT_OK;
+}
+
+/*
  * Declare the cursor over [since, --until) in commit order as far as SQL
  * can tell it: by --time-column (a transaction's start when it is now()),
  * then by transaction (the older xmin first), then within a transaction by
@@ -424,6 +468,7 @@ static int declare_cursor(struct republish *rp, const char *since, const char *s
 	struct buf q = {0};
 	PGresult *res;
 	bool ok = true;
+	int rc;
 
 	res = run(rp, "BEGIN", "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", PGRES_COMMAND_OK);
 	if (!res)
@@ -461,6 +506,12 @@ static int declare_cursor(struct republish *rp, const char *since, const char *s
 	}
 	rp->null_time = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
 	PQclear(res);
+	rc = count_past_window(rp, &q, since);
+	buf_reset(&q);
+	if (rc != EXIT_OK) {
+		buf_finish(&q);
+		return rc;
+	}
 	buf_puts(&q, "DECLARE outbox_republish NO SCROLL CURSOR FOR SELECT ");
 	for (int i = 0; ok && i < rp->tbl.ncols; i++) {
 		ok = put_ident(rp, &q, rp->tbl.cols[i].name);
@@ -535,6 +586,12 @@ static int republish_pass(struct republish *rp, const char *since, const char *s
 		log_warn("%llu row(s) of %s.%s have a NULL %s: no time range selects them, so they "
 		         "are not republished",
 		         (unsigned long long)rp->null_time, rp->tbl.schema, rp->tbl.name, cf->time_column);
+	if (rp->past_window)
+		log_warn("%llu row(s) of %s.%s to republish have a %s older than --dedup-window (%llds): "
+		         "those the streams already have may be published a second time, as dedup no "
+		         "longer holds their ids (README, \"What republish cannot heal\")",
+		         (unsigned long long)rp->past_window, rp->tbl.schema, rp->tbl.name,
+		         cf->time_column, (long long)cf->dedup_window_s);
 	log_info("republishing %s.%s rows with %s >= %s%s%s to %s (dedup window %llds)%s",
 	         rp->tbl.schema, rp->tbl.name, cf->time_column, since, cf->until ? " and < " : "",
 	         cf->until ? cf->until : "", cf->stream, (long long)cf->dedup_window_s,
@@ -739,9 +796,10 @@ void republish_print_counts(const struct republish *rp, FILE *out)
 	struct sink_stats c = counts(rp);
 
 	fprintf(out,
-	        "rows=%llu skipped_null_time=%llu published=%llu duplicates=%llu dead_lettered=%llu "
-	        "unacknowledged=%llu",
+	        "rows=%llu skipped_null_time=%llu past_window=%llu published=%llu duplicates=%llu "
+	        "dead_lettered=%llu unacknowledged=%llu",
 	        (unsigned long long)rp->rows, (unsigned long long)rp->null_time,
+	        (unsigned long long)rp->past_window,
 	        (unsigned long long)c.published, (unsigned long long)c.duplicates,
 	        (unsigned long long)c.dead_lettered,
 	        (unsigned long long)(rp->sink ? sink_redis_inflight_events(rp->sink) : 0));

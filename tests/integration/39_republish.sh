@@ -13,6 +13,8 @@
 #     again: everything exactly once.
 # (e) usage errors: no --since, a bad --since, --dedup-window 0, a missing
 #     --time-column.
+# (f) rows older than --dedup-window (whose ids dedup may no longer hold) are
+#     counted (past_window=) and named in a warning; younger ones are not.
 . "$(dirname "$0")/lib.sh"
 setup_tmp
 pg_start
@@ -46,6 +48,8 @@ wm_before=$(redis_cli GET "outbox-relay:wm:{outbox:order}:outbox_relay")
 republish --since "$since"
 assert_eq 0 "$RP_RC" "(a) republish exit code"
 assert_eq 5 "$(summary published)" "(a) republish published the 5 events of the gap"
+assert_eq 0 "$(summary past_window)" "(a) no row older than the dedup window"
+assert_not_contains "$RP_OUT" "older than --dedup-window" "(a) and no warning about it"
 assert_eq 0 "$(summary dead_lettered)" "(a) nothing dead-lettered"
 assert_eq "$wm_before" "$(redis_cli GET "outbox-relay:wm:{outbox:order}:outbox_relay")" "(a) the live watermark is untouched"
 relay_drain --accept-gap "$accept"
@@ -120,12 +124,31 @@ assert_eq "$n1" "$(summary duplicates)" "(d) what the first run published is ski
 rx fields outbox:bulk aggregate_id | sort -n | uniq -d >"$T/dups"
 assert_eq 0 "$(wc -l <"$T/dups")" "(d) no id twice"
 
+# ---- (f) rows older than the dedup window -------------------------------------
+iso() { psql_q "SELECT to_char((now() - interval '$1') AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"; }
+psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload, created_at)
+        SELECT 'old', g::text, 'created', '{}', now() - interval '2 hours' - g * interval '1 s'
+        FROM generate_series(1, 3) g" >/dev/null
+relay_drain
+assert_eq 3 "$(redis_cli XLEN outbox:old)" "(f) the 3 rows written with a time 2 hours back are streamed"
+republish --since "$(iso '3 hours')" --until "$(iso '1 hour')" --dedup-window 1h
+assert_eq 0 "$RP_RC" "(f) republish exit code"
+assert_eq 3 "$(summary past_window)" "(f) the 3 rows are older than a 1h window"
+assert_contains "$RP_OUT" "3 row(s) of public.outbox to republish have a created_at older than --dedup-window (3600s)" \
+	"(f) a warning names the rows, the table, the column and the window"
+assert_eq 3 "$(summary duplicates)" "(f) published minutes ago, dedup still holds them: dropped"
+republish --since "$(iso '3 hours')" --until "$(iso '1 hour')" --dedup-window 4h
+assert_eq 0 "$(summary past_window)" "(f) with a 4h window they are not older"
+assert_not_contains "$RP_OUT" "older than --dedup-window" "(f) and nothing is said"
+assert_eq 3 "$(redis_cli XLEN outbox:old)" "(f) nothing was published a second time"
+
 # ---- (e) usage errors -----------------------------------------------------------
 republish
 assert_eq 2 "$RP_RC" "(e) no --since: exit 2"
 assert_contains "$RP_OUT" "--since TIME is required" "(e) says --since is required"
 republish --since yesterday-ish
 assert_eq 2 "$RP_RC" "(e) a --since that is no time: exit 2"
+assert_contains "$RP_OUT" 'invalid input syntax for type timestamp with time zone: "yesterday-ish"' "(e) names the value"
 republish --since 2000-01-01 --dedup-window 0
 assert_eq 2 "$RP_RC" "(e) --dedup-window 0: exit 2"
 republish --since 2000-01-01 --time-column nope
