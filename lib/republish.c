@@ -590,8 +590,8 @@ static int republish_pass(struct republish *rp, const char *since, const char *s
 		log_warn("%llu row(s) of %s.%s to republish have a %s older than --dedup-window (%llds): "
 		         "those the streams already have may be published a second time, as dedup no "
 		         "longer holds their ids (README, \"What republish cannot heal\")",
-		         (unsigned long long)rp->past_window, rp->tbl.schema, rp->tbl.name,
-		         cf->time_column, (long long)cf->dedup_window_s);
+		         (unsigned long long)rp->past_window, rp->tbl.schema, rp->tbl.name, cf->time_column,
+		         (long long)cf->dedup_window_s);
 	log_info("republishing %s.%s rows with %s >= %s%s%s to %s (dedup window %llds)%s",
 	         rp->tbl.schema, rp->tbl.name, cf->time_column, since, cf->until ? " and < " : "",
 	         cf->until ? cf->until : "", cf->stream, (long long)cf->dedup_window_s,
@@ -799,9 +799,8 @@ void republish_print_counts(const struct republish *rp, FILE *out)
 	        "rows=%llu skipped_null_time=%llu past_window=%llu published=%llu duplicates=%llu "
 	        "dead_lettered=%llu unacknowledged=%llu",
 	        (unsigned long long)rp->rows, (unsigned long long)rp->null_time,
-	        (unsigned long long)rp->past_window,
-	        (unsigned long long)c.published, (unsigned long long)c.duplicates,
-	        (unsigned long long)c.dead_lettered,
+	        (unsigned long long)rp->past_window, (unsigned long long)c.published,
+	        (unsigned long long)c.duplicates, (unsigned long long)c.dead_lettered,
 	        (unsigned long long)(rp->sink ? sink_redis_inflight_events(rp->sink) : 0));
 }
 
