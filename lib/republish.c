@@ -406,6 +406,24 @@ static bool put_bound(struct republish *rp, struct buf *q, const char *op, const
 	return true;
 }
 
+/* Append "<since bound> [AND <until bound>]": the rows republish selects. */
+static bool put_range(struct republish *rp, struct buf *q, const char *since)
+{
+	if (!put_bound(rp, q, " >= ", since))
+		return false;
+	if (!rp->cf->until)
+		return true;
+	buf_puts(q, " AND ");
+	return put_bound(rp, q, " < ", rp->cf->until);
+}
+
+/* The exit code of a failed query over the bounds: 2 when PostgreSQL cannot read a time. */
+static int bound_error_rc(const struct republish *rp)
+{
+	return strstr(rp->err, "timestamp") || strstr(rp->err, "time zone") ? EXIT_USAGE
+	                                                                    : EXIT_PG_SETUP;
+}
+
 /*
  * Count into rp->past_window the rows of [since, --until) whose time column
  * is older than --dedup-window, by this host's clock. Dedup keeps an id for
@@ -429,21 +447,16 @@ static int count_past_window(struct republish *rp, struct buf *q, const char *si
 	buf_puts(q, "SELECT count(*) FROM ");
 	ok = put_table(rp, q);
 	buf_puts(q, " WHERE ");
-	ok = ok && put_bound(rp, q, " >= ", since);
+	ok = ok && put_range(rp, q, since);
 	buf_puts(q, " AND ");
 	ok = ok && put_bound(rp, q, " < ", cut);
-	if (cf->until) {
-		buf_puts(q, " AND ");
-		ok = ok && put_bound(rp, q, " < ", cf->until);
-	}
 	if (!ok || q->failed) {
 		snprintf(rp->err, sizeof(rp->err), "out of memory");
 		return EXIT_FAILURE_RUNTIME;
 	}
 	res = run(rp, "counting the rows older than the dedup window", q->data, PGRES_TUPLES_OK);
 	if (!res)
-		return strstr(rp->err, "timestamp") || strstr(rp->err, "time zone") ? EXIT_USAGE
-		                                                                    : EXIT_PG_SETUP;
+		return bound_error_rc(rp);
 	rp->past_window = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
 	PQclear(res);
 	return EXIT_OK;
@@ -522,11 +535,7 @@ static int declare_cursor(struct republish *rp, const char *since, const char *s
 	buf_puts(&q, " FROM ");
 	ok = ok && put_table(rp, &q);
 	buf_puts(&q, " WHERE ");
-	ok = ok && put_bound(rp, &q, " >= ", since);
-	if (cf->until) {
-		buf_puts(&q, " AND ");
-		ok = ok && put_bound(rp, &q, " < ", cf->until);
-	}
+	ok = ok && put_range(rp, &q, since);
 	buf_puts(&q, " ORDER BY ");
 	ok = ok && put_ident(rp, &q, cf->time_column);
 	/* Within a transaction: by statement (cmin, the command that inserted the row). */
@@ -543,8 +552,7 @@ static int declare_cursor(struct republish *rp, const char *since, const char *s
 	res = run(rp, "declaring the cursor", q.data, PGRES_COMMAND_OK);
 	buf_finish(&q);
 	if (!res)
-		return strstr(rp->err, "timestamp") || strstr(rp->err, "time zone") ? EXIT_USAGE
-		                                                                    : EXIT_PG_SETUP;
+		return bound_error_rc(rp);
 	PQclear(res);
 	return EXIT_OK;
 oom:
