@@ -77,9 +77,12 @@ bench_final_field() {
 # when CG=1 (in the foreground of a background job, which callgrind_control
 # reaches; its pidfile still names it), else plain, as lib.sh starts it. A
 # script sets redis_server() { bench_redis_server "$@"; } after lib.sh.
+# CG_OPTS: more valgrind options, word-split (for example --cache-sim=yes:
+# each dump then also counts cache misses, read with callgrind_annotate).
 bench_redis_server() {
 	if [ "${CG:-0}" = 1 ]; then
-		valgrind --tool=callgrind --callgrind-out-file="$T/cg.%p" redis-server "$@" --daemonize no \
+		# shellcheck disable=SC2086 # CG_OPTS is a list of options
+		valgrind --tool=callgrind ${CG_OPTS:-} --callgrind-out-file="$T/cg.%p" redis-server "$@" --daemonize no \
 			>>"$T/valgrind.log" 2>&1 &
 	else
 		redis-server "$@"

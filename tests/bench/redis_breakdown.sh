@@ -15,6 +15,8 @@
 # noisy on a busy machine; 0: skip; with it, the bare XADD Redis also takes
 # redis-benchmark -P 64 of one of the relay's entries, issue 24's own
 # baseline, as many times as there are measured events, into another key),
+# CG_OPTS (more valgrind options, for example --cache-sim=yes: the dumps kept
+# with OUT then count cache misses too, read with callgrind_annotate),
 # CG_RUN (1, the default; 0: no valgrind at all, only the CPU figures, the
 # relay's from its one drain: for runs too long for callgrind), OUT (keep the callgrind dumps, the JSON
 # and the table in this directory), PUBLISH (function, the default: the relay
