@@ -166,13 +166,19 @@ def redis_stats(sock):
     # Redis's own CPU (getrusage: every thread of the server, in µs), finer
     # than the /proc sampler's clock ticks over a short drain
     out["used_cpu_us"] = int(round((float(cpu.get("used_cpu_user", 0)) + float(cpu.get("used_cpu_sys", 0))) * 1e6))
-    calls = {}
+    calls, usec = {}, {}
     for k, v in cs.items():
         if k.startswith("cmdstat_"):
             m = re.search(r"(?:^|,)calls=(\d+)", v)
             if m:
                 calls[k[len("cmdstat_"):]] = int(m.group(1))
+            m = re.search(r"(?:^|,)usec=(\d+)", v)
+            if m:
+                usec[k[len("cmdstat_"):]] = int(m.group(1))
     out["calls"] = calls
+    # time inside each command (commandstats usec: wall clock around the
+    # command's call; EXEC's includes the commands it runs)
+    out["usec"] = usec
     return out
 
 
@@ -185,9 +191,9 @@ def redis_stats_sum(endpoints):
             tot = st
             continue
         for k, v in st.items():
-            if k == "calls":
+            if k in ("calls", "usec"):
                 for c, n in v.items():
-                    tot["calls"][c] = tot["calls"].get(c, 0) + n
+                    tot[k][c] = tot[k].get(c, 0) + n
             else:
                 tot[k] += v
     return tot
@@ -567,9 +573,10 @@ def cmd_run(argv):
     ch["pct"] = round(100 * ch["cpu_s"] / wall, 1) if wall > 0 else 0.0
     if redis_socks:
         after = redis_stats_sum(redis_socks)
-        delta = {k: after[k] - before[k] for k in after if k != "calls"}
-        delta["calls"] = {k: v - before["calls"].get(k, 0) for k, v in after["calls"].items()
-                          if v - before["calls"].get(k, 0)}
+        delta = {k: after[k] - before[k] for k in after if k not in ("calls", "usec")}
+        for d in ("calls", "usec"):
+            delta[d] = {k: v - before[d].get(k, 0) for k, v in after[d].items()
+                        if v - before[d].get(k, 0)}
         if xlen_key:
             # XLEN summed over the matching streams of every server; first and
             # last XADD, from the entry ids' millisecond timestamps (same host
@@ -831,6 +838,40 @@ def per_batch(x):
     return max(c.get("fcall", 0) + c.get("exec", 0), 1)
 
 
+# The commands a native group's EXEC runs (the rest of a drain's commands are
+# its reads, outside EXEC). Under --publish function every command but FCALL
+# and the relay's start-up ones (ADMIN) runs inside an FCALL.
+QUEUED = ("xadd", "hset", "hdel", "expireat", "set")
+ADMIN = ("info", "function|load", "command|info", "config|get", "config|resetstat", "ping", "hello", "client|setname")
+READS = ("hmget", "hkeys", "hgetall", "get", "type", "time", "watch", "unwatch", "multi", "exists", "hscan", "hget")
+
+
+def by_command_row(shape, cont, red, ev):
+    """One row of the per-command table: µs per event inside each kind of
+    command (commandstats usec deltas), medians of the rounds."""
+    def part(x, name):
+        u = x.get("usec", {})
+        wrap = "fcall" if u.get("fcall") else "exec" if u.get("exec") else None
+        nested = ([k for k in u if k not in ADMIN + ("fcall", "exec")] if wrap == "fcall" else
+                  list(QUEUED) if wrap == "exec" else [])
+        own = max(u.get(wrap, 0) - sum(u.get(k, 0) for k in nested), 0) if wrap else 0
+        if name == "hset":
+            return (u.get("hset", 0) + u.get("hsetnx", 0)) / ev
+        if name == "reads":
+            return sum(u.get(k, 0) for k in READS) / ev
+        if name == "own":
+            return own / ev
+        if name == "outside":
+            top = sum(v for k, v in u.items() if k not in nested)
+            return (x["used_cpu_us"] - top) / ev
+        return u.get(name, 0) / ev
+    m = lambda name: fmt(med([part(x, name) for x in red]), ".2f")
+    return "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        shape, CONTENDER_LABEL[cont], fmt(med([x["used_cpu_us"] / ev for x in red]), ".2f"),
+        m("xadd"), m("hset"), m("expireat"), m("hdel"), m("reads"), m("own"), m("outside"),
+        fmt(med([(x["calls"].get("hset", 0) + x["calls"].get("hsetnx", 0)) / ev for x in red]), ".2f"))
+
+
 def med(xs):
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else None
@@ -977,7 +1018,7 @@ def cmd_report(results, backlogs=None, latency=None):
         out.append("| shape | events | backlog write s / WAL | contender | events/s (median) | min–max | "
                    "wall s (median) | vs pg_recvlogical | events/s to last XADD | vs pg_recvlogical |")
         out.append("|---|---:|---|---|---:|---:|---:|---:|---:|---:|")
-        cost, bounds = [], []
+        cost, bounds, bycmd = [], [], []
         for shape in shapes:
             srows = [r for r in mrows if r["shape"] == shape]
             base = None
@@ -1007,6 +1048,8 @@ def cmd_report(results, backlogs=None, latency=None):
                 if cont == "relay" and base and mode in ("noaof", "aof"):
                     bb = bd[3] or bd[2]
                     item3.append((title, shape, rate / base, bb / base if bb else None))
+                if any(x.get("usec") for x in red):
+                    bycmd.append(by_command_row(shape, cont, red, ev))
                 pp = lambda n, k="pct": med([r["procs"].get(n, {}).get(k) for r in cr])
                 mp = lambda n: "%s / %s" % (fmt(pp(n), ".0f"), fmt(pp(n, "peak_pct"), ".0f"))
                 rm = lambda f, spec: fmt(med([f(x) for x in red]), spec) if red else "–"
@@ -1039,6 +1082,23 @@ def cmd_report(results, backlogs=None, latency=None):
         out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         out.extend(cost)
         out.append("")
+        if bycmd:
+            out.append("Where Redis's time goes during the drains (%s; issue 24, item 1, at full speed): "
+                       "µs per event inside each kind of command (INFO commandstats usec, medians of the "
+                       "rounds), beside Redis's CPU (used_cpu_user + used_cpu_sys). commandstats times a "
+                       "command by the wall clock around it, so a server the kernel preempted mid-command "
+                       "counts that wait too. \"EXEC's own\" is EXEC's time less the commands queued in it "
+                       "(XADD, HSET, HDEL, EXPIREAT, SET): taking the group off the queue, freeing its "
+                       "arguments, the transaction's bookkeeping (under --publish function, FCALL's time "
+                       "less the commands its script ran, which the other columns hold: Lua). "
+                       "\"outside\" is CPU no command's time "
+                       "holds: reading and parsing the requests (queued commands included), writing the "
+                       "replies, the event loop:\n" % title)
+            out.append("| shape | contender | Redis CPU | XADD | HSET, HSETNX | EXPIREAT | HDEL | reads (HMGET, HKEYS, "
+                       "HGETALL, GET, TYPE, TIME, WATCH, ...) | EXEC's or FCALL's own | outside | HSET and HSETNX per event |")
+            out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+            out.extend(bycmd)
+            out.append("")
         item2 = []
         cpu_of = lambda r: r["redis"]["used_cpu_us"] / int(r["events"])
         for shape in shapes:
