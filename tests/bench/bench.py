@@ -846,30 +846,27 @@ ADMIN = ("info", "function|load", "command|info", "config|get", "config|resetsta
 READS = ("hmget", "hkeys", "hgetall", "get", "type", "time", "watch", "unwatch", "multi", "exists", "hscan", "hget")
 
 
+def by_command(x, ev):
+    """One drain's Redis time per event by kind of command (commandstats usec
+    deltas): the table's columns, by name."""
+    u = x.get("usec", {})
+    wrap = "fcall" if u.get("fcall") else "exec" if u.get("exec") else None
+    nested = ([k for k in u if k not in ADMIN + ("fcall", "exec")] if wrap == "fcall" else
+              list(QUEUED) if wrap == "exec" else [])
+    us = lambda *names: sum(u.get(k, 0) for k in names) / ev
+    return {"cpu": x["used_cpu_us"] / ev, "xadd": us("xadd"), "hset": us("hset", "hsetnx"),
+            "expireat": us("expireat"), "hdel": us("hdel"), "reads": us(*READS),
+            "own": max(us(wrap) - us(*nested), 0) if wrap else 0.0,
+            "outside": x["used_cpu_us"] / ev - us(*(k for k in u if k not in nested)),
+            "hset_calls": (x["calls"].get("hset", 0) + x["calls"].get("hsetnx", 0)) / ev}
+
+
 def by_command_row(shape, cont, red, ev):
-    """One row of the per-command table: µs per event inside each kind of
-    command (commandstats usec deltas), medians of the rounds."""
-    def part(x, name):
-        u = x.get("usec", {})
-        wrap = "fcall" if u.get("fcall") else "exec" if u.get("exec") else None
-        nested = ([k for k in u if k not in ADMIN + ("fcall", "exec")] if wrap == "fcall" else
-                  list(QUEUED) if wrap == "exec" else [])
-        own = max(u.get(wrap, 0) - sum(u.get(k, 0) for k in nested), 0) if wrap else 0
-        if name == "hset":
-            return (u.get("hset", 0) + u.get("hsetnx", 0)) / ev
-        if name == "reads":
-            return sum(u.get(k, 0) for k in READS) / ev
-        if name == "own":
-            return own / ev
-        if name == "outside":
-            top = sum(v for k, v in u.items() if k not in nested)
-            return (x["used_cpu_us"] - top) / ev
-        return u.get(name, 0) / ev
-    m = lambda name: fmt(med([part(x, name) for x in red]), ".2f")
-    return "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-        shape, CONTENDER_LABEL[cont], fmt(med([x["used_cpu_us"] / ev for x in red]), ".2f"),
-        m("xadd"), m("hset"), m("expireat"), m("hdel"), m("reads"), m("own"), m("outside"),
-        fmt(med([(x["calls"].get("hset", 0) + x["calls"].get("hsetnx", 0)) / ev for x in red]), ".2f"))
+    """One row of the per-command table: by_command's columns, medians of the rounds."""
+    parts = [by_command(x, ev) for x in red]
+    cols = ("cpu", "xadd", "hset", "expireat", "hdel", "reads", "own", "outside", "hset_calls")
+    return "| %s | %s | " % (shape, CONTENDER_LABEL[cont]) + " | ".join(
+        fmt(med([p[c] for p in parts]), ".2f") for c in cols) + " |"
 
 
 def med(xs):

@@ -17,46 +17,23 @@
 # hashes' listpack bytes grow with K (about 25 bytes an id), so a larger K
 # puts each write's key and listpack further from the core's caches, while
 # the instructions per HSET stay the same (each hash is FILL ids long).
-# Installs nothing; needs redis-server, redis-cli and python3.
+# Installs nothing; needs redis-server, redis-cli and python3; the servers
+# come from tests/integration/lib.sh, the counters from bench.py redis-stats.
 set -euo pipefail
-
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 FILL=${FILL:-12}
 WRITES=${WRITES:-20000}
 GROUP=${GROUP:-400}
 ROUNDS=${ROUNDS:-3}
 KS=("$@")
 [ ${#KS[@]} -gt 0 ] || KS=(830 4170 16680)
+BENCH_PY=$ROOT/tests/bench/bench.py
 
-T=$(mktemp -d /tmp/hset-spread.XXXXXX)
-SOCK=$T/redis.sock
-PID=
-cleanup() {
-	[ -z "$PID" ] || kill "$PID" 2>/dev/null || true
-	wait 2>/dev/null || true
-	rm -rf "$T"
-}
-trap cleanup EXIT
-
-rcli() { redis-cli -s "$SOCK" "$@"; }
-
-start_redis() {
-	rm -f "$SOCK"
-	redis-server --port 0 --unixsocket "$SOCK" --unixsocketperm 700 --save '' \
-		--appendonly no --dir "$T" --logfile "$T/redis.log" &
-	PID=$!
-	for _ in $(seq 100); do
-		[ -S "$SOCK" ] && rcli PING >/dev/null 2>&1 && return 0
-		sleep 0.05
-	done
-	echo "hset_spread: redis-server did not start: $(tail -n 3 "$T/redis.log")" >&2
-	exit 1
-}
-
-stop_redis() {
-	kill "$PID"
-	wait "$PID" 2>/dev/null || true
-	PID=
-}
+# The integration harness starts, checks and always stops the servers; no
+# relay runs here.
+export TESTS_DIR=$ROOT/tests NEED_RELAY=0 RELAY_BIN=
+. "$ROOT/tests/integration/lib.sh"
+setup_tmp
 
 # gen K SEED: the prefill (T/fill.resp) and the measured writes
 # (T/writes.resp) as RESP.
@@ -93,45 +70,31 @@ with open(os.path.join(out, "writes.resp"), "wb") as f:
 EOF
 }
 
-stats() {
-	python3 - "$SOCK" <<'EOF'
-import socket, sys
-s = socket.socket(socket.AF_UNIX)
-s.connect(sys.argv[1])
-def info(sec):
-    s.sendall(b"*2\r\n$4\r\nINFO\r\n$%d\r\n%s\r\n" % (len(sec), sec.encode()))
-    buf = b""
-    while b"\r\n" not in buf:
-        buf += s.recv(65536)
-    n = int(buf[1:buf.index(b"\r\n")])
-    body = buf[buf.index(b"\r\n") + 2:]
-    while len(body) < n + 2:
-        body += s.recv(65536)
-    return dict(l.split(":", 1) for l in body[:n].decode().splitlines() if ":" in l)
-cpu = info("cpu")
-cs = info("commandstats").get("cmdstat_hset", "calls=0,usec=0")
-d = dict(kv.split("=") for kv in cs.split(","))
-print(int(round((float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])) * 1e6)), d["calls"], d["usec"])
-EOF
-}
-
 printf '%-7s %-6s %-12s %-16s %-18s\n' K round "ids (MB)" "HSET µs/call" "Redis CPU µs/write"
 for r in $(seq "$ROUNDS"); do
 	for k in "${KS[@]}"; do
 		gen "$k" "$((r * 100003 + k))"
-		start_redis
-		rcli --pipe <"$T/fill.resp" >"$T/pipe.out" 2>&1 || { cat "$T/pipe.out" >&2; exit 1; }
-		grep -q "errors: 0," "$T/pipe.out" || { cat "$T/pipe.out" >&2; exit 1; }
-		rcli CONFIG RESETSTAT >/dev/null
-		read -r c0 _ _ < <(stats)
-		rcli --pipe <"$T/writes.resp" >"$T/pipe.out" 2>&1 || { cat "$T/pipe.out" >&2; exit 1; }
-		grep -q "errors: 0," "$T/pipe.out" || { cat "$T/pipe.out" >&2; exit 1; }
-		read -r c1 calls usec < <(stats)
-		[ "$calls" = "$WRITES" ] || { echo "hset_spread: $calls HSETs ran, expected $WRITES" >&2; exit 1; }
-		n=$(rcli EVAL "local n = 0 for j = 0, tonumber(ARGV[1]) - 1 do n = n + redis.call('HLEN', 'outbox-relay:dd:{outbox:bench}:7200:245000:' .. j) end return n" 0 "$k")
-		[ "$n" = "$((k * FILL + WRITES))" ] || { echo "hset_spread: $n ids in the hashes, expected $((k * FILL + WRITES))" >&2; exit 1; }
-		printf '%-7s %-6s %-12s %-16s %-18s\n' "$k" "$r" "$n ($(python3 -c "print(round($n * 25 / 1e6, 1))"))" \
-			"$(python3 -c "print(round($usec / $calls, 2))")" "$(python3 -c "print(round(($c1 - $c0) / $WRITES, 2))")"
-		stop_redis
+		redis_start
+		redis_cli --pipe <"$T/fill.resp" >"$T/pipe.out" 2>&1 && grep -q "errors: 0," "$T/pipe.out" ||
+			fail "prefill: $(tail -n 3 "$T/pipe.out")"
+		redis_cli CONFIG RESETSTAT >/dev/null
+		python3 "$BENCH_PY" redis-stats "$REDIS_SOCK" >"$T/before.json"
+		redis_cli --pipe <"$T/writes.resp" >"$T/pipe.out" 2>&1 && grep -q "errors: 0," "$T/pipe.out" ||
+			fail "writes: $(tail -n 3 "$T/pipe.out")"
+		python3 "$BENCH_PY" redis-stats "$REDIS_SOCK" >"$T/after.json"
+		n=$(redis_cli EVAL "local n = 0 for j = 0, tonumber(ARGV[1]) - 1 do n = n + redis.call('HLEN', 'outbox-relay:dd:{outbox:bench}:7200:245000:' .. j) end return n" 0 "$k")
+		[ "$n" = "$((k * FILL + WRITES))" ] || fail "$n ids in the hashes, expected $((k * FILL + WRITES))"
+		python3 - "$T/before.json" "$T/after.json" "$k" "$r" "$n" "$WRITES" <<'EOF'
+import json, sys
+b, a = (json.load(open(f)) for f in sys.argv[1:3])
+k, r, n, writes = sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6])
+calls = a["calls"].get("hset", 0) - b["calls"].get("hset", 0)
+if calls != writes:
+    sys.exit("hset_spread: %d HSETs ran, expected %d" % (calls, writes))
+usec = a["usec"]["hset"] - b["usec"].get("hset", 0)
+print("%-7s %-6s %-12s %-16s %-18s" % (k, r, "%d (%.1f)" % (n, n * 25 / 1e6), round(usec / calls, 2),
+                                       round((a["used_cpu_us"] - b["used_cpu_us"]) / writes, 2)))
+EOF
+		redis_stop
 	done
 done
