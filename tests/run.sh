@@ -12,6 +12,7 @@ cd "$(dirname "$0")/.."
 
 BUILD_DIR=${BUILD_DIR:-build}
 deploy/install-deps.sh
+. tests/python_path.sh
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
 	# shellcheck disable=SC2086 # MESON_ARGS is a word list on purpose
 	meson setup "$BUILD_DIR" -Dwerror=true ${MESON_ARGS:-}

@@ -40,6 +40,7 @@ set -Eeuo pipefail
 
 TEST_NAME=$(basename "${BASH_SOURCE[1]:-$0}" .sh)
 _LIB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+. "$_LIB_DIR/../python_path.sh"
 TESTS_DIR=${TESTS_DIR:-$(cd "$_LIB_DIR/.." && pwd)}
 SQL_FILE=${SQL_FILE:-$TESTS_DIR/../sql/outbox.sql}
 RX="python3 $_LIB_DIR/rx.py"
