@@ -129,7 +129,7 @@ if want c; then
 	relay_run_until "$(current_lsn)" || fail "(c) first system's drain failed"
 	pg_stop fast
 	rm -rf "$T/pg"
-	pg_start
+	PG_FRESH_INITDB=1 pg_start
 	load_schema
 	sysid_b=$(psql_q "SELECT system_identifier FROM pg_control_system()")
 	[ "$sysid_a" != "$sysid_b" ] || fail "(c) initdb gave the same system identifier (test bug)"

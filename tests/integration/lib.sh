@@ -374,6 +374,35 @@ pg_has_setting() {
 	grep -qx "$1" <<<"$_PG_GUCS"
 }
 
+# _pg_initdb DIR: a new cluster in DIR (which does not exist yet). initdb costs
+# about a second of CPU on a 2-core CI machine and every test makes a cluster,
+# so the first initdb of a PostgreSQL major on this machine is kept as a
+# template beside the tests' temp dirs (outbox-pg-template.<major>.<uid>, made
+# under a temporary name and renamed whole, so a test never copies half of
+# one) and later clusters are copies (0.1 s). A copy has the template's system
+# identifier: PG_FRESH_INITDB=1 runs initdb itself, for a test that needs a
+# second, different system.
+_pg_initdb() {
+	local dir=$1 tpl tmp
+	tpl=$(dirname "$T")/outbox-pg-template.$(basename "$(dirname "$PG_BINDIR")").$(id -u)
+	if [ "${PG_FRESH_INITDB:-0}" != 1 ] && [ ! -f "$tpl/PG_VERSION" ]; then
+		tmp=$(mktemp -d "$tpl.XXXXXXXX")
+		chown --reference="$T" "$tmp"
+		if as_pg "$PG_BINDIR/initdb" -D "$tmp/data" -U postgres -A trust -E UTF8 --locale=C \
+			--no-sync --no-instructions >"$T/initdb.log" 2>&1; then
+			mv -T "$tmp/data" "$tpl" 2>/dev/null || true # another test's came first
+		fi
+		rm -rf "$tmp"
+	fi
+	if [ "${PG_FRESH_INITDB:-0}" != 1 ] && [ -f "$tpl/PG_VERSION" ] && cp -a "$tpl" "$dir"; then
+		return 0
+	fi
+	rm -rf "$dir"
+	as_pg "$PG_BINDIR/initdb" -D "$dir" -U postgres -A trust -E UTF8 --locale=C \
+		--no-sync --no-instructions >"$T/initdb.log" 2>&1 ||
+		{ cat "$T/initdb.log" >&2; fail "initdb failed"; }
+}
+
 # pg_start [EXTRA -c settings...]: initdb (first time) and start PostgreSQL 15
 # (PG_CHROOT: the chroot's)
 # with logical decoding enabled. Extra args are passed as "-c name=value".
@@ -382,9 +411,7 @@ pg_start() {
 	PGDATA=$T/pg
 	PG_DSN="host=$T port=$PGPORT user=postgres dbname=postgres"
 	if [ ! -d "$PGDATA" ]; then
-		as_pg "$PG_BINDIR/initdb" -D "$PGDATA" -U postgres -A trust -E UTF8 --locale=C \
-			--no-sync --no-instructions >"$T/initdb.log" 2>&1 ||
-			{ cat "$T/initdb.log" >&2; fail "initdb failed"; }
+		_pg_initdb "$PGDATA"
 		cat >>"$PGDATA/postgresql.conf" <<-EOF
 			listen_addresses = ''
 			unix_socket_directories = '${T#"$PG_CHROOT"}'
