@@ -179,17 +179,19 @@ moved() {
 # most 128 entries with a TTL within three windows (its two-window bucket's
 # end + one window), and they hold IDS ids.
 shards() {
-	local k n ids=0 maxlen=0 bad=
+	local k ids maxlen bad
 	SHARDS=$(redis_cli --scan --pattern "outbox-relay:dd:{outbox:$1}:*")
 	NSHARDS=$(echo "$SHARDS" | wc -l)
-	for k in $SHARDS; do
-		n=$(redis_cli HLEN "$k")
-		ids=$((ids + n - $(redis_cli HEXISTS "$k" "")))
-		[ "$n" -le "$maxlen" ] || maxlen=$n
-		[ "$(redis_cli OBJECT ENCODING "$k")" = listpack ] || bad="$bad $k"
-		ttl=$(redis_cli TTL "$k")
-		[ "$ttl" -ge 1 ] && [ "$ttl" -le $((3 * DW)) ] || bad="$bad $k(ttl $ttl)"
-	done
+	# One redis-cli for all shards: HLEN, HEXISTS of the "" marker field,
+	# OBJECT ENCODING and TTL, four reply lines per shard in order.
+	for k in $SHARDS; do printf 'HLEN %s\nHEXISTS %s ""\nOBJECT ENCODING %s\nTTL %s\n' "$k" "$k" "$k" "$k"; done |
+		redis_cli >"$T/shards.$1"
+	read -r ids maxlen bad < <(paste - - - - <"$T/shards.$1" | paste <(echo "$SHARDS") - |
+		awk -F'\t' -v max=$((3 * DW)) '
+			{ ids += $2 - $3; if ($2 > maxlen) maxlen = $2
+			  if ($4 != "listpack") bad = bad " " $1
+			  if ($5 < 1 || $5 > max) bad = bad " " $1 "(ttl " $5 ")" }
+			END { printf "%d %d%s\n", ids, maxlen, bad }')
 	assert_eq "$2" "$ids" "$3 $2 ids in $NSHARDS shards"
 	assert_eq "" "$bad" "$3 every shard is a listpack with a TTL within three windows"
 	assert_ge 128 "$maxlen" "$3 largest shard: $maxlen entries (hash-max-listpack-entries 128)"
