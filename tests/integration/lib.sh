@@ -20,6 +20,8 @@
 #   RELAY_TIMEOUT    seconds relay_run/relay_run_until may take (default 90)
 #   RELAY_LOG_LEVEL  --log-level passed by relay_start/relay_run* (default debug)
 #   KEEP_TMP=1       keep $T after the test for debugging (servers are still stopped)
+#   PG_FRESH_INITDB=1  pg_start runs initdb rather than copying the run's template
+#                    cluster (see _pg_initdb): a new system identifier
 #   PG_CHROOT=DIR    run PostgreSQL inside the chroot DIR (deploy/pg-chroot.sh: a
 #                    newer Debian release's postgresql-NN + wal2json, whose
 #                    binaries need that release's glibc); root only. $T is then
@@ -75,26 +77,40 @@ RELAY_LOG=
 RELAY_RC=
 REDIS_PID=
 _WATCHDOG_PID=
-_T0=$(date +%s%N)
+_T0=$((${EPOCHREALTIME//[!0-9]/} * 1000))
 
 # ---------------------------------------------------------------------------
 # messages and assertions
 # ---------------------------------------------------------------------------
 
-# Elapsed seconds since the test started, e.g. "3.25".
+# Elapsed seconds since the test started, e.g. "3.25". Times in this file
+# come from bash's EPOCHREALTIME (microseconds; any decimal separator
+# stripped), not date(1): a test logs and polls thousands of times, and a
+# fork and exec each was a few percent of the suite's CPU.
 elapsed() {
-	local ns=$(($(date +%s%N) - _T0))
-	printf '%d.%02d' $((ns / 1000000000)) $((ns / 10000000 % 100))
+	_elapsed
+	printf '%s' "$_ELAPSED"
+}
+# _elapsed: the same into $_ELAPSED, without a subshell.
+_elapsed() {
+	local ns=$((${EPOCHREALTIME//[!0-9]/} * 1000 - _T0))
+	printf -v _ELAPSED '%d.%02d' $((ns / 1000000000)) $((ns / 10000000 % 100))
 }
 
 # head_n N: like head -n N but reads all its input, so the writer never gets
 # SIGPIPE (which pipefail and the ERR trap would turn into a failure).
 head_n() { sed -n "1,${1}p"; }
 
-log() { printf '[%s %6ss] %s\n' "$TEST_NAME" "$(elapsed)" "$*"; }
+log() {
+	_elapsed
+	printf '[%s %6ss] %s\n' "$TEST_NAME" "$_ELAPSED" "$*"
+}
 
 # A passed check: prints "ok - what".
-ok() { printf '[%s %6ss] ok - %s\n' "$TEST_NAME" "$(elapsed)" "$*"; }
+ok() {
+	_elapsed
+	printf '[%s %6ss] ok - %s\n' "$TEST_NAME" "$_ELAPSED" "$*"
+}
 
 # Print the tail of every log we own; called on failure.
 dump_logs() {
@@ -343,12 +359,12 @@ setup_tmp() {
 # wait_for "SHELL CONDITION" TIMEOUT_S [WHAT]: poll every 0.1 s; returns 1 on timeout.
 wait_for() {
 	local cond=$1 timeout=${2:-10} deadline
-	deadline=$(($(date +%s%N) + timeout * 1000000000))
+	deadline=$((${EPOCHREALTIME//[!0-9]/} * 1000 + timeout * 1000000000))
 	while :; do
 		if eval "$cond" >/dev/null 2>&1; then
 			return 0
 		fi
-		if [ "$(date +%s%N)" -ge "$deadline" ]; then
+		if [ "$((${EPOCHREALTIME//[!0-9]/} * 1000))" -ge "$deadline" ]; then
 			return 1
 		fi
 		sleep 0.1
@@ -407,7 +423,7 @@ _pg_initdb() {
 # (PG_CHROOT: the chroot's)
 # with logical decoding enabled. Extra args are passed as "-c name=value".
 pg_start() {
-	local t0=$(date +%s%N) opts a
+	local t0=$((${EPOCHREALTIME//[!0-9]/} * 1000)) opts a
 	PGDATA=$T/pg
 	PG_DSN="host=$T port=$PGPORT user=postgres dbname=postgres"
 	if [ ! -d "$PGDATA" ]; then
@@ -450,7 +466,7 @@ pg_start() {
 	done
 	as_pg "$PG_BINDIR/pg_ctl" -D "$PGDATA" -l "$T/pg.log" -w -t 30 ${opts:+-o "$opts"} start >/dev/null ||
 		fail "pg_ctl start failed"
-	log "PostgreSQL started in $(((($(date +%s%N) - t0) / 1000000))) ms"
+	log "PostgreSQL started in $(((${EPOCHREALTIME//[!0-9]/} * 1000 - t0) / 1000000)) ms"
 }
 
 # pg_stop [fast|immediate|smart]
@@ -590,7 +606,7 @@ redis_server() {
 # default; pass e.g. --appendonly yes --appendfsync always for AOF tests (data
 # lives in $T/redis and survives redis_stop/redis_start).
 redis_start() {
-	local t0=$(date +%s%N) a prev=
+	local t0=$((${EPOCHREALTIME//[!0-9]/} * 1000)) a prev=
 	REDIS_PASSWORD=
 	for a in "$@"; do
 		[ "$prev" = --requirepass ] && REDIS_PASSWORD=$a
@@ -612,7 +628,7 @@ redis_start() {
 	# on this machine: wait while the server lives, bounded generously.
 	wait_for '! pid_alive "$REDIS_PID" || [ "$(redis_cli ping)" = PONG ]' 600
 	[ "$(redis_cli ping)" = PONG ] || fail "redis-server does not answer PING"
-	log "redis started in $(((($(date +%s%N) - t0) / 1000000))) ms (pid $REDIS_PID)"
+	log "redis started in $(((${EPOCHREALTIME//[!0-9]/} * 1000 - t0) / 1000000)) ms (pid $REDIS_PID)"
 }
 
 # redis_cli ARGS...: redis-cli --raw on the test socket.
@@ -849,10 +865,10 @@ xlen_sum() {
 wait_entries() {
 	local n=$1 timeout=$2 deadline
 	shift 2
-	deadline=$(($(date +%s%N) + timeout * 1000000000))
+	deadline=$((${EPOCHREALTIME//[!0-9]/} * 1000 + timeout * 1000000000))
 	while [ "$(xlen_sum "$@")" -lt "$n" ]; do
 		relay_alive || return 1
-		[ "$(date +%s%N)" -lt "$deadline" ] || return 1
+		[ "$((${EPOCHREALTIME//[!0-9]/} * 1000))" -lt "$deadline" ] || return 1
 		sleep 0.02
 	done
 }
@@ -1203,7 +1219,7 @@ cluster_wait_ok() {
 # (redis-cluster://127.0.0.1:P1,127.0.0.1:P2, two master seeds).
 cluster_start() {
 	local masters=$1 replicas=${2:-0} t0 n p ports=() addrs=() m
-	t0=$(date +%s%N)
+	t0=$((${EPOCHREALTIME//[!0-9]/} * 1000))
 	shift 2 || shift $#
 	# nodes.conf is relative to --dir: $T/rnode.PORT/nodes.conf.
 	CLUSTER_NODE_ARGS=(--cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 2000 "$@")
@@ -1239,7 +1255,7 @@ cluster_start() {
 	[ "${#m[@]}" = "$masters" ] || fail "cluster has ${#m[@]} masters, wanted $masters: $(cluster_nodes | tr '\n' ';')"
 	CLUSTER_URL="redis-cluster://127.0.0.1:${m[0]},127.0.0.1:${m[1]:-${m[0]}}"
 	export CLUSTER_PORTS CLUSTER_MASTER_PORTS CLUSTER_REPLICA_PORTS CLUSTER_URL
-	log "redis cluster started in $(((($(date +%s%N) - t0) / 1000000))) ms: masters $CLUSTER_MASTER_PORTS${CLUSTER_REPLICA_PORTS:+, replicas $CLUSTER_REPLICA_PORTS}"
+	log "redis cluster started in $(((${EPOCHREALTIME//[!0-9]/} * 1000 - t0) / 1000000)) ms: masters $CLUSTER_MASTER_PORTS${CLUSTER_REPLICA_PORTS:+, replicas $CLUSTER_REPLICA_PORTS}"
 }
 
 # cluster_stop: SHUTDOWN NOSAVE every node.
@@ -1338,12 +1354,12 @@ cluster_assert_order() {
 # is in sync. Sets PRIMARY_PORT and REPLICA_PORT.
 replica_pair_start() {
 	local t0
-	t0=$(date +%s%N)
+	t0=$((${EPOCHREALTIME//[!0-9]/} * 1000))
 	PRIMARY_PORT=$(rnode_new "$@")
 	REPLICA_PORT=$(rnode_new "$@" --replicaof 127.0.0.1 "$PRIMARY_PORT")
 	replica_wait_synced 30 || fail "replica $REPLICA_PORT not in sync with $PRIMARY_PORT after 30 s"
 	export PRIMARY_PORT REPLICA_PORT
-	log "redis primary $PRIMARY_PORT (pid $(rnode_pid "$PRIMARY_PORT")) + replica $REPLICA_PORT (pid $(rnode_pid "$REPLICA_PORT")) started in $(((($(date +%s%N) - t0) / 1000000))) ms"
+	log "redis primary $PRIMARY_PORT (pid $(rnode_pid "$PRIMARY_PORT")) + replica $REPLICA_PORT (pid $(rnode_pid "$REPLICA_PORT")) started in $(((${EPOCHREALTIME//[!0-9]/} * 1000 - t0) / 1000000)) ms"
 }
 
 # primary_replicas: the primary's connected_slaves count.
@@ -1454,7 +1470,7 @@ _sentinels_ready() {
 # SENTINEL_TLS_ADDRS lists those.
 sentinels_start() {
 	local m=$1 n=${2:-3} p tp ports=() addrs=() tls_addrs=() t0 started
-	t0=$(date +%s%N)
+	t0=$((${EPOCHREALTIME//[!0-9]/} * 1000))
 	shift 2 || shift $#
 	for _ in $(seq 1 "$n"); do
 		started=
@@ -1478,7 +1494,7 @@ sentinels_start() {
 	export SENTINEL_PORTS SENTINEL_ADDRS SENTINEL_TLS_ADDRS
 	wait_for "_sentinels_ready $n" 60 ||
 		fail "Sentinels not ready after 60 s: $(for p in "${ports[@]}"; do printf '%s: slaves=%s others=%s flags=%s; ' "$p" "$(sentinel_field "$p" num-slaves)" "$(sentinel_field "$p" num-other-sentinels)" "$(sentinel_field "$p" flags)"; done)"
-	log "$n Sentinels ($SENTINEL_PORTS) watch master $m in $(((($(date +%s%N) - t0) / 1000000))) ms"
+	log "$n Sentinels ($SENTINEL_PORTS) watch master $m in $(((${EPOCHREALTIME//[!0-9]/} * 1000 - t0) / 1000000)) ms"
 }
 
 # sentinels_agree PORT: every Sentinel names 127.0.0.1:PORT as the master.
