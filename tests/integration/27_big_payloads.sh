@@ -3,7 +3,7 @@
 # (a) one transaction of 1,000,000 small rows (INSERT ... SELECT
 #     generate_series) is delivered completely: 1M entries, each id once;
 #     the relay's peak RSS (peak_rss_kb of its final log line) stays below
-#     64 MB (not asserted under ASan).
+#     64 MB (under ASan: 200,000 rows, RSS not asserted).
 # (b) one row whose payload is a 50 MiB jsonb (under the default
 #     --max-event-bytes 64MiB) is published intact: the payload field has
 #     the exact length and content (checked inside Redis, no 50 MB copies in
@@ -26,7 +26,11 @@ if relay_sanitized || nm -C "$RELAY_BIN" 2>/dev/null | grep -q __asan_init || [ 
 fi
 
 # ---- (a) 1,000,000 rows in one transaction ---------------------------------
+# Under the sanitizers 200,000: the same paths (on pgoutput a transaction far
+# over --txn-memory, spilled to its file), in a fifth of the time; the RSS
+# bound, the reason for a million, is not asserted there.
 N=1000000
+! $sanitized || N=200000
 t0=$(date +%s)
 psql_q "INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
         SELECT 'bulk', i::text, 'created', jsonb_build_object('n', i) FROM generate_series(1, $N) i"
