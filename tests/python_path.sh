@@ -6,7 +6,7 @@
 # manager's directory ahead of /usr/bin on PATH (pyenv's shims, which are
 # shell scripts) would pick another interpreter, without those modules, and
 # costs about 0.35 s of CPU per start on a 2-core CI machine (0.035 s for
-# /usr/bin/python3): measured, a third of the suite's CPU time. So every PATH
+# /usr/bin/python3): about 30 % of the time of the tests it was measured on. So every PATH
 # entry before /usr/bin that holds its own python3 is left out; nothing
 # changes where /usr/bin/python3 is missing or already comes first.
 if [ -x /usr/bin/python3 ] && [ "$(command -v python3 || true)" != /usr/bin/python3 ]; then

@@ -184,9 +184,9 @@ shards() {
 	NSHARDS=$(echo "$SHARDS" | wc -l)
 	# One redis-cli for all shards: HLEN, HEXISTS of the "" marker field,
 	# OBJECT ENCODING and TTL, four reply lines per shard in order.
-	for k in $SHARDS; do printf 'HLEN %s\nHEXISTS %s ""\nOBJECT ENCODING %s\nTTL %s\n' "$k" "$k" "$k" "$k"; done |
-		redis_cli >"$T/shards.$1"
-	read -r ids maxlen bad < <(paste - - - - <"$T/shards.$1" | paste <(echo "$SHARDS") - |
+	read -r ids maxlen bad < <(
+		for k in $SHARDS; do printf 'HLEN %s\nHEXISTS %s ""\nOBJECT ENCODING %s\nTTL %s\n' "$k" "$k" "$k" "$k"; done |
+		redis_cli | paste - - - - | paste <(echo "$SHARDS") - |
 		awk -F'\t' -v max=$((3 * DW)) '
 			{ ids += $2 - $3; if ($2 > maxlen) maxlen = $2
 			  if ($4 != "listpack") bad = bad " " $1

@@ -77,23 +77,32 @@ RELAY_LOG=
 RELAY_RC=
 REDIS_PID=
 _WATCHDOG_PID=
-_T0=$((${EPOCHREALTIME//[!0-9]/} * 1000))
+# _now: the wall clock in nanoseconds into $_NOW_NS, from bash's
+# EPOCHREALTIME (microseconds; any decimal separator stripped), not date(1):
+# a test logs and polls thousands of times, and a fork and exec each was a
+# few percent of the suite's CPU.
+_now() { _NOW_NS=$((${EPOCHREALTIME//[!0-9]/} * 1000)); }
+# _ms_since T0_NS: milliseconds from T0_NS (a $_NOW_NS) to now.
+_ms_since() {
+	_now
+	echo $(((_NOW_NS - $1) / 1000000))
+}
+_now
+_T0=$_NOW_NS
 
 # ---------------------------------------------------------------------------
 # messages and assertions
 # ---------------------------------------------------------------------------
 
-# Elapsed seconds since the test started, e.g. "3.25". Times in this file
-# come from bash's EPOCHREALTIME (microseconds; any decimal separator
-# stripped), not date(1): a test logs and polls thousands of times, and a
-# fork and exec each was a few percent of the suite's CPU.
+# Elapsed seconds since the test started, e.g. "3.25".
 elapsed() {
 	_elapsed
 	printf '%s' "$_ELAPSED"
 }
 # _elapsed: the same into $_ELAPSED, without a subshell.
 _elapsed() {
-	local ns=$((${EPOCHREALTIME//[!0-9]/} * 1000 - _T0))
+	_now
+	local ns=$((_NOW_NS - _T0))
 	printf -v _ELAPSED '%d.%02d' $((ns / 1000000000)) $((ns / 10000000 % 100))
 }
 
@@ -359,12 +368,14 @@ setup_tmp() {
 # wait_for "SHELL CONDITION" TIMEOUT_S [WHAT]: poll every 0.1 s; returns 1 on timeout.
 wait_for() {
 	local cond=$1 timeout=${2:-10} deadline
-	deadline=$((${EPOCHREALTIME//[!0-9]/} * 1000 + timeout * 1000000000))
+	_now
+	deadline=$((_NOW_NS + timeout * 1000000000))
 	while :; do
 		if eval "$cond" >/dev/null 2>&1; then
 			return 0
 		fi
-		if [ "$((${EPOCHREALTIME//[!0-9]/} * 1000))" -ge "$deadline" ]; then
+		_now
+		if [ "$_NOW_NS" -ge "$deadline" ]; then
 			return 1
 		fi
 		sleep 0.1
@@ -400,30 +411,33 @@ pg_has_setting() {
 # second, different system.
 _pg_initdb() {
 	local dir=$1 tpl tmp
-	tpl=$(dirname "$T")/outbox-pg-template.$(basename "$(dirname "$PG_BINDIR")").$(id -u)
-	if [ "${PG_FRESH_INITDB:-0}" != 1 ] && [ ! -f "$tpl/PG_VERSION" ]; then
-		tmp=$(mktemp -d "$tpl.XXXXXXXX")
-		chown --reference="$T" "$tmp"
-		if as_pg "$PG_BINDIR/initdb" -D "$tmp/data" -U postgres -A trust -E UTF8 --locale=C \
-			--no-sync --no-instructions >"$T/initdb.log" 2>&1; then
-			mv -T "$tmp/data" "$tpl" 2>/dev/null || true # another test's came first
+	if [ "${PG_FRESH_INITDB:-0}" != 1 ]; then
+		tpl=$(dirname "$T")/outbox-pg-template.$(basename "$(dirname "$PG_BINDIR")").$(id -u)
+		if [ ! -f "$tpl/PG_VERSION" ]; then
+			tmp=$(mktemp -d "$tpl.XXXXXXXX")
+			chown --reference="$T" "$tmp"
+			# A failed initdb here is run (and reported) again below.
+			! _initdb "$tmp/data" || mv -T "$tmp/data" "$tpl" 2>/dev/null || true # another test's came first
+			rm -rf "$tmp"
 		fi
-		rm -rf "$tmp"
+		[ -f "$tpl/PG_VERSION" ] && cp -a "$tpl" "$dir" && return 0
+		rm -rf "$dir"
 	fi
-	if [ "${PG_FRESH_INITDB:-0}" != 1 ] && [ -f "$tpl/PG_VERSION" ] && cp -a "$tpl" "$dir"; then
-		return 0
-	fi
-	rm -rf "$dir"
-	as_pg "$PG_BINDIR/initdb" -D "$dir" -U postgres -A trust -E UTF8 --locale=C \
-		--no-sync --no-instructions >"$T/initdb.log" 2>&1 ||
-		{ cat "$T/initdb.log" >&2; fail "initdb failed"; }
+	_initdb "$dir" || { cat "$T/initdb.log" >&2; fail "initdb failed"; }
+}
+# _initdb DIR: initdb as the postgres user, its output in $T/initdb.log.
+_initdb() {
+	as_pg "$PG_BINDIR/initdb" -D "$1" -U postgres -A trust -E UTF8 --locale=C \
+		--no-sync --no-instructions >"$T/initdb.log" 2>&1
 }
 
 # pg_start [EXTRA -c settings...]: initdb (first time) and start PostgreSQL 15
 # (PG_CHROOT: the chroot's)
 # with logical decoding enabled. Extra args are passed as "-c name=value".
 pg_start() {
-	local t0=$((${EPOCHREALTIME//[!0-9]/} * 1000)) opts a
+	local t0 opts a
+	_now
+	t0=$_NOW_NS
 	PGDATA=$T/pg
 	PG_DSN="host=$T port=$PGPORT user=postgres dbname=postgres"
 	if [ ! -d "$PGDATA" ]; then
@@ -466,7 +480,7 @@ pg_start() {
 	done
 	as_pg "$PG_BINDIR/pg_ctl" -D "$PGDATA" -l "$T/pg.log" -w -t 30 ${opts:+-o "$opts"} start >/dev/null ||
 		fail "pg_ctl start failed"
-	log "PostgreSQL started in $(((${EPOCHREALTIME//[!0-9]/} * 1000 - t0) / 1000000)) ms"
+	log "PostgreSQL started in $(_ms_since "$t0") ms"
 }
 
 # pg_stop [fast|immediate|smart]
@@ -606,7 +620,9 @@ redis_server() {
 # default; pass e.g. --appendonly yes --appendfsync always for AOF tests (data
 # lives in $T/redis and survives redis_stop/redis_start).
 redis_start() {
-	local t0=$((${EPOCHREALTIME//[!0-9]/} * 1000)) a prev=
+	local t0 a prev=
+	_now
+	t0=$_NOW_NS
 	REDIS_PASSWORD=
 	for a in "$@"; do
 		[ "$prev" = --requirepass ] && REDIS_PASSWORD=$a
@@ -628,7 +644,7 @@ redis_start() {
 	# on this machine: wait while the server lives, bounded generously.
 	wait_for '! pid_alive "$REDIS_PID" || [ "$(redis_cli ping)" = PONG ]' 600
 	[ "$(redis_cli ping)" = PONG ] || fail "redis-server does not answer PING"
-	log "redis started in $(((${EPOCHREALTIME//[!0-9]/} * 1000 - t0) / 1000000)) ms (pid $REDIS_PID)"
+	log "redis started in $(_ms_since "$t0") ms (pid $REDIS_PID)"
 }
 
 # redis_cli ARGS...: redis-cli --raw on the test socket.
@@ -865,10 +881,12 @@ xlen_sum() {
 wait_entries() {
 	local n=$1 timeout=$2 deadline
 	shift 2
-	deadline=$((${EPOCHREALTIME//[!0-9]/} * 1000 + timeout * 1000000000))
+	_now
+	deadline=$((_NOW_NS + timeout * 1000000000))
 	while [ "$(xlen_sum "$@")" -lt "$n" ]; do
 		relay_alive || return 1
-		[ "$((${EPOCHREALTIME//[!0-9]/} * 1000))" -lt "$deadline" ] || return 1
+		_now
+		[ "$_NOW_NS" -lt "$deadline" ] || return 1
 		sleep 0.02
 	done
 }
@@ -1219,7 +1237,8 @@ cluster_wait_ok() {
 # (redis-cluster://127.0.0.1:P1,127.0.0.1:P2, two master seeds).
 cluster_start() {
 	local masters=$1 replicas=${2:-0} t0 n p ports=() addrs=() m
-	t0=$((${EPOCHREALTIME//[!0-9]/} * 1000))
+	_now
+	t0=$_NOW_NS
 	shift 2 || shift $#
 	# nodes.conf is relative to --dir: $T/rnode.PORT/nodes.conf.
 	CLUSTER_NODE_ARGS=(--cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 2000 "$@")
@@ -1255,7 +1274,7 @@ cluster_start() {
 	[ "${#m[@]}" = "$masters" ] || fail "cluster has ${#m[@]} masters, wanted $masters: $(cluster_nodes | tr '\n' ';')"
 	CLUSTER_URL="redis-cluster://127.0.0.1:${m[0]},127.0.0.1:${m[1]:-${m[0]}}"
 	export CLUSTER_PORTS CLUSTER_MASTER_PORTS CLUSTER_REPLICA_PORTS CLUSTER_URL
-	log "redis cluster started in $(((${EPOCHREALTIME//[!0-9]/} * 1000 - t0) / 1000000)) ms: masters $CLUSTER_MASTER_PORTS${CLUSTER_REPLICA_PORTS:+, replicas $CLUSTER_REPLICA_PORTS}"
+	log "redis cluster started in $(_ms_since "$t0") ms: masters $CLUSTER_MASTER_PORTS${CLUSTER_REPLICA_PORTS:+, replicas $CLUSTER_REPLICA_PORTS}"
 }
 
 # cluster_stop: SHUTDOWN NOSAVE every node.
@@ -1354,12 +1373,13 @@ cluster_assert_order() {
 # is in sync. Sets PRIMARY_PORT and REPLICA_PORT.
 replica_pair_start() {
 	local t0
-	t0=$((${EPOCHREALTIME//[!0-9]/} * 1000))
+	_now
+	t0=$_NOW_NS
 	PRIMARY_PORT=$(rnode_new "$@")
 	REPLICA_PORT=$(rnode_new "$@" --replicaof 127.0.0.1 "$PRIMARY_PORT")
 	replica_wait_synced 30 || fail "replica $REPLICA_PORT not in sync with $PRIMARY_PORT after 30 s"
 	export PRIMARY_PORT REPLICA_PORT
-	log "redis primary $PRIMARY_PORT (pid $(rnode_pid "$PRIMARY_PORT")) + replica $REPLICA_PORT (pid $(rnode_pid "$REPLICA_PORT")) started in $(((${EPOCHREALTIME//[!0-9]/} * 1000 - t0) / 1000000)) ms"
+	log "redis primary $PRIMARY_PORT (pid $(rnode_pid "$PRIMARY_PORT")) + replica $REPLICA_PORT (pid $(rnode_pid "$REPLICA_PORT")) started in $(_ms_since "$t0") ms"
 }
 
 # primary_replicas: the primary's connected_slaves count.
@@ -1470,7 +1490,8 @@ _sentinels_ready() {
 # SENTINEL_TLS_ADDRS lists those.
 sentinels_start() {
 	local m=$1 n=${2:-3} p tp ports=() addrs=() tls_addrs=() t0 started
-	t0=$((${EPOCHREALTIME//[!0-9]/} * 1000))
+	_now
+	t0=$_NOW_NS
 	shift 2 || shift $#
 	for _ in $(seq 1 "$n"); do
 		started=
@@ -1494,7 +1515,7 @@ sentinels_start() {
 	export SENTINEL_PORTS SENTINEL_ADDRS SENTINEL_TLS_ADDRS
 	wait_for "_sentinels_ready $n" 60 ||
 		fail "Sentinels not ready after 60 s: $(for p in "${ports[@]}"; do printf '%s: slaves=%s others=%s flags=%s; ' "$p" "$(sentinel_field "$p" num-slaves)" "$(sentinel_field "$p" num-other-sentinels)" "$(sentinel_field "$p" flags)"; done)"
-	log "$n Sentinels ($SENTINEL_PORTS) watch master $m in $(((${EPOCHREALTIME//[!0-9]/} * 1000 - t0) / 1000000)) ms"
+	log "$n Sentinels ($SENTINEL_PORTS) watch master $m in $(_ms_since "$t0") ms"
 }
 
 # sentinels_agree PORT: every Sentinel names 127.0.0.1:PORT as the master.
