@@ -11,6 +11,7 @@
 # byte in event_type, a 100 KB payload, 30 more rows in the same transaction).
 # Meanwhile faults are injected at random (seeded by ORACLE_SEED): SIGKILL of
 # the relay, Redis restarted and SIGKILLed (AOF, appendfsync always),
+# redis-server frozen (SIGSTOP) past the relay's --redis-timeout and continued,
 # PostgreSQL restarted (fast and immediate), and the slot dropped and healed
 # with `outbox-relay heal` while the application keeps committing (only when
 # the build has heal; otherwise the fault is skipped and said so), and for 3 s
@@ -64,7 +65,7 @@ redis_start "${REDIS_ARGS[@]}"
 slot_create outbox_relay
 mkdir -p "$T/oracle"
 chmod 777 "$T/oracle"
-RELAY_OPTS=(--retry-max 2s --http-addr 127.0.0.1:0)
+RELAY_OPTS=(--retry-max 2s --redis-timeout 2s --http-addr 127.0.0.1:0)
 # pgoutput: transactions past 1 MiB are read back from the spool's file, whose
 # buffer the sink keeps for large values (the path without a copy) -- under faults.
 [ "${RELAY_PLUGIN:-}" != pgoutput ] || RELAY_OPTS+=(--txn-memory 1MiB)
@@ -78,7 +79,7 @@ else
 	log "TODO: this build has no 'outbox-relay heal': the dropped-slot fault is skipped"
 fi
 
-declare -A FAULTS=([relay_kill9]=0 [redis_restart]=0 [redis_kill9]=0 [pg_restart]=0 [watch_noise]=0 [slot_heal]=0 [second_relay]=0)
+declare -A FAULTS=([relay_kill9]=0 [redis_restart]=0 [redis_kill9]=0 [redis_stall]=0 [pg_restart]=0 [watch_noise]=0 [slot_heal]=0 [second_relay]=0)
 
 $ORACLE gen "$T/oracle" "$T" "$PGPORT" "$SEED" "$SECONDS_RUN" >"$T/gen.log" 2>&1 &
 GEN_PID=$!
@@ -136,6 +137,17 @@ redis_kill9() {
 	wait_for redis_down 10 || fail "redis-server survives SIGKILL"
 	REDIS_PID=
 	redis_start "${REDIS_ARGS[@]}"
+}
+# redis_stall: redis-server frozen for 3 to 5 s, longer than the relay's
+# --redis-timeout (2 s): the relay gives up on its connection and opens
+# another (the kernel accepts it for the frozen server), while what the old
+# one sent is still unread in its socket. Continued, the server runs those
+# commands late (an EXEC, an FCALL, a group's reads staged behind an EXEC),
+# beside the new connection's, in an order of its own.
+redis_stall() {
+	kill -STOP "$REDIS_PID"
+	sleep "$((3 + RANDOM % 3))"
+	kill -CONT "$REDIS_PID"
 }
 # watch_noise: for 3 s, writes to a key every native group watches (EXEC nil).
 watch_noise() {
@@ -222,10 +234,17 @@ while gen_running; do
 	if [ "${FAULTS[second_relay]}" = 0 ] && [ "$(faults_total)" -ge 4 ]; then
 		r=85
 	fi
-	if [ "$r" -lt 30 ]; then
+	# ... and freezes Redis at least once (from the sixth fault on)
+	if [ "${FAULTS[redis_stall]}" = 0 ] && [ "$(faults_total)" -ge 5 ]; then
+		r=25
+	fi
+	if [ "$r" -lt 24 ]; then
 		kind=relay_kill9
 		kill9
 		relay_start "${RELAY_OPTS[@]}"
+	elif [ "$r" -lt 30 ]; then
+		kind=redis_stall
+		redis_stall
 	elif [ "$r" -lt 46 ]; then
 		kind=redis_restart
 		redis_restart
@@ -256,6 +275,11 @@ if [ "${FAULTS[second_relay]}" -gt 0 ]; then
 	# the second relay took part: it wrote rows first, or found the first relay's
 	log "second relay: published=${SECOND_PUBLISHED:-0} duplicates=${SECOND_DUPS:-0} in ${FAULTS[second_relay]} runs"
 	assert_ge "$((${SECOND_PUBLISHED:-0} + ${SECOND_DUPS:-0}))" 1 "the second relay published rows or dropped the first relay's"
+fi
+if [ "${FAULTS[redis_stall]}" -gt 0 ]; then
+	# the freeze outlasted the relay's wait for a reply at least once
+	n=$(cat "$T"/relay.*.log | grep -cE 'no reply from Redis.* within 2000 ms' || true)
+	assert_ge "$n" 1 "a relay gave up waiting for the frozen Redis (${FAULTS[redis_stall]} freezes)"
 fi
 ok "the application committed $(psql_q "SELECT count(*) FROM outbox") rows in ${SECONDS_RUN} s of faults"
 
@@ -300,7 +324,7 @@ DUP=$((V_DUP > O_DUP ? V_DUP : O_DUP))
 CORR=$((V_DIFF + O_CORR + (V_ORPHAN > O_PHANTOM ? V_ORPHAN : O_PHANTOM)))
 REORD=$((V_REORD + O_REORD))
 faults=""
-for k in relay_kill9 redis_restart redis_kill9 pg_restart watch_noise slot_heal second_relay; do
+for k in relay_kill9 redis_restart redis_kill9 redis_stall pg_restart watch_noise slot_heal second_relay; do
 	faults="$faults $k=${FAULTS[$k]}"
 done
 [ "$HAS_HEAL" = 1 ] || faults="$faults (slot_heal: no heal in this build)"
