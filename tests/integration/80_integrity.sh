@@ -65,7 +65,9 @@ redis_start "${REDIS_ARGS[@]}"
 slot_create outbox_relay
 mkdir -p "$T/oracle"
 chmod 777 "$T/oracle"
-RELAY_OPTS=(--retry-max 2s --redis-timeout 2s --http-addr 127.0.0.1:0)
+# the relays' wait for a reply from Redis, which a freeze (redis_stall) outlasts
+REDIS_TIMEOUT_MS=2000
+RELAY_OPTS=(--retry-max 2s --redis-timeout "${REDIS_TIMEOUT_MS}ms" --http-addr 127.0.0.1:0)
 # pgoutput: transactions past 1 MiB are read back from the spool's file, whose
 # buffer the sink keeps for large values (the path without a copy) -- under faults.
 [ "${RELAY_PLUGIN:-}" != pgoutput ] || RELAY_OPTS+=(--txn-memory 1MiB)
@@ -138,15 +140,24 @@ redis_kill9() {
 	REDIS_PID=
 	redis_start "${REDIS_ARGS[@]}"
 }
-# redis_stall: redis-server frozen for 3 to 5 s, longer than the relay's
-# --redis-timeout (2 s): the relay gives up on its connection and opens
-# another (the kernel accepts it for the frozen server), while what the old
-# one sent is still unread in its socket. Continued, the server runs those
-# commands late (an EXEC, an FCALL, a group's reads staged behind an EXEC),
-# beside the new connection's, in an order of its own.
+# timeouts_logged: how often the relays gave up waiting for a reply from Redis
+timeouts_logged() {
+	cat "$T"/relay.*.log 2>/dev/null | grep -cE "no reply from Redis.* within $REDIS_TIMEOUT_MS ms" || true
+}
+# redis_stall: redis-server frozen for 3 to 5 s, and on until a relay gave up
+# waiting for it (--redis-timeout; a relay busy decoding may send nothing for
+# a while; bounded): the relay opens another connection (the kernel accepts
+# it for the frozen server), while what the old one sent is still unread in
+# its socket. Continued, the server runs those commands late (an EXEC, an
+# FCALL, a group's reads staged behind an EXEC), beside the new connection's,
+# in an order of its own.
 redis_stall() {
+	local before
+	before=$(timeouts_logged)
 	kill -STOP "$REDIS_PID"
 	sleep "$((3 + RANDOM % 3))"
+	wait_for "[ \"\$(timeouts_logged)\" -gt $before ]" 60 ||
+		log "no relay gave up on the frozen Redis within 60 s: continuing it"
 	kill -CONT "$REDIS_PID"
 }
 # watch_noise: for 3 s, writes to a key every native group watches (EXEC nil).
@@ -278,8 +289,7 @@ if [ "${FAULTS[second_relay]}" -gt 0 ]; then
 fi
 if [ "${FAULTS[redis_stall]}" -gt 0 ]; then
 	# the freeze outlasted the relay's wait for a reply at least once
-	n=$(cat "$T"/relay.*.log | grep -cE 'no reply from Redis.* within 2000 ms' || true)
-	assert_ge "$n" 1 "a relay gave up waiting for the frozen Redis (${FAULTS[redis_stall]} freezes)"
+	assert_ge "$(timeouts_logged)" 1 "a relay gave up waiting for the frozen Redis (${FAULTS[redis_stall]} freezes)"
 fi
 ok "the application committed $(psql_q "SELECT count(*) FROM outbox") rows in ${SECONDS_RUN} s of faults"
 
