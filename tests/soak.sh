@@ -7,7 +7,7 @@
 # the time) against DIR's outbox-relay (default build/, BUILD_DIR works too),
 # then prints ONE line:
 #   soak: seed=S minutes=N rows=R messages=M rolled_back=B faults: relay_kill9=a redis_restart=b
-#         redis_kill9=c redis_stall=f pg_restart=d watch_noise=w slot_heal=e second_relay=s lookups_skipped=K record_ids_read=I
+#         redis_kill9=c redis_stall=f pg_restart=d watch_noise=w slot_heal=e second_relay=s lookups_skipped=K aof_repairs=A record_ids_read=I
 #         lost=L duplicated=D corrupted=C reordered=O (republished: P) messages_lost_in_slot_gaps=G
 #         result=PASS|FAIL
 # (on one line). Exit status: the test's (0 pass, 1 a discrepancy or a

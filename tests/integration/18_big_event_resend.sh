@@ -42,10 +42,7 @@ end=$(current_lsn)
 want_len=$(psql_q "SELECT octet_length(payload::text) FROM outbox WHERE aggregate_id = 'e2'")
 log "e2's payload: $want_len bytes of jsonb text"
 sleep 3 # the relay reads the row and writes until the socket is full
-kill -9 "$REDIS_PID"
-wait_for redis_down 10 || fail "redis did not die"
-REDIS_PID=
-redis_start "${AOF[@]}"
+redis_kill9 "${AOF[@]}"
 wait_entries 3 120 outbox:big || fail "not all 3 events were published after Redis came back"
 wait_confirmed outbox_relay "$end" 60 || fail "slot not confirmed up to $end"
 ok "all events published and confirmed up to $end"

@@ -119,10 +119,7 @@ while :; do
 	assert_ge "$(buckets "$ORD")" 2 "(a) the ids are in two buckets"
 
 	# Redis killed and restarted from its AOF.
-	kill -9 "$REDIS_PID"
-	wait_for redis_down 60 || fail "redis-server survives SIGKILL"
-	REDIS_PID=
-	redis_start "${AOF[@]}"
+	redis_kill9 "${AOF[@]}"
 	assert_eq 3 "$(xlen "outbox:$ORD")" "(a) the stream came back from the AOF"
 	ins "$U1" "$ORD" after-restart
 	ins "$X12" "$ORD" after-restart

@@ -10,7 +10,9 @@
 # others, logical messages; first of all issue 21's reproducer (a control
 # byte in event_type, a 100 KB payload, 30 more rows in the same transaction).
 # Meanwhile faults are injected at random (seeded by ORACLE_SEED): SIGKILL of
-# the relay, Redis restarted and SIGKILLed (AOF, appendfsync always),
+# the relay, Redis restarted and SIGKILLed (AOF, appendfsync always; after a
+# SIGKILL the AOF is repaired with <server>-check-aof --fix before the start,
+# as lib.sh's redis_aof_repair says why: aof_repairs in the summary),
 # redis-server frozen (SIGSTOP) past the relay's --redis-timeout and continued,
 # PostgreSQL restarted (fast and immediate), and the slot dropped and healed
 # with `outbox-relay heal` while the application keeps committing (only when
@@ -134,12 +136,6 @@ redis_restart() {
 	redis_stop nosave
 	redis_start "${REDIS_ARGS[@]}"
 }
-redis_kill9() {
-	kill -9 "$REDIS_PID" 2>/dev/null || true
-	wait_for redis_down 10 || fail "redis-server survives SIGKILL"
-	REDIS_PID=
-	redis_start "${REDIS_ARGS[@]}"
-}
 # timeouts_logged: how often the relays gave up waiting for a reply from Redis
 timeouts_logged() {
 	cat "$T"/relay.*.log 2>/dev/null | grep -cE "no reply from Redis.* within $REDIS_TIMEOUT_MS ms" || true
@@ -261,7 +257,7 @@ while gen_running; do
 		redis_restart
 	elif [ "$r" -lt 59 ]; then
 		kind=redis_kill9
-		redis_kill9
+		redis_kill9 "${REDIS_ARGS[@]}"
 	elif [ "$r" -lt 75 ]; then
 		kind=pg_restart
 		if [ $((RANDOM % 2)) = 0 ]; then pg_restart immediate; else pg_restart fast; fi
@@ -340,7 +336,7 @@ done
 [ "$HAS_HEAL" = 1 ] || faults="$faults (slot_heal: no heal in this build)"
 # the id record's lookups left out: SIGKILLed relays (read before the kill), and every final line
 SKIPPED=$((${SKIPPED_KILLED:-0} + $(final_sum <(cat "$T"/relay.*.log) lookups_skipped)))
-faults="$faults lookups_skipped=$SKIPPED"
+faults="$faults lookups_skipped=$SKIPPED aof_repairs=${REDIS_AOF_REPAIRS:-0}"
 faults="$faults record_ids_read=$((${READ_KILLED:-0} + $(final_sum <(cat "$T"/relay.*.log) record_ids_read)))"
 echo "integrity: seed=$SEED seconds=$SECONDS_RUN rows=$ROWS messages=$(okv messages) rolled_back=$(okv rolled_back) faults:$faults lost=$LOST duplicated=$DUP corrupted=$CORR reordered=$REORD (republished: $(okv reordered_republished)) messages_lost_in_slot_gaps=$(okv messages_lost_in_slot_gaps)"
 

@@ -604,15 +604,20 @@ REDIS_PASSWORD= # set by redis_start --requirepass X; used by redis_cli, rx, red
 # redis_server ARGS...: run the Redis server binary: redis-server on the host,
 # or with REDIS_CHROOT $REDIS_SERVER inside it, $REDIS_CHROOT/ in the
 # arguments rewritten to the path seen inside (pids are the host's).
-redis_server() {
+redis_server() { _redis_run "$REDIS_SERVER" "$@"; }
+
+# _redis_run BIN ARGS...: BIN (the server or a tool beside it) where the
+# server runs: on the host, or inside REDIS_CHROOT with the paths rewritten.
+_redis_run() {
+	local bin=$1 a args=()
+	shift
 	if [ -n "$REDIS_CHROOT" ]; then
-		local a args=()
 		for a in "$@"; do
 			args+=("${a//"$REDIS_CHROOT/"//}")
 		done
-		chroot "$REDIS_CHROOT" "$REDIS_SERVER" "${args[@]}"
+		chroot "$REDIS_CHROOT" "$bin" "${args[@]}"
 	else
-		redis-server "$@"
+		"$bin" "$@"
 	fi
 }
 
@@ -668,6 +673,43 @@ redis_stop() {
 		wait_for redis_down 5 || fail "redis-server pid $REDIS_PID does not exit"
 	fi
 	REDIS_PID=
+}
+
+# redis_aof_repair: what an operator does before starting again a server
+# with AOF that was SIGKILLed (or lost power): <server>-check-aof --fix on the
+# manifest of $T/redis. A kill can cut the last incr file inside a MULTI/EXEC
+# block the server never acknowledged. Redis 7.0.15 and 8.0.6 and Valkey 8.1.1
+# then truncate at the last whole command and keep the MULTI: their next load
+# runs the kept commands inside the next EXEC (events twice), drops a write no
+# EXEC follows, or refuses to start once an AOF rewrite began a new file
+# (README, "Redis with AOF after a crash"; 78_redis_aof_cut). The tool cuts
+# before the MULTI. What it did is logged (its exit code in
+# REDIS_AOF_REPAIR_RC, the files it truncated counted in REDIS_AOF_REPAIRS).
+# When it cannot repair, the server's start decides: valkey-check-aof 9.1.2
+# takes its own server's RDB base ("VALKEY" signature) for RESP and calls it
+# a format error (valkey-io/valkey#4739), and that server has the fix
+# (valkey-io/valkey#4342) and drops the cut block itself.
+redis_aof_repair() {
+	local m tool out n rc=0
+	m=$(ls "$T/redis/appendonlydir/"*.manifest 2>/dev/null | head -n 1) || true
+	[ -n "$m" ] || return 0
+	tool=${REDIS_SERVER%-server}-check-aof
+	out=$(echo y | _redis_run "$tool" --fix "$m" 2>&1) || rc=$?
+	REDIS_AOF_REPAIR_RC=$rc
+	n=$(grep -c 'Successfully truncated' <<<"$out") || true
+	REDIS_AOF_REPAIRS=$((${REDIS_AOF_REPAIRS:-0} + n))
+	log "$tool --fix (exit $rc): $(grep -E 'diff=[1-9]|Successfully|Failed|error|All AOF' <<<"$out" |
+		sed 's/^AOF analyzed: //' | tr '\n' ' ' | cut -c1-400)"
+}
+
+# redis_kill9 [redis-server args]: SIGKILL the server, repair its AOF
+# (redis_aof_repair) and start it again with the args.
+redis_kill9() {
+	kill -9 "$REDIS_PID" 2>/dev/null || true
+	wait_for redis_down 60 || fail "redis-server survives SIGKILL"
+	REDIS_PID=
+	redis_aof_repair
+	redis_start "$@"
 }
 
 # ---------------------------------------------------------------------------
