@@ -9,7 +9,7 @@
 # whole command and keep the dangling MULTI; the next load then runs what the
 # dangling block still holds inside the next EXEC (e6 twice, once from the cut
 # block and once from the relay's retry), or refuses to start once an AOF
-# rewrite opened a new file (README, "Redis with AOF").
+# rewrite opened a new file (README, "Redis with AOF after a crash").
 #   (a) repaired as the README says (<server>-check-aof --fix, the harness's
 #       redis_aof_repair): the server starts without the cut block, the relay
 #       publishes e6..e10, the server restarts once more (a second load of the
@@ -32,7 +32,7 @@ emit() { # emit STREAM_TAG AGGREGATE_ID
 	        VALUES ('$1', '$2', 'created', '{\"n\": \"$2\"}')" >/dev/null
 }
 ids() { rx fields "outbox:$1" aggregate_id | tr '\n' ' ' | sed 's/ $//'; }
-incr_file() { ls "$T/redis/appendonlydir/"*.incr.aof | sort -t. -k3,3n | tail -n 1; }
+incr_file() { ls "$1/appendonlydir/"*.incr.aof | sort -t. -k3,3n | tail -n 1; } # incr_file DIR: the last one
 
 # cut_block SRC DST: append to DST the last MULTI/EXEC block of SRC that
 # holds an XADD, cut in the middle of the command after that XADD (the last
@@ -57,7 +57,7 @@ cut_block() {
 # appended, Redis started (after the repair when REPAIR=1), e6..e10
 # published, Redis restarted; leaves the stream's ids in $GOT.
 scenario() {
-	local tag=$1 repair=$2 n end since
+	local tag=$1 repair=$2 n end since dst
 	since=$(psql_q "SELECT replace(now()::text, ' ', 'T')")
 	rm -f "$T/redis.log"
 	VERIFY_RC= VERIFY=
@@ -80,12 +80,10 @@ scenario() {
 	relay_stop
 	redis_stop nosave
 	psql_q "SELECT pg_drop_replication_slot('x_$tag')" >/dev/null
-	local scratch
-	scratch=$(incr_file)
-	rm -rf "$T/redis.scratch" && mv "$T/redis" "$T/redis.scratch"
-	mv "$T/redis.$tag" "$T/redis"
-	n=$(cut_block "${scratch/"$T/redis/"/"$T/redis.scratch/"}" "$(incr_file)")
-	log "$tag: appended $n bytes of the relay's MULTI/EXEC write of e6 to $(basename "$(incr_file)"), cut after its XADD"
+	dst=$(incr_file "$T/redis.$tag")
+	n=$(cut_block "$(incr_file "$T/redis")" "$dst")
+	log "$tag: appended $n bytes of the relay's MULTI/EXEC write of e6 to $(basename "$dst"), cut after its XADD"
+	rm -rf "$T/redis" && mv "$T/redis.$tag" "$T/redis"
 
 	[ "$repair" = 1 ] && redis_aof_repair
 	redis_start "${AOF[@]}"
@@ -98,12 +96,7 @@ scenario() {
 	relay_stop
 	redis_stop nosave
 	# The second load: a start that may fail (the server's behaviour in (b)).
-	rm -f "$T/redis.pid"
-	redis_server --port 0 --unixsocket "$REDIS_SOCK" --unixsocketperm 700 --save '' --dir "$T/redis" \
-		--daemonize yes --pidfile "$T/redis.pid" --logfile "$T/redis.log" "${AOF[@]}" || true
-	wait_for "[ -s '$T/redis.pid' ]" 10 && REDIS_PID=$(cat "$T/redis.pid") && echo "$REDIS_PID" >>"$T/redis.pids"
-	wait_for 'redis_down || [ "$(redis_cli ping 2>/dev/null)" = PONG ]' 30 || true
-	if ! redis_down && [ "$(redis_cli ping 2>/dev/null)" = PONG ]; then
+	if redis_start_try "${AOF[@]}"; then
 		GOT=$(ids "$tag")
 		# the production checker over this scenario's rows
 		VERIFY_RC=0
@@ -113,11 +106,10 @@ scenario() {
 		log "$tag: outbox-relay verify (exit $VERIFY_RC): $VERIFY"
 		redis_stop nosave
 	else
-		REDIS_PID=
-		GOT="(the server did not start: $(grep -E 'Fatal|Bad file|Unexpected' "$T/redis.log" | tail -n 1 | cut -c1-200))"
+		GOT="(the server did not start: $(grep -E 'Fatal|Bad file|Unexpected' "$T/redis.log" | tail -n 1 | cut -c1-200 || true))"
 	fi
 	log "$tag: the server's log: $(grep -E 'Truncat|Revert|short read' "$T/redis.log" | sed 's/^[0-9]*:[A-Z] [^#]*# //' | tr '\n' ';' | cut -c1-400 || true)"
-	rm -rf "$T/redis" "$T/redis.scratch"
+	rm -rf "$T/redis"
 }
 
 scenario cuta 1

@@ -624,7 +624,12 @@ _redis_run() {
 # redis_start [extra redis-server args]: unix socket only, no persistence by
 # default; pass e.g. --appendonly yes --appendfsync always for AOF tests (data
 # lives in $T/redis and survives redis_stop/redis_start).
-redis_start() {
+redis_start() { redis_start_try "$@" || fail "$REDIS_START_ERR"; }
+
+# redis_start_try [args]: redis_start for a server that may refuse to start
+# (a damaged AOF): returns 1 with the reason in REDIS_START_ERR and REDIS_PID
+# empty instead of failing.
+redis_start_try() {
 	local t0 a prev=
 	_now
 	t0=$_NOW_NS
@@ -636,19 +641,29 @@ redis_start() {
 	export REDIS_PASSWORD
 	REDIS_SOCK=$T/redis.sock
 	REDIS_URL=unix://$REDIS_SOCK
+	REDIS_PID=
 	mkdir -p "$T/redis"
 	rm -f "$T/redis.pid"
-	redis_server --port 0 --unixsocket "$REDIS_SOCK" --unixsocketperm 700 \
+	if ! redis_server --port 0 --unixsocket "$REDIS_SOCK" --unixsocketperm 700 \
 		--save '' --appendonly no --dir "$T/redis" \
-		--daemonize yes --pidfile "$T/redis.pid" --logfile "$T/redis.log" "$@" ||
-		fail "redis-server failed to start"
-	wait_for "[ -s '$T/redis.pid' ]" 10 || fail "redis-server wrote no pidfile"
+		--daemonize yes --pidfile "$T/redis.pid" --logfile "$T/redis.log" "$@"; then
+		REDIS_START_ERR="redis-server failed to start"
+		return 1
+	fi
+	if ! wait_for "[ -s '$T/redis.pid' ]" 10; then
+		REDIS_START_ERR="redis-server wrote no pidfile"
+		return 1
+	fi
 	REDIS_PID=$(cat "$T/redis.pid")
 	echo "$REDIS_PID" >>"$T/redis.pids"
 	# Loading a large AOF (a long soak's: gigabytes) takes as long as it takes
 	# on this machine: wait while the server lives, bounded generously.
 	wait_for '! pid_alive "$REDIS_PID" || [ "$(redis_cli ping)" = PONG ]' 600
-	[ "$(redis_cli ping)" = PONG ] || fail "redis-server does not answer PING"
+	if [ "$(redis_cli ping 2>/dev/null)" != PONG ]; then
+		pid_alive "$REDIS_PID" || REDIS_PID=
+		REDIS_START_ERR="redis-server does not answer PING"
+		return 1
+	fi
 	log "redis started in $(_ms_since "$t0") ms (pid $REDIS_PID)"
 }
 
