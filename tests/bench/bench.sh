@@ -28,6 +28,8 @@ ROOT=$(cd "$HERE/../.." && pwd)
 PG_BINDIR=${PG_BINDIR:-/usr/lib/postgresql/15/bin}
 PY=python3
 BENCH_PY=$HERE/bench.py
+# shellcheck source=tests/bench/lib.sh
+. "$HERE/lib.sh" # bench_cpu_cap
 CMDLINE="tests/bench/bench.sh $*"
 
 QUICK=0
@@ -156,6 +158,11 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 rv=$(redis-server --version | sed -n 's/.*v=\([0-9]*\)\..*/\1/p')
 [ "${rv:-0}" -ge 7 ] || die "redis-server 7 or later is needed (Redis functions); found $(redis-server --version)"
+export REDIS_CPU_QUOTA=${REDIS_CPU_QUOTA:-} # bench.py report reads it
+case $REDIS_CPU_QUOTA in
+'' | [1-9] | [1-9][0-9] | 100) ;;
+*) die "REDIS_CPU_QUOTA=$REDIS_CPU_QUOTA: give a percentage of one core, 1..100" ;;
+esac
 
 # ---------------------------------------------------------------------------
 # build
@@ -248,6 +255,7 @@ cleanup() {
 	trap - EXIT INT TERM
 	kill_everything
 	[ -n "${WATCHDOG:-}" ] && kill "$WATCHDOG" 2>/dev/null || true
+	bench_cpu_cap_done # empty once its redis-servers are gone
 	if [ "$KEEP" = 1 ] || { [ "$rc" != 0 ] && [ "$rc" != 130 ] && [ "$rc" != 143 ]; }; then
 		log "temp dir kept: $T (delete it when done)"
 	else
@@ -322,6 +330,18 @@ redis_start() { # redis_start noaof|aof [TCP_PORT]
 	done
 	[ "$(redis-cli -s "$RSOCK" PING 2>/dev/null)" = PONG ] || die "redis-server did not start"
 	REDIS_PID=$(cat "$RDIR/redis.pid")
+	[ -z "$REDIS_CPU_QUOTA" ] || redis_cap "$REDIS_PID"
+}
+
+# REDIS_CPU_QUOTA=P (1..100): the single redis-server gets at most P % of one
+# core (a CPU cgroup of its own: cpu.max under cgroup v2, cpu.cfs_quota_us under
+# v1; period 10 ms), so that Redis, not the walsender or the client, is what
+# limits the drain, as on a Redis of its own host that several relays share. A
+# drain's events/s is then Redis's ceiling for that client, and relay ÷ xadd_live
+# in the report is the ceiling through the relay against a bare XADD of the same
+# entries (issue 24's case). The cap holds for every contender of the run.
+redis_cap() { # redis_cap PID
+	bench_cpu_cap "$REDIS_CPU_QUOTA" "$1" || die "REDIS_CPU_QUOTA: could not cap redis-server $1 (above)"
 }
 
 redis_stop() {
@@ -515,6 +535,7 @@ describe_env() {
 		echo "- mode cluster: single node (appendonly no) on a unix socket and on 127.0.0.1 TCP; Redis Cluster of 3 masters, no replicas, 127.0.0.1 TCP, cluster-enabled yes, save '', appendonly no; every server on this machine" ;;
 	esac
 	echo "- relay: $RELAY_BIN ($("$RELAY_BIN" --version 2>&1 | head -n 1)); ${RELAY_SOURCE:-source: working tree of $ROOT at $(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo '?')$(cd "$ROOT" && [ -n "$(git status --porcelain -- lib cmd 2>/dev/null)" ] && echo ' with uncommitted changes in lib/ or cmd/')}"
+	[ -z "$REDIS_CPU_QUOTA" ] || echo "- redis-server capped at $REDIS_CPU_QUOTA % of one core (REDIS_CPU_QUOTA: a CPU cgroup of its own, period 10 ms): Redis limits every drain"
 	echo "- rounds per contender and shape: $ROUNDS"
 }
 

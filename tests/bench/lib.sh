@@ -102,3 +102,41 @@ bench_cg_total() {
 	cp "$f" "$T/cg-$1.out"
 	sed -n 's/^totals: *\([0-9]*\).*/\1/p' "$f"
 }
+
+# bench_cpu_cap PCT PID: PID (every thread of it) runs with at most PCT % of
+# one core, in a CPU cgroup of its own made on first use (BENCH_CG: cgroup v2
+# cpu.max, else v1 cpu.cfs_quota_us; period 10 ms). Needs root. So a Redis is
+# what bounds a drain, as on a host of its own (bench.sh's REDIS_CPU_QUOTA,
+# ceiling_window.sh). Prints why and returns 1 when it cannot.
+# bench_cpu_uncap PID: PID back out of that cgroup, uncapped.
+# bench_cpu_cap_done: the cgroup removed, once nothing runs in it.
+BENCH_CG=
+bench_cpu_cap() {
+	local root=/sys/fs/cgroup q=$(($1 * 100))
+	if [ -z "$BENCH_CG" ]; then
+		if [ -f "$root/cgroup.controllers" ] && grep -qw cpu "$root/cgroup.controllers"; then
+			grep -qw cpu "$root/cgroup.subtree_control" || echo +cpu >"$root/cgroup.subtree_control" ||
+				{ echo "cannot enable the cpu controller in $root/cgroup.subtree_control (run as root)" >&2; return 1; }
+			mkdir "$root/outbox-bench.$$" && echo "$q 10000" >"$root/outbox-bench.$$/cpu.max" ||
+				{ echo "cannot make the cgroup $root/outbox-bench.$$ (run as root)" >&2; return 1; }
+			BENCH_CG=$root/outbox-bench.$$
+		elif [ -f "$root/cpu/cpu.cfs_quota_us" ]; then
+			mkdir "$root/cpu/outbox-bench.$$" && echo 10000 >"$root/cpu/outbox-bench.$$/cpu.cfs_period_us" &&
+				echo "$q" >"$root/cpu/outbox-bench.$$/cpu.cfs_quota_us" ||
+				{ echo "cannot make the cgroup $root/cpu/outbox-bench.$$ (run as root)" >&2; return 1; }
+			BENCH_CG=$root/cpu/outbox-bench.$$
+		else
+			echo "no CPU cgroup controller here (neither $root/cgroup.controllers with cpu nor $root/cpu)" >&2
+			return 1
+		fi
+	fi
+	echo "$2" >"$BENCH_CG/cgroup.procs" || { echo "cannot move pid $2 into $BENCH_CG" >&2; return 1; }
+}
+bench_cpu_uncap() {
+	echo "$1" >"$(dirname "$BENCH_CG")/cgroup.procs"
+}
+bench_cpu_cap_done() {
+	[ -n "$BENCH_CG" ] || return 0
+	for _ in $(seq 1 50); do rmdir "$BENCH_CG" 2>/dev/null && break; sleep 0.1; done
+	BENCH_CG=
+}
