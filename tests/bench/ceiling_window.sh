@@ -23,6 +23,11 @@
 # run) and Redis's CPU µs per event (INFO used_cpu_*); relay ÷ bare of the
 # rates, per round: 0.5 or more is a cost within 2× a bare XADD's at the
 # ceiling. OUT=DIR keeps the table.
+#
+# PERF=1: also perf record (cpu-clock samples, 999 a second) of the
+# redis-server during round 1 of the relay and of the bare XADDs, and the
+# functions that took most of its samples in each (perf from linux-perf;
+# redis-server's own symbols).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 EVENTS=${1:-100000}
@@ -43,6 +48,22 @@ setup_tmp
 trap '_rc=$?; [ -z "${REDIS_PID:-}" ] || kill -9 "$REDIS_PID" 2>/dev/null; bench_cpu_cap_done; (exit $_rc); _cleanup' EXIT
 pg_start
 load_schema
+
+# perf_start NAME / perf_stop: PERF=1's samples of the redis-server while NAME runs.
+PERF=${PERF:-0}
+PERF_PID=
+perf_start() {
+	[ "$PERF" = 1 ] || return 0
+	perf record -F 999 -g -o "$T/perf.$1.data" -p "$REDIS_PID" >"$T/perf.$1.log" 2>&1 &
+	PERF_PID=$!
+	wait_for "grep -q . '$T/perf.$1.log' || [ -s '$T/perf.$1.data' ]" 10 || true
+}
+perf_stop() {
+	[ -n "$PERF_PID" ] || return 0
+	kill -INT "$PERF_PID" 2>/dev/null || true
+	wait "$PERF_PID" 2>/dev/null || true
+	PERF_PID=
+}
 
 # measure WHAT: WHAT's row (rate by the entries' ids, Redis's CPU per event
 # since C0) appended to $T/runs.
@@ -102,8 +123,10 @@ for r in $(seq 1 "$ROUNDS"); do
 	bench_cpu_cap "$QUOTA" "$REDIS_PID" || fail "could not cap redis-server (above)"
 	C0=$(bench_redis_cpu_s)
 	redis_cli CONFIG RESETSTAT >/dev/null
+	[ "$r" != 1 ] || perf_start relay
 	kill -CONT "$RELAY_PID"
 	wait_for "[ \$(xlen outbox:bench) -ge $EVENTS ]" 3600 || fail "round $r: $(xlen outbox:bench) of $EVENTS rows published"
+	perf_stop
 	assert_eq "$EVENTS" "$(xlen outbox:bench)" "round $r: every row once"
 	measure "relay $r"
 	redis_cli INFO commandstats | tr -d '\r' | sed -n 's/^cmdstat_\([a-z]*\):calls=\([0-9]*\),usec=\([0-9]*\),.*/\1 \2 \3/p' |
@@ -125,7 +148,9 @@ for r in $(seq 1 "$ROUNDS"); do
 	bench_cpu_cap "$QUOTA" "$REDIS_PID" || fail "could not cap redis-server (above)"
 	assert_eq 0 "$(xlen outbox:bench)" "bare $r: round $r's save loaded, its stream empty"
 	C0=$(bench_redis_cpu_s)
+	[ "$r" != 1 ] || perf_start bare
 	redis-cli -s "$REDIS_SOCK" --pipe <"$T/bare$r.resp" >"$T/bare.pipe" 2>&1 || fail "bare: redis-cli --pipe: $(tail -n 3 "$T/bare.pipe")"
+	perf_stop
 	grep -q "errors: 0, replies: $EVENTS" "$T/bare.pipe" || fail "bare $r: $(tail -n 1 "$T/bare.pipe")"
 	assert_eq "$EVENTS" "$(xlen outbox:bench)" "bare $r: every entry once"
 	measure "bare $r"
@@ -168,6 +193,13 @@ python3 - "$T/cmds" >>"$T/table.md" <<-'PY'
 	for cmd, v in sorted(c.items(), key=lambda kv: -st.median([u for _, u in kv[1]])):
 	    print("| %s | %.3f | %.2f |" % (cmd.upper(), st.median([k for k, _ in v]), st.median([u for _, u in v])))
 PY
+if [ "$PERF" = 1 ]; then
+	for w in relay bare; do
+		printf '\nredis-server during round 1 (%s): the functions with most samples (perf, self)\n\n| share | function |\n|---:|---|\n' "$w"
+		perf report -i "$T/perf.$w.data" --no-children --sort symbol --stdio -g none 2>/dev/null |
+			sed -n 's/^ *\([0-9.]*%\) *\[[.k]\] \([^ ]*\).*/| \1 | \2 |/p' | awk 'NR <= 25'
+	done >>"$T/table.md"
+fi
 cat "$T/table.md"
 [ -z "${OUT:-}" ] || { mkdir -p "$OUT" && cp "$T/table.md" "$T/runs" "$T/cmds" "$OUT/"; }
 pass
