@@ -989,6 +989,7 @@ def cmd_report(results, backlogs=None, latency=None):
     out = []
     item3 = []
     modes = []
+    quota = os.environ.get("REDIS_CPU_QUOTA")  # bench.sh's cap on redis-server, % of one core
     bare = {}  # (mode, shape, round) -> bare XADD Redis CPU µs per event (bench.sh's bare_replay)
     bare_json = os.path.join(os.path.dirname(results), "bare.jsonl")
     if os.path.exists(bare_json):
@@ -1094,7 +1095,7 @@ def cmd_report(results, backlogs=None, latency=None):
                            ". redis-server was capped here (REDIS_CPU_QUOTA): the time the kernel held it "
                            "back mid-command counts in that command, so the columns overstate the commands "
                            "and \"outside\" can go negative; Redis CPU does not"
-                           if os.environ.get("REDIS_CPU_QUOTA") else "")))
+                           if quota else "")))
             out.append("| shape | contender | Redis CPU | XADD | HSET, HSETNX | EXPIREAT | HDEL | reads (HMGET, HKEYS, "
                        "HGETALL, GET, TYPE, TIME, WATCH, ...) | EXEC's or FCALL's own | outside | HSET and HSETNX per event |")
             out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -1136,9 +1137,8 @@ def cmd_report(results, backlogs=None, latency=None):
             out.append("|---|---:|---:|---:|---|---:|---:|---|")
             out.extend(item2)
             out.append("")
-        quota = os.environ.get("REDIS_CPU_QUOTA")
         ceil = []
-        for shape in shapes if quota else []:
+        for shape in shapes if quota else []:  # the table only under the cap
             rate_of = lambda cont: {int(r["round"]): int(r["events"]) / r["wall_s"] for r in mrows
                                     if r["shape"] == shape and r["contender"] == cont}
             rl, xl = rate_of("relay"), rate_of("xadd_live")
@@ -1176,11 +1176,11 @@ def cmd_report(results, backlogs=None, latency=None):
         out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|")
         out.extend(bounds)
         out.append("")
-    if item3 and os.environ.get("REDIS_CPU_QUOTA"):
+    if item3 and quota:
         out.append("### Issue 24, item 3: not measured in this run\n")
         out.append("redis-server was capped at %s %% of one core (REDIS_CPU_QUOTA), so Redis, not the "
                    "two cores, bounds every drain here, and the two-core bound above does not apply. "
-                   "Item 3 needs a run without the cap.\n" % os.environ["REDIS_CPU_QUOTA"])
+                   "Item 3 needs a run without the cap.\n" % quota)
     elif item3:
         out.append("### Issue 24, item 3: the relay (defaults) against pg_recvlogical, shape by shape\n")
         out.append("At least 0.9 of pg_recvlogical (same plugin options, same backlog, same run), or, where "

@@ -158,6 +158,13 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 rv=$(redis-server --version | sed -n 's/.*v=\([0-9]*\)\..*/\1/p')
 [ "${rv:-0}" -ge 7 ] || die "redis-server 7 or later is needed (Redis functions); found $(redis-server --version)"
+# REDIS_CPU_QUOTA=P (1..100): the single redis-server gets at most P % of one
+# core (a CPU cgroup of its own: cpu.max under cgroup v2, cpu.cfs_quota_us under
+# v1; period 10 ms), so that Redis, not the walsender or the client, is what
+# limits the drain, as on a Redis of its own host that several relays share. A
+# drain's events/s is then Redis's ceiling for that client, and relay ÷ xadd_live
+# in the report is the ceiling through the relay against a bare XADD of the same
+# entries (issue 24's case). The cap holds for every contender of the run.
 export REDIS_CPU_QUOTA=${REDIS_CPU_QUOTA:-} # bench.py report reads it
 case $REDIS_CPU_QUOTA in
 '' | [1-9] | [1-9][0-9] | 100) ;;
@@ -330,19 +337,10 @@ redis_start() { # redis_start noaof|aof [TCP_PORT]
 	done
 	[ "$(redis-cli -s "$RSOCK" PING 2>/dev/null)" = PONG ] || die "redis-server did not start"
 	REDIS_PID=$(cat "$RDIR/redis.pid")
-	[ -z "$REDIS_CPU_QUOTA" ] || redis_cap "$REDIS_PID"
+	[ -z "$REDIS_CPU_QUOTA" ] || bench_cpu_cap "$REDIS_CPU_QUOTA" "$REDIS_PID" ||
+		die "REDIS_CPU_QUOTA: could not cap redis-server $REDIS_PID (above)"
 }
 
-# REDIS_CPU_QUOTA=P (1..100): the single redis-server gets at most P % of one
-# core (a CPU cgroup of its own: cpu.max under cgroup v2, cpu.cfs_quota_us under
-# v1; period 10 ms), so that Redis, not the walsender or the client, is what
-# limits the drain, as on a Redis of its own host that several relays share. A
-# drain's events/s is then Redis's ceiling for that client, and relay ÷ xadd_live
-# in the report is the ceiling through the relay against a bare XADD of the same
-# entries (issue 24's case). The cap holds for every contender of the run.
-redis_cap() { # redis_cap PID
-	bench_cpu_cap "$REDIS_CPU_QUOTA" "$1" || die "REDIS_CPU_QUOTA: could not cap redis-server $1 (above)"
-}
 
 redis_stop() {
 	[ -n "${REDIS_PID:-}" ] || return 0

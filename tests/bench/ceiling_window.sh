@@ -38,6 +38,7 @@ for v in "$EVENTS" "$PREFILL" "$ROUNDS" "$QUOTA"; do
 	case $v in '' | *[!0-9]*) echo "ceiling_window: EVENTS, PREFILL, ROUNDS and REDIS_CPU_QUOTA are numbers, not '$v'" >&2; exit 2 ;; esac
 done
 [ "$QUOTA" -ge 1 ] && [ "$QUOTA" -le 100 ] || { echo "ceiling_window: REDIS_CPU_QUOTA is 1..100 (% of one core)" >&2; exit 2; }
+[ "$ROUNDS" -ge 1 ] || { echo "ceiling_window: ROUNDS is at least 1" >&2; exit 2; }
 
 . "$ROOT/tests/bench/lib.sh"
 [ -n "${NEW_BIN:-}" ] || NEW_BIN=$(bench_relay_bin)

@@ -112,23 +112,21 @@ bench_cg_total() {
 # bench_cpu_cap_done: the cgroup removed, once nothing runs in it.
 BENCH_CG=
 bench_cpu_cap() {
-	local root=/sys/fs/cgroup q=$(($1 * 100))
+	local root=/sys/fs/cgroup q=$(($1 * 100)) dir
 	if [ -z "$BENCH_CG" ]; then
 		if [ -f "$root/cgroup.controllers" ] && grep -qw cpu "$root/cgroup.controllers"; then
 			grep -qw cpu "$root/cgroup.subtree_control" || echo +cpu >"$root/cgroup.subtree_control" ||
 				{ echo "cannot enable the cpu controller in $root/cgroup.subtree_control (run as root)" >&2; return 1; }
-			mkdir "$root/outbox-bench.$$" && echo "$q 10000" >"$root/outbox-bench.$$/cpu.max" ||
-				{ echo "cannot make the cgroup $root/outbox-bench.$$ (run as root)" >&2; return 1; }
-			BENCH_CG=$root/outbox-bench.$$
+			dir=$root/outbox-bench.$$
+			mkdir "$dir" && echo "$q 10000" >"$dir/cpu.max"
 		elif [ -f "$root/cpu/cpu.cfs_quota_us" ]; then
-			mkdir "$root/cpu/outbox-bench.$$" && echo 10000 >"$root/cpu/outbox-bench.$$/cpu.cfs_period_us" &&
-				echo "$q" >"$root/cpu/outbox-bench.$$/cpu.cfs_quota_us" ||
-				{ echo "cannot make the cgroup $root/cpu/outbox-bench.$$ (run as root)" >&2; return 1; }
-			BENCH_CG=$root/cpu/outbox-bench.$$
+			dir=$root/cpu/outbox-bench.$$
+			mkdir "$dir" && echo 10000 >"$dir/cpu.cfs_period_us" && echo "$q" >"$dir/cpu.cfs_quota_us"
 		else
 			echo "no CPU cgroup controller here (neither $root/cgroup.controllers with cpu nor $root/cpu)" >&2
 			return 1
-		fi
+		fi || { echo "cannot make the cgroup $dir (run as root)" >&2; return 1; }
+		BENCH_CG=$dir
 	fi
 	echo "$2" >"$BENCH_CG/cgroup.procs" || { echo "cannot move pid $2 into $BENCH_CG" >&2; return 1; }
 }
