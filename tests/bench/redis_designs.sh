@@ -35,7 +35,11 @@
 # after their replies its MULTI ... EXEC; bare: DESIGN_BATCH XADDs a trip;
 # sync1: a batch's reads and its MULTI ... EXEC in one trip),
 # AOF (0, the default: no persistence; 1: every redis-server of the run
-# with appendonly yes and appendfsync everysec, as bench.sh's aof mode).
+# with appendonly yes and appendfsync everysec, as bench.sh's aof mode),
+# CALLGRIND (1, the default; 0: no valgrind at all, no instruction counts:
+# the relay drains once to write the entries and only the CPU rounds run,
+# for a design whose cost is memory, not instructions, and a prefill too
+# large to load under valgrind).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 EVENTS=${1:-20000}
@@ -50,11 +54,14 @@ case $AOF in 0) AOF_ARGS=() ;; 1) AOF_ARGS=(--appendonly yes --appendfsync every
 for p in $PACE; do
 	case $p in 0 | sync | sync1 | [1-9]*:[0-9]*) ;; *) echo "redis_designs: PACE must be 0, sync, sync1 or BYTES:MS (a list of them), not '$p'" >&2; exit 2 ;; esac
 done
+CALLGRIND=${CALLGRIND:-1}
+case $CALLGRIND in 0 | 1) ;; *) echo "redis_designs: CALLGRIND must be 0 or 1, not '$CALLGRIND'" >&2; exit 2 ;; esac
+[ "$CALLGRIND" = 1 ] || [ "$CPU_ROUNDS" -gt 0 ] || { echo "redis_designs: CALLGRIND=0 needs CPU_ROUNDS > 0 (nothing would be measured)" >&2; exit 2; }
 case $PREFILL in '' | *[!0-9]*) echo "redis_designs: PREFILL must be a number of ids, not '$PREFILL'" >&2; exit 2 ;; esac
 export PREFILL
 PY="python3 $ROOT/tests/bench/redis_designs.py"
 
-command -v valgrind >/dev/null || { echo "redis_designs: needs valgrind (apt-get install valgrind)" >&2; exit 2; }
+[ "$CALLGRIND" = 0 ] || command -v valgrind >/dev/null || { echo "redis_designs: needs valgrind (apt-get install valgrind)" >&2; exit 2; }
 . "$ROOT/tests/bench/lib.sh"
 [ -n "${NEW_BIN:-}" ] || NEW_BIN=$(bench_relay_bin)
 export TESTS_DIR=$ROOT/tests RELAY_LOG_LEVEL=info RELAY_TIMEOUT=1800 RELAY_BIN=$NEW_BIN
@@ -63,7 +70,7 @@ setup_tmp
 pg_start
 load_schema
 
-VG=1 # 0: redis-server runs without valgrind (the CPU rounds)
+VG=$CALLGRIND # 0: redis-server runs without valgrind (the CPU rounds)
 redis_server() {
 	if [ "$VG" = 0 ]; then
 		redis-server "$@"
@@ -77,8 +84,10 @@ fresh_redis() {
 	rm -rf "$T/redis"
 	redis_start "${AOF_ARGS[@]}"
 }
-# total NAME: redis-server's instructions since the last zeroing.
-total() { bench_cg_total "$@"; }
+# total NAME: redis-server's instructions since the last zeroing (0
+# without callgrind); zero: start counting.
+total() { if [ "$VG" = 1 ]; then bench_cg_total "$@"; else echo 0; fi; }
+zero() { [ "$VG" = 0 ] || callgrind_control -z "$REDIS_PID" >/dev/null; }
 # dedup_ids: the ids in every dedup shard of the candidates' layouts (a
 # hash: its fields; the strings design's shard ":s:<j>": its length ÷ 21,
 # redis_designs.py's REC).
@@ -101,13 +110,13 @@ bench_outbox_rows "$EVENTS"
 end=$(current_lsn)
 
 fresh_redis
-callgrind_control -z "$REDIS_PID" >/dev/null
+zero
 relay_run_until "$end" --slot b_cg --dedup-window 1h --publish function || fail "relay exit $RELAY_RC"
 assert_eq "$EVENTS" "$(xlen outbox:bench)" "relay: every event published once"
 relay_total=$(total relay)
 
 fresh_redis
-callgrind_control -z "$REDIS_PID" >/dev/null
+zero
 relay_run_until "$end" --slot b_cg_native --dedup-window 1h --publish native || fail "relay --publish native exit $RELAY_RC"
 assert_eq "$EVENTS" "$(xlen outbox:bench)" "relay --publish native: every event published once"
 nb=$(final_field "$RELAY_LOG" native_batches)
@@ -160,8 +169,9 @@ send() {
 	[ "$1" = bare ] || assert_eq "$((EVENTS + pre))" "$(dedup_ids)" "$1: every id in the dedup hashes"
 }
 for d in $DESIGNS; do
+	[ "$CALLGRIND" = 1 ] || break
 	load "$d"
-	callgrind_control -z "$REDIS_PID" >/dev/null
+	zero
 	send "$d"
 	tot[$d]=$(total "$d")
 done
@@ -194,15 +204,21 @@ for ((r = 1; r <= CPU_ROUNDS; r++)); do
 	for p in $PACE; do
 		for d in $DESIGNS; do
 			load "$d"
+			redis_cli CONFIG RESETSTAT >/dev/null
 			c0=$(bench_redis_cpu_s)
 			send "$d" "$p"
 			cpus[$d@$p]+="$(awk -v a="$c0" -v b="$C1" -v n="$EVENTS" 'BEGIN { printf "%.3f", (b - a) * 1e6 / n }') "
+			# the design's commands, per event: "design@pace command calls µs"
+			redis_cli INFO commandstats | tr -d '\r' |
+				sed -n 's/^cmdstat_\([a-z]*\):calls=\([0-9]*\),usec=\([0-9]*\),.*/\1 \2 \3/p' |
+				awk -v k="$d@$p" -v n="$EVENTS" '$1 !~ /^(config|info|xlen|scan|hlen|strlen|ping)$/ { printf "%s %s %.3f %.3f\n", k, $1, $2 / n, $3 / n }' >>"$T/cmds"
 		done
 	done
 done
 [ "$CPU_ROUNDS" = 0 ] || beside_stop
 redis_stop
 {
+	[ "$CALLGRIND" = 0 ] || {
 	echo
 	echo "Redis instructions per event (callgrind, whole redis-server process), redis-server" \
 		"$(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/'), $EVENTS events (UUID ids), batches of ${DESIGN_BATCH:-126}," \
@@ -214,6 +230,7 @@ redis_stop
 	row "relay (outbox_relay_publish, as it is)" "$relay_total"
 	row "relay --publish native" "$native_total"
 	for d in $DESIGNS; do row "$d" "${tot[$d]}"; done
+	}
 	if [ "$CPU_ROUNDS" -gt 0 ]; then
 		echo
 		echo "Redis CPU µs per event (INFO used_cpu_user + used_cpu_sys, no valgrind), median of" \
@@ -229,6 +246,20 @@ redis_stop
 					'BEGIN { printf "%-30s %13s %12.2f %10s  %s\n", l, p, m, (b > 0 ? sprintf("%.2f", m / b) : "-"), r }'
 			done
 		done
+		echo
+		echo "Their commands (INFO commandstats, medians of the rounds): calls per event, µs per event" \
+			"(the wall clock around each command; an EXEC's includes the commands it ran)"
+		python3 - "$T/cmds" <<-'PY'
+			import sys, statistics as st
+			c = {}
+			for l in open(sys.argv[1]):
+			    k, cmd, calls, us = l.split()
+			    c.setdefault(k, {}).setdefault(cmd, []).append((float(calls), float(us)))
+			for k, cmds in c.items():
+			    top = sorted(cmds.items(), key=lambda kv: -st.median(u for _, u in kv[1]))
+			    print("%-30s %s" % (k, "  ".join("%s %.3f %.2f" % (cmd.upper(), st.median(n for n, _ in v), st.median(u for _, u in v))
+			                                      for cmd, v in top if st.median(u for _, u in v) >= 0.01)))
+		PY
 	fi
 } | tee "$T/table.txt"
 [ -n "${OUT:-}" ] && mkdir -p "$OUT" && cp "$T/table.txt" "$OUT/"
