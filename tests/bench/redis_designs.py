@@ -56,6 +56,30 @@ dedup field's first three bytes mod K):
            TTL; a shard the batch creates gets its EXPIREAT). 21 bytes per id, no
            listpack scan in Redis. A prototype: the relay has no such layout.
 
+  gen      known, with the window's ids kept in generations of DESIGN_GEN (65536) ids in
+           the order they are written, each generation a bucket of its own of
+           DESIGN_GEN / 24 hashes ("<base>:g:<g>:<j>"): a batch's ids land in the
+           hashes of the one or two generations being filled, not anywhere in the
+           window. Writes only: the lower bound of a layout that keeps the ids written
+           together in the same memory, for a relay that knows its own ids (the id
+           record). A prototype: the relay has no such layout.
+  genlook  gen, with every id looked up in every generation (an HMGET per shard a
+           batch touches, per generation): what a writer without the record (the
+           function, a second writer, a restarted relay before its seed) would pay
+           to find an id in that layout, since the id alone no longer says where
+           it is.
+
+With PREFILL_GROWN=1 too, the prefill of native, known, gen and genlook is written
+as those designs write a backlog, DESIGN_BATCH ids at a time, one HSET per hash the
+batch touches, so each hash grows an id or two at a time, as the relay's hashes do
+during a drain, instead of being written whole.
+
+With PREFILL_STREAM=1 instead, the prefill of bare, native, known, gen and genlook is
+written as a drain writes it: each batch of DESIGN_BATCH ids after the XADDs of as
+many entries (the events', over and over), and the stream trimmed to nothing at the
+end (XTRIM MAXLEN 0), so the hashes sit among the memory the entries took and freed,
+as in a Redis that has been publishing for a while; bare gets the entries alone.
+
 DESIGN_BATCH (126) in the environment sets the events per batch: the relay's
 groups during a drain hold 1-12 events in some shapes (RESULTS.md, issue 24).
 
@@ -76,6 +100,7 @@ REC = 21  # strings: bytes per id (19-byte field, 2 bytes of time); redis_design
 LOAD = int(os.environ.get("DESIGN_LOAD", "24"))  # ids per dedup shard
 FILTER_BITS = int(os.environ.get("FILTER_BITS", "16"))  # filter bits per id of the bucket
 FILTER_PROBES = int(os.environ.get("FILTER_PROBES", "2"))  # 1 to 4
+GEN = int(os.environ.get("DESIGN_GEN", "65536"))  # gen, genlook: ids per generation
 
 LUA = r"""#!lua name=cand
 local function shard(f, k)
@@ -201,6 +226,8 @@ def gen(design, sock, stream, out):
     wm, base = "outbox-relay:wm:{%s}" % key, "outbox-relay:dedup:{%s}" % key
     fkey = base + ":filter"
     prefill = int(os.environ.get("PREFILL", "0") or 0)
+    grown = os.environ.get("PREFILL_GROWN", "0") == "1"  # the prefill in batches, as written
+    stream_too = os.environ.get("PREFILL_STREAM", "0") == "1"  # and the entries between them
     design, _, load = design.partition("@")
     k = max(1, -(-(prefill + len(entries)) // (int(load) if load else LOAD)))
     m = FILTER_BITS * (prefill + len(entries))
@@ -220,7 +247,38 @@ def gen(design, sock, stream, out):
     def skey(j):
         return "%s:s:%d" % (base, j)
 
-    if prefill and design in ("watch", "native", "known", "guard", "filter", "strings"):
+    kg = max(1, -(-GEN // (int(load) if load else LOAD)))  # gen: hashes per generation
+
+    def gen_shards(ids, first):
+        """gen: the HSETs' keys for ids written from position first on: key -> fields."""
+        out = {}
+        for i, d in enumerate(ids):
+            out.setdefault("%s:g:%d:%d" % (base, (first + i) // GEN, shard_of(d, kg)), []).append(d)
+        return out
+
+    def hset_keys(f, shards):
+        for key_, fs in shards.items():
+            args = []
+            for d in fs:
+                args += [d, b"1"]
+            resp(f, "HSET", key_, *args)
+
+    if prefill and stream_too and design in ("bare", "native", "known", "gen", "genlook"):
+        # the window written as a drain writes it: a batch's entries, then its ids
+        rng = uuid.UUID(int=0x5EED).int
+        with open(out + ".pre", "wb") as f:
+            for c in range(0, prefill, BATCH):
+                olds = []
+                for i in range(c, min(prefill, c + BATCH)):
+                    rng = (rng * 6364136223846793005 + 1442695040888963407) % (1 << 128)
+                    olds.append(dedup_field(str(uuid.UUID(int=rng, version=4))))
+                    resp(f, "XADD", key, "*", *entries[i % len(entries)][1])
+                if design in ("native", "known"):
+                    hset_shards(f, base, by_shard(olds, k))
+                elif design != "bare":
+                    hset_keys(f, gen_shards(olds, c))
+            resp(f, "XTRIM", key, "MAXLEN", 0)
+    elif prefill and design in ("watch", "native", "known", "guard", "filter", "strings", "gen", "genlook"):
         rng = uuid.UUID(int=0x5EED).int
         with open(out + ".pre", "wb") as f:
             olds = []
@@ -228,7 +286,15 @@ def gen(design, sock, stream, out):
                 rng = (rng * 6364136223846793005 + 1442695040888963407) % (1 << 128)
                 olds.append(dedup_field(str(uuid.UUID(int=rng, version=4))))
             shards = by_shard(olds, k)
-            if design == "strings":
+            if grown and design in ("native", "known"):
+                for c in range(0, len(olds), BATCH):
+                    hset_shards(f, base, by_shard(olds[c:c + BATCH], k))
+            elif grown and design in ("gen", "genlook"):
+                for c in range(0, len(olds), BATCH):
+                    hset_keys(f, gen_shards(olds[c:c + BATCH], c))
+            elif design in ("gen", "genlook"):
+                hset_keys(f, gen_shards(olds, 0))
+            elif design == "strings":
                 for j, fs in shards.items():
                     resp(f, "SET", skey(j), records(fs))
                     made.add(j)
@@ -260,6 +326,18 @@ def gen(design, sock, stream, out):
                         resp(f, "HMGET", "%s:%d" % (base, j), *fs)
                 multi_xadds(f, key, batch)
                 hset_shards(f, base, shards)
+                resp(f, "SET", wm, top + " " + owner)
+                resp(f, "EXEC")
+            elif design in ("gen", "genlook"):
+                first = prefill + b
+                resp(f, "WATCH", wm, base)
+                resp(f, "GET", wm)
+                if design == "genlook":
+                    for g in range((first + len(ids) - 1) // GEN + 1):
+                        for j, fs in by_shard(ids, kg).items():
+                            resp(f, "HMGET", "%s:g:%d:%d" % (base, g, j), *fs)
+                multi_xadds(f, key, batch)
+                hset_keys(f, gen_shards(ids, first))
                 resp(f, "SET", wm, top + " " + owner)
                 resp(f, "EXEC")
             elif design == "strings":
