@@ -68,13 +68,18 @@ dedup field's first three bytes mod K):
            function, a second writer, a restarted relay before its seed) would pay
            to find an id in that layout, since the id alone no longer says where
            it is.
+  genid    gen, with each id looked up in the one generation it names itself: the lookup
+           a time-ordered id (UUID v7, ULID) would allow, its generation taken from the
+           time in its own bytes, so that every writer finds it with one HMGET, record or
+           not. The ids here are random; their generations are their places in the order
+           written, which is what time-ordered ids would give. A prototype.
 
-With PREFILL_GROWN=1 too, the prefill of native, known, gen and genlook is written
+With PREFILL_GROWN=1 too, the prefill of native, known, gen, genlook and genid is written
 as those designs write a backlog, DESIGN_BATCH ids at a time, one HSET per hash the
 batch touches, so each hash grows an id or two at a time, as the relay's hashes do
 during a drain, instead of being written whole.
 
-With PREFILL_STREAM=1 instead, the prefill of bare, native, known, gen and genlook is
+With PREFILL_STREAM=1 instead, the prefill of bare, native, known and the gen designs is
 written as a drain writes it: each batch of DESIGN_BATCH ids after the XADDs of as
 many entries (the events', over and over), and the stream trimmed to nothing at the
 end (XTRIM MAXLEN 0), so the hashes sit among the memory the entries took and freed,
@@ -100,7 +105,7 @@ REC = 21  # strings: bytes per id (19-byte field, 2 bytes of time); redis_design
 LOAD = int(os.environ.get("DESIGN_LOAD", "24"))  # ids per dedup shard
 FILTER_BITS = int(os.environ.get("FILTER_BITS", "16"))  # filter bits per id of the bucket
 FILTER_PROBES = int(os.environ.get("FILTER_PROBES", "2"))  # 1 to 4
-GEN = int(os.environ.get("DESIGN_GEN", "65536"))  # gen, genlook: ids per generation
+GEN = int(os.environ.get("DESIGN_GEN", "65536"))  # gen, genlook, genid: ids per generation
 
 LUA = r"""#!lua name=cand
 local function shard(f, k)
@@ -263,7 +268,7 @@ def gen(design, sock, stream, out):
                 args += [d, b"1"]
             resp(f, "HSET", key_, *args)
 
-    if prefill and stream_too and design in ("bare", "native", "known", "gen", "genlook"):
+    if prefill and stream_too and design in ("bare", "native", "known", "gen", "genlook", "genid"):
         # the window written as a drain writes it: a batch's entries, then its ids
         rng = uuid.UUID(int=0x5EED).int
         with open(out + ".pre", "wb") as f:
@@ -278,7 +283,7 @@ def gen(design, sock, stream, out):
                 elif design != "bare":
                     hset_keys(f, gen_shards(olds, c))
             resp(f, "XTRIM", key, "MAXLEN", 0)
-    elif prefill and design in ("watch", "native", "known", "guard", "filter", "strings", "gen", "genlook"):
+    elif prefill and design in ("watch", "native", "known", "guard", "filter", "strings", "gen", "genlook", "genid"):
         rng = uuid.UUID(int=0x5EED).int
         with open(out + ".pre", "wb") as f:
             olds = []
@@ -289,10 +294,10 @@ def gen(design, sock, stream, out):
             if grown and design in ("native", "known"):
                 for c in range(0, len(olds), BATCH):
                     hset_shards(f, base, by_shard(olds[c:c + BATCH], k))
-            elif grown and design in ("gen", "genlook"):
+            elif grown and design in ("gen", "genlook", "genid"):
                 for c in range(0, len(olds), BATCH):
                     hset_keys(f, gen_shards(olds[c:c + BATCH], c))
-            elif design in ("gen", "genlook"):
+            elif design in ("gen", "genlook", "genid"):
                 hset_keys(f, gen_shards(olds, 0))
             elif design == "strings":
                 for j, fs in shards.items():
@@ -328,7 +333,7 @@ def gen(design, sock, stream, out):
                 hset_shards(f, base, shards)
                 resp(f, "SET", wm, top + " " + owner)
                 resp(f, "EXEC")
-            elif design in ("gen", "genlook"):
+            elif design in ("gen", "genlook", "genid"):
                 first = prefill + b
                 resp(f, "WATCH", wm, base)
                 resp(f, "GET", wm)
@@ -336,6 +341,9 @@ def gen(design, sock, stream, out):
                     for g in range((first + len(ids) - 1) // GEN + 1):
                         for j, fs in by_shard(ids, kg).items():
                             resp(f, "HMGET", "%s:g:%d:%d" % (base, g, j), *fs)
+                elif design == "genid":
+                    for key_, fs in gen_shards(ids, first).items():
+                        resp(f, "HMGET", key_, *fs)
                 multi_xadds(f, key, batch)
                 hset_keys(f, gen_shards(ids, first))
                 resp(f, "SET", wm, top + " " + owner)
