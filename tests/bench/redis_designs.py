@@ -74,7 +74,7 @@ dedup field's first three bytes mod K):
            not. The ids here are random; their generations are their places in the order
            written, which is what time-ordered ids would give. A prototype.
 
-With PREFILL_GROWN=1 too, the prefill of native, known, gen, genlook and genid is written
+With PREFILL_GROWN=1 too, the prefill of native, known and the gen designs is written
 as those designs write a backlog, DESIGN_BATCH ids at a time, one HSET per hash the
 batch touches, so each hash grows an id or two at a time, as the relay's hashes do
 during a drain, instead of being written whole.
@@ -106,6 +106,7 @@ LOAD = int(os.environ.get("DESIGN_LOAD", "24"))  # ids per dedup shard
 FILTER_BITS = int(os.environ.get("FILTER_BITS", "16"))  # filter bits per id of the bucket
 FILTER_PROBES = int(os.environ.get("FILTER_PROBES", "2"))  # 1 to 4
 GEN = int(os.environ.get("DESIGN_GEN", "65536"))  # gen, genlook, genid: ids per generation
+GENS = ("gen", "genlook", "genid")  # the designs that keep ids in generations
 
 LUA = r"""#!lua name=cand
 local function shard(f, k)
@@ -268,7 +269,7 @@ def gen(design, sock, stream, out):
                 args += [d, b"1"]
             resp(f, "HSET", key_, *args)
 
-    if prefill and stream_too and design in ("bare", "native", "known", "gen", "genlook", "genid"):
+    if prefill and stream_too and design in ("bare", "native", "known") + GENS:
         # the window written as a drain writes it: a batch's entries, then its ids
         rng = uuid.UUID(int=0x5EED).int
         with open(out + ".pre", "wb") as f:
@@ -283,7 +284,7 @@ def gen(design, sock, stream, out):
                 elif design != "bare":
                     hset_keys(f, gen_shards(olds, c))
             resp(f, "XTRIM", key, "MAXLEN", 0)
-    elif prefill and design in ("watch", "native", "known", "guard", "filter", "strings", "gen", "genlook", "genid"):
+    elif prefill and design in ("watch", "native", "known", "guard", "filter", "strings") + GENS:
         rng = uuid.UUID(int=0x5EED).int
         with open(out + ".pre", "wb") as f:
             olds = []
@@ -294,10 +295,10 @@ def gen(design, sock, stream, out):
             if grown and design in ("native", "known"):
                 for c in range(0, len(olds), BATCH):
                     hset_shards(f, base, by_shard(olds[c:c + BATCH], k))
-            elif grown and design in ("gen", "genlook", "genid"):
+            elif grown and design in GENS:
                 for c in range(0, len(olds), BATCH):
                     hset_keys(f, gen_shards(olds[c:c + BATCH], c))
-            elif design in ("gen", "genlook", "genid"):
+            elif design in GENS:
                 hset_keys(f, gen_shards(olds, 0))
             elif design == "strings":
                 for j, fs in shards.items():
@@ -333,19 +334,21 @@ def gen(design, sock, stream, out):
                 hset_shards(f, base, shards)
                 resp(f, "SET", wm, top + " " + owner)
                 resp(f, "EXEC")
-            elif design in ("gen", "genlook", "genid"):
+            elif design in GENS:
                 first = prefill + b
                 resp(f, "WATCH", wm, base)
                 resp(f, "GET", wm)
                 if design == "genlook":
+                    looked = by_shard(ids, kg)
                     for g in range((first + len(ids) - 1) // GEN + 1):
-                        for j, fs in by_shard(ids, kg).items():
+                        for j, fs in looked.items():
                             resp(f, "HMGET", "%s:g:%d:%d" % (base, g, j), *fs)
-                elif design == "genid":
-                    for key_, fs in gen_shards(ids, first).items():
+                placed = gen_shards(ids, first)
+                if design == "genid":
+                    for key_, fs in placed.items():
                         resp(f, "HMGET", key_, *fs)
                 multi_xadds(f, key, batch)
-                hset_keys(f, gen_shards(ids, first))
+                hset_keys(f, placed)
                 resp(f, "SET", wm, top + " " + owner)
                 resp(f, "EXEC")
             elif design == "strings":
