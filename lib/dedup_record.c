@@ -30,12 +30,16 @@ struct drec_set {
 	char name[48]; /* the index field: "<S>:<b>" ("" a free slot) */
 	int64_t start;
 	uint32_t c; /* the index's count of ids after the last write recorded */
+	uint32_t k; /* the index's K at that count (read 1's, or after this connection's write) */
 	bool live;  /* holds every id of the bucket at count c */
 	/*
 	 * Being read (drec_seed): holds every id of the bucket's hashes below next
 	 * as they stood when read, every id this connection added or moved since
-	 * the first read, and was at count c after each; complete (live) once next
-	 * reaches k0, the K the first read found.
+	 * the first read, and was at count c and K k after each; complete (live)
+	 * once next reaches k0, the K the first read found. Another writer's split
+	 * moves ids without changing the count (the function grows a small bucket
+	 * for the ids it expects, even when it adds none): a K other than k drops
+	 * the set, since ids of a hash not read yet may have gone past k0.
 	 */
 	bool seeding;
 	uint32_t next, k0;
@@ -231,7 +235,7 @@ bool drec_may_hold(const struct drec_set *set, uint64_t h)
 }
 
 struct drec_set *drec_open(struct drec *r, const char *stream, size_t slen, const char *name,
-                           int64_t start, bool created, uint32_t c0)
+                           int64_t start, bool created, uint32_t c0, uint32_t k0)
 {
 	struct drec_stream *st;
 	struct drec_set *set;
@@ -243,9 +247,12 @@ struct drec_set *drec_open(struct drec *r, const char *stream, size_t slen, cons
 		set = st ? set_find(st, name) : NULL;
 		if (!set)
 			return NULL;
-		if (takes_ids(set) && set->c == c0)
+		if (set->live && set->c == c0)
 			return set;
-		set_drop(r, set); /* another writer's ids came between: it cannot say "no" again */
+		if (set->seeding && set->c == c0 && set->k == k0)
+			return set;
+		/* Another writer's ids came between, or its split moved ids of hashes not read yet. */
+		set_drop(r, set);
 		return NULL;
 	}
 	if (!(st = stream_slot(r, stream, slen)))
@@ -302,10 +309,12 @@ void drec_add(struct drec *r, struct drec_set *set, uint64_t h)
 	filt_put(f, h);
 }
 
-void drec_seal(struct drec_set *set, uint32_t c1)
+void drec_seal(struct drec_set *set, uint32_t c1, uint32_t k1)
 {
-	if (set && takes_ids(set))
+	if (set && takes_ids(set)) {
 		set->c = c1;
+		set->k = k1;
+	}
 }
 
 bool drec_seeding(const struct drec_set *set)
@@ -344,7 +353,7 @@ bool drec_seed_range(struct drec *r, const char *stream, size_t slen, const char
 	st = stream_find(r, stream, slen);
 	if (st && (set = set_find(st, name))) {
 		/* Recorded, dropped (not read again while it lasts), or someone else has written. */
-		if (!set->seeding || set->c != c)
+		if (!set->seeding || set->c != c || set->k != k)
 			return false;
 		*from = set->next;
 		end = (uint64_t)set->next + chunk;
@@ -374,7 +383,7 @@ struct drec_set *drec_seed(struct drec *r, const char *stream, size_t slen, cons
 		set = st ? set_find(st, name) : NULL;
 		if (!set)
 			return NULL;
-		if (set->seeding && set->c == c && set->next == from)
+		if (set->seeding && set->c == c && set->k == k && set->next == from)
 			return set;
 		set_drop(r, set); /* another writer came between the reads: start no more */
 		return NULL;
@@ -387,7 +396,7 @@ struct drec_set *drec_seed(struct drec *r, const char *stream, size_t slen, cons
 	memcpy(set->name, name, strlen(name) + 1);
 	set->start = start;
 	set->c = c;
-	set->k0 = k;
+	set->k = set->k0 = k;
 	set->next = 0;
 	set->seeding = true;
 	return set;

@@ -16,13 +16,14 @@
  * Seeding: a bucket this connection did not make (after a start or a
  * reconnect) is read into a set instead, a few of its hashes (HKEYS) per
  * group, each read going into the record only when its group's EXEC succeeded.
- * Ids move between hashes only when K grows, and only by a write that adds
- * ids: this connection's own (whose moved ids it read whole in read 2 and adds
- * too) or another writer's (which changes the count). So once every hash below
- * the K the first read found has been read, the set holds every id the bucket
- * had at that first read and every id added since, as long as the count went
- * only where this connection's writes took it; from then on it is used as a set
- * begun with the bucket is.
+ * Ids move between hashes only when K grows: by this connection's own write
+ * (whose moved ids it read whole in read 2 and adds too) or by another
+ * writer's, which may add no id (the function and the native path grow a
+ * bucket of at most 1024 ids for the ids they expect) and so is seen by K, not
+ * by the count. So once every hash below the K the first read found has been
+ * read, the set holds every id the bucket had at that first read and every id
+ * added since, as long as the count and K went only where this connection's
+ * writes took them; from then on it is used as a set begun with the bucket is.
  *
  * One owner: struct drec (one per connection, the native path's) holds every
  * set and filter; struct drec_budget (the sink's) counts the filters' bytes
@@ -63,15 +64,15 @@ bool drec_may_hold(const struct drec_set *set, uint64_t h);
 
 /*
  * After an EXEC succeeded that took bucket `name` (starting at second `start`)
- * from count c0 to c1 (created: the index had no such bucket before it):
- * drec_open gives the set to add the write's new ids to, or NULL when the
- * bucket is not recorded (it drops a set it cannot vouch for); drec_add each id;
- * drec_seal(c1) once.
+ * from count c0 and K k0 (read 1's) to c1 and k1 (created: the index had no
+ * such bucket before it): drec_open gives the set to add the write's new ids
+ * to, or NULL when the bucket is not recorded (it drops a set it cannot vouch
+ * for); drec_add each id; drec_seal(c1, k1) once.
  */
 struct drec_set *drec_open(struct drec *r, const char *stream, size_t slen, const char *name,
-                           int64_t start, bool created, uint32_t c0);
+                           int64_t start, bool created, uint32_t c0, uint32_t k0);
 void drec_add(struct drec *r, struct drec_set *set, uint64_t h);
-void drec_seal(struct drec_set *set, uint32_t c1);
+void drec_seal(struct drec_set *set, uint32_t c1, uint32_t k1);
 
 /* Whether set is still being read (its write's ids that moved between hashes go in too). */
 bool drec_seeding(const struct drec_set *set);
@@ -80,12 +81,12 @@ bool drec_seeding(const struct drec_set *set);
  * Seeding. drec_seed_range: which of bucket `name`'s hashes, [from, to), to
  * read next, at most chunk of them, when read 1 found it with K k and count c;
  * false when the bucket is recorded, dropped, being read but someone else has
- * written since, has no room among the stream's two sets, or the budget has
- * no room for about c ids. It changes nothing: after the EXEC of the group that
- * read them succeeded, drec_seed (the same k and c, and from) gives the set to
- * drec_add the ids read into, or NULL (it drops a set whose count moved), and
- * drec_seed_done(to) then marks them read. drec_seed before drec_open of the
- * same write.
+ * written since (the count or K is not the set's), has no room among the
+ * stream's two sets, or the budget has no room for about c ids. It changes
+ * nothing: after the EXEC of the group that read them succeeded, drec_seed
+ * (the same k and c, and from) gives the set to drec_add the ids read into, or
+ * NULL (it drops a set whose count or K moved), and drec_seed_done(to) then
+ * marks them read. drec_seed before drec_open of the same write.
  */
 bool drec_seed_range(struct drec *r, const char *stream, size_t slen, const char *name,
                      int64_t start, uint32_t k, uint32_t c, uint32_t chunk, uint32_t *from,

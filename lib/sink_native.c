@@ -315,7 +315,7 @@ struct nbatch {
 	size_t nseed, capseed;
 	bool seed_held; /* a prediction would have read some: it is not made */
 	bool rec_write, rec_created;
-	uint32_t rec_c0, rec_c1;
+	uint32_t rec_c0, rec_c1, rec_k0, rec_k1;
 	int64_t rec_start;
 	char rec_name[48];
 };
@@ -1620,6 +1620,8 @@ static bool batch_write(struct sink_redis *s, struct group *g, struct nbatch *t,
 			t->rec_created = newbk;
 			t->rec_c0 = c0;
 			t->rec_c1 = c;
+			t->rec_k0 = t->cur >= 0 ? t->bk[t->cur].k : 0;
+			t->rec_k1 = kf;
 			t->rec_start = curb.b * curb.sp;
 			memcpy(t->rec_name, curb.name, sizeof(t->rec_name));
 		}
@@ -1919,14 +1921,14 @@ static void record_write(struct sink_redis *s, struct group *g, const struct nba
 	if (!t->rec_write || !g->nt->rec)
 		goto done;
 	set = drec_open(g->nt->rec, at(s, batch_ent(s, t), st), st.len, t->rec_name, t->rec_start,
-	                t->rec_created, t->rec_c0);
+	                t->rec_created, t->rec_c0, t->rec_k0);
 	for (size_t k = 0; set && k < t->nev; k++)
 		if (t->ev[k].fresh)
 			drec_add(g->nt->rec, set, t->ev[k].rh);
 	/* A bucket still being read: the ids this write moved between its hashes, too. */
 	for (size_t i = 0; drec_seeding(set) && i < t->nsrc; i++)
 		drec_add(g->nt->rec, set, drec_hash(t->srcbytes.data + t->src[i].f_off, t->src[i].f_len));
-	drec_seal(set, t->rec_c1);
+	drec_seal(set, t->rec_c1, t->rec_k1);
 done:
 	if (s->m)
 		atomic_store_explicit(&s->m->record_bytes, s->drec_budget.used, memory_order_relaxed);

@@ -93,6 +93,15 @@
 #       until every hash is read, and the next one's lookup is left out. A
 #       relay that reads --dedup-record-seed hashes in every group reads the
 #       whole bucket in the first.
+#   (h) Another writer splits a bucket the relay is reading into its record,
+#       adding no id: relay A (native, --dedup-record-seed 1) writes 40 ids
+#       (K = 2) and is stopped; started again, it writes h-41 while it reads
+#       hash 0. Relay B (the function) publishes h-1..h-40 twice: all
+#       duplicates, but its call expects 80 ids and grows K to 6, so hash 1's
+#       ids move to hashes 3 and 5 with the count unchanged. A then writes
+#       h-42 and all 52 ids again: each id is in the stream once. A record
+#       that checks only the count reads hash 1 as it is now, calls the bucket
+#       read, and publishes the ids that moved a second time.
 # Nothing depends on the machine's speed: the waits are for conditions,
 # bounded generously.
 . "$(dirname "$0")/lib.sh"
@@ -666,6 +675,58 @@ case_g() {
 	assert_eq 0 "$RELAY_RC" "(g) the relay stopped cleanly"
 }
 
+# hr_index N: word N (1: K, 2: the count) of stream outbox:hr's live bucket in the dedup index.
+hr_index() {
+	redis_cli HGETALL 'outbox-relay:dd:{outbox:hr}' |
+		awk -v n="$1" '/^[0-9]+:[0-9]+$/ { getline v; split(v, a, " "); print a[n] }'
+}
+
+# ---------------------------------------------------------------------------
+# (h) another writer's split, with no id added, while the record is read
+# ---------------------------------------------------------------------------
+case_h() {
+	local l2 port k
+	psql_q "SELECT count(pg_drop_replication_slot(slot_name)) FROM pg_replication_slots WHERE NOT active" >/dev/null
+	redis_start
+	psql_q "CREATE TABLE IF NOT EXISTS public.ev2 (LIKE public.ev)"
+	slot_create h_a
+	slot_create h_b
+	relay_start --slot h_a --publish native --dedup-record-seed 1 "${OPTS[@]}"
+	psql_q "INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload)
+	        SELECT 'h-' || g, 'hr', g::text, 'first', '{}' FROM generate_series(1, 40) g"
+	wait_confirmed h_a "$(current_lsn)" 120 || fail "(h) the first 40 rows not confirmed"
+	relay_stop
+	assert_eq 2 "$(hr_index 1)" "(h) the bucket has two hashes (K) before the restart"
+	relay_start --slot h_a --publish native --dedup-record-seed 1 --http-addr 127.0.0.1:0 "${OPTS[@]}"
+	l2=$RELAY_LOG
+	port=$(metrics_port "$l2")
+	psql_q "INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload) VALUES ('h-41', 'hr', '41', 'one', '{}')"
+	wait_confirmed h_a "$(current_lsn)" 120 || fail "(h) h-41 not confirmed"
+	assert_ge "$(metric_value "$port" outbox_relay_redis_dedup_record_ids_read_total)" 1 "(h) hash 0 read into the record"
+	# Relay B (the function, its own slot and table) publishes h-1..h-40 twice: all
+	# duplicates, no id added, but its call expects 80 ids and grows K from 2 to 6:
+	# hash 1, not read yet, splits into hashes 3 and 5, which the read never reaches.
+	psql_q "INSERT INTO ev2 (id, aggregate_type, aggregate_id, event_type, payload)
+	        SELECT 'h-' || (g % 40 + 1), 'hr', g::text, 'other-writer', '{}' FROM generate_series(0, 79) g"
+	relay_run_until "$(current_lsn)" --slot h_b --publish function --table public.ev2 \
+		--dedup-window "$DW" || fail "(h) relay B exited $RELAY_RC"
+	assert_eq 80 "$(final_sum "$RELAY_LOG" duplicates)" "(h) relay B: all 80 duplicates"
+	k=$(hr_index 1)
+	assert_ge "$k" 4 "(h) relay B's call grew K past 3 (hash 1 split)"
+	assert_eq 41 "$(hr_index 2)" "(h) and added no id: the bucket still counts 41"
+	# A goes on: the next group would read hash 1, the last below the first read's K.
+	psql_q "INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload) VALUES ('h-42', 'hr', '42', 'one', '{}')"
+	wait_confirmed h_a "$(current_lsn)" 120 || fail "(h) h-42 not confirmed"
+	psql_q "INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload)
+	        SELECT 'h-' || g, 'hr', g::text, 'again', '{}' FROM generate_series(1, 52) g"
+	wait_confirmed h_a "$(current_lsn)" 120 || fail "(h) the last transaction not confirmed"
+	relay_stop
+	seq 1 52 | sed 's/^/h-/' | sort >"$T/h.exp"
+	rx ids outbox:hr >"$T/h.got"
+	ids_exactly_once "$T/h.exp" "$T/h.got" "(h) each id once: no id of the split hash published again"
+	assert_eq 42 "$(final_sum "$l2" duplicates)" "(h) the second run dropped the 42 ids written before as duplicates"
+}
+
 run_case a case_a
 run_case b case_b
 run_case c case_c
@@ -673,5 +734,6 @@ run_case d case_d
 run_case e case_e
 run_case f case_f
 run_case g case_g
+run_case h case_h
 [ "${#CASES_FAILED[@]}" = 0 ] || fail "cases failed: ${CASES_FAILED[*]} (passed: ${CASES_OK[*]:-none})"
 pass

@@ -25,11 +25,11 @@ static uint64_t id_hash(const char *pre, unsigned i)
 static struct drec_set *fill(struct drec *r, const char *s, const char *name, int64_t start,
                              const char *pre, unsigned n)
 {
-	struct drec_set *set = drec_open(r, s, strlen(s), name, start, true, 0);
+	struct drec_set *set = drec_open(r, s, strlen(s), name, start, true, 0, 0);
 
 	for (unsigned i = 0; i < n; i++)
 		drec_add(r, set, id_hash(pre, i));
-	drec_seal(set, n);
+	drec_seal(set, n, n / 24 + 1);
 	return set;
 }
 
@@ -73,17 +73,17 @@ TEST(count_must_match)
 	CHECK(drec_get(r, "s", 1, "7200:8", 10) == NULL);
 	CHECK(drec_get(r, "t", 1, "7200:9", 10) == NULL);
 	/* A write from count 10 to 12 goes on; one from 11 (another id came between) ends it. */
-	set = drec_open(r, "s", 1, "7200:9", 64800, false, 10);
+	set = drec_open(r, "s", 1, "7200:9", 64800, false, 10, 1);
 	CHECK(set != NULL);
 	drec_add(r, set, id_hash("a", 10));
 	drec_add(r, set, id_hash("a", 11));
-	drec_seal(set, 12);
+	drec_seal(set, 12, 1);
 	CHECK(drec_get(r, "s", 1, "7200:9", 12) != NULL);
-	CHECK(drec_open(r, "s", 1, "7200:9", 64800, false, 13) == NULL);
+	CHECK(drec_open(r, "s", 1, "7200:9", 64800, false, 13, 1) == NULL);
 	CHECK(drec_get(r, "s", 1, "7200:9", 12) == NULL);
 	CHECK(drec_get(r, "s", 1, "7200:9", 13) == NULL);
 	/* Not begun with its bucket: never recorded. */
-	CHECK(drec_open(r, "s", 1, "7200:10", 72000, false, 0) == NULL);
+	CHECK(drec_open(r, "s", 1, "7200:10", 72000, false, 0, 1) == NULL);
 	CHECK(drec_get(r, "s", 1, "7200:10", 0) == NULL);
 	drec_free(r);
 }
@@ -184,17 +184,21 @@ TEST(seed_reads_every_hash_then_is_used)
 	CHECK(from == 0 && to == 4);
 	CHECK(seed_chunk(r, "outbox:a", "7200:9", 64800, 10, 240, 0, 4, 24) != NULL);
 	CHECK(drec_get(r, "outbox:a", 8, "7200:9", 240) == NULL); /* not all read yet */
-	/* This connection writes 5 ids meanwhile (the write's set is the seed's). */
-	set = drec_open(r, "outbox:a", 8, "7200:9", 64800, false, 240);
+	/*
+	 * This connection writes 5 ids meanwhile and grows K to 12 (the write's set
+	 * is the seed's; the ids its split moved are among those it adds).
+	 */
+	set = drec_open(r, "outbox:a", 8, "7200:9", 64800, false, 240, 10);
 	CHECK(set != NULL && drec_seeding(set));
 	for (unsigned i = 0; i < 5; i++)
 		drec_add(r, set, id_hash("own", i));
-	drec_seal(set, 245);
-	CHECK(!drec_seed_range(r, "outbox:a", 8, "7200:9", 64800, 10, 240, 4, &from, &to));
-	CHECK(drec_seed_range(r, "outbox:a", 8, "7200:9", 64800, 10, 245, 4, &from, &to));
+	drec_seal(set, 245, 12);
+	CHECK(!drec_seed_range(r, "outbox:a", 8, "7200:9", 64800, 12, 240, 4, &from, &to));
+	CHECK(!drec_seed_range(r, "outbox:a", 8, "7200:9", 64800, 10, 245, 4, &from, &to));
+	CHECK(drec_seed_range(r, "outbox:a", 8, "7200:9", 64800, 12, 245, 4, &from, &to));
 	CHECK(from == 4 && to == 8);
-	CHECK(seed_chunk(r, "outbox:a", "7200:9", 64800, 10, 245, 4, 8, 24) != NULL);
-	CHECK(drec_seed_range(r, "outbox:a", 8, "7200:9", 64800, 10, 245, 4, &from, &to));
+	CHECK(seed_chunk(r, "outbox:a", "7200:9", 64800, 12, 245, 4, 8, 24) != NULL);
+	CHECK(drec_seed_range(r, "outbox:a", 8, "7200:9", 64800, 12, 245, 4, &from, &to));
 	CHECK(from == 8 && to == 10); /* up to the K of the first read */
 	CHECK(seed_chunk(r, "outbox:a", "7200:9", 64800, 12, 245, 8, 10, 24) != NULL);
 	got = drec_get(r, "outbox:a", 8, "7200:9", 245);
@@ -227,12 +231,46 @@ TEST(seed_stops_when_someone_else_writes)
 	CHECK(drec_seed(r, "outbox:a", 8, "7200:9", 64800, 10, 241, 0) == NULL);
 	/* A write of this connection from a count the seed did not reach drops it too. */
 	CHECK(seed_chunk(r, "outbox:a", "7300:9", 65700, 2, 30, 0, 1, 15) != NULL);
-	CHECK(drec_open(r, "outbox:a", 8, "7300:9", 65700, false, 31) == NULL);
+	CHECK(drec_open(r, "outbox:a", 8, "7300:9", 65700, false, 31, 2) == NULL);
 	CHECK(!drec_seed_range(r, "outbox:a", 8, "7300:9", 65700, 2, 31, 4, &from, &to));
 	/* A chunk read out of turn (not where the seed is) drops it. */
 	CHECK(seed_chunk(r, "outbox:b", "7200:9", 64800, 10, 240, 0, 4, 24) != NULL);
 	CHECK(seed_chunk(r, "outbox:b", "7200:9", 64800, 10, 240, 6, 8, 24) == NULL);
 	CHECK(drec_get(r, "outbox:b", 8, "7200:9", 240) == NULL);
+	drec_free(r);
+	CHECK(bud.used == 0);
+}
+
+/*
+ * Another writer grows K without adding an id (the function grows a bucket of
+ * at most 1024 ids for the ids it expects, even when all of its events are
+ * duplicates): ids of the hashes not read yet may have moved past the K of the
+ * first read, where the seed would never read them. The count alone did not
+ * see it (the review's case: K 40 -> 64 at count 900, 223 of 900 ids then said
+ * absent); K does, and the set is dropped.
+ */
+TEST(seed_stops_when_someone_else_splits)
+{
+	struct drec_budget bud = {64u << 20, 0};
+	struct drec *r = drec_new(&bud);
+	uint32_t from, to;
+
+	CHECK(drec_seed_range(r, "outbox:a", 8, "7200:9", 64800, 40, 900, 16, &from, &to));
+	CHECK(seed_chunk(r, "outbox:a", "7200:9", 64800, 40, 900, 0, 16, 22) != NULL);
+	/* Read 1 now finds K 64 at the same count: no more reads, nothing used. */
+	CHECK(!drec_seed_range(r, "outbox:a", 8, "7200:9", 64800, 64, 900, 16, &from, &to));
+	CHECK(seed_chunk(r, "outbox:a", "7200:9", 64800, 64, 900, 16, 40, 22) == NULL);
+	CHECK(drec_get(r, "outbox:a", 8, "7200:9", 900) == NULL);
+	CHECK(!drec_seed_range(r, "outbox:a", 8, "7200:9", 64800, 64, 900, 16, &from, &to));
+	/* The same seen first by this connection's own write (from K 64): dropped. */
+	CHECK(seed_chunk(r, "outbox:b", "7200:9", 64800, 40, 900, 0, 16, 22) != NULL);
+	CHECK(drec_open(r, "outbox:b", 8, "7200:9", 64800, false, 900, 64) == NULL);
+	CHECK(!drec_seed_range(r, "outbox:b", 8, "7200:9", 64800, 64, 901, 16, &from, &to));
+	CHECK(drec_get(r, "outbox:b", 8, "7200:9", 901) == NULL);
+	/* A set begun with its bucket holds its ids wherever they sit: K does not matter. */
+	CHECK(fill(r, "outbox:c", "7200:9", 64800, "id", 100) != NULL);
+	CHECK(drec_open(r, "outbox:c", 8, "7200:9", 64800, false, 100, 64) != NULL);
+	CHECK(drec_get(r, "outbox:c", 8, "7200:9", 100) != NULL);
 	drec_free(r);
 	CHECK(bud.used == 0);
 }
@@ -272,6 +310,7 @@ int main(void)
 	RUN(streams_least_recently_used_go);
 	RUN(seed_reads_every_hash_then_is_used);
 	RUN(seed_stops_when_someone_else_writes);
+	RUN(seed_stops_when_someone_else_splits);
 	RUN(seed_keeps_the_newer_buckets);
 	return test_done();
 }
