@@ -93,12 +93,11 @@
  * the bucket on, with the index's count after the last of them. read 2 leaves
  * out the lookup of an id the filters of a bucket say is not there while read
  * 1's count for that bucket is the recorded one (a lookup left out is one that
- * would have answered nil: batch_write's decisions are the same). An id leaves
- * a live bucket only when the function takes back an id it renewed and the
- * stream key then refused the entry (a key of another type), so any other
- * writer's id changes the count and the bucket's record is not used again;
- * the count could come back only if that key's type changed back and forth
- * between two writes of this connection. The record is updated only when EXEC
+ * would have answered nil: batch_write's decisions are the same). No id
+ * leaves a live bucket (the function gives a renewed id whose entry the stream
+ * key refused its old time back, rather than taking it out), so any other
+ * writer's id changes the count, and any other writer's split K, and the
+ * bucket's record is not used again. The record is updated only when EXEC
  * succeeded (exec_done, record_write), so a nil EXEC leaves it as it was, and
  * it is forgotten with the connection. A live bucket the connection did not
  * make is read into the record instead (seed_reads: --dedup-record-seed hashes

@@ -85,13 +85,18 @@
  * until when the old layout (one string key "<old prefix><id>" with a TTL per id) may still hold
  * ids (its first call's time + W when the stream had a watermark, else 0), which are then looked up
  * too (EXISTS). Those keys are in the stream's slot (its hash tag) but not in KEYS: a cluster node
- * that cannot serve one (slot migration) fails the call at that command; every event before it is
- * complete (XADD and its entry), so the retry finds them as duplicates and publishes the rest. A
+ * that cannot serve one (slot migration) fails the command. Every event before it is complete (XADD
+ * and its entry), and the call (pcall around the events) still writes the index's count and the
+ * watermark for them before it returns the error, as when an XADD fails: the count stays the
+ * number of ids the bucket holds (the native path's id record relies on it), and the retry
+ * publishes the rest. A
  * split copies first, records the new K, and only then deletes the moved ids from the old shard, so
- * an id is always where the recorded K says. An entry whose XADD fails (or is dead-lettered) is
- * removed again (HDEL; every call first reads the index with HSCAN and removes its buckets out of
- * the window with HDEL, of at least a field that never exists, so a user without those
- * permissions fails the call before it wrote anything), so a failing XADD leaves nothing behind:
+ * an id is always where the recorded K says. An id whose XADD fails (or is dead-lettered) is
+ * removed again if it was new (HDEL; every call first reads the index with HSCAN and removes its
+ * buckets out of the window with HDEL, of at least a field that never exists, so a user without
+ * those permissions fails the call before it wrote anything), or given back its old time if it
+ * was renewed (HSET), so no id ever leaves a live bucket (the native path's id record relies on
+ * that: a bucket's count only grows) and a failing XADD leaves nothing behind:
  * the watermark then covers the events before it and the error is returned; a retry publishes
  * exactly what is missing. The watermark is written by every call, so each call replicates a write
  * that WAIT can wait for even when all its events were replays. expect "R" (outbox-relay
@@ -273,6 +278,7 @@
 	"  local res, top, a, chunk = {}, wm, 7, nil\n"                                                \
 	"  local nargs, nres, nbk = #args, 0, bks and #bks or 0\n"                                     \
 	"  local cm, cx, cmade\n"                                                                      \
+	"  local function events()\n"                                                                  \
 	"  while a < nargs do\n"                                                                       \
 	"    local pos, f, first = args[a + 1], args[a + 2], a + 4\n"                                  \
 	"    a = a + 3 + 2 * tonumber(args[a + 3])\n"                                                  \
@@ -280,7 +286,7 @@
 	"      nres = nres + 1\n"                                                                      \
 	"      res[nres] = 0\n"                                                                        \
 	"    else\n"                                                                                   \
-	"      local key, dup, fresh\n"                                                                \
+	"      local key, dup, fresh, old\n"                                                           \
 	"      if win > 0 then\n"                                                                      \
 	"        local x, y, z = byte(f, 1, 3)\n"                                                      \
 	"        local h = z and REV[x] + REV[y] * 256 + REV[z] * 65536 or #f\n"                       \
@@ -328,11 +334,14 @@
 	"          fresh = rcall('HSETNX', key, f, off) == 1\n"                                        \
 	"          if fresh then\n"                                                                    \
 	"            if j >= cmade then rcall('EXPIREAT', key, exps) end\n"                            \
-	"          elseif late and late - tonumber(rcall('HGET', key, f)) > win then\n"                \
-	"            rcall('HSET', key, f, off)\n"                                                     \
-	"            c0 = -1\n"                                                                        \
 	"          else\n"                                                                             \
-	"            dup, key = true, nil\n"                                                           \
+	"            old = late and rcall('HGET', key, f)\n"                                           \
+	"            if old and late - tonumber(old) > win then\n"                                     \
+	"              rcall('HSET', key, f, off)\n"                                                   \
+	"              c0 = -1\n"                                                                      \
+	"            else\n"                                                                           \
+	"              dup, key = true, nil\n"                                                         \
+	"            end\n"                                                                            \
 	"          end\n"                                                                              \
 	"        end\n"                                                                                \
 	"      end\n"                                                                                  \
@@ -355,9 +364,10 @@
 	"              id.err, 'stream', keys[1], 'slot', args[5], 'raw', cjson.encode(fs))\n"         \
 	"            if type(id) ~= 'table' or not id.err then id = 2 end\n"                           \
 	"          end\n"                                                                              \
-	"          if key then\n"                                                                      \
+	"          if fresh then\n"                                                                    \
 	"            rcall('HDEL', key, f)\n"                                                          \
-	"            if not fresh then curb.c = curb.c - 1 end\n"                                      \
+	"          elseif key then\n"                                                                  \
+	"            rcall('HSET', key, f, old)\n"                                                     \
 	"          end\n"                                                                              \
 	"          if id ~= 2 then\n"                                                                  \
 	"            finish(top ~= wm and top)\n"                                                      \
@@ -373,6 +383,13 @@
 	"    end\n"                                                                                    \
 	"  end\n"                                                                                      \
 	"  while curb and curb.c > LOAD * curb.k do split() end\n"                                     \
+	"  end\n"                                                                                      \
+	"  local ok, e = pcall(events)\n"                                                              \
+	"  if not ok then\n"                                                                           \
+	"    finish(top ~= wm and top)\n"                                                              \
+	"    return type(e) == 'table' and e or redis.error_reply(tostring(e))\n"                      \
+	"  end\n"                                                                                      \
+	"  if e then return e end\n"                                                                   \
 	"  finish(top)\n"                                                                              \
 	"  return res\n"                                                                               \
 	"end\n"
