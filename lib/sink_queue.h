@@ -26,7 +26,7 @@
 
 struct sink_hold; /* sink_redis.h */
 
-/* Field values at least this large are sent from the event's memory, not copied. */
+/* Field values this large or more may be sent from where they lie (sink_redis.h's rule). */
 #define SQ_EXT_MIN_BYTES (64 * 1024)
 #define SQ_EXT_MAX_SEGS 8
 /* Most events in one function call, and the size at which a batch is closed. */
@@ -48,8 +48,8 @@ enum sq_state { SQ_QUEUED = 0, SQ_ROUTED, SQ_EXECUTED, SQ_DONE };
  * A command whose large field values are not copied into out: its bytes are
  * out[off, off + len) with seg[i].len bytes from seg[i].p inserted at offset
  * seg[i].at (ascending). hold is the memory the segments point into (the
- * relay's copy of the WAL message), released with hold_free once the command
- * is acknowledged.
+ * message the sink was handed: sink_redis.h says whose it is and when),
+ * released with hold_free once the command is acknowledged.
  */
 struct sq_ext {
 	void *hold;
@@ -309,11 +309,10 @@ bool sq_batch_breaks(const struct sink_queue *q, const struct event *ev, bool de
 bool sq_batch_open(struct sink_queue *q, const struct event *ev, bool dead_letter,
                    uint32_t stream_id);
 /*
- * Add ev to the open batch. hold (not NULL, and sq_has_held_value() true)
- * is the memory ev's large values may point into: values of SQ_EXT_MIN_BYTES
- * or more inside its range are sent from there, the call takes it (hold->p
- * set to NULL) and goes out alone; every other value is copied.
- * A dead letter or a large event closes its batch at once.
+ * Add ev to the open batch. hold: NULL, or (sq_has_held_value() true) the
+ * memory ev's large values may point into, taken as sink_redis.h's rule says
+ * (the event then goes out alone). A dead letter or a large event closes its
+ * batch at once.
  */
 bool sq_batch_add(struct sink_queue *q, const struct event *ev, bool dead_letter,
                   struct sink_hold *hold);
