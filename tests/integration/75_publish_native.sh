@@ -583,6 +583,22 @@ case_e() {
 	assert_eq "$n0" "$n1" "(e) the write after the other writer's ids looked everything up"
 }
 
+# one_then_all X N: (case X, slot X_a, stream outbox:Xr) X-N committed alone, then
+# X-1..X-(N+10) in one transaction, each confirmed; the relay stopped, and each of
+# the N + 10 ids must be in the stream once.
+one_then_all() {
+	local x=$1 n=$2
+	psql_q "INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload) VALUES ('$x-$n', '${x}r', '$n', 'one', '{}')"
+	wait_confirmed "${x}_a" "$(current_lsn)" 120 || fail "($x) $x-$n not confirmed"
+	psql_q "INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload)
+	        SELECT '$x-' || g, '${x}r', g::text, 'again', '{}' FROM generate_series(1, $((n + 10))) g"
+	wait_confirmed "${x}_a" "$(current_lsn)" 120 || fail "($x) the last transaction not confirmed"
+	relay_stop
+	seq 1 $((n + 10)) | sed "s/^/$x-/" | sort >"$T/$x.exp"
+	rx ids "outbox:${x}r" >"$T/$x.got"
+	ids_exactly_once "$T/$x.exp" "$T/$x.got" "($x) each id once"
+}
+
 # ---------------------------------------------------------------------------
 # (f) a bucket made before the start, read into the record while it splits
 # ---------------------------------------------------------------------------
@@ -610,15 +626,7 @@ case_f() {
 	port=$(metrics_port "$l2")
 	wait_confirmed f_a "$(current_lsn)" 120 || fail "(f) the 100 rows not confirmed"
 	assert_ge "$(metric_value "$port" outbox_relay_redis_dedup_record_ids_read_total)" 1 "(f) hash 0 read into the record"
-	psql_q "INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload) VALUES ('f-141', 'fr', '141', 'one', '{}')"
-	wait_confirmed f_a "$(current_lsn)" 120 || fail "(f) f-141 not confirmed"
-	psql_q "INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload)
-	        SELECT 'f-' || g, 'fr', g::text, 'again', '{}' FROM generate_series(1, 151) g"
-	wait_confirmed f_a "$(current_lsn)" 120 || fail "(f) the last transaction not confirmed"
-	relay_stop
-	seq 1 151 | sed 's/^/f-/' | sort >"$T/f.exp"
-	rx ids outbox:fr >"$T/f.got"
-	ids_exactly_once "$T/f.exp" "$T/f.got" "(f) each id once"
+	one_then_all f 141
 	assert_eq 141 "$(final_sum "$l2" duplicates)" "(f) the second run dropped the 141 ids written before as duplicates"
 	assert_ge "$(final_sum "$l2" record_ids_read)" 20 "(f) the second run read the bucket's ids into its record"
 	assert_ge "$(final_sum "$l2" lookups_skipped)" 1 "(f) lookups left out once the bucket was read"
@@ -715,15 +723,7 @@ case_h() {
 	assert_ge "$k" 4 "(h) relay B's call grew K past 3 (hash 1 split)"
 	assert_eq 41 "$(hr_index 2)" "(h) and added no id: the bucket still counts 41"
 	# A goes on: the next group would read hash 1, the last below the first read's K.
-	psql_q "INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload) VALUES ('h-42', 'hr', '42', 'one', '{}')"
-	wait_confirmed h_a "$(current_lsn)" 120 || fail "(h) h-42 not confirmed"
-	psql_q "INSERT INTO ev (id, aggregate_type, aggregate_id, event_type, payload)
-	        SELECT 'h-' || g, 'hr', g::text, 'again', '{}' FROM generate_series(1, 52) g"
-	wait_confirmed h_a "$(current_lsn)" 120 || fail "(h) the last transaction not confirmed"
-	relay_stop
-	seq 1 52 | sed 's/^/h-/' | sort >"$T/h.exp"
-	rx ids outbox:hr >"$T/h.got"
-	ids_exactly_once "$T/h.exp" "$T/h.got" "(h) each id once: no id of the split hash published again"
+	one_then_all h 42
 	assert_eq 42 "$(final_sum "$l2" duplicates)" "(h) the second run dropped the 42 ids written before as duplicates"
 }
 
