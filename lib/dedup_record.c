@@ -247,9 +247,7 @@ struct drec_set *drec_open(struct drec *r, const char *stream, size_t slen, cons
 		set = st ? set_find(st, name) : NULL;
 		if (!set)
 			return NULL;
-		if (set->live && set->c == c0)
-			return set;
-		if (set->seeding && set->c == c0 && set->k == k0)
+		if (takes_ids(set) && set->c == c0 && (set->live || set->k == k0))
 			return set;
 		/* Another writer's ids came between, or its split moved ids of hashes not read yet. */
 		set_drop(r, set);

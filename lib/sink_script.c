@@ -89,19 +89,17 @@
  * and its entry), and the call (pcall around the events) still writes the index's count and the
  * watermark for them before it returns the error, as when an XADD fails: the count stays the
  * number of ids the bucket holds (the native path's id record relies on it), and the retry
- * publishes the rest. A
- * split copies first, records the new K, and only then deletes the moved ids from the old shard, so
- * an id is always where the recorded K says. An id whose XADD fails (or is dead-lettered) is
- * removed again if it was new (HDEL; every call first reads the index with HSCAN and removes its
- * buckets out of the window with HDEL, of at least a field that never exists, so a user without
- * those permissions fails the call before it wrote anything), or given back its old time if it
- * was renewed (HSET), so no id ever leaves a live bucket (the native path's id record relies on
- * that: a bucket's count only grows) and a failing XADD leaves nothing behind:
- * the watermark then covers the events before it and the error is returned; a retry publishes
- * exactly what is missing. The watermark is written by every call, so each call replicates a write
- * that WAIT can wait for even when all its events were replays. expect "R" (outbox-relay
- * republish): the watermark is neither read nor written; only the dedup window drops what was
- * published before.
+ * publishes the rest. A split copies first, records the new K, and only then deletes the moved ids
+ * from the old shard, so an id is always where the recorded K says. An id whose XADD fails (or is
+ * dead-lettered) is removed again if it was new (HDEL; every call first reads the index with HSCAN
+ * and removes its buckets out of the window with HDEL, of at least a field that never exists, so a
+ * user without those permissions fails the call before it wrote anything), or given back its old
+ * time if it was renewed (HSET), so no id ever leaves a live bucket (the native path's id record
+ * relies on that: a bucket's count only grows) and a failing XADD leaves nothing behind: the
+ * watermark then covers the events before it and the error is returned; a retry publishes exactly
+ * what is missing. The watermark is written by every call, so each call replicates a write that
+ * WAIT can wait for even when all its events were replays. expect "R" (outbox-relay republish): the
+ * watermark is neither read nor written; only the dedup window drops what was published before.
  */
 #define PUBLISH_BODY                                                                               \
 	"local byte\n"                                                                                 \
@@ -369,10 +367,7 @@
 	"          elseif key then\n"                                                                  \
 	"            rcall('HSET', key, f, old)\n"                                                     \
 	"          end\n"                                                                              \
-	"          if id ~= 2 then\n"                                                                  \
-	"            finish(top ~= wm and top)\n"                                                      \
-	"            return id\n"                                                                      \
-	"          end\n"                                                                              \
+	"          if id ~= 2 then return id end\n"                                                    \
 	"        elseif fresh then\n"                                                                  \
 	"          curb.c = curb.c + 1\n"                                                              \
 	"        end\n"                                                                                \
@@ -385,11 +380,10 @@
 	"  while curb and curb.c > LOAD * curb.k do split() end\n"                                     \
 	"  end\n"                                                                                      \
 	"  local ok, e = pcall(events)\n"                                                              \
-	"  if not ok then\n"                                                                           \
+	"  if not ok or e then\n"                                                                      \
 	"    finish(top ~= wm and top)\n"                                                              \
 	"    return type(e) == 'table' and e or redis.error_reply(tostring(e))\n"                      \
 	"  end\n"                                                                                      \
-	"  if e then return e end\n"                                                                   \
 	"  finish(top)\n"                                                                              \
 	"  return res\n"                                                                               \
 	"end\n"

@@ -362,7 +362,6 @@ void txn_spool_clear(struct txn_spool *s)
 	}
 	/* A large message read back and not taken (dead-lettered, copied) is not kept either. */
 	buf_finish(&s->rd);
-	s->rd = (struct buf){0};
 }
 
 size_t txn_spool_count(const struct txn_spool *s)
