@@ -518,6 +518,13 @@ static bool check_combinations(struct relay_config *cf, char *err, size_t errlen
 		msg_set(err, errlen, "--wait-aof local,replicas needs --wait-replicas 1 or more");
 		return false;
 	}
+	/* WAITAOF 1 0 would count an event done with no replica holding it. */
+	if (cf->wait_aof && strcmp(cf->wait_aof, "local") == 0 && cf->wait_replicas > 0) {
+		msg_set(err, errlen,
+		        "--wait-aof local waits for this server's AOF only, not for the --wait-replicas "
+		        "replicas: use --wait-aof local,replicas (WAITAOF 1 N), or drop one of them");
+		return false;
+	}
 	return true;
 }
 

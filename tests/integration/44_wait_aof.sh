@@ -11,7 +11,8 @@
 #   Which branch runs is decided by asking the server (COMMAND INFO WAITAOF),
 #   not by its version: Valkey has its own version numbers.
 #   - Bad values are configuration errors (exit 2): --wait-aof always,
-#     --wait-aof local,replicas without --wait-replicas.
+#     --wait-aof local,replicas without --wait-replicas, --wait-aof local with
+#     --wait-replicas (it would wait for no replica).
 RELAY_TIMEOUT=${RELAY_TIMEOUT:-30}
 . "$(dirname "$0")/lib.sh"
 setup_tmp
@@ -46,6 +47,9 @@ assert_contains "$(cat "$RELAY_LOG")" "--wait-aof" "--wait-aof always: the messa
 relay_run --wait-aof local,replicas || true
 assert_eq 2 "$RELAY_RC" "--wait-aof local,replicas without --wait-replicas: exit code"
 assert_contains "$(cat "$RELAY_LOG")" "--wait-replicas" "--wait-aof local,replicas without --wait-replicas: the message names --wait-replicas"
+relay_run --wait-aof local --wait-replicas 1 || true
+assert_eq 2 "$RELAY_RC" "--wait-aof local with --wait-replicas: exit code"
+assert_contains "$(cat "$RELAY_LOG")" "--wait-aof local,replicas" "--wait-aof local with --wait-replicas: the message names the mode that waits for both"
 has_waitaof=$(redis_cli COMMAND INFO WAITAOF | head -n 1)
 redis_stop
 
