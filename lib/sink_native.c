@@ -1024,7 +1024,7 @@ static bool batch_read2(struct sink_redis *s, struct group *g, struct nbatch *t,
 	for (size_t i = 0; i < t->nbk; i++)
 		t->bk[i].seed_from = t->bk[i].seed_to = 0;
 	/*
-	 * A replay: at or below the watermark read 1 found, or below a position
+	 * A replay: at or below the watermark read 1 found, or at or below a position
 	 * an earlier event of the unit writes (hi: the highest so far). A call
 	 * PostgreSQL streamed again after a reconnect can continue the unit of the
 	 * call it repeats: its events are compared with what that one writes.
