@@ -381,6 +381,12 @@ static bool step_connect(struct relay *r, int64_t now)
 			return finish(r, code, "the slot is not the one this relay streamed");
 	}
 	if (!r->stopping && !pgrepl_streaming(r->pg) && !r->gap_wait && now >= r->pg_bo.next_us) {
+		/*
+		 * The open batch goes before the server streams again: what it sends
+		 * again after a reconnect never shares a call with what it sent before.
+		 */
+		if (!sink_redis_flush(r->sink, true))
+			return out_of_memory(r);
 		code = relay_try_pg(r);
 		if (code >= 0)
 			return finish(r, code, "PostgreSQL setup failed");

@@ -1017,20 +1017,33 @@ static bool batch_read2(struct sink_redis *s, struct group *g, struct nbatch *t,
 	struct buf *b = &g->cmd;
 	size_t ncand = 0;
 	uint32_t k1;
+	char hi[25];
 
 	t->nskip = 0;
 	t->nseed = 0;
 	for (size_t i = 0; i < t->nbk; i++)
 		t->bk[i].seed_from = t->bk[i].seed_to = 0;
+	/*
+	 * A replay: at or below the watermark read 1 found, or at or below a position
+	 * an earlier event of the unit writes (hi: the highest so far). A call
+	 * PostgreSQL streamed again after a reconnect can continue the unit of the
+	 * call it repeats: its events are compared with what that one writes.
+	 */
+	if (t->wm_found && t->wm[0])
+		memcpy(hi, t->wm, 25);
+	else
+		hi[0] = '\0';
 	for (size_t i = 0; i < t->nev; i++) {
 		struct nev *v = &t->ev[i];
 		const char *pos = vat(s, t, v, v->pos);
 
-		if (t->wm_found && v->pos.len == 25 && memcmp(t->wm, pos, 25) >= 0 && t->wm[0]) {
+		if (v->pos.len == 25 && hi[0] && memcmp(hi, pos, 25) >= 0) {
 			v->res = 0;
 		} else {
 			v->cand = true;
 			ncand++;
+			if (v->pos.len == 25)
+				memcpy(hi, pos, 25);
 		}
 	}
 	t->npairs = 0;

@@ -26,10 +26,12 @@
  * The watermark's value is "<position> <owner>". The call refuses, writing
  * nothing, when the watermark belongs to another database (OUTBOX_FOREIGN) or
  * is behind expect (OUTBOX_BEHIND: an earlier call did not run, or Redis lost
- * it). Returns one result per event, in order: 0 for a replay (the watermark
- * is at or past its position), 1 for a duplicate id inside the window, 2 for
- * an entry the stream key cannot take (WRONGTYPE), written instead to the
- * dead-letter stream in the same call, or the new entry's id.
+ * it). Returns one result per event, in order: 0 for a replay (the watermark,
+ * or an event this call already wrote or found a duplicate, is at or past its
+ * position: a call can carry events PostgreSQL streamed again after a
+ * reconnect behind the ones it repeats), 1 for a duplicate id inside the
+ * window, 2 for an entry the stream key cannot take (WRONGTYPE), written
+ * instead to the dead-letter stream in the same call, or the new entry's id.
  *
  * Dedup state, per stream: ids seen within the window W, by Redis's clock
  * (TIME; functions replicate as effects, so AOF and replicas get the keys
@@ -280,7 +282,7 @@
 	"  while a < nargs do\n"                                                                       \
 	"    local pos, f, first = args[a + 1], args[a + 2], a + 4\n"                                  \
 	"    a = a + 3 + 2 * tonumber(args[a + 3])\n"                                                  \
-	"    if not rep and wm >= pos then\n"                                                          \
+	"    if not rep and top >= pos then\n"                                                         \
 	"      nres = nres + 1\n"                                                                      \
 	"      res[nres] = 0\n"                                                                        \
 	"    else\n"                                                                                   \
