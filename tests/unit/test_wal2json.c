@@ -1127,13 +1127,17 @@ static bool inplace_agrees(struct w2j_decoder *in, struct w2j_decoder *slow, con
 	}
 	if (good && ok) {
 		good = a.action == b.action && a.ncolumns == b.ncolumns &&
+		       a.transactional == b.transactional &&
+		       same(a.schema, a.schema_len, b.schema, b.schema_len) &&
 		       same(a.table, a.table_len, b.table, b.table_len) &&
+		       same(a.prefix, a.prefix_len, b.prefix, b.prefix_len) &&
 		       same(a.content, a.content_len, b.content, b.content_len);
 		for (size_t i = 0; good && i < a.ncolumns; i++) {
 			const struct w2j_field *f = &a.columns[i];
 
 			good = f->kind == b.columns[i].kind &&
 			       same(f->name, f->name_len, b.columns[i].name, b.columns[i].name_len) &&
+			       same(f->type, f->type_len, b.columns[i].type, b.columns[i].type_len) &&
 			       same(f->value, f->value_len, b.columns[i].value, b.columns[i].value_len);
 			if (good && f->value && f->value >= copy && f->value < copy + len) {
 				good = f->value[f->value_len] == '\0';
@@ -1172,6 +1176,13 @@ TEST(inplace_agrees_with_yajl)
 	    "{\"action\":\"M\",\"transactional\":true,\"prefix\":\"outbox\",\"content\":\"{\\\"id\\\": "
 	    "\\\"e1\\\", \\\"s\\\": \\\"long enough\\\"}\"}",
 	    "{\"action\":\"I\",\"a long unknown key\":\"with a long \\\"value\\\"\",\"columns\":[]}",
+	    /* keys after "value" and after "content": escaped keys, never in place */
+	    "{\"action\":\"I\",\"columns\":[{\"value\":\"v\",\"nam\\u0065\":\"n\"}]}",
+	    "{\"action\":\"I\",\"columns\":[{\"value\":\"v\",\"ty\\npe_long\":\"n\","
+	    "\"name\":\"n\"}]}",
+	    "{\"action\":\"M\",\"content\":\"x\",\"transactiona\\u006c\":true}",
+	    "{\"action\":\"M\",\"content\":\"x\",\"pre\\u0066ix\":\"outbox\","
+	    "\"transactional\":true}",
 	};
 	struct w2j_decoder *in = w2j_create(), *slow = w2j_create();
 	size_t placed = 0, big = 200 * 1024;
