@@ -90,6 +90,12 @@ const char *pgo_type_name(struct pgo_decoder *d, uint32_t oid, int32_t typmod);
 const char *pgo_errmsg(const struct pgo_decoder *d);
 
 /*
+ * True when the last pgo_decode() failed because an allocation failed
+ * (pgo_errmsg() then says "out of memory"), not because of the message.
+ */
+bool pgo_out_of_memory(const struct pgo_decoder *d);
+
+/*
  * Streaming (protocol version 2, `streaming 'on'`): the walsender sends a
  * large transaction while it decodes it, in blocks that Stream Start ('S')
  * and Stream Stop ('E') enclose, and ends it with Stream Commit ('c') or

@@ -380,6 +380,11 @@ static bool handle_change(struct relay *r, const struct pg_msg *m, const struct 
 
 				const char *e = w2j_errmsg(r->dec);
 
+				if (w2j_out_of_memory(r->dec)) {
+					log_error("out of memory decoding a logical message's content");
+					return false;
+				}
+
 				if (strstr(e, "not a JSON object"))
 					snprintf(reason, sizeof(reason), "%s", e);
 				else
@@ -420,8 +425,13 @@ static bool pgo_handle(struct relay *r, const struct pg_msg *m, lsn_t commit_end
 	bool has;
 	const struct pg_msg *held = own ? m : NULL;
 
-	if (!pgo_decode(r->pgo, m->data, m->len, m->data_start, &ch, &has))
+	if (!pgo_decode(r->pgo, m->data, m->len, m->data_start, &ch, &has)) {
+		if (pgo_out_of_memory(r->pgo)) { /* not the message's fault: no dead letter */
+			log_error("out of memory decoding pgoutput output");
+			return false;
+		}
 		return undecodable(r, m, "pgoutput", pgo_errmsg(r->pgo), m->data, m->len);
+	}
 	while (has) {
 		if (ch.action == W2J_BEGIN)
 			ch.nextlsn = commit_end; /* what wal2json's BEGIN says */
@@ -740,8 +750,13 @@ bool relay_handle_xlogdata(struct relay *r, const struct pg_msg *m)
 	}
 	/* A large row is decoded in its own buffer, which may then go to Redis as it is. */
 	if (!(inplace ? w2j_decode_inplace(r->dec, m->data, m->len, DEAD_RAW_MAX + 4, &ch)
-	              : w2j_decode(r->dec, m->data, m->len, &ch)))
+	              : w2j_decode(r->dec, m->data, m->len, &ch))) {
+		if (w2j_out_of_memory(r->dec)) { /* not the row's fault: no dead letter */
+			log_error("out of memory decoding wal2json output");
+			return false;
+		}
 		return undecodable(r, m, "wal2json", w2j_errmsg(r->dec), m->data, m->len);
+	}
 	/* Read now: the next decode (a message's content) forgets it. */
 	raw = inplace ? w2j_original(r->dec, &rawlen) : NULL;
 	if (!raw)

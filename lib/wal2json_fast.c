@@ -219,7 +219,7 @@ static enum fast_result big_string(struct w2j_decoder *d, const unsigned char **
 		struct big *nb = realloc(d->bigs, cap * sizeof(*nb));
 
 		if (!nb) {
-			w2j_fail(d, "out of memory");
+			w2j_oom(d);
 			return FAST_FAILED;
 		}
 		d->bigs = nb;
@@ -245,8 +245,7 @@ static enum fast_result fast_string(struct w2j_decoder *d, const unsigned char *
                                     bool is_key)
 {
 	const unsigned char *start = *pp + 1;
-	const unsigned char *p = find_special(start, end);
-	char *o;
+	const unsigned char *p = find_special(start, end), *close;
 
 	if (p == end || *p < 0x20)
 		return FAST_FALLBACK;
@@ -262,44 +261,33 @@ static enum fast_result fast_string(struct w2j_decoder *d, const unsigned char *
 		*pp = p + 1;
 		return FAST_OK;
 	}
-	/* Unescaping never lengthens: the rest of the input bounds the result. */
-	if ((size_t)(end - start) > d->unesc_cap) {
-		size_t cap = (size_t)(end - start);
+	/* Find the closing quote first: the string itself bounds the copy
+	 * (unescaping never lengthens), which d->unesc keeps for the next one. */
+	close = p;
+	for (;;) {
+		/* *close is a backslash; \\u (rare from wal2json) and invalid escapes: yajl's call */
+		if (end - close < 2 || !simple_escape(close[1]))
+			return FAST_FALLBACK;
+		close = find_special(close + 2, end);
+		if (close == end || *close < 0x20)
+			return FAST_FALLBACK;
+		if (*close == '"')
+			break;
+	}
+	if ((size_t)(close - start) > d->unesc_cap) {
+		size_t cap = (size_t)(close - start);
 		char *nb = realloc(d->unesc, cap);
 
 		if (!nb) {
-			w2j_fail(d, "out of memory");
+			w2j_oom(d);
 			return FAST_FAILED;
 		}
 		d->unesc = nb;
 		d->unesc_cap = cap;
 	}
-	o = d->unesc;
-	memcpy(o, start, (size_t)(p - start));
-	o += p - start;
-	for (;;) {
-		const unsigned char *q;
-
-		/* *p is a backslash */
-		if (end - p < 2)
-			return FAST_FALLBACK;
-		/* \\u (rare from wal2json) and invalid escapes: yajl's call */
-		if (!simple_escape(p[1]))
-			return FAST_FALLBACK;
-		*o++ = simple_escape(p[1]);
-		p += 2;
-		q = find_special(p, end);
-		if (q == end || *q < 0x20)
-			return FAST_FALLBACK;
-		memcpy(o, p, (size_t)(q - p));
-		o += q - p;
-		p = q;
-		if (*p == '"')
-			break;
-	}
 	*s = (const unsigned char *)d->unesc;
-	*n = (size_t)(o - d->unesc);
-	*pp = p + 1;
+	*n = w2j_unescape_inplace(d->unesc, (const char *)start, (const char *)close);
+	*pp = close + 1;
 	return FAST_OK;
 }
 
