@@ -355,8 +355,9 @@ static bool handle_change(struct relay *r, const struct pg_msg *m, const struct 
 		relay_count(&r->m->ignored[IGN_TRUNCATE]);
 		return true;
 	case W2J_MESSAGE:
-		/* wal2json passes only --message-prefix (add-msg-prefixes); pgoutput sends all. */
-		if (r->pgoutput && (!ch->prefix || strcmp(ch->prefix, r->cf->message_prefix) != 0))
+		/* pgoutput sends every prefix; wal2json those of add-msg-prefixes, a list it
+		 * splits (config.c refuses what it would split; compared here on both). */
+		if (!ch->prefix || strcmp(ch->prefix, r->cf->message_prefix) != 0)
 			return true;
 		if (!ch->transactional || !r->in_txn) {
 			relay_count(&r->m->ignored[IGN_MESSAGE]);
