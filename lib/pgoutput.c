@@ -728,10 +728,17 @@ static bool rendered(const struct pgo_column *c)
 	return is_number(c->typoid) || c->typoid == OID_BOOL;
 }
 
-/* A string value left in the message (pgoutput.h, Ownership). */
-static bool by_reference(const struct pgo_column *c, size_t n)
+/* bytea_output 'hex', which the relay sets: "\x…", whose "\x" wal2json leaves out. */
+static bool hex_bytea(const struct pgo_column *c, const char *v, size_t n)
 {
-	return n >= PGO_BY_REFERENCE && !rendered(c);
+	return c->typoid == OID_BYTEA && n >= 2 && v[0] == '\\' && v[1] == 'x';
+}
+
+/* A string value left in the message (pgoutput.h, Ownership): decided on the value as
+ * rendered (a bytea without its "\x"), so every shorter one is copied and NUL-terminated. */
+static bool by_reference(const struct pgo_column *c, const char *v, size_t n)
+{
+	return (hex_bytea(c, v, n) ? n - 2 : n) >= PGO_BY_REFERENCE && !rendered(c);
 }
 
 /*
@@ -744,7 +751,7 @@ static bool render_value(struct pgo_decoder *d, const struct pgo_column *c, cons
                          struct w2j_field *f, size_t *used)
 {
 	char *dst = d->arena + *used;
-	bool ref = by_reference(c, n); /* decided on the length decode_tuple() sized the arena by */
+	bool ref = by_reference(c, v, n); /* as decode_tuple() decided when it sized the arena */
 
 	if (is_number(c->typoid)) {
 		if (has_prefix_ci(v, n, "NaN") || has_prefix_ci(v, n, "Infinity") ||
@@ -767,8 +774,7 @@ static bool render_value(struct pgo_decoder *d, const struct pgo_column *c, cons
 		f->value_len = strlen(f->value);
 		return true;
 	} else {
-		/* bytea_output 'hex', which the relay sets: "\x…" */
-		if (c->typoid == OID_BYTEA && n >= 2 && v[0] == '\\' && v[1] == 'x') {
+		if (hex_bytea(c, v, n)) {
 			v += 2;
 			n -= 2;
 		}
@@ -820,9 +826,10 @@ static bool decode_tuple(struct pgo_decoder *d, struct rd *r, struct pgo_relatio
 			return fail(d, "pgoutput tuple column %u has unknown kind 0x%02x", i + 1, kind);
 		if (!rd_u32(r, &len) || !rd_need(r, len))
 			return fail(d, "pgoutput tuple data is truncated (column %u)", i + 1);
-		r->pos += len;
-		if (!(rel && i < rel->ncols && by_reference(&rel->cols[i], len)))
+		if (!(rel && i < rel->ncols &&
+		      by_reference(&rel->cols[i], (const char *)r->p + r->pos, len)))
 			need += (size_t)len + 1;
+		r->pos += len;
 	}
 	if (!rel)
 		return true;
