@@ -11,6 +11,7 @@
 
 #include "exitcode.h"
 #include "log.h"
+#include "pg_facts.h"
 #include "relay_int.h"
 
 /*
@@ -418,6 +419,26 @@ static bool undecodable(struct relay *r, const struct pg_msg *m, const char *plu
 	return dead_letter(r, DEAD_UNDECODABLE, reason, raw, len);
 }
 
+/*
+ * pgoutput names a domain by its base type (its Type message), wal2json by the
+ * domain's name: before each Relation message, which the columns' names come
+ * from, the decoder learns the names of the outbox table's domains as start
+ * read them (pg_facts.h; a domain column added while the relay runs is named
+ * by its base type until the next start). False when out of memory.
+ */
+static bool name_domains(struct relay *r)
+{
+	const struct pg_table *t = pgrepl_table_columns(r->pg);
+
+	for (int i = 0; i < t->ncols; i++) {
+		if (t->cols[i].domain && !pgo_set_type_name(r->pgo, t->cols[i].oid, t->cols[i].domain)) {
+			log_error("out of memory naming the outbox table's domain types");
+			return false;
+		}
+	}
+	return true;
+}
+
 /* One pgoutput message decoded and handled, with every change it carries. own: it was
  * read back from the spool's file into a buffer of its own, which the sink may keep. */
 static bool pgo_handle(struct relay *r, const struct pg_msg *m, lsn_t commit_end, bool own)
@@ -426,6 +447,8 @@ static bool pgo_handle(struct relay *r, const struct pg_msg *m, lsn_t commit_end
 	bool has;
 	const struct pg_msg *held = own ? m : NULL;
 
+	if (m->len > 0 && m->data[0] == 'R' && !name_domains(r))
+		return false;
 	if (!pgo_decode(r->pgo, m->data, m->len, m->data_start, &ch, &has)) {
 		if (pgo_out_of_memory(r->pgo)) { /* not the message's fault: no dead letter */
 			log_error("out of memory decoding pgoutput output");
