@@ -154,6 +154,27 @@ static bool check_table(const char *value, char *why, size_t whylen)
 	return false;
 }
 
+/*
+ * --message-prefix: wal2json takes it as add-msg-prefixes, a list that it
+ * splits at commas, trims of white space (isspace) and in which a backslash
+ * escapes the next byte (and stays in the name): 'a,b' would deliver the
+ * messages of "a" and of "b", never those of "a,b". None of the three, so
+ * both plugins deliver exactly the one prefix.
+ */
+static bool check_message_prefix(const char *value, char *why, size_t whylen)
+{
+	for (const char *p = value; *p; p++) {
+		if (*p == ',' || *p == '\\' || *p == ' ' || (*p >= '\t' && *p <= '\r')) {
+			(void)snprintf(why, whylen,
+			               "must not contain a comma, a backslash or white space (wal2json's "
+			               "add-msg-prefixes splits the value into several prefixes there); "
+			               "choose one prefix without them, e.g. outbox");
+			return false;
+		}
+	}
+	return true;
+}
+
 /* --key-prefix: non-empty; braces would clash with the relay's hash tags. */
 static bool check_key_prefix(const char *value, char *why, size_t whylen)
 {
@@ -274,7 +295,8 @@ static const struct opt_def option_table[] = {
          "relay then stops with exit 8)"),
     STR("table", OPT_F_QUALIFY, RP, table, "public.outbox", check_table, "TABLE",
         "outbox table whose INSERTs are published, as schema.table; a bare name means public.NAME"),
-    STR("message-prefix", OPT_F_NONEMPTY, RP, message_prefix, "outbox", NULL, "PREFIX",
+    STR("message-prefix", OPT_F_NONEMPTY, RP, message_prefix, "outbox", check_message_prefix,
+        "PREFIX",
         "prefix of the pg_logical_emit_message() messages that carry events (see "
         "outbox_emit_message() in sql/outbox.sql)"),
     STR("id-column", OPT_F_NONEMPTY, RP, id_column, "id", NULL, "COLUMN",

@@ -59,7 +59,8 @@ enum pg_fact pg_table_read(PGconn *c, const char *table, bool seq, struct pg_tab
 	/* Row 0: the table's real schema and name (no row when it does not
 	 * exist); then its columns in attnum order. wal2json's add-tables and
 	 * its change objects carry the real names, so those are what counts. */
-	buf_puts(&q, "SELECT n.nspname, c.relname, 0::oid, false, 0 AS o FROM pg_catalog.pg_class c "
+	buf_puts(&q, "SELECT n.nspname, c.relname, 0::oid, false, 0 AS o, NULL, false FROM "
+	             "pg_catalog.pg_class c "
 	             "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = "
 	             "pg_catalog.to_regclass(");
 	if (!put_literal(c, &q, table))
@@ -70,7 +71,13 @@ enum pg_fact pg_table_read(PGconn *c, const char *table, bool seq, struct pg_tab
 	buf_puts(&q, seq ? "a.attidentity <> '' OR coalesce(pg_catalog.pg_get_expr(d.adbin, "
 	                   "d.adrelid) LIKE 'nextval(%', false)"
 	                 : "false");
-	buf_puts(&q, ", a.attnum FROM pg_catalog.pg_attribute a ");
+	/* A domain's name as wal2json prints it (include-typmod off: format_type() without a
+	 * typmod; pgoutput names it by its base type), and generated columns (12+). */
+	buf_puts(&q, ", a.attnum, CASE WHEN t.typtype = 'd' THEN pg_catalog.format_type(a.atttypid, "
+	             "NULL) END, ");
+	buf_puts(&q, PQserverVersion(c) >= 120000 ? "a.attgenerated <> ''" : "false");
+	buf_puts(&q, " FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_type t ON t.oid = "
+	             "a.atttypid ");
 	if (seq)
 		buf_puts(&q, "LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = "
 		             "a.attnum ");
@@ -99,8 +106,10 @@ enum pg_fact pg_table_read(PGconn *c, const char *table, bool seq, struct pg_tab
 		col->type = strdup(PQgetvalue(res, i, 1));
 		col->oid = (unsigned)strtoul(PQgetvalue(res, i, 2), NULL, 10);
 		col->seq = strcmp(PQgetvalue(res, i, 3), "t") == 0;
+		col->domain = PQgetisnull(res, i, 5) ? NULL : strdup(PQgetvalue(res, i, 5));
+		col->generated = strcmp(PQgetvalue(res, i, 6), "t") == 0;
 		t->ncols++;
-		if (!col->name || !col->type) {
+		if (!col->name || !col->type || (!PQgetisnull(res, i, 5) && !col->domain)) {
 			PQclear(res);
 			return PG_FACT_NOMEM;
 		}
@@ -159,6 +168,7 @@ void pg_table_free(struct pg_table *t)
 	for (int i = 0; t->cols && i < t->ncols; i++) {
 		free(t->cols[i].name);
 		free(t->cols[i].type);
+		free(t->cols[i].domain);
 	}
 	free(t->cols);
 	free(t->schema);

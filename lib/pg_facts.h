@@ -31,9 +31,12 @@ enum pg_fact {
 
 struct pg_column {
 	char *name;
-	char *type;   /* format_type(): what wal2json names the type */
-	unsigned oid; /* the type's OID */
-	bool seq;     /* an identity column, or a nextval() default (pg_table_read()'s seq) */
+	char *type;     /* format_type(): what wal2json names the type */
+	unsigned oid;   /* the type's OID */
+	bool seq;       /* an identity column, or a nextval() default (pg_table_read()'s seq) */
+	char *domain;   /* a domain type: format_type(oid, NULL), its name as wal2json prints it
+	                   (pgoutput names it by its base type); NULL for any other type */
+	bool generated; /* a generated column (PostgreSQL 12+), which pgoutput leaves out */
 };
 
 struct pg_table {

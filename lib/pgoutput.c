@@ -187,6 +187,7 @@ struct pgo_decoder {
 
 	char typebuf[512];
 	char err[256];
+	bool oom; /* the last pgo_decode() failed for lack of memory */
 };
 
 /* ---- small helpers ---- */
@@ -201,6 +202,13 @@ static bool fail(struct pgo_decoder *d, const char *fmt, ...)
 	vsnprintf(d->err, sizeof(d->err), fmt, ap);
 	va_end(ap);
 	return false;
+}
+
+/* fail() for an allocation that failed: pgo_out_of_memory() tells it apart. */
+static bool fail_oom(struct pgo_decoder *d)
+{
+	d->oom = true;
+	return fail(d, "out of memory");
 }
 
 /* Grow *p (of *cap elements of size sz) to hold at least n. */
@@ -520,7 +528,7 @@ bool pgo_set_type_name(struct pgo_decoder *d, uint32_t oid, const char *name)
 
 	if (!t || (name && !copy)) {
 		free(copy);
-		return fail(d, "out of memory");
+		return fail_oom(d);
 	}
 	free(t->user);
 	t->user = copy;
@@ -544,7 +552,7 @@ static bool relation_types(struct pgo_decoder *d, struct pgo_relation *rel)
 			c->type_len = strlen(s);
 			c->type = dup_mem(s, c->type_len);
 			if (!c->type)
-				return fail(d, "out of memory");
+				return fail_oom(d);
 		}
 	}
 	rel->type_gen = d->type_gen;
@@ -615,7 +623,7 @@ static bool decode_relation(struct pgo_decoder *d, struct rd *r)
 	rel.type_gen = d->type_gen - 1; /* render at first use */
 	if (!rel.cols || !rel.schema || !rel.table) {
 		relation_free(&rel);
-		return fail(d, "out of memory");
+		return fail_oom(d);
 	}
 	for (uint16_t i = 0; i < rel.ncols; i++) {
 		struct pgo_column *c = &rel.cols[i];
@@ -634,7 +642,7 @@ static bool decode_relation(struct pgo_decoder *d, struct rd *r)
 		c->name = dup_mem(cn, cn_len);
 		if (!c->name) {
 			relation_free(&rel);
-			return fail(d, "out of memory");
+			return fail_oom(d);
 		}
 	}
 	if (!rd_end(r)) {
@@ -651,7 +659,7 @@ static bool decode_relation(struct pgo_decoder *d, struct rd *r)
 	}
 	if (!grow((void **)&d->rels, &d->caprels, d->nrels + 1, sizeof(*d->rels))) {
 		relation_free(&rel);
-		return fail(d, "out of memory");
+		return fail_oom(d);
 	}
 	memmove(&d->rels[at + 1], &d->rels[at], (d->nrels - at) * sizeof(*d->rels));
 	d->rels[at] = rel;
@@ -676,7 +684,7 @@ static bool decode_type(struct pgo_decoder *d, struct rd *r)
 	t = typename_get(d, oid);
 	if (!s || !t) {
 		free(s);
-		return fail(d, "out of memory");
+		return fail_oom(d);
 	}
 	if (t->typmsg && strcmp(t->typmsg, s) == 0) {
 		free(s); /* sent again with every Relation: nothing changed */
@@ -720,10 +728,17 @@ static bool rendered(const struct pgo_column *c)
 	return is_number(c->typoid) || c->typoid == OID_BOOL;
 }
 
-/* A string value left in the message (pgoutput.h, Ownership). */
-static bool by_reference(const struct pgo_column *c, size_t n)
+/* bytea_output 'hex', which the relay sets: "\x…", whose "\x" wal2json leaves out. */
+static bool hex_bytea(const struct pgo_column *c, const char *v, size_t n)
 {
-	return n >= PGO_BY_REFERENCE && !rendered(c);
+	return c->typoid == OID_BYTEA && n >= 2 && v[0] == '\\' && v[1] == 'x';
+}
+
+/* A string value left in the message (pgoutput.h, Ownership): decided on the value as
+ * rendered (a bytea without its "\x"), so every shorter one is copied and NUL-terminated. */
+static bool by_reference(const struct pgo_column *c, const char *v, size_t n)
+{
+	return (hex_bytea(c, v, n) ? n - 2 : n) >= PGO_BY_REFERENCE && !rendered(c);
 }
 
 /*
@@ -736,7 +751,7 @@ static bool render_value(struct pgo_decoder *d, const struct pgo_column *c, cons
                          struct w2j_field *f, size_t *used)
 {
 	char *dst = d->arena + *used;
-	bool ref = by_reference(c, n); /* decided on the length decode_tuple() sized the arena by */
+	bool ref = by_reference(c, v, n); /* as decode_tuple() decided when it sized the arena */
 
 	if (is_number(c->typoid)) {
 		if (has_prefix_ci(v, n, "NaN") || has_prefix_ci(v, n, "Infinity") ||
@@ -759,8 +774,7 @@ static bool render_value(struct pgo_decoder *d, const struct pgo_column *c, cons
 		f->value_len = strlen(f->value);
 		return true;
 	} else {
-		/* bytea_output 'hex', which the relay sets: "\x…" */
-		if (c->typoid == OID_BYTEA && n >= 2 && v[0] == '\\' && v[1] == 'x') {
+		if (hex_bytea(c, v, n)) {
 			v += 2;
 			n -= 2;
 		}
@@ -812,15 +826,16 @@ static bool decode_tuple(struct pgo_decoder *d, struct rd *r, struct pgo_relatio
 			return fail(d, "pgoutput tuple column %u has unknown kind 0x%02x", i + 1, kind);
 		if (!rd_u32(r, &len) || !rd_need(r, len))
 			return fail(d, "pgoutput tuple data is truncated (column %u)", i + 1);
-		r->pos += len;
-		if (!(rel && i < rel->ncols && by_reference(&rel->cols[i], len)))
+		if (!(rel && i < rel->ncols &&
+		      by_reference(&rel->cols[i], (const char *)r->p + r->pos, len)))
 			need += (size_t)len + 1;
+		r->pos += len;
 	}
 	if (!rel)
 		return true;
 	if (!grow((void **)&d->arena, &d->caparena, need ? need : 1, 1) ||
 	    !grow((void **)&d->fields, &d->capfields, ncols ? ncols : 1, sizeof(*d->fields)))
-		return fail(d, "out of memory");
+		return fail_oom(d);
 	/* Pass 2: fill, trusting what pass 1 checked. */
 	r->pos = start;
 	for (uint16_t i = 0; i < ncols; i++) {
@@ -986,7 +1001,7 @@ static bool decode_message(struct pgo_decoder *d, struct rd *r, struct w2j_chang
 			len = (uint32_t)(nul - content);
 	}
 	if (!grow((void **)&d->arena, &d->caparena, prefix_len + len + 2, 1))
-		return fail(d, "out of memory");
+		return fail_oom(d);
 	a = d->arena;
 	memcpy(a, prefix, prefix_len + 1);
 	memcpy(a + prefix_len + 1, content, len);
@@ -1067,7 +1082,7 @@ static bool decode_truncate(struct pgo_decoder *d, struct rd *r, lsn_t wal_start
 	if (!need_txn(d, 'T'))
 		return false;
 	if (!grow((void **)&d->trunc, &d->captrunc, n, sizeof(*d->trunc)))
-		return fail(d, "out of memory");
+		return fail_oom(d);
 	for (uint32_t i = 0; i < n; i++) {
 		rd_u32(r, &d->trunc[i]);
 		/* Every relation must be known now: a change handed out later cannot fail late. */
@@ -1095,6 +1110,7 @@ bool pgo_decode(struct pgo_decoder *d, const char *buf, size_t len, lsn_t wal_st
 
 	*has_change = false;
 	d->err[0] = '\0';
+	d->oom = false;
 	d->ntrunc = d->trunc_pos = 0;
 	if (!rd_u8(&r, &type))
 		return fail(d, "empty pgoutput message");
@@ -1180,6 +1196,11 @@ void pgo_destroy(struct pgo_decoder *d)
 const char *pgo_errmsg(const struct pgo_decoder *d)
 {
 	return d->err;
+}
+
+bool pgo_out_of_memory(const struct pgo_decoder *d)
+{
+	return d->oom;
 }
 
 /* ---- streaming (protocol version 2): see pgoutput.h ---- */

@@ -26,7 +26,8 @@
  * Ownership: every pointer inside a returned w2j_change points into memory
  * owned by the decoder (its relation cache and its buffers) and stays valid
  * until the next pgo_decode() call on the same decoder, or pgo_destroy() --
- * except a string column value of PGO_BY_REFERENCE bytes or more, which
+ * except a string column value of PGO_BY_REFERENCE bytes or more (its
+ * value_len: a bytea counted without the "\x" it has on the wire), which
  * points into the message passed to pgo_decode() (valid while it is: not
  * copied, so that a large value costs no copy here) and is length-counted
  * only, not NUL-terminated. Every other string is NUL-terminated as well.
@@ -88,6 +89,12 @@ const char *pgo_type_name(struct pgo_decoder *d, uint32_t oid, int32_t typmod);
 
 /* Why the last call failed; valid until the next call. */
 const char *pgo_errmsg(const struct pgo_decoder *d);
+
+/*
+ * True when the last pgo_decode() failed because an allocation failed
+ * (pgo_errmsg() then says "out of memory"), not because of the message.
+ */
+bool pgo_out_of_memory(const struct pgo_decoder *d);
 
 /*
  * Streaming (protocol version 2, `streaming 'on'`): the walsender sends a

@@ -15,6 +15,7 @@
 
 #include "buf.h"
 #include "event.h"
+#include "log.h"
 #include "pg_facts.h"
 #include "slot_record.h"
 
@@ -30,6 +31,8 @@ struct pgrepl {
 	lsn_t xlogpos;           /* and xlogpos: the server's WAL end then */
 	char *tbl_schema;        /* the outbox table's real schema and name, as */
 	char *tbl_name;          /* PostgreSQL resolved --table (case folded, quotes gone) */
+	struct pg_table cols;    /* its columns, as the last check_table read them */
+	bool warned_generated;   /* the warning that pgoutput leaves them out was logged */
 	struct slot_guard guard; /* pgrepl_set_guard; guard.owner is copied to guard_owner */
 	char guard_owner[160];
 	char gap[256];     /* the gap the last start accepted ("" none) */
@@ -75,6 +78,7 @@ void pgrepl_destroy(struct pgrepl *p)
 	pgrepl_close(p);
 	free(p->tbl_schema);
 	free(p->tbl_name);
+	pg_table_free(&p->cols);
 	free(p);
 }
 
@@ -148,6 +152,11 @@ const char *pgrepl_table_schema(const struct pgrepl *p)
 const char *pgrepl_table_name(const struct pgrepl *p)
 {
 	return p->tbl_name;
+}
+
+const struct pg_table *pgrepl_table_columns(const struct pgrepl *p)
+{
+	return &p->cols;
 }
 
 const char *pgrepl_dbname(const struct pgrepl *p)
@@ -637,8 +646,31 @@ static enum pg_status check_table(struct pgrepl *p)
 		         "column or fix %s",
 		         missing, from, p->cf->table, from);
 	stream_tmpl_free(t);
-	pg_table_free(&tbl);
+	pg_table_free(&p->cols);
+	p->cols = tbl;
 	return missing ? PG_FATAL_SCHEMA : PG_OK;
+}
+
+/* pgoutput leaves generated columns out of its rows, wal2json prints them: said once. */
+static void warn_generated(struct pgrepl *p)
+{
+	struct buf names = {0};
+
+	for (int i = 0; i < p->cols.ncols; i++) {
+		if (!p->cols.cols[i].generated)
+			continue;
+		if (names.len)
+			buf_puts(&names, ", ");
+		buf_puts(&names, p->cols.cols[i].name);
+	}
+	if (names.len == 0 && !names.failed)
+		return;
+	p->warned_generated = true;
+	log_warn("outbox table %s.%s has generated column(s) %s, which pgoutput leaves out of "
+	         "its rows: their events lack those fields (wal2json prints them; README, "
+	         "\"pgoutput\")",
+	         p->tbl_schema, p->tbl_name, names.failed || !names.data ? "?" : names.data);
+	buf_finish(&names);
 }
 
 /* See pgrepl.h. */
@@ -833,6 +865,9 @@ enum pg_status pgrepl_start(struct pgrepl *p)
 
 	if (strcmp(p->plugin, "pgoutput") == 0) {
 		bool stream = p->cf->pgoutput_streaming && PQserverVersion(p->conn) >= 140000;
+
+		if (!p->warned_generated)
+			warn_generated(p);
 
 		st = p->created_slot ? PG_OK : ensure_publication(p, true);
 		if (st != PG_OK)

@@ -84,6 +84,9 @@ bool pgrepl_stream_fatal(const struct pgrepl *p);
 const char *pgrepl_publication(const struct pgrepl *p);
 const char *pgrepl_table_schema(const struct pgrepl *p);
 const char *pgrepl_table_name(const struct pgrepl *p);
+/* The outbox table's columns as the last start read them (pg_facts.h), never NULL. */
+struct pg_table;
+const struct pg_table *pgrepl_table_columns(const struct pgrepl *p);
 
 /*
  * What Redis's slot record (sink_redis.h) says about the slot, checked by

@@ -11,6 +11,7 @@
 
 #include "exitcode.h"
 #include "log.h"
+#include "pg_facts.h"
 #include "relay_int.h"
 
 /*
@@ -355,8 +356,9 @@ static bool handle_change(struct relay *r, const struct pg_msg *m, const struct 
 		relay_count(&r->m->ignored[IGN_TRUNCATE]);
 		return true;
 	case W2J_MESSAGE:
-		/* wal2json passes only --message-prefix (add-msg-prefixes); pgoutput sends all. */
-		if (r->pgoutput && (!ch->prefix || strcmp(ch->prefix, r->cf->message_prefix) != 0))
+		/* pgoutput sends every prefix; wal2json those of add-msg-prefixes, a list it
+		 * splits (config.c refuses what it would split; compared here on both). */
+		if (!ch->prefix || strcmp(ch->prefix, r->cf->message_prefix) != 0)
 			return true;
 		if (!ch->transactional || !r->in_txn) {
 			relay_count(&r->m->ignored[IGN_MESSAGE]);
@@ -379,6 +381,11 @@ static bool handle_change(struct relay *r, const struct pg_msg *m, const struct 
 				char reason[600];
 
 				const char *e = w2j_errmsg(r->dec);
+
+				if (w2j_out_of_memory(r->dec)) {
+					log_error("out of memory decoding a logical message's content");
+					return false;
+				}
 
 				if (strstr(e, "not a JSON object"))
 					snprintf(reason, sizeof(reason), "%s", e);
@@ -412,6 +419,26 @@ static bool undecodable(struct relay *r, const struct pg_msg *m, const char *plu
 	return dead_letter(r, DEAD_UNDECODABLE, reason, raw, len);
 }
 
+/*
+ * pgoutput names a domain by its base type (its Type message), wal2json by the
+ * domain's name: before each Relation message, which the columns' names come
+ * from, the decoder learns the names of the outbox table's domains as start
+ * read them (pg_facts.h; a domain column added while the relay runs is named
+ * by its base type until the next start). False when out of memory.
+ */
+static bool name_domains(struct relay *r)
+{
+	const struct pg_table *t = pgrepl_table_columns(r->pg);
+
+	for (int i = 0; i < t->ncols; i++) {
+		if (t->cols[i].domain && !pgo_set_type_name(r->pgo, t->cols[i].oid, t->cols[i].domain)) {
+			log_error("out of memory naming the outbox table's domain types");
+			return false;
+		}
+	}
+	return true;
+}
+
 /* One pgoutput message decoded and handled, with every change it carries. own: it was
  * read back from the spool's file into a buffer of its own, which the sink may keep. */
 static bool pgo_handle(struct relay *r, const struct pg_msg *m, lsn_t commit_end, bool own)
@@ -420,8 +447,15 @@ static bool pgo_handle(struct relay *r, const struct pg_msg *m, lsn_t commit_end
 	bool has;
 	const struct pg_msg *held = own ? m : NULL;
 
-	if (!pgo_decode(r->pgo, m->data, m->len, m->data_start, &ch, &has))
+	if (m->len > 0 && m->data[0] == 'R' && !name_domains(r))
+		return false;
+	if (!pgo_decode(r->pgo, m->data, m->len, m->data_start, &ch, &has)) {
+		if (pgo_out_of_memory(r->pgo)) { /* not the message's fault: no dead letter */
+			log_error("out of memory decoding pgoutput output");
+			return false;
+		}
 		return undecodable(r, m, "pgoutput", pgo_errmsg(r->pgo), m->data, m->len);
+	}
 	while (has) {
 		if (ch.action == W2J_BEGIN)
 			ch.nextlsn = commit_end; /* what wal2json's BEGIN says */
@@ -740,8 +774,13 @@ bool relay_handle_xlogdata(struct relay *r, const struct pg_msg *m)
 	}
 	/* A large row is decoded in its own buffer, which may then go to Redis as it is. */
 	if (!(inplace ? w2j_decode_inplace(r->dec, m->data, m->len, DEAD_RAW_MAX + 4, &ch)
-	              : w2j_decode(r->dec, m->data, m->len, &ch)))
+	              : w2j_decode(r->dec, m->data, m->len, &ch))) {
+		if (w2j_out_of_memory(r->dec)) { /* not the row's fault: no dead letter */
+			log_error("out of memory decoding wal2json output");
+			return false;
+		}
 		return undecodable(r, m, "wal2json", w2j_errmsg(r->dec), m->data, m->len);
+	}
 	/* Read now: the next decode (a message's content) forgets it. */
 	raw = inplace ? w2j_original(r->dec, &rawlen) : NULL;
 	if (!raw)

@@ -149,6 +149,13 @@ bool w2j_fail(struct w2j_decoder *d, const char *fmt, ...)
 	return false;
 }
 
+/* w2j_fail() for an allocation that failed: w2j_out_of_memory() tells it apart. */
+bool w2j_oom(struct w2j_decoder *d)
+{
+	d->oom = true;
+	return w2j_fail(d, "out of memory");
+}
+
 /*
  * Render s[0..len) for quoting inside an error message: at most ERR_EXCERPT
  * bytes, control characters, '"' and '\\' replaced by '?', "..." appended
@@ -180,13 +187,13 @@ bool w2j_arena_reserve(struct w2j_decoder *d, size_t need)
 	if (need <= d->arena_cap - d->arena_len)
 		return true;
 	if (need > SIZE_MAX / 2 - d->arena_len)
-		return w2j_fail(d, "out of memory");
+		return w2j_oom(d);
 	cap = d->arena_cap ? d->arena_cap : 1024;
 	while (cap - d->arena_len < need)
 		cap *= 2;
 	n = realloc(d->arena, cap);
 	if (!n)
-		return w2j_fail(d, "out of memory");
+		return w2j_oom(d);
 	d->arena = n;
 	d->arena_cap = cap;
 	return true;
@@ -230,12 +237,12 @@ struct slot *w2j_slot_new(struct w2j_decoder *d)
 		struct slot *n;
 
 		if (cap > SIZE_MAX / sizeof(*n)) {
-			w2j_fail(d, "out of memory");
+			w2j_oom(d);
 			return NULL;
 		}
 		n = realloc(d->slots, cap * sizeof(*n));
 		if (!n) {
-			w2j_fail(d, "out of memory");
+			w2j_oom(d);
 			return NULL;
 		}
 		d->slots = n;
@@ -276,10 +283,10 @@ static bool build_fields(struct w2j_decoder *d)
 		struct w2j_field *n;
 
 		if (d->nslots > SIZE_MAX / sizeof(*n))
-			return w2j_fail(d, "out of memory");
+			return w2j_oom(d);
 		n = realloc(d->fields, d->nslots * sizeof(*n));
 		if (!n)
-			return w2j_fail(d, "out of memory");
+			return w2j_oom(d);
 		d->fields = n;
 		d->fields_cap = d->nslots;
 	}
@@ -313,7 +320,7 @@ static bool detach_input(struct w2j_decoder *d, const char **buf, size_t len)
 		char *n = realloc(d->scratch, len);
 
 		if (!n)
-			return w2j_fail(d, "out of memory");
+			return w2j_oom(d);
 		d->scratch = n;
 		d->scratch_cap = len;
 	}
@@ -360,7 +367,7 @@ static bool begin_call(struct w2j_decoder *d, size_t len)
 	 * usually covers the whole call; growing later is still safe.
 	 */
 	if (len == SIZE_MAX)
-		return w2j_fail(d, "out of memory");
+		return w2j_oom(d);
 	/* In place, large strings stay in the input: the arena holds the rest. */
 	return w2j_arena_reserve(d, d->input && len > W2J_INPLACE_MIN ? W2J_INPLACE_MIN : len + 1);
 }
@@ -378,7 +385,7 @@ static bool run_parser(struct w2j_decoder *d, const yajl_callbacks *cb, const ch
 
 	h = yajl_alloc(cb, &d->afs, d);
 	if (!h)
-		return w2j_fail(d, "out of memory");
+		return w2j_oom(d);
 	/*
 	 * One value, no trailing garbage, no comments. Strings are not re-checked
 	 * as UTF-8: PostgreSQL already guarantees valid text in the database
@@ -835,6 +842,7 @@ void w2j_destroy(struct w2j_decoder *d)
  */
 bool w2j_decode(struct w2j_decoder *d, const char *buf, size_t len, struct w2j_change *ret)
 {
+	d->oom = false;
 	if (!detach_input(d, &buf, len) || !begin_call(d, len))
 		return false;
 	if (!parse(d, &decode_callbacks, buf, len))
@@ -880,7 +888,7 @@ bool w2j_decode_inplace(struct w2j_decoder *d, char *buf, size_t len, size_t kee
 		char *n = realloc(d->saved, d->saved_len);
 
 		if (!n)
-			return w2j_fail(d, "out of memory");
+			return w2j_oom(d);
 		d->saved = n;
 		d->saved_cap = d->saved_len;
 	}
@@ -913,12 +921,13 @@ const char *w2j_original(const struct w2j_decoder *d, size_t *len)
 bool w2j_decode_object(struct w2j_decoder *d, const char *buf, size_t len,
                        struct w2j_field **ret_fields, size_t *ret_nfields)
 {
+	d->oom = false;
 	if (!detach_input(d, &buf, len) || !begin_call(d, len))
 		return false;
 	if (!d->gen) {
 		d->gen = yajl_gen_alloc(NULL);
 		if (!d->gen)
-			return w2j_fail(d, "out of memory");
+			return w2j_oom(d);
 		/* compact output straight into the arena */
 		if (!yajl_gen_config(d->gen, yajl_gen_print_callback, w2j_gen_print, (void *)d))
 			return w2j_fail(d, "could not configure JSON generator");
@@ -946,6 +955,17 @@ void w2j_set_fast_path(struct w2j_decoder *d, bool on)
 const char *w2j_errmsg(const struct w2j_decoder *d)
 {
 	return d->errmsg;
+}
+
+bool w2j_out_of_memory(const struct w2j_decoder *d)
+{
+	return d->oom;
+}
+
+size_t w2j_held_bytes(const struct w2j_decoder *d)
+{
+	return d->arena_cap + d->slots_cap * sizeof(*d->slots) + d->fields_cap * sizeof(*d->fields) +
+	       d->scratch_cap + d->unesc_cap + d->bigs_cap * sizeof(*d->bigs) + d->saved_cap;
 }
 
 /*

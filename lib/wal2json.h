@@ -130,4 +130,15 @@ void w2j_set_inplace_min(struct w2j_decoder *d, size_t n);
 /* Why the last call failed; valid until the next call. */
 const char *w2j_errmsg(const struct w2j_decoder *d);
 
+/*
+ * True when the last w2j_decode(), w2j_decode_inplace() or
+ * w2j_decode_object() failed because an allocation failed (w2j_errmsg()
+ * then says "out of memory"): not the input's fault, so not a reason to
+ * reject it.
+ */
+bool w2j_out_of_memory(const struct w2j_decoder *d);
+
+/* The bytes the decoder keeps allocated between calls (its arena and buffers; not yajl's). */
+size_t w2j_held_bytes(const struct w2j_decoder *d);
+
 #endif

@@ -190,22 +190,23 @@ size_t w2j_unescape_inplace(char *o, const char *p, const char *close)
 }
 
 /*
- * w2j_decode_inplace(): a string of W2J_INPLACE_MIN bytes or more is handed
- * to the callbacks as it lies in the input (*s escaped still, *n its
+ * w2j_decode_inplace(): a string value of W2J_INPLACE_MIN bytes or more is
+ * handed to the callbacks as it lies in the input (*s escaped still, *n its
  * unescaped length) and recorded for w2j_decode_inplace() to finish.
- * FAST_FALLBACK: not such a string, nothing recorded.
+ * FAST_FALLBACK: not such a string, nothing recorded. Never a key: the key
+ * callback compares the text it gets, so a key must come unescaped.
  */
 static enum fast_result big_string(struct w2j_decoder *d, const unsigned char **pp,
                                    const unsigned char *end, const unsigned char *p,
-                                   const unsigned char **s, size_t *n)
+                                   const unsigned char **s, size_t *n, bool is_key)
 {
 	const unsigned char *start = *pp + 1, *close = p;
 	size_t len = (size_t)(p - start);
 
 	/* Only a column's "value" and a message's "content": nothing that an
 	 * error message quotes while parsing goes on. */
-	bool wanted = (d->depth == 3 && d->ckey == C_VALUE && !d->skipping) ||
-	              (d->depth == 1 && d->key == K_CONTENT);
+	bool wanted = !is_key && ((d->depth == 3 && d->ckey == C_VALUE && !d->skipping) ||
+	                          (d->depth == 1 && d->key == K_CONTENT));
 
 	if (!wanted || (size_t)(end - start) < d->inplace_min)
 		return FAST_FALLBACK;
@@ -218,7 +219,7 @@ static enum fast_result big_string(struct w2j_decoder *d, const unsigned char **
 		struct big *nb = realloc(d->bigs, cap * sizeof(*nb));
 
 		if (!nb) {
-			w2j_fail(d, "out of memory");
+			w2j_oom(d);
 			return FAST_FAILED;
 		}
 		d->bigs = nb;
@@ -235,21 +236,21 @@ static enum fast_result big_string(struct w2j_decoder *d, const unsigned char **
 }
 
 /*
- * The string whose opening quote is at *pp: on FAST_OK *s and *n are its content
- * (in the input when it has no escapes, else in d->unesc) and *pp is past the
- * closing quote.
+ * The string whose opening quote is at *pp (an object key when is_key): on
+ * FAST_OK *s and *n are its content (in the input when it has no escapes,
+ * else in d->unesc) and *pp is past the closing quote.
  */
 static enum fast_result fast_string(struct w2j_decoder *d, const unsigned char **pp,
-                                    const unsigned char *end, const unsigned char **s, size_t *n)
+                                    const unsigned char *end, const unsigned char **s, size_t *n,
+                                    bool is_key)
 {
 	const unsigned char *start = *pp + 1;
-	const unsigned char *p = find_special(start, end);
-	char *o;
+	const unsigned char *p = find_special(start, end), *close;
 
 	if (p == end || *p < 0x20)
 		return FAST_FALLBACK;
 	if (d->input) {
-		enum fast_result r = big_string(d, pp, end, p, s, n);
+		enum fast_result r = big_string(d, pp, end, p, s, n, is_key);
 
 		if (r != FAST_FALLBACK)
 			return r;
@@ -260,44 +261,33 @@ static enum fast_result fast_string(struct w2j_decoder *d, const unsigned char *
 		*pp = p + 1;
 		return FAST_OK;
 	}
-	/* Unescaping never lengthens: the rest of the input bounds the result. */
-	if ((size_t)(end - start) > d->unesc_cap) {
-		size_t cap = (size_t)(end - start);
+	/* Find the closing quote first: the string itself bounds the copy
+	 * (unescaping never lengthens), which d->unesc keeps for the next one. */
+	close = p;
+	for (;;) {
+		/* *close is a backslash; \\u (rare from wal2json) and invalid escapes: yajl's call */
+		if (end - close < 2 || !simple_escape(close[1]))
+			return FAST_FALLBACK;
+		close = find_special(close + 2, end);
+		if (close == end || *close < 0x20)
+			return FAST_FALLBACK;
+		if (*close == '"')
+			break;
+	}
+	if ((size_t)(close - start) > d->unesc_cap) {
+		size_t cap = (size_t)(close - start);
 		char *nb = realloc(d->unesc, cap);
 
 		if (!nb) {
-			w2j_fail(d, "out of memory");
+			w2j_oom(d);
 			return FAST_FAILED;
 		}
 		d->unesc = nb;
 		d->unesc_cap = cap;
 	}
-	o = d->unesc;
-	memcpy(o, start, (size_t)(p - start));
-	o += p - start;
-	for (;;) {
-		const unsigned char *q;
-
-		/* *p is a backslash */
-		if (end - p < 2)
-			return FAST_FALLBACK;
-		/* \\u (rare from wal2json) and invalid escapes: yajl's call */
-		if (!simple_escape(p[1]))
-			return FAST_FALLBACK;
-		*o++ = simple_escape(p[1]);
-		p += 2;
-		q = find_special(p, end);
-		if (q == end || *q < 0x20)
-			return FAST_FALLBACK;
-		memcpy(o, p, (size_t)(q - p));
-		o += q - p;
-		p = q;
-		if (*p == '"')
-			break;
-	}
 	*s = (const unsigned char *)d->unesc;
-	*n = (size_t)(o - d->unesc);
-	*pp = p + 1;
+	*n = w2j_unescape_inplace(d->unesc, (const char *)start, (const char *)close);
+	*pp = close + 1;
 	return FAST_OK;
 }
 
@@ -394,7 +384,7 @@ enum fast_result w2j_fast_parse(struct w2j_decoder *d, const yajl_callbacks *cb,
 		case S_KEY:
 			if (*p != '"')
 				return FAST_FALLBACK;
-			r = fast_string(d, &p, end, &s, &n);
+			r = fast_string(d, &p, end, &s, &n, true);
 			if (r != FAST_OK)
 				return r;
 			p = skip_ws(p, end);
@@ -434,7 +424,7 @@ enum fast_result w2j_fast_parse(struct w2j_decoder *d, const yajl_callbacks *cb,
 			st = stack[depth - 1] == '{' ? S_KEY_OR_CLOSE : S_VALUE_OR_CLOSE;
 			continue;
 		case '"':
-			r = fast_string(d, &p, end, &s, &n);
+			r = fast_string(d, &p, end, &s, &n, false);
 			if (r != FAST_OK)
 				return r;
 			ok = cb->yajl_string(d, s, n);

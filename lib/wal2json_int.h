@@ -133,6 +133,7 @@ struct w2j_decoder {
 	enum topkey key;
 	enum colkey ckey;
 	bool failed;  /* a callback cancelled the parse; errmsg is set */
+	bool oom;     /* the last call failed for lack of memory (w2j_out_of_memory) */
 	bool gen_oom; /* the yajl_gen print callback ran out of memory */
 	size_t gen_start;
 
@@ -155,6 +156,8 @@ struct w2j_decoder {
 
 /* Record a printf-style error for w2j_errmsg(); always returns false. */
 bool w2j_fail(struct w2j_decoder *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* w2j_fail() for an allocation that failed; always returns false. */
+bool w2j_oom(struct w2j_decoder *d);
 /* Make room for need more arena bytes; false (with error set) on OOM. */
 bool w2j_arena_reserve(struct w2j_decoder *d, size_t need);
 /* Copy s[0..len) plus a NUL into the arena (or record a big string in place) as *sp. */

@@ -30,7 +30,7 @@ void w2j_gen_print(void *ctx, const char *s, size_t len)
 static int gen_check(struct w2j_decoder *d, yajl_gen_status st)
 {
 	if (d->gen_oom)
-		return w2j_fail(d, "out of memory");
+		return w2j_oom(d);
 	switch (st) {
 	case yajl_gen_status_ok:
 		return 1;

@@ -66,6 +66,20 @@ cli dlempty --pg-dsn "$DSN" --redis-url "$URL" --dead-letter-stream ''
 assert_eq 2 "$RC" "--dead-letter-stream '': exit code"
 assert_contains "$ERR" "--dead-letter-stream: must not be empty" "--dead-letter-stream '': message says why"
 
+# --message-prefix goes to wal2json's add-msg-prefixes, a list it splits at commas and white
+# space (a backslash escapes): 'outbox,audit' published the messages of "outbox" and of
+# "audit" and none of "outbox,audit" (pgoutput: only the exact prefix). Refused.
+for v in 'outbox,audit' 'out box' 'out\box' "$(printf 'out\tbox')"; do
+	cli msgprefix --pg-dsn "$DSN" --redis-url "$URL" --message-prefix "$v"
+	assert_eq 2 "$RC" "--message-prefix '$v': exit code"
+	assert_eq 1 "$(grep -c . "$T/msgprefix.err")" "--message-prefix '$v': exactly one stderr line [$ERR]"
+	assert_contains "$ERR" "--message-prefix" "--message-prefix '$v': message names the option"
+	assert_contains "$ERR" "must not contain a comma, a backslash or white space" "--message-prefix '$v': message says why"
+	assert_contains "$ERR" "e.g. outbox" "--message-prefix '$v': message shows the fix"
+done
+cli msgprefixok --pg-dsn "$DSN" --redis-url "$URL" --message-prefix 'out.box:v2-{x}' --check-config-offline
+assert_eq 0 "$RC" "--message-prefix with dots, colons, dashes and braces: accepted [$ERR]"
+
 # The environment is configuration too: a bad value there is also exit 2.
 RC=0
 env OUTBOX_RELAY_PG_DSN="$DSN" OUTBOX_RELAY_DEDUP_WINDOW=abc timeout -k 2 10 "$RELAY_BIN" --redis-url "$URL" \

@@ -13,6 +13,8 @@
 # (d) A publication that does not publish the table's inserts whole is
 # refused, with the statement to run, before a slot is made for it. In (b) a
 # row no stream takes is dead-lettered by both: equal entries, raw included.
+# (g) Domain columns give the same events on both; pgoutput leaves a generated
+# column out, and the relay says so at start.
 . "$(dirname "$0")/lib.sh"
 setup_tmp
 pg_start
@@ -194,4 +196,43 @@ refused p_where "CREATE PUBLICATION p_where FOR TABLE typed WHERE (aggregate_typ
 	'with a row filter .WHERE.: rows or columns it leaves out would never reach the streams'
 refused p_cols "CREATE PUBLICATION p_cols FOR TABLE typed (id, aggregate_type)" \
 	'with a column list'
+# ---- (g) domains and generated columns -----------------------------------------------
+# pgoutput names a domain by its base type (its Type message), wal2json by the domain's name: the
+# relay tells the decoder the outbox table's domains, read at start. Before, a headers column of a
+# domain over text holding no JSON was published by wal2json (type jtext) and dead-lettered on
+# pgoutput (type text: "does not hold valid JSON"). A generated column pgoutput leaves out of its
+# rows, wal2json prints it: the relay says so at start (README, "pgoutput").
+psql_q "CREATE DOMAIN jtext AS text; CREATE DOMAIN posint AS int4 CHECK (VALUE > 0);
+        CREATE TABLE dom (id text PRIMARY KEY, aggregate_type text, headers jtext, n posint, payload jsonb,
+        g text GENERATED ALWAYS AS (id || '!') STORED)" >/dev/null
+DW2J=(--slot s_dw2j --table public.dom --stream 'dw2j:{aggregate_type}' --dead-letter-stream dw2j:dead)
+DPGO=(--slot s_dpgo --plugin pgoutput --table public.dom --stream 'dpgo:{aggregate_type}'
+	--dead-letter-stream dpgo:dead)
+slot_create s_dw2j
+relay_drain "${DPGO[@]}"
+assert_match "$(cat "$RELAY_LOG")" 'outbox table public.dom has generated column\(s\) g, which pgoutput leaves out' \
+	"(g) the pgoutput relay names the generated column at start"
+psql_q "INSERT INTO dom (id, aggregate_type, headers, n, payload) VALUES
+        ('d-1', 'dom', 'not json', 5, '{\"a\": 1}'), ('d-2', 'dom', '{\"k\": [1]}', NULL, NULL)" >/dev/null
+relay_drain "${DW2J[@]}"
+assert_not_contains "$(cat "$RELAY_LOG")" 'generated column' "(g) no such warning on wal2json"
+relay_drain "${DPGO[@]}"
+rx entries dw2j:dom >"$T/dw2j"
+rx entries dpgo:dom >"$T/dpgo"
+python3 - "$T" <<'PY' || fail "(g) the pgoutput entries differ from the wal2json ones beyond the generated column"
+import json, sys
+d = sys.argv[1]
+a = [dict(json.loads(l)["fields"]) for l in open(f"{d}/dw2j")]
+b = [dict(json.loads(l)["fields"]) for l in open(f"{d}/dpgo")]
+if [x.get("id") for x in a] != ["d-1", "d-2"] or [x.get("id") for x in b] != ["d-1", "d-2"]:
+    sys.exit(f"ids: wal2json {[x.get('id') for x in a]}, pgoutput {[x.get('id') for x in b]}")
+if [x.pop("g", None) for x in a] != ["d-1!", "d-2!"] or any("g" in x for x in b):
+    sys.exit("wal2json prints the generated column, pgoutput leaves it out")
+for x, y in zip(a, b):
+    if x != y:
+        sys.exit(f"wal2json {x}\npgoutput {y}")
+PY
+ok "(g) a domain column gives the same events on both (headers of a domain over text published)"
+assert_eq 0 "$(redis_cli XLEN dpgo:dead)" "(g) nothing dead-lettered on pgoutput"
+
 pass

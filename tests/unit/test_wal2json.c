@@ -1127,13 +1127,17 @@ static bool inplace_agrees(struct w2j_decoder *in, struct w2j_decoder *slow, con
 	}
 	if (good && ok) {
 		good = a.action == b.action && a.ncolumns == b.ncolumns &&
+		       a.transactional == b.transactional &&
+		       same(a.schema, a.schema_len, b.schema, b.schema_len) &&
 		       same(a.table, a.table_len, b.table, b.table_len) &&
+		       same(a.prefix, a.prefix_len, b.prefix, b.prefix_len) &&
 		       same(a.content, a.content_len, b.content, b.content_len);
 		for (size_t i = 0; good && i < a.ncolumns; i++) {
 			const struct w2j_field *f = &a.columns[i];
 
 			good = f->kind == b.columns[i].kind &&
 			       same(f->name, f->name_len, b.columns[i].name, b.columns[i].name_len) &&
+			       same(f->type, f->type_len, b.columns[i].type, b.columns[i].type_len) &&
 			       same(f->value, f->value_len, b.columns[i].value, b.columns[i].value_len);
 			if (good && f->value && f->value >= copy && f->value < copy + len) {
 				good = f->value[f->value_len] == '\0';
@@ -1172,6 +1176,13 @@ TEST(inplace_agrees_with_yajl)
 	    "{\"action\":\"M\",\"transactional\":true,\"prefix\":\"outbox\",\"content\":\"{\\\"id\\\": "
 	    "\\\"e1\\\", \\\"s\\\": \\\"long enough\\\"}\"}",
 	    "{\"action\":\"I\",\"a long unknown key\":\"with a long \\\"value\\\"\",\"columns\":[]}",
+	    /* keys after "value" and after "content": escaped keys, never in place */
+	    "{\"action\":\"I\",\"columns\":[{\"value\":\"v\",\"nam\\u0065\":\"n\"}]}",
+	    "{\"action\":\"I\",\"columns\":[{\"value\":\"v\",\"ty\\npe_long\":\"n\","
+	    "\"name\":\"n\"}]}",
+	    "{\"action\":\"M\",\"content\":\"x\",\"transactiona\\u006c\":true}",
+	    "{\"action\":\"M\",\"content\":\"x\",\"pre\\u0066ix\":\"outbox\","
+	    "\"transactional\":true}",
 	};
 	struct w2j_decoder *in = w2j_create(), *slow = w2j_create();
 	size_t placed = 0, big = 200 * 1024;
@@ -1213,6 +1224,63 @@ TEST(inplace_agrees_with_yajl)
 	w2j_destroy(slow);
 }
 
+/*
+ * The fast path's copy of an escaped string is sized to that string, not to
+ * the rest of the message: a short escaped name and key in front of a 4 MiB
+ * value left in place cost the decoder kilobytes, not another 4 MiB.
+ */
+TEST(unescape_copy_sized_to_its_string)
+{
+	const size_t big = 4u * 1024 * 1024;
+	const char *head = "{\"action\":\"I\",\"columns\":[{\"na\\/me\":\"?\",\"name\":\"a\\nb\","
+	                   "\"type\":\"text\",\"value\":\"";
+	size_t hl = strlen(head), len = hl + big + 4;
+	char *buf = malloc(len + 1);
+	struct w2j_decoder *d = w2j_create();
+	struct w2j_change c;
+
+	CHECK(buf && d);
+	if (!buf || !d)
+		goto out;
+	memcpy(buf, head, hl);
+	memset(buf + hl, 'x', big);
+	memcpy(buf + hl + big, "\"}]}", 5);
+	CHECK(w2j_decode_inplace(d, buf, len, 100, &c));
+	CHECK_INT(c.ncolumns, 1);
+	CHECK(c.ncolumns == 1 && c.columns[0].name_len == 3 &&
+	      memcmp(c.columns[0].name, "a\nb", 3) == 0);
+	CHECK(c.ncolumns == 1 && c.columns[0].value_len == big);
+	printf("# decoder holds %zu bytes after a %zu-byte row\n", w2j_held_bytes(d), len);
+	CHECK(w2j_held_bytes(d) < 256 * 1024);
+out:
+	free(buf);
+	w2j_destroy(d);
+}
+
+/* An allocation that fails is told apart from input that is wrong. */
+TEST(out_of_memory_told_apart)
+{
+	struct w2j_decoder *d = w2j_create();
+	struct w2j_change c;
+	struct w2j_field *f;
+	size_t n;
+
+	CHECK(d != NULL);
+	if (!d)
+		return;
+	/* a length no arena can hold */
+	CHECK(!w2j_decode(d, "{}", SIZE_MAX, &c));
+	CHECK(w2j_out_of_memory(d));
+	CHECK_STR(w2j_errmsg(d), "out of memory");
+	CHECK(!w2j_decode(d, "{\"action\":", 10, &c));
+	CHECK(!w2j_out_of_memory(d));
+	CHECK(!w2j_decode_object(d, "{}", SIZE_MAX, &f, &n));
+	CHECK(w2j_out_of_memory(d));
+	CHECK(w2j_decode_object(d, "{}", 2, &f, &n));
+	CHECK(!w2j_out_of_memory(d));
+	w2j_destroy(d);
+}
+
 int main(void)
 {
 	RUN(create_destroy);
@@ -1231,6 +1299,8 @@ int main(void)
 	RUN(null_and_bool_values);
 	RUN(jsonb_value_escaped_once);
 	RUN(huge_payload);
+	RUN(unescape_copy_sized_to_its_string);
+	RUN(out_of_memory_told_apart);
 	RUN(malformed_inputs);
 	RUN(error_messages);
 	RUN(xid_range);
