@@ -100,8 +100,12 @@ int64_t backoff_next(struct backoff *b, int cap_ms)
 void relay_refresh_guard(struct relay *r)
 {
 	char owner[200];
-	struct slot_guard g = {
-	    .active = true, .confirmed = r->cfm.rec_acked, .owner = owner, .accept = r->cf->accept_gap};
+	struct slot_guard g = {.active = true,
+	                       .confirmed = r->cfm.rec_acked,
+	                       .owner = owner,
+	                       .accept = r->cf->accept_gap,
+	                       .commit_lsn = r->cfm.commit_lsn,
+	                       .tli = pgrepl_timeline(r->pg)};
 
 	snprintf(owner, sizeof(owner), "%s/%s", pgrepl_system_id(r->pg), pgrepl_dbname(r->pg));
 	pgrepl_set_guard(r->pg, &g);

@@ -130,8 +130,12 @@ static void set_guard(struct relay *r)
 	if (rec) {
 		g.confirmed = rec->confirmed;
 		g.owner = rec->owner;
+		g.commit_lsn = rec->commit_lsn;
+		g.tli = rec->tli;
 		confirm_record_read(&r->cfm, rec->confirmed, rec->commit_lsn, rec->commit_us);
 	}
+	/* What this process saw Redis take, which the record may not show yet. */
+	g.published = r->cfm.acked > r->cfm.commit_lsn ? r->cfm.acked : r->cfm.commit_lsn;
 	pgrepl_set_guard(r->pg, &g);
 	r->guard_set = true;
 }
@@ -155,9 +159,14 @@ static bool accept_gap(struct relay *r)
 /* Returns an exit code for a permanent failure, or -1 to go on. */
 int relay_try_pg(struct relay *r)
 {
-	enum pg_status st = pgrepl_start(r->pg);
+	enum pg_status st;
 	char lsnbuf[LSN_STRLEN], endbuf[LSN_STRLEN];
 	lsn_t from, end;
+
+	/* A failover to a server without what Redis took is judged against all of it. */
+	pgrepl_guard_published(r->pg, r->cfm.acked > r->cfm.commit_lsn ? r->cfm.acked
+	                                                                : r->cfm.commit_lsn);
+	st = pgrepl_start(r->pg);
 
 	switch (st) {
 	case PG_OK:
@@ -165,6 +174,7 @@ int relay_try_pg(struct relay *r)
 			log_error("database name \"%s\" is too long", pgrepl_dbname(r->pg));
 			return EXIT_PG_SETUP;
 		}
+		sink_redis_set_timeline(r->sink, pgrepl_timeline(r->pg));
 		from = pgrepl_slot_confirmed(r->pg);
 		end = pgrepl_start_wal_end(r->pg);
 		sink_redis_backlog_start(r->sink, from, end);

@@ -46,6 +46,7 @@ bool sink_redis_queue_record(struct sink_redis *s, lsn_t confirmed, lsn_t commit
 
 	_Static_assert(sizeof(rec.owner) == sizeof(s->q.owner), "the queue's owner is the record's");
 	memcpy(rec.owner, s->q.owner, sizeof(rec.owner));
+	rec.tli = s->tli;
 	n = slot_record_format(&rec, val, sizeof(val));
 	return n > 0 && sq_queue_record(&s->q, SQ_RECORD, val, n);
 }
