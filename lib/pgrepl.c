@@ -25,18 +25,18 @@ struct pgrepl {
 	PGconn *conn;
 	bool streaming;
 	bool created_slot;
-	bool altered_failover;   /* the last start switched FAILOVER on */
-	lsn_t slot_confirmed;    /* the slot's confirmed_flush_lsn when streaming started */
-	char system_id[32];      /* IDENTIFY_SYSTEM's systemid */
-	char dbname[128];        /* and dbname */
-	lsn_t xlogpos;           /* and xlogpos: the server's WAL end then */
+	bool altered_failover;    /* the last start switched FAILOVER on */
+	lsn_t slot_confirmed;     /* the slot's confirmed_flush_lsn when streaming started */
+	char system_id[32];       /* IDENTIFY_SYSTEM's systemid */
+	char dbname[128];         /* and dbname */
+	lsn_t xlogpos;            /* and xlogpos: the server's WAL end then */
 	struct slot_history hist; /* and its timeline and history (slot_record.h) */
 	bool diverged;            /* the last check found the history does not hold the guard's */
-	char *tbl_schema;        /* the outbox table's real schema and name, as */
-	char *tbl_name;          /* PostgreSQL resolved --table (case folded, quotes gone) */
-	struct pg_table cols;    /* its columns, as the last check_table read them */
-	bool warned_generated;   /* the warning that pgoutput leaves them out was logged */
-	struct slot_guard guard; /* pgrepl_set_guard; guard.owner is copied to guard_owner */
+	char *tbl_schema;         /* the outbox table's real schema and name, as */
+	char *tbl_name;           /* PostgreSQL resolved --table (case folded, quotes gone) */
+	struct pg_table cols;     /* its columns, as the last check_table read them */
+	bool warned_generated;    /* the warning that pgoutput leaves them out was logged */
+	struct slot_guard guard;  /* pgrepl_set_guard; guard.owner is copied to guard_owner */
 	char guard_owner[160];
 	char gap[256];     /* the gap the last start accepted ("" none) */
 	char plugin[16];   /* the slot's output plugin: wal2json or pgoutput */
@@ -497,9 +497,8 @@ bool pgrepl_read_history(PGconn *conn, uint32_t tli, struct slot_history *h, cha
  */
 static const char *history_gap(const struct pgrepl *p, char *why, size_t whylen)
 {
-	struct slot_record rec = {.confirmed = p->guard.confirmed,
-	                          .commit_lsn = p->guard.commit_lsn,
-	                          .tli = p->guard.tli};
+	struct slot_record rec = {
+	    .confirmed = p->guard.confirmed, .commit_lsn = p->guard.commit_lsn, .tli = p->guard.tli};
 
 	if (!p->guard.active || !p->hist.tli)
 		return NULL;

@@ -92,6 +92,16 @@ static int gap_refuse(struct relay *r)
 {
 	char conf[LSN_STRLEN], commit[LSN_STRLEN], when[64], since[64];
 
+	if (pgrepl_diverged(r->pg)) {
+		log_error("%s; its new commits may take positions the streams' watermarks already "
+		          "passed, and would be dropped as replays. Heal it with: outbox-relay heal "
+		          "(with this relay's options; it deletes this slot's watermarks at or past the "
+		          "slot's position, republishes the rows committed since the slot record's last "
+		          "commit and moves the record; README, \"PostgreSQL high availability\"), then "
+		          "start the relay as usual (--accept-gap does not apply)",
+		          pgrepl_errmsg(r->pg));
+		return EXIT_SLOT_GAP;
+	}
 	log_error("%s; the slot record in Redis (%s:slot:%s) says this relay confirmed up to %s "
 	          "and published events up to the commit at %s (committed %s): events committed "
 	          "after that may be missing from the streams. Heal it with: outbox-relay heal "
@@ -134,8 +144,7 @@ static void set_guard(struct relay *r)
 		g.tli = rec->tli;
 		confirm_record_read(&r->cfm, rec->confirmed, rec->commit_lsn, rec->commit_us);
 	}
-	/* What this process saw Redis take, which the record may not show yet. */
-	g.published = r->cfm.acked > r->cfm.commit_lsn ? r->cfm.acked : r->cfm.commit_lsn;
+	g.published = relay_published(r);
 	pgrepl_set_guard(r->pg, &g);
 	r->guard_set = true;
 }
@@ -164,8 +173,7 @@ int relay_try_pg(struct relay *r)
 	lsn_t from, end;
 
 	/* A failover to a server without what Redis took is judged against all of it. */
-	pgrepl_guard_published(r->pg, r->cfm.acked > r->cfm.commit_lsn ? r->cfm.acked
-	                                                                : r->cfm.commit_lsn);
+	pgrepl_guard_published(r->pg, relay_published(r));
 	st = pgrepl_start(r->pg);
 
 	switch (st) {

@@ -40,13 +40,13 @@ bool sink_redis_queue_record_read(struct sink_redis *s)
 bool sink_redis_queue_record(struct sink_redis *s, lsn_t confirmed, lsn_t commit_lsn,
                              int64_t commit_us)
 {
-	struct slot_record rec = {confirmed, commit_lsn, commit_us, ""};
+	struct slot_record rec = {
+	    .confirmed = confirmed, .commit_lsn = commit_lsn, .commit_us = commit_us, .tli = s->tli};
 	char val[SLOT_RECORD_MAX];
 	size_t n;
 
 	_Static_assert(sizeof(rec.owner) == sizeof(s->q.owner), "the queue's owner is the record's");
 	memcpy(rec.owner, s->q.owner, sizeof(rec.owner));
-	rec.tli = s->tli;
 	n = slot_record_format(&rec, val, sizeof(val));
 	return n > 0 && sq_queue_record(&s->q, SQ_RECORD, val, n);
 }

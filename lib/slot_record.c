@@ -171,8 +171,6 @@ const char *slot_history_diverged(const struct slot_record *rec, lsn_t pos,
 
 	if (len)
 		why[0] = '\0';
-	if (rec->confirmed > pos)
-		pos = rec->confirmed;
 	if (rec->commit_lsn > pos)
 		pos = rec->commit_lsn;
 	if (h->wal_end && h->wal_end < pos) {

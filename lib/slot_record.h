@@ -6,12 +6,11 @@
  * Key "<key-prefix>:slot:<slot>" (no hash tag: a key of its own), value
  * "<confirmed> <commit LSN> <commit unix us> tli=<timeline> <owner>", LSNs as
  * 16 upper-case hex digits, owner "<system id>/<database>"; records written
- * before the timeline was kept have no "tli=" part (timeline 0: unknown). The relay writes it, and has it
- * acknowledged, before it confirms a position to PostgreSQL, so the slot it
- * streams never stands past the record. A slot that is missing, invalidated
- * or past the record is not the one this relay streamed: events committed
- * after the record's commit may never have reached Redis, and the relay
- * refuses to stream over that gap unless the user accepted exactly it.
+ * before the timeline was kept have no "tli=" part (timeline 0: unknown). The relay writes it, and
+ * has it acknowledged, before it confirms a position to PostgreSQL, so the slot it streams never
+ * stands past the record. A slot that is missing, invalidated or past the record is not the one
+ * this relay streamed: events committed after the record's commit may never have reached Redis, and
+ * the relay refuses to stream over that gap unless the user accepted exactly it.
  */
 #ifndef RELAY_SLOT_RECORD_H
 #define RELAY_SLOT_RECORD_H
@@ -111,11 +110,13 @@ bool slot_history_parse(const char *text, size_t len, struct slot_history *h);
 
 /*
  * Does the server's history still hold what the relay put in Redis? pos is
- * the highest WAL position whose events (or confirmation) Redis holds: the
- * record's confirmed and commit positions, and what this process saw Redis
- * acknowledge. It does not when the server's WAL ends before pos (a standby
- * that was behind, promoted; a copy restored), or when the record's timeline
- * is not on the server's history or ended there before pos. Then new commits
+ * the highest commit whose events this process handed to Redis; the
+ * record's commit_lsn counts too. (Its confirmed position does not: the
+ * watermarks stand at commits, so a confirmation past the server's WAL
+ * end drops nothing.) It does not when the server's WAL ends before that
+ * commit (a standby that was behind, promoted; a copy restored), or when the
+ * record's timeline is not on the server's history or ended there before
+ * it. Then new commits
  * on this server may get positions the streams' watermarks already passed,
  * and be dropped as replays. NULL when it holds (or cannot be told: a record
  * without a timeline is judged by the WAL end alone); otherwise why, as the
