@@ -113,31 +113,6 @@ static int repl_connect(struct heal *h)
 	return EXIT_OK;
 }
 
-/* lower_watermarks()'s SCAN callback: keep a copy of the key. */
-struct keys {
-	char **k;
-	size_t n, cap;
-};
-
-static bool keep_key(void *arg, const char *key, size_t len)
-{
-	struct keys *l = arg;
-
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? 2 * l->cap : 16;
-		char **grown = realloc(l->k, cap * sizeof(*grown));
-
-		if (!grown)
-			return false;
-		l->k = grown;
-		l->cap = cap;
-	}
-	if (!(l->k[l->n] = strndup(key, len)))
-		return false;
-	l->n++;
-	return true;
-}
-
 /* b = glob pattern matching s literally (SCAN's MATCH). */
 static void glob_quote(struct buf *b, const char *s)
 {
@@ -157,7 +132,7 @@ static int lower_watermarks(struct heal *h, lsn_t at, size_t *n)
 {
 	const struct relay_config *cf = h->cf;
 	struct rclient *c = rclient_create(&cf->redis, cf->redis_timeout_ms);
-	struct keys keys = {0};
+	struct rclient_keys keys = {0};
 	struct buf pat = {0};
 	char why[900], a[LSN_STRLEN];
 	bool permanent;
@@ -177,7 +152,7 @@ static int lower_watermarks(struct heal *h, lsn_t at, size_t *n)
 		rc = EXIT_REDIS_SETUP;
 		goto out;
 	}
-	switch (rclient_scan_keys(c, pat.data, "string", keep_key, &keys, why, sizeof(why))) {
+	switch (rclient_scan_keys(c, pat.data, "string", rclient_keys_add, &keys, why, sizeof(why))) {
 	case RCLIENT_OK:
 		break;
 	case RCLIENT_ABORTED:
@@ -193,32 +168,32 @@ static int lower_watermarks(struct heal *h, lsn_t at, size_t *n)
 		goto out;
 	}
 	for (size_t i = 0; i < keys.n && rc == EXIT_OK; i++) {
-		const char *get[2] = {"GET", keys.k[i]}, *del[2] = {"DEL", keys.k[i]};
-		redisReply *r = rclient_call(c, keys.k[i], 2, get, why, sizeof(why));
+		const char *get[2] = {"GET", keys.keys[i]}, *del[2] = {"DEL", keys.keys[i]};
+		redisReply *r = rclient_call(c, keys.keys[i], 2, get, why, sizeof(why));
 		unsigned long long pos;
 		unsigned idx;
 		int used = 0;
 
 		if (!r || r->type == REDIS_REPLY_ERROR) {
-			snprintf(h->err, sizeof(h->err), "lowering the watermarks: GET %s: %s", keys.k[i],
+			snprintf(h->err, sizeof(h->err), "lowering the watermarks: GET %s: %s", keys.keys[i],
 			         r ? r->str : why);
 			rc = EXIT_REDIS_SETUP;
 		} else if (r->type != REDIS_REPLY_STRING || r->len < 25 ||
 		           sscanf(r->str, "%16llx:%8x%n", &pos, &idx, &used) != 2 || used != 25) {
-			log_warn("%s holds no watermark (\"%.*s\"): left as it is", keys.k[i],
+			log_warn("%s holds no watermark (\"%.*s\"): left as it is", keys.keys[i],
 			         r->type == REDIS_REPLY_STRING ? (int)(r->len < 60 ? r->len : 60) : 0,
 			         r->type == REDIS_REPLY_STRING ? r->str : "");
 		} else if ((lsn_t)pos >= at) {
 			freeReplyObject(r);
-			r = rclient_call(c, keys.k[i], 2, del, why, sizeof(why));
+			r = rclient_call(c, keys.keys[i], 2, del, why, sizeof(why));
 			if (!r || r->type == REDIS_REPLY_ERROR) {
 				snprintf(h->err, sizeof(h->err),
 				         "lowering the watermarks: DEL %s: %s (the relay's Redis user needs "
 				         "+del: deploy/redis/users.acl)",
-				         keys.k[i], r ? r->str : why);
+				         keys.keys[i], r ? r->str : why);
 				rc = EXIT_REDIS_SETUP;
 			} else {
-				log_info("deleted watermark %s (commit %s, at or past the slot's %s)", keys.k[i],
+				log_info("deleted watermark %s (commit %s, at or past the slot's %s)", keys.keys[i],
 				         lsn_format((lsn_t)pos, why), lsn_format(at, a));
 				(*n)++;
 			}
@@ -227,9 +202,7 @@ static int lower_watermarks(struct heal *h, lsn_t at, size_t *n)
 			freeReplyObject(r);
 	}
 out:
-	for (size_t i = 0; i < keys.n; i++)
-		free(keys.k[i]);
-	free(keys.k);
+	rclient_keys_free(&keys);
 	buf_finish(&pat);
 	if (c)
 		rclient_destroy(c);

@@ -605,6 +605,35 @@ enum rclient_status rclient_scan_streams(struct rclient *rc, const char *pattern
 	return rclient_scan_keys(rc, pattern, "stream", found, arg, err, errlen);
 }
 
+bool rclient_keys_add(void *arg, const char *key, size_t len)
+{
+	struct rclient_keys *l = arg;
+	char *k;
+
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 16;
+		char **grown = realloc(l->keys, cap * sizeof(*grown));
+
+		if (!grown)
+			return false;
+		l->keys = grown;
+		l->cap = cap;
+	}
+	k = strndup(key, len);
+	if (!k)
+		return false;
+	l->keys[l->n++] = k;
+	return true;
+}
+
+void rclient_keys_free(struct rclient_keys *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		free(l->keys[i]);
+	free(l->keys);
+	*l = (struct rclient_keys){0};
+}
+
 const redisReply *rclient_map_get(const redisReply *map, const char *name)
 {
 	size_t n = strlen(name);
