@@ -7,6 +7,8 @@ bool confirm_mark(struct confirm *c, uint64_t seq, lsn_t lsn, lsn_t commit_lsn, 
 {
 	struct confirm_mark *m;
 
+	if (commit_lsn > c->sent_commit)
+		c->sent_commit = commit_lsn;
 	if (c->marks.len > 0) {
 		struct confirm_mark *tail = ring_at(&c->marks, c->marks.len - 1);
 

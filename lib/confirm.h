@@ -44,6 +44,7 @@ struct confirm {
 	lsn_t rec_pending; /* the position of the record write in flight */
 	uint64_t rec_seq;  /* its sequence number, 0 when none */
 	lsn_t confirmed;   /* highest flush position sent to PostgreSQL */
+	lsn_t sent_commit; /* the highest commit with events handed to the sink, acknowledged or not */
 };
 
 /*

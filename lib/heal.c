@@ -16,9 +16,19 @@
  * advanced by someone), the rows since the record are republished up to now
  * and the record moves to the slot's position: what the slot streams again
  * from there is dropped by dedup if the relay starts within --dedup-window.
+ *
+ * A server whose history does not hold what Redis has (a standby that was
+ * behind, promoted; a copy restored: slot_history_diverged()) is healed the
+ * same way, and more: its new commits take positions the streams'
+ * watermarks already passed, so heal deletes this slot's watermarks at or
+ * past the slot's position before it moves the record (the events already in
+ * the streams stay; the rows the server has again are dropped by dedup). The
+ * same holds whenever heal creates the slot: a watermark at or past a new
+ * slot's consistent point can only come from another history.
  */
 #include "heal.h"
 
+#include <hiredis/hiredis.h>
 #include <libpq-fe.h>
 #include <poll.h>
 #include <stdio.h>
@@ -31,6 +41,8 @@
 #include "lsn.h"
 #include "pg_facts.h"
 #include "pg_sql.h"
+#include "pgrepl.h"
+#include "rclient.h"
 #include "republish.h"
 #include "sink_redis.h"
 #include "slot_record.h"
@@ -43,6 +55,7 @@ struct heal {
 	PGconn *repl;       /* replication=database: IDENTIFY_SYSTEM, the slot */
 	char system_id[32]; /* IDENTIFY_SYSTEM's */
 	char dbname[128];
+	struct slot_history hist; /* its timeline and WAL end, and TIMELINE_HISTORY */
 	struct {
 		bool exists, invalidated, active;
 		lsn_t confirmed;
@@ -88,8 +101,112 @@ static int repl_connect(struct heal *h)
 	}
 	snprintf(h->system_id, sizeof(h->system_id), "%s", PQgetvalue(res, 0, 0));
 	snprintf(h->dbname, sizeof(h->dbname), "%s", PQgetvalue(res, 0, 3));
+	h->hist = (struct slot_history){0};
+	if (!PQgetisnull(res, 0, 1))
+		h->hist.tli = (uint32_t)strtoul(PQgetvalue(res, 0, 1), NULL, 10);
+	if (PQgetisnull(res, 0, 2) ||
+	    !lsn_parse(PQgetvalue(res, 0, 2), strlen(PQgetvalue(res, 0, 2)), &h->hist.wal_end))
+		h->hist.wal_end = 0;
 	PQclear(res);
+	if (!pgrepl_read_history(h->repl, h->hist.tli, &h->hist, h->err, sizeof(h->err)))
+		return EXIT_PG_SETUP;
 	return EXIT_OK;
+}
+
+/* b = glob pattern matching s literally (SCAN's MATCH). */
+static void glob_quote(struct buf *b, const char *s)
+{
+	for (; *s; s++) {
+		if (strchr("*?[]\\", *s))
+			buf_putc(b, '\\');
+		buf_putc(b, *s);
+	}
+}
+
+/*
+ * Delete this slot's stream watermarks (<prefix>:wm:*:<slot>, per stream and
+ * the legacy per tag) whose commit position is at or past at: on every
+ * master. *n counts them. EXIT_OK, or an exit code with h->err.
+ */
+static int lower_watermarks(struct heal *h, lsn_t at, size_t *n)
+{
+	const struct relay_config *cf = h->cf;
+	struct rclient *c = rclient_create(&cf->redis, cf->redis_timeout_ms);
+	struct rclient_keys keys = {0};
+	struct buf pat = {0};
+	char why[900], a[LSN_STRLEN];
+	bool permanent;
+	int rc = EXIT_OK;
+
+	*n = 0;
+	glob_quote(&pat, cf->key_prefix);
+	buf_puts(&pat, ":wm:*:");
+	glob_quote(&pat, cf->slot);
+	if (!c || pat.failed) {
+		snprintf(h->err, sizeof(h->err), "out of memory");
+		rc = EXIT_FAILURE_RUNTIME;
+		goto out;
+	}
+	if (!rclient_connect(c, &permanent, why, sizeof(why))) {
+		snprintf(h->err, sizeof(h->err), "lowering the watermarks: %s", why);
+		rc = EXIT_REDIS_SETUP;
+		goto out;
+	}
+	switch (rclient_scan_keys(c, pat.data, "string", rclient_keys_add, &keys, why, sizeof(why))) {
+	case RCLIENT_OK:
+		break;
+	case RCLIENT_ABORTED:
+		snprintf(h->err, sizeof(h->err), "out of memory");
+		rc = EXIT_FAILURE_RUNTIME;
+		goto out;
+	default:
+		snprintf(h->err, sizeof(h->err),
+		         "lowering the watermarks: SCAN MATCH %s failed: %s (the relay's Redis user needs "
+		         "+scan and +del: deploy/redis/users.acl)",
+		         pat.data, why);
+		rc = EXIT_REDIS_SETUP;
+		goto out;
+	}
+	for (size_t i = 0; i < keys.n && rc == EXIT_OK; i++) {
+		const char *get[2] = {"GET", keys.keys[i]}, *del[2] = {"DEL", keys.keys[i]};
+		redisReply *r = rclient_call(c, keys.keys[i], 2, get, why, sizeof(why));
+		unsigned long long pos;
+		unsigned idx;
+		int used = 0;
+
+		if (!r || r->type == REDIS_REPLY_ERROR) {
+			snprintf(h->err, sizeof(h->err), "lowering the watermarks: GET %s: %s", keys.keys[i],
+			         r ? r->str : why);
+			rc = EXIT_REDIS_SETUP;
+		} else if (r->type != REDIS_REPLY_STRING || r->len < 25 ||
+		           sscanf(r->str, "%16llx:%8x%n", &pos, &idx, &used) != 2 || used != 25) {
+			log_warn("%s holds no watermark (\"%.*s\"): left as it is", keys.keys[i],
+			         r->type == REDIS_REPLY_STRING ? (int)(r->len < 60 ? r->len : 60) : 0,
+			         r->type == REDIS_REPLY_STRING ? r->str : "");
+		} else if ((lsn_t)pos >= at) {
+			freeReplyObject(r);
+			r = rclient_call(c, keys.keys[i], 2, del, why, sizeof(why));
+			if (!r || r->type == REDIS_REPLY_ERROR) {
+				snprintf(h->err, sizeof(h->err),
+				         "lowering the watermarks: DEL %s: %s (the relay's Redis user needs "
+				         "+del: deploy/redis/users.acl)",
+				         keys.keys[i], r ? r->str : why);
+				rc = EXIT_REDIS_SETUP;
+			} else {
+				log_info("deleted watermark %s (commit %s, at or past the slot's %s)", keys.keys[i],
+				         lsn_format((lsn_t)pos, why), lsn_format(at, a));
+				(*n)++;
+			}
+		}
+		if (r)
+			freeReplyObject(r);
+	}
+out:
+	rclient_keys_free(&keys);
+	buf_finish(&pat);
+	if (c)
+		rclient_destroy(c);
+	return rc;
 }
 
 /* The slot as pg_replication_slots has it now (h->slot). */
@@ -189,18 +306,26 @@ void heal_usage(FILE *out)
 	config_print_options(CONFIG_CMD_REPUBLISH, out);
 }
 
-/* Republish since, then move the record; print the outcome. */
+/*
+ * Republish since, delete the watermarks at or past at when lower (the
+ * server's history diverged, or the slot is new), then move the record;
+ * print the outcome.
+ */
 static int republish_and_record(struct heal *h, struct republish *rp, const char *since,
-                                const char *snapshot, lsn_t at, int64_t at_us)
+                                const char *snapshot, lsn_t at, int64_t at_us, bool lower)
 {
 	char a[LSN_STRLEN];
+	size_t lowered = 0;
 	int rc = republish_rows(rp, since, snapshot);
 
+	h->err[0] = '\0'; /* set by lower_watermarks() only; else republish_errmsg() */
+	if (rc == EXIT_OK && lower)
+		rc = lower_watermarks(h, at, &lowered);
 	if (rc == EXIT_OK)
-		rc = republish_write_record(rp, h->system_id, h->dbname, at, at, at_us);
+		rc = republish_write_record(rp, h->system_id, h->dbname, h->hist.tli, at, at, at_us);
 	printf("heal %s: ", rc == EXIT_OK ? "done" : "failed");
 	republish_print_counts(rp, stdout);
-	printf(" since=%s slot_record=%s\n", since, lsn_format(at, a));
+	printf(" since=%s slot_record=%s watermarks_deleted=%zu\n", since, lsn_format(at, a), lowered);
 	return rc;
 }
 
@@ -211,8 +336,8 @@ static int heal_run(struct heal *h, struct republish *rp)
 	struct slot_record rec;
 	struct slot_seen seen;
 	enum slot_verdict verdict;
-	char since[64], a[LSN_STRLEN], b[LSN_STRLEN], snapshot[128];
-	const char *from;
+	char since[64], a[LSN_STRLEN], b[LSN_STRLEN], snapshot[128], why[400];
+	const char *from, *diverged;
 	lsn_t at;
 	int64_t at_us;
 	int rc;
@@ -240,6 +365,11 @@ static int heal_run(struct heal *h, struct republish *rp)
 		         cf->slot, rec.owner, h->system_id, h->dbname);
 		return EXIT_REDIS_STATE;
 	}
+	/* The relay's own rule, on the record alone (heal runs in a process of its own). */
+	diverged = slot_history_diverged(&rec, rec.commit_lsn, &h->hist, why, sizeof(why));
+	if (diverged)
+		log_info("PostgreSQL %s: the slot's watermarks at or past its position are deleted",
+		         diverged);
 	rc = read_slot(h);
 	if (rc != EXIT_OK)
 		return rc;
@@ -248,7 +378,7 @@ static int heal_run(struct heal *h, struct republish *rp)
 	                          .invalid_why = h->slot.why,
 	                          .confirmed = h->slot.confirmed};
 	verdict = slot_record_judge(&rec, &seen); /* the relay's own refusal rule */
-	if (verdict == SLOT_SAME) {
+	if (verdict == SLOT_SAME && !diverged) {
 		printf("heal: no gap: slot \"%s\" stands at %s, at or behind the record's %s; start the "
 		       "relay as usual\n",
 		       cf->slot, lsn_format(h->slot.confirmed, a), lsn_format(rec.confirmed, b));
@@ -268,7 +398,7 @@ static int heal_run(struct heal *h, struct republish *rp)
 		seen.invalidated = h->slot.invalidated;
 		seen.confirmed = h->slot.confirmed;
 		verdict = slot_record_judge(&rec, &seen);
-		if (verdict == SLOT_SAME) {
+		if (verdict == SLOT_SAME && !diverged) {
 			printf("heal: no gap: slot \"%s\" stands at %s, at or behind the record's %s\n",
 			       cf->slot, lsn_format(h->slot.confirmed, a), lsn_format(rec.confirmed, b));
 			return EXIT_OK;
@@ -288,7 +418,7 @@ static int heal_run(struct heal *h, struct republish *rp)
 		         "event in the streams or earlier");
 		return EXIT_USAGE;
 	}
-	if (verdict != SLOT_PAST) { /* missing or invalidated */
+	if (verdict == SLOT_MISSING || verdict == SLOT_INVALIDATED) {
 		if (h->slot.exists)
 			log_info("slot \"%s\" was invalidated (%s): dropping it and creating it again",
 			         cf->slot, h->slot.why);
@@ -299,22 +429,24 @@ static int heal_run(struct heal *h, struct republish *rp)
 		log_info("created slot \"%s\" at %s; republishing the rows committed before it "
 		         "(since %s) inside its snapshot %s",
 		         cf->slot, lsn_format(at, a), from, snapshot);
-		rc = republish_and_record(h, rp, from, snapshot, at, at_us);
+		rc = republish_and_record(h, rp, from, snapshot, at, at_us, true);
 	} else {
 		at = h->slot.confirmed;
 		at_us = time_now_us(); /* the republish's snapshot is taken after this */
-		log_info("slot \"%s\" stands at %s, past the record's %s: republishing the rows since "
+		log_info("slot \"%s\" stands at %s, %s the record's %s: republishing the rows since "
 		         "%s up to now",
-		         cf->slot, lsn_format(at, a), lsn_format(rec.confirmed, b), from);
-		rc = republish_and_record(h, rp, from, NULL, at, at_us);
+		         cf->slot, lsn_format(at, a), verdict == SLOT_PAST ? "past" : "at or behind",
+		         lsn_format(rec.confirmed, b), from);
+		rc = republish_and_record(h, rp, from, NULL, at, at_us, diverged != NULL);
 		if (rc == EXIT_OK)
-			printf("heal: the slot stood past the record: rows committed after %s were "
+			printf("heal: the slot stood %s the record: rows committed after %s were "
 			       "republished now and the slot streams them again; the relay drops them as "
 			       "duplicates by dedup if it starts within --dedup-window (%llds)\n",
-			       a, (long long)cf->dedup_window_s);
+			       verdict == SLOT_PAST ? "past" : "behind", a, (long long)cf->dedup_window_s);
 	}
 	if (rc != EXIT_OK) {
-		snprintf(h->err, sizeof(h->err), "%s", republish_errmsg(rp));
+		if (!h->err[0])
+			snprintf(h->err, sizeof(h->err), "%s", republish_errmsg(rp));
 		return rc;
 	}
 	printf("heal: slot \"%s\" at %s and its record agree: start the relay as usual (no "

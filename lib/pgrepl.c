@@ -11,6 +11,7 @@
 #include <libpq-fe.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "buf.h"
@@ -24,16 +25,18 @@ struct pgrepl {
 	PGconn *conn;
 	bool streaming;
 	bool created_slot;
-	bool altered_failover;   /* the last start switched FAILOVER on */
-	lsn_t slot_confirmed;    /* the slot's confirmed_flush_lsn when streaming started */
-	char system_id[32];      /* IDENTIFY_SYSTEM's systemid */
-	char dbname[128];        /* and dbname */
-	lsn_t xlogpos;           /* and xlogpos: the server's WAL end then */
-	char *tbl_schema;        /* the outbox table's real schema and name, as */
-	char *tbl_name;          /* PostgreSQL resolved --table (case folded, quotes gone) */
-	struct pg_table cols;    /* its columns, as the last check_table read them */
-	bool warned_generated;   /* the warning that pgoutput leaves them out was logged */
-	struct slot_guard guard; /* pgrepl_set_guard; guard.owner is copied to guard_owner */
+	bool altered_failover;    /* the last start switched FAILOVER on */
+	lsn_t slot_confirmed;     /* the slot's confirmed_flush_lsn when streaming started */
+	char system_id[32];       /* IDENTIFY_SYSTEM's systemid */
+	char dbname[128];         /* and dbname */
+	lsn_t xlogpos;            /* and xlogpos: the server's WAL end then */
+	struct slot_history hist; /* and its timeline and history (slot_record.h) */
+	bool diverged;            /* the last check found the history does not hold the guard's */
+	char *tbl_schema;         /* the outbox table's real schema and name, as */
+	char *tbl_name;           /* PostgreSQL resolved --table (case folded, quotes gone) */
+	struct pg_table cols;     /* its columns, as the last check_table read them */
+	bool warned_generated;    /* the warning that pgoutput leaves them out was logged */
+	struct slot_guard guard;  /* pgrepl_set_guard; guard.owner is copied to guard_owner */
 	char guard_owner[160];
 	char gap[256];     /* the gap the last start accepted ("" none) */
 	char plugin[16];   /* the slot's output plugin: wal2json or pgoutput */
@@ -440,6 +443,68 @@ static const char *slot_gap(const struct pgrepl *p, char *why, size_t whylen)
 	return v == SLOT_SAME ? NULL : slot_record_why(v, &rec, &seen, why, whylen);
 }
 
+bool pgrepl_diverged(const struct pgrepl *p)
+{
+	return p->diverged;
+}
+
+void pgrepl_guard_published(struct pgrepl *p, lsn_t pos)
+{
+	if (pos > p->guard.published)
+		p->guard.published = pos;
+}
+
+uint32_t pgrepl_timeline(const struct pgrepl *p)
+{
+	return p->hist.tli;
+}
+
+bool pgrepl_read_history(PGconn *conn, uint32_t tli, struct slot_history *h, char *err,
+                         size_t errlen)
+{
+	char q[48];
+	PGresult *res;
+	bool ok;
+
+	h->n = 0;
+	h->listed = false;
+	if (tli <= 1) {
+		h->listed = true; /* the first timeline has no history */
+		return true;
+	}
+	snprintf(q, sizeof(q), "TIMELINE_HISTORY %u", (unsigned)tli);
+	res = PQexec(conn, q);
+	if (!res || PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1 ||
+	    PQnfields(res) < 2 || PQgetisnull(res, 0, 1)) {
+		snprintf(err, errlen, "%s: %s", q,
+		         res && PQresultStatus(res) == PGRES_FATAL_ERROR ? PQresultErrorMessage(res)
+		                                                         : "unexpected answer");
+		err[strcspn(err, "\n")] = '\0';
+		PQclear(res);
+		return false;
+	}
+	ok = slot_history_parse(PQgetvalue(res, 0, 1), (size_t)PQgetlength(res, 0, 1), h);
+	if (!ok)
+		snprintf(err, errlen, "%s: a line of timeline %u's history file is not one", q,
+		         (unsigned)tli);
+	PQclear(res);
+	return ok;
+}
+
+/*
+ * Does the server's history (the last start's) hold what Redis has, as far
+ * as the guard tells? NULL when it does, or when there is no record.
+ */
+static const char *history_gap(const struct pgrepl *p, char *why, size_t whylen)
+{
+	struct slot_record rec = {
+	    .confirmed = p->guard.confirmed, .commit_lsn = p->guard.commit_lsn, .tli = p->guard.tli};
+
+	if (!p->guard.active || !p->hist.tli)
+		return NULL;
+	return slot_history_diverged(&rec, p->guard.published, &p->hist, why, whylen);
+}
+
 /* The slot record must be this database's (IDENTIFY_SYSTEM of the last start). */
 static enum pg_status check_owner(struct pgrepl *p)
 {
@@ -459,12 +524,20 @@ static enum pg_status check_owner(struct pgrepl *p)
 
 enum pg_status pgrepl_recheck(struct pgrepl *p)
 {
-	char why[200], a[LSN_STRLEN];
+	char why[400], a[LSN_STRLEN];
 	const char *gap;
 	enum pg_status st = check_owner(p);
 
 	if (st != PG_OK)
 		return st;
+	p->diverged = false;
+	gap = history_gap(p, why, sizeof(why));
+	if (gap) { /* never accepted: the watermarks must come down first (heal) */
+		p->gap[0] = '\0';
+		p->diverged = true;
+		snprintf(p->errmsg, sizeof(p->errmsg), "PostgreSQL %s", gap);
+		return PG_FATAL_GAP;
+	}
 	gap = slot_gap(p, why, sizeof(why));
 	p->gap[0] = '\0';
 	if (!gap)
@@ -835,7 +908,20 @@ enum pg_status pgrepl_start(struct pgrepl *p)
 	if (PQgetisnull(res, 0, 2) ||
 	    !lsn_parse(PQgetvalue(res, 0, 2), strlen(PQgetvalue(res, 0, 2)), &p->xlogpos))
 		p->xlogpos = 0;
+	p->hist = (struct slot_history){.wal_end = p->xlogpos};
+	if (!PQgetisnull(res, 0, 1))
+		p->hist.tli = (uint32_t)strtoul(PQgetvalue(res, 0, 1), NULL, 10);
 	PQclear(res);
+	if (p->hist.tli > 1) {
+		char herr[256];
+
+		/* Without it the record is judged by the WAL end alone (slot_record.h). */
+		if (!pgrepl_read_history(p->conn, p->hist.tli, &p->hist, herr, sizeof(herr)))
+			log_warn("could not read the server's timeline history (%s): a failover to a "
+			         "standby that was behind is seen only while its WAL ends before the slot "
+			         "record",
+			         herr);
+	}
 	st = check_owner(p);
 	if (st != PG_OK)
 		goto fail;

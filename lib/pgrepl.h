@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "config.h"
 #include "lsn.h"
@@ -102,8 +103,30 @@ struct slot_guard {
 	lsn_t confirmed;
 	const char *owner; /* copied */
 	lsn_t accept;      /* --accept-gap, LSN_INVALID when not given */
+	lsn_t commit_lsn;  /* the record's last commit with events */
+	uint32_t tli;      /* the record's timeline (0: unknown) */
+	lsn_t published;   /* the highest position this process saw Redis acknowledge */
 };
 void pgrepl_set_guard(struct pgrepl *p, const struct slot_guard *g);
+/*
+ * Did the last pgrepl_start (or pgrepl_recheck) find that the server's
+ * history no longer holds what the guard says Redis has (slot_record.h,
+ * slot_history_diverged())? That is PG_FATAL_GAP, and --accept-gap does not
+ * accept it: only `outbox-relay heal` closes it.
+ */
+bool pgrepl_diverged(const struct pgrepl *p);
+/* The guard's published position, moved up to pos (before each start). */
+void pgrepl_guard_published(struct pgrepl *p, lsn_t pos);
+/* The server's timeline as IDENTIFY_SYSTEM gave it at the last start (0: unknown). */
+uint32_t pgrepl_timeline(const struct pgrepl *p);
+/*
+ * Read the history of timeline tli over the replication connection conn
+ * (TIMELINE_HISTORY) into h; tli 1 has none. False with one line in err.
+ */
+struct pg_conn;
+struct slot_history;
+bool pgrepl_read_history(struct pg_conn *conn, uint32_t tli, struct slot_history *h, char *err,
+                         size_t errlen);
 /* The gap the last pgrepl_start (or pgrepl_recheck) accepted, one line; "" when none. */
 const char *pgrepl_gap_accepted(const struct pgrepl *p);
 /*

@@ -12,7 +12,7 @@
  * awaited with poll() on the socket (and, for an interruptible wait, on the
  * caller's wake-up descriptor), so a stop signal ends a BLOCK wait at once
  * instead of after up to its BLOCK time. rclient_command() is the one place
- * MOVED and ASK are followed; scan_node() the one SCAN ... TYPE stream.
+ * MOVED and ASK are followed; scan_node() the one SCAN ... TYPE <type>.
  */
 #include "rclient.h"
 
@@ -541,11 +541,12 @@ static bool is_string(const redisReply *r)
 
 /* One full SCAN of node n. */
 static enum rclient_status scan_node(struct rclient *rc, struct rnode *n, const char *pattern,
+                                     const char *type,
                                      bool (*found)(void *arg, const char *key, size_t len),
                                      void *arg, char *err, size_t errlen)
 {
 	char cursor[32] = "0";
-	const char *argv[8] = {"SCAN", cursor, "MATCH", pattern, "TYPE", "stream", "COUNT", SCAN_COUNT};
+	const char *argv[8] = {"SCAN", cursor, "MATCH", pattern, "TYPE", type, "COUNT", SCAN_COUNT};
 
 	do {
 		enum rclient_status st = RCLIENT_OK;
@@ -580,9 +581,9 @@ static enum rclient_status scan_node(struct rclient *rc, struct rnode *n, const 
 	return RCLIENT_OK;
 }
 
-enum rclient_status rclient_scan_streams(struct rclient *rc, const char *pattern,
-                                         bool (*found)(void *arg, const char *key, size_t len),
-                                         void *arg, char *err, size_t errlen)
+enum rclient_status rclient_scan_keys(struct rclient *rc, const char *pattern, const char *type,
+                                      bool (*found)(void *arg, const char *key, size_t len),
+                                      void *arg, char *err, size_t errlen)
 {
 	for (int m = 0; m < rclient_nmasters(rc); m++) {
 		enum rclient_status st;
@@ -590,11 +591,47 @@ enum rclient_status rclient_scan_streams(struct rclient *rc, const char *pattern
 
 		if (!rclient_connect_master(rc, m, &permanent, err, errlen))
 			return permanent ? RCLIENT_PERMANENT : RCLIENT_RETRY;
-		st = scan_node(rc, rc->cur, pattern, found, arg, err, errlen);
+		st = scan_node(rc, rc->cur, pattern, type, found, arg, err, errlen);
 		if (st != RCLIENT_OK)
 			return st;
 	}
 	return RCLIENT_OK;
+}
+
+enum rclient_status rclient_scan_streams(struct rclient *rc, const char *pattern,
+                                         bool (*found)(void *arg, const char *key, size_t len),
+                                         void *arg, char *err, size_t errlen)
+{
+	return rclient_scan_keys(rc, pattern, "stream", found, arg, err, errlen);
+}
+
+bool rclient_keys_add(void *arg, const char *key, size_t len)
+{
+	struct rclient_keys *l = arg;
+	char *k;
+
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 16;
+		char **grown = realloc(l->keys, cap * sizeof(*grown));
+
+		if (!grown)
+			return false;
+		l->keys = grown;
+		l->cap = cap;
+	}
+	k = strndup(key, len);
+	if (!k)
+		return false;
+	l->keys[l->n++] = k;
+	return true;
+}
+
+void rclient_keys_free(struct rclient_keys *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		free(l->keys[i]);
+	free(l->keys);
+	*l = (struct rclient_keys){0};
 }
 
 const redisReply *rclient_map_get(const redisReply *map, const char *name)

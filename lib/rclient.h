@@ -6,7 +6,7 @@
  * slot map read with cluster_slots.h, one connection per node, a key's
  * command sent to the master of its hash slot, MOVED and ASK followed here
  * and nowhere else); the wait for a reply bounded by a timeout and, when
- * asked, cut short by a stop signal; and the one SCAN ... TYPE stream over
+ * asked, cut short by a stop signal; and the one SCAN ... TYPE <type> over
  * every master.
  *
  * The relay's sink has its own pipelined client (sink_redis.c); this one is
@@ -150,5 +150,20 @@ const struct redisReply *rclient_map_get(const struct redisReply *map, const cha
 enum rclient_status rclient_scan_streams(struct rclient *rc, const char *pattern,
                                          bool (*found)(void *arg, const char *key, size_t len),
                                          void *arg, char *err, size_t errlen);
+/*
+ * The keys a scan found, as found() of the two calls above with
+ * rclient_keys_add() (false: out of memory) and the list as arg; a key may be
+ * there twice. rclient_keys_free() frees them and empties the list.
+ */
+struct rclient_keys {
+	char **keys;
+	size_t n, cap;
+};
+bool rclient_keys_add(void *arg, const char *key, size_t len);
+void rclient_keys_free(struct rclient_keys *l);
+/* The same, for keys of another type ("string": SCAN ... TYPE string). */
+enum rclient_status rclient_scan_keys(struct rclient *rc, const char *pattern, const char *type,
+                                      bool (*found)(void *arg, const char *key, size_t len),
+                                      void *arg, char *err, size_t errlen);
 
 #endif

@@ -93,6 +93,11 @@ int64_t backoff_next(struct backoff *b, int cap_ms)
 	return delay;
 }
 
+lsn_t relay_published(const struct relay *r)
+{
+	return r->cfm.sent_commit > r->cfm.commit_lsn ? r->cfm.sent_commit : r->cfm.commit_lsn;
+}
+
 /*
  * The record Redis acknowledged is this relay's own: from now on every start
  * (a reconnect after a failover included) checks the slot against it.
@@ -100,8 +105,13 @@ int64_t backoff_next(struct backoff *b, int cap_ms)
 void relay_refresh_guard(struct relay *r)
 {
 	char owner[200];
-	struct slot_guard g = {
-	    .active = true, .confirmed = r->cfm.rec_acked, .owner = owner, .accept = r->cf->accept_gap};
+	struct slot_guard g = {.active = true,
+	                       .confirmed = r->cfm.rec_acked,
+	                       .owner = owner,
+	                       .accept = r->cf->accept_gap,
+	                       .commit_lsn = r->cfm.commit_lsn,
+	                       .tli = pgrepl_timeline(r->pg),
+	                       .published = relay_published(r)};
 
 	snprintf(owner, sizeof(owner), "%s/%s", pgrepl_system_id(r->pg), pgrepl_dbname(r->pg));
 	pgrepl_set_guard(r->pg, &g);

@@ -92,6 +92,16 @@ static int gap_refuse(struct relay *r)
 {
 	char conf[LSN_STRLEN], commit[LSN_STRLEN], when[64], since[64];
 
+	if (pgrepl_diverged(r->pg)) {
+		log_error("%s; its new commits may take positions the streams' watermarks already "
+		          "passed, and would be dropped as replays. Heal it with: outbox-relay heal "
+		          "(with this relay's options; it deletes this slot's watermarks at or past the "
+		          "slot's position, republishes the rows committed since the slot record's last "
+		          "commit and moves the record; README, \"PostgreSQL high availability\"), then "
+		          "start the relay as usual (--accept-gap does not apply)",
+		          pgrepl_errmsg(r->pg));
+		return EXIT_SLOT_GAP;
+	}
 	log_error("%s; the slot record in Redis (%s:slot:%s) says this relay confirmed up to %s "
 	          "and published events up to the commit at %s (committed %s): events committed "
 	          "after that may be missing from the streams. Heal it with: outbox-relay heal "
@@ -130,8 +140,11 @@ static void set_guard(struct relay *r)
 	if (rec) {
 		g.confirmed = rec->confirmed;
 		g.owner = rec->owner;
+		g.commit_lsn = rec->commit_lsn;
+		g.tli = rec->tli;
 		confirm_record_read(&r->cfm, rec->confirmed, rec->commit_lsn, rec->commit_us);
 	}
+	g.published = relay_published(r);
 	pgrepl_set_guard(r->pg, &g);
 	r->guard_set = true;
 }
@@ -155,9 +168,13 @@ static bool accept_gap(struct relay *r)
 /* Returns an exit code for a permanent failure, or -1 to go on. */
 int relay_try_pg(struct relay *r)
 {
-	enum pg_status st = pgrepl_start(r->pg);
+	enum pg_status st;
 	char lsnbuf[LSN_STRLEN], endbuf[LSN_STRLEN];
 	lsn_t from, end;
+
+	/* A failover to a server without what Redis took is judged against all of it. */
+	pgrepl_guard_published(r->pg, relay_published(r));
+	st = pgrepl_start(r->pg);
 
 	switch (st) {
 	case PG_OK:
@@ -165,6 +182,7 @@ int relay_try_pg(struct relay *r)
 			log_error("database name \"%s\" is too long", pgrepl_dbname(r->pg));
 			return EXIT_PG_SETUP;
 		}
+		sink_redis_set_timeline(r->sink, pgrepl_timeline(r->pg));
 		from = pgrepl_slot_confirmed(r->pg);
 		end = pgrepl_start_wal_end(r->pg);
 		sink_redis_backlog_start(r->sink, from, end);

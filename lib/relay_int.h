@@ -131,6 +131,12 @@ void relay_count(_Atomic uint64_t *c);
 void relay_gauge(_Atomic uint64_t *g, uint64_t v);
 /* The record Redis acknowledged is this relay's own: every start checks the slot against it. */
 void relay_refresh_guard(struct relay *r);
+/*
+ * The highest commit whose events this process handed to Redis, acknowledged
+ * or not (a call in flight at a failover may still land), or the record's:
+ * the position the server's history must hold (slot_history_diverged()).
+ */
+lsn_t relay_published(const struct relay *r);
 /* Take what Redis acknowledged: marks it covers, a slot record write (confirm.h). */
 void relay_advance_confirm(struct relay *r);
 /* Queue a slot record write when one is due (now: without the rate limit); false when out of

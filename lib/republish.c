@@ -774,7 +774,7 @@ int republish_rows(struct republish *rp, const char *since, const char *snapshot
 
 /* See republish.h. */
 int republish_write_record(struct republish *rp, const char *system_id, const char *dbname,
-                           lsn_t confirmed, lsn_t commit_lsn, int64_t commit_us)
+                           uint32_t tli, lsn_t confirmed, lsn_t commit_lsn, int64_t commit_us)
 {
 	int rc = republish_connect(rp);
 
@@ -784,6 +784,7 @@ int republish_write_record(struct republish *rp, const char *system_id, const ch
 		snprintf(rp->err, sizeof(rp->err), "database name \"%s\" is too long", dbname);
 		return EXIT_PG_SETUP;
 	}
+	sink_redis_set_timeline(rp->sink, tli);
 	if (!sink_redis_queue_record(rp->sink, confirmed, commit_lsn, commit_us)) {
 		snprintf(rp->err, sizeof(rp->err), "out of memory");
 		return EXIT_FAILURE_RUNTIME;

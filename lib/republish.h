@@ -60,7 +60,7 @@ int republish_rows(struct republish *rp, const char *since, const char *snapshot
  * Returns 0 or an exit code (republish_errmsg()).
  */
 int republish_write_record(struct republish *rp, const char *system_id, const char *dbname,
-                           lsn_t confirmed, lsn_t commit_lsn, int64_t commit_us);
+                           uint32_t tli, lsn_t confirmed, lsn_t commit_lsn, int64_t commit_us);
 /* "rows=N skipped_null_time=N published=N duplicates=N dead_lettered=N unacknowledged=N". */
 void republish_print_counts(const struct republish *rp, FILE *out);
 

@@ -77,6 +77,7 @@ struct strset {
 
 struct sink_redis {
 	const struct relay_config *cf;
+	uint32_t tli; /* sink_redis_set_timeline(): the slot record's timeline */
 	struct metrics *m;
 	bool use_functions;
 	char sha[41];    /* EVALSHA digest when functions are unavailable */

@@ -40,7 +40,8 @@ bool sink_redis_queue_record_read(struct sink_redis *s)
 bool sink_redis_queue_record(struct sink_redis *s, lsn_t confirmed, lsn_t commit_lsn,
                              int64_t commit_us)
 {
-	struct slot_record rec = {confirmed, commit_lsn, commit_us, ""};
+	struct slot_record rec = {
+	    .confirmed = confirmed, .commit_lsn = commit_lsn, .commit_us = commit_us, .tli = s->tli};
 	char val[SLOT_RECORD_MAX];
 	size_t n;
 

@@ -167,6 +167,11 @@ bool sink_redis_set_owner(struct sink_redis *s, const char *system_id, const cha
 	return n > 0 && (size_t)n < sizeof(s->q.owner);
 }
 
+void sink_redis_set_timeline(struct sink_redis *s, uint32_t tli)
+{
+	s->tli = tli;
+}
+
 void sink_redis_backlog_start(struct sink_redis *s, lsn_t from, lsn_t end)
 {
 	sq_backlog_start(&s->q, from, end);

@@ -237,6 +237,8 @@ size_t sink_redis_event_size(const struct event *ev);
  * (SINK_ERR_FOREIGN). Returns false when the text does not fit.
  */
 bool sink_redis_set_owner(struct sink_redis *s, const char *system_id, const char *dbname);
+/* The server's timeline, which the slot records written from now on carry (0: unknown). */
+void sink_redis_set_timeline(struct sink_redis *s, uint32_t tli);
 
 /*
  * The slot record (slot_record.h: key, value, the refusal rule) as the first successful connect

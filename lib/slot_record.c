@@ -5,6 +5,7 @@
 #include "slot_record.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 void slot_record_key(struct buf *b, const char *key_prefix, const char *slot)
@@ -17,8 +18,13 @@ void slot_record_key(struct buf *b, const char *key_prefix, const char *slot)
 
 size_t slot_record_format(const struct slot_record *rec, char *out, size_t len)
 {
-	int n = snprintf(out, len, "%016llX %016llX %lld %s", (unsigned long long)rec->confirmed,
-	                 (unsigned long long)rec->commit_lsn, (long long)rec->commit_us, rec->owner);
+	char tli[24] = "";
+	int n;
+
+	if (rec->tli)
+		(void)snprintf(tli, sizeof(tli), "tli=%u ", (unsigned)rec->tli);
+	n = snprintf(out, len, "%016llX %016llX %lld %s%s", (unsigned long long)rec->confirmed,
+	             (unsigned long long)rec->commit_lsn, (long long)rec->commit_us, tli, rec->owner);
 
 	return n > 0 && (size_t)n < len ? (size_t)n : 0;
 }
@@ -38,6 +44,18 @@ bool slot_record_parse(const char *v, size_t len, struct slot_record *rec)
 	if (sscanf(text, "%16llx %16llx %lld %n", &conf, &commit, &us, &used) != 3 || used == 0 ||
 	    (size_t)used >= len || strlen(text + used) >= sizeof(rec->owner))
 		return false;
+	if (strncmp(text + used, "tli=", 4) == 0) {
+		unsigned long tli;
+		int more = 0;
+
+		if (sscanf(text + used, "tli=%lu %n", &tli, &more) != 1 || more == 0 || tli == 0 ||
+		    tli > UINT32_MAX || (size_t)(used + more) >= len)
+			return false;
+		rec->tli = (uint32_t)tli;
+		used += more;
+		if (strlen(text + used) >= sizeof(rec->owner))
+			return false;
+	}
 	rec->confirmed = (lsn_t)conf;
 	rec->commit_lsn = (lsn_t)commit;
 	rec->commit_us = us;
@@ -103,4 +121,94 @@ const char *slot_record_heal_since(const struct slot_record *rec, char *buf, siz
 bool slot_record_accepts(const struct slot_record *rec, lsn_t accept)
 {
 	return accept != LSN_INVALID && accept == rec->confirmed;
+}
+
+bool slot_history_parse(const char *text, size_t len, struct slot_history *h)
+{
+	const char *p = text, *end = text + len;
+
+	h->n = 0;
+	h->listed = true;
+	while (p < end) {
+		const char *eol = memchr(p, '\n', (size_t)(end - p));
+		size_t n = (size_t)((eol ? eol : end) - p);
+		char line[128], *e;
+		unsigned long tli;
+		lsn_t at;
+		size_t sp;
+
+		if (n == 0 || p[0] == '#') {
+			p += n + 1;
+			continue;
+		}
+		if (n >= sizeof(line))
+			n = sizeof(line) - 1; /* the reason may be long; the first two fields are not */
+		memcpy(line, p, n);
+		line[n] = '\0';
+		p = eol ? eol + 1 : end;
+		tli = strtoul(line, &e, 10);
+		if (e == line || (*e != '\t' && *e != ' ') || tli == 0 || tli > UINT32_MAX)
+			return false;
+		e += strspn(e, "\t ");
+		sp = strcspn(e, "\t ");
+		if (!lsn_parse(e, sp, &at))
+			return false;
+		if (h->n == SLOT_HISTORY_MAX) { /* keep the newest */
+			memmove(&h->past[0], &h->past[1], sizeof(h->past[0]) * (SLOT_HISTORY_MAX - 1));
+			h->n--;
+		}
+		h->past[h->n].tli = (uint32_t)tli;
+		h->past[h->n].end = at;
+		h->n++;
+	}
+	return true;
+}
+
+const char *slot_history_diverged(const struct slot_record *rec, lsn_t pos,
+                                  const struct slot_history *h, char *why, size_t len)
+{
+	char a[LSN_STRLEN], b[LSN_STRLEN];
+
+	if (len)
+		why[0] = '\0';
+	if (rec->commit_lsn > pos)
+		pos = rec->commit_lsn;
+	if (h->wal_end && h->wal_end < pos) {
+		snprintf(why, len,
+		         "has WAL up to %s only, and this relay already put in Redis what was committed "
+		         "up to %s (timeline %u, now %u): this server does not have those "
+		         "transactions (a standby that was behind, promoted, or a copy restored)",
+		         lsn_format(h->wal_end, a), lsn_format(pos, b), (unsigned)rec->tli,
+		         (unsigned)h->tli);
+		return why;
+	}
+	if (!rec->tli || !h->tli || rec->tli == h->tli)
+		return NULL;
+	if (h->tli < rec->tli) {
+		snprintf(why, len,
+		         "is on timeline %u, older than timeline %u on which this relay put what was "
+		         "committed up to %s in Redis (an old primary back in service?)",
+		         (unsigned)h->tli, (unsigned)rec->tli, lsn_format(pos, b));
+		return why;
+	}
+	if (!h->listed)
+		return NULL; /* the history could not be read: judged by the WAL end alone */
+	for (size_t i = 0; i < h->n; i++) {
+		if (h->past[i].tli != rec->tli)
+			continue;
+		if (pos <= h->past[i].end)
+			return NULL;
+		snprintf(why, len,
+		         "left timeline %u at %s for timeline %u, but this relay put in Redis what "
+		         "was committed on timeline %u up to %s: this server does not have the "
+		         "transactions after %s (a standby that was behind, promoted)",
+		         (unsigned)rec->tli, lsn_format(h->past[i].end, a), (unsigned)h->tli,
+		         (unsigned)rec->tli, lsn_format(pos, b), a);
+		return why;
+	}
+	snprintf(why, len,
+	         "is on timeline %u, whose history does not hold timeline %u, on which this relay put "
+	         "what was committed up to %s in Redis",
+	         (unsigned)h->tli, (unsigned)rec->tli, lsn_format(pos, b));
+	return why;
 }

@@ -4,13 +4,13 @@
  * the sink reads and writes the key, pgrepl and status ask the rule.
  *
  * Key "<key-prefix>:slot:<slot>" (no hash tag: a key of its own), value
- * "<confirmed> <commit LSN> <commit unix us> <owner>", LSNs as 16 upper-case
- * hex digits, owner "<system id>/<database>". The relay writes it, and has it
- * acknowledged, before it confirms a position to PostgreSQL, so the slot it
- * streams never stands past the record. A slot that is missing, invalidated
- * or past the record is not the one this relay streamed: events committed
- * after the record's commit may never have reached Redis, and the relay
- * refuses to stream over that gap unless the user accepted exactly it.
+ * "<confirmed> <commit LSN> <commit unix us> tli=<timeline> <owner>", LSNs as
+ * 16 upper-case hex digits, owner "<system id>/<database>"; records written
+ * before the timeline was kept have no "tli=" part (timeline 0: unknown). The relay writes it, and
+ * has it acknowledged, before it confirms a position to PostgreSQL, so the slot it streams never
+ * stands past the record. A slot that is missing, invalidated or past the record is not the one
+ * this relay streamed: events committed after the record's commit may never have reached Redis, and
+ * the relay refuses to stream over that gap unless the user accepted exactly it.
  */
 #ifndef RELAY_SLOT_RECORD_H
 #define RELAY_SLOT_RECORD_H
@@ -29,6 +29,7 @@ struct slot_record {
 	lsn_t commit_lsn;  /* the last commit with events Redis acknowledged (0: none) */
 	int64_t commit_us; /* its commit time, Unix microseconds (0: unknown) */
 	char owner[160];   /* "<system id>/<database>" */
+	uint32_t tli;      /* the server's timeline when it was written (0: unknown) */
 };
 
 /* b = "<key_prefix>:slot:<slot>" (b->failed on OOM). */
@@ -82,6 +83,47 @@ const char *slot_record_why(enum slot_verdict v, const struct slot_record *rec,
 
 /* HEAL_MARGIN_S before rec's commit time as ISO text into buf; NULL when unknown. */
 const char *slot_record_heal_since(const struct slot_record *rec, char *buf, size_t len);
+
+/*
+ * The server's history, as a replication connection tells it: where its WAL
+ * ends (IDENTIFY_SYSTEM's xlogpos), its timeline, and where each earlier
+ * timeline of its history ended (TIMELINE_HISTORY: "<tli>\t<switch point>\t
+ * <reason>" lines), when asked.
+ */
+#define SLOT_HISTORY_MAX 64
+struct slot_history {
+	lsn_t wal_end; /* 0: unknown */
+	uint32_t tli;  /* 0: unknown */
+	bool listed;   /* the history was read (a server on timeline 1 has none to read) */
+	size_t n;
+	struct {
+		uint32_t tli;
+		lsn_t end; /* the switch point: WAL of tli up to here is on this history */
+	} past[SLOT_HISTORY_MAX];
+};
+
+/*
+ * Parse a timeline history file's text into h's past[] (the newest
+ * SLOT_HISTORY_MAX timelines); sets h->listed. False when a line is not one.
+ */
+bool slot_history_parse(const char *text, size_t len, struct slot_history *h);
+
+/*
+ * Does the server's history still hold what the relay put in Redis? pos is
+ * the highest commit whose events this process handed to Redis; the
+ * record's commit_lsn counts too. (Its confirmed position does not: the
+ * watermarks stand at commits, so a confirmation past the server's WAL
+ * end drops nothing.) It does not when the server's WAL ends before that
+ * commit (a standby that was behind, promoted; a copy restored), or when the
+ * record's timeline is not on the server's history or ended there before
+ * it. Then new commits
+ * on this server may get positions the streams' watermarks already passed,
+ * and be dropped as replays. NULL when it holds (or cannot be told: a record
+ * without a timeline is judged by the WAL end alone); otherwise why, as the
+ * end of a sentence that starts "PostgreSQL ", into why[0..len).
+ */
+const char *slot_history_diverged(const struct slot_record *rec, lsn_t pos,
+                                  const struct slot_history *h, char *why, size_t len);
 
 /*
  * --accept-gap accept (LSN_INVALID when not given) accepts a gap only when

@@ -318,50 +318,16 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-struct keylist {
-	char **keys;
-	size_t n, cap;
-};
-
-static void keylist_finish(struct keylist *l)
-{
-	for (size_t i = 0; i < l->n; i++)
-		free(l->keys[i]);
-	free(l->keys);
-}
-
-/* rclient_scan_streams()'s callback: keep a copy of the key (false: out of memory). */
-static bool keylist_add(void *arg, const char *key, size_t len)
-{
-	struct keylist *l = arg;
-	char *k;
-
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? 2 * l->cap : 16;
-		char **grown = realloc(l->keys, cap * sizeof(*grown));
-
-		if (!grown)
-			return false;
-		l->keys = grown;
-		l->cap = cap;
-	}
-	k = strndup(key, len);
-	if (!k)
-		return false;
-	l->keys[l->n++] = k;
-	return true;
-}
-
 /*
  * Collect the stream keys matching pattern on every master (one server: on
  * it), sorted. False with err on failure.
  */
-static bool scan_all(struct rclient *c, const char *pattern, struct keylist *l, char *err,
+static bool scan_all(struct rclient *c, const char *pattern, struct rclient_keys *l, char *err,
                      size_t errlen)
 {
 	char why[900];
 
-	switch (rclient_scan_streams(c, pattern, keylist_add, l, why, sizeof(why))) {
+	switch (rclient_scan_streams(c, pattern, rclient_keys_add, l, why, sizeof(why))) {
 	case RCLIENT_OK:
 		break;
 	case RCLIENT_REFUSED:
@@ -641,6 +607,12 @@ static int record_section(struct rclient *c, const struct relay_config *cf,
 	} else {
 		kv(out, "last_commit", NULL);
 	}
+	if (rec.tli) {
+		char tli[16];
+
+		(void)snprintf(tli, sizeof(tli), "%u", (unsigned)rec.tli);
+		kv(out, "timeline", tli);
+	}
 	kv(out, "owner", rec.owner);
 	if (!view->queried) {
 		fprintf(out, "  gap check: not made (the slot could not be read)\n");
@@ -675,7 +647,7 @@ static int redis_section(const struct relay_config *cf, const char *pattern,
 {
 	struct table streams = {.ncols = 6, .head = stream_head, .right = 0x1a};
 	struct table groups = {.ncols = 7, .head = group_head, .right = 0x5c};
-	struct keylist keys = {0};
+	struct rclient_keys keys = {0};
 	char desc[300], err[1024];
 	struct rclient *c;
 	bool permanent;
@@ -726,7 +698,7 @@ static int redis_section(const struct relay_config *cf, const char *pattern,
 out:
 	table_finish(&streams);
 	table_finish(&groups);
-	keylist_finish(&keys);
+	rclient_keys_free(&keys);
 	rclient_destroy(c);
 	return rc != EXIT_OK ? rc : rec_rc;
 }

@@ -43,7 +43,7 @@ emit 13 a
 relay_drain
 assert_eq 13 "$(xlen outbox:order)" "(a) 13 events published"
 rec=$(redis_cli GET "$REC")
-assert_match "$rec" '^[0-9A-F]{16} [0-9A-F]{16} [0-9]+ [0-9]+/postgres$' "(a) the slot record holds confirmed, commit, time and owner"
+assert_match "$rec" '^[0-9A-F]{16} [0-9A-F]{16} [0-9]+ tli=1 [0-9]+/postgres$' "(a) the slot record holds confirmed, commit, time, timeline and owner"
 last_commit=$(rx fields outbox:order _lsn | tail -n 1)
 psql_q "SELECT pg_drop_replication_slot('outbox_relay')" >/dev/null
 emit 5 gap

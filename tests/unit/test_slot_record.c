@@ -2,7 +2,9 @@
  * test_slot_record.c - unit tests for lib/slot_record.c: the slot record's
  * key, its value written and read back, what is not a record, the owner,
  * and the refusal rule (which slot is the one the relay streamed, and which
- * --accept-gap accepts a gap).
+ * --accept-gap accepts a gap); the timeline it keeps, a server's timeline
+ * history read, and the rule for a server whose history does not hold what
+ * Redis has.
  */
 #include "slot_record.h"
 
@@ -24,7 +26,7 @@ TEST(key)
 TEST(round_trip)
 {
 	struct slot_record in = {UINT64_C(0x16B3748), UINT64_C(0x16B3700), 1790000000123456,
-	                         "7301234567890123456/shop"},
+	                         "7301234567890123456/shop", 0},
 	                   out;
 	char v[SLOT_RECORD_MAX];
 	size_t n = slot_record_format(&in, v, sizeof(v));
@@ -43,6 +45,102 @@ TEST(round_trip)
 	CHECK(slot_record_parse(v, n - 3, &out) && strcmp(out.owner, "1/my") == 0);
 	/* Too small a buffer: 0, never a cut value. */
 	CHECK(slot_record_format(&in, v, 20) == 0);
+}
+
+static bool parse_str(const char *v, struct slot_record *rec)
+{
+	return slot_record_parse(v, strlen(v), rec);
+}
+
+/* The timeline goes between the commit time and the owner; records without it read as 0. */
+TEST(timeline)
+{
+	struct slot_record in = {.confirmed = 0x20, .commit_lsn = 0x10, .commit_us = 5, .tli = 3}, out;
+	char v[SLOT_RECORD_MAX];
+	size_t n;
+
+	snprintf(in.owner, sizeof(in.owner), "%s", "7301/shop db");
+	n = slot_record_format(&in, v, sizeof(v));
+	CHECK(strcmp(v, "0000000000000020 0000000000000010 5 tli=3 7301/shop db") == 0);
+	CHECK(slot_record_parse(v, n, &out) && out.tli == 3 && strcmp(out.owner, "7301/shop db") == 0);
+	CHECK(out.confirmed == 0x20 && out.commit_lsn == 0x10 && out.commit_us == 5);
+	in.tli = 4294967295u;
+	n = slot_record_format(&in, v, sizeof(v));
+	CHECK(slot_record_parse(v, n, &out) && out.tli == 4294967295u);
+	/* Written before the timeline was kept: tli 0, the owner as it was. */
+	CHECK(parse_str("0000000000000020 0000000000000010 5 7301/shop", &out));
+	CHECK(out.tli == 0 && strcmp(out.owner, "7301/shop") == 0);
+	/* A "tli=" that is not one, or a timeline without an owner after it. */
+	CHECK(!parse_str("0000000000000020 0000000000000010 5 tli=0 7301/shop", &out));
+	CHECK(!parse_str("0000000000000020 0000000000000010 5 tli=x 7301/shop", &out));
+	CHECK(!parse_str("0000000000000020 0000000000000010 5 tli=4294967296 7/s", &out));
+	CHECK(!parse_str("0000000000000020 0000000000000010 5 tli=3 ", &out));
+}
+
+/* TIMELINE_HISTORY's file: "<tli>\t<switch point>\t<reason>" lines, comments and blanks. */
+TEST(history_parse)
+{
+	static const char text[] = "1\t0/3000158\tno recovery target specified\n"
+	                           "\n"
+	                           "# a comment\n"
+	                           "2\t0/5000000\tat restore point \"x\"\n"
+	                           "3\t1/A0\tno recovery target specified";
+	struct slot_history h = {0};
+
+	CHECK(slot_history_parse(text, sizeof(text) - 1, &h));
+	CHECK(h.listed && h.n == 3);
+	CHECK(h.past[0].tli == 1 && h.past[0].end == UINT64_C(0x3000158));
+	CHECK(h.past[1].tli == 2 && h.past[1].end == UINT64_C(0x5000000));
+	CHECK(h.past[2].tli == 3 && h.past[2].end == UINT64_C(0x1000000A0));
+	CHECK(!slot_history_parse("x\t0/1\n", 6, &h));
+	CHECK(!slot_history_parse("2\tnot-an-lsn\n", 14, &h));
+	CHECK(!slot_history_parse("0\t0/1\n", 6, &h));
+	CHECK(slot_history_parse("", 0, &h) && h.listed && h.n == 0);
+}
+
+/*
+ * Diverged when the server's WAL ends before the last commit Redis holds, or
+ * the record's timeline ended on this server's history before it, or is not
+ * on it, or is newer than the server's.
+ */
+TEST(history_diverged)
+{
+	struct slot_record rec = {.confirmed = 0x9000, .commit_lsn = 0x5000, .tli = 1};
+	struct slot_history h = {.wal_end = 0x6000, .tli = 1, .listed = true};
+	char why[400];
+
+	/* Same timeline, WAL past the commit: holds, whatever the confirmed position. */
+	CHECK(slot_history_diverged(&rec, 0, &h, why, sizeof(why)) == NULL && why[0] == '\0');
+	/* A commit this process handed to Redis past the WAL end (a copy from before it). */
+	CHECK(slot_history_diverged(&rec, 0x7000, &h, why, sizeof(why)) == why);
+	CHECK(strstr(why, "has WAL up to 0/6000 only") && strstr(why, "up to 0/7000"));
+	h.wal_end = 0x4000; /* the record's own commit past the WAL end */
+	CHECK(slot_history_diverged(&rec, 0, &h, why, sizeof(why)) == why);
+	/* Promoted: timeline 1 ended at 0/5000 on this server's history, the commit at it: holds. */
+	h = (struct slot_history){.wal_end = 0x8000, .tli = 2, .listed = true, .n = 1};
+	h.past[0].tli = 1;
+	h.past[0].end = 0x5000;
+	CHECK(slot_history_diverged(&rec, 0, &h, why, sizeof(why)) == NULL);
+	/* Timeline 1 ended before a commit Redis has: the standby was behind. */
+	CHECK(slot_history_diverged(&rec, 0x5001, &h, why, sizeof(why)) == why);
+	CHECK(strstr(why, "left timeline 1 at 0/5000 for timeline 2") != NULL);
+	/* The record's timeline is not on this server's history. */
+	rec.tli = 7;
+	h.tli = 9;
+	CHECK(slot_history_diverged(&rec, 0, &h, why, sizeof(why)) == why);
+	CHECK(strstr(why, "does not hold timeline 7") != NULL);
+	/* A server on an older timeline than the record's: an old primary back. */
+	h.tli = 5;
+	CHECK(slot_history_diverged(&rec, 0, &h, why, sizeof(why)) == why);
+	CHECK(strstr(why, "older than timeline 7") != NULL);
+	/* No history read: judged by the WAL end alone. */
+	h = (struct slot_history){.wal_end = 0x8000, .tli = 9};
+	CHECK(slot_history_diverged(&rec, 0, &h, why, sizeof(why)) == NULL);
+	/* A record from before timelines were kept: the WAL end alone. */
+	rec.tli = 0;
+	h.listed = true;
+	CHECK(slot_history_diverged(&rec, 0, &h, why, sizeof(why)) == NULL);
+	CHECK(slot_history_diverged(&rec, 0x8001, &h, why, sizeof(why)) == why);
 }
 
 TEST(not_a_record)
@@ -138,6 +236,9 @@ int main(void)
 {
 	RUN(key);
 	RUN(round_trip);
+	RUN(timeline);
+	RUN(history_parse);
+	RUN(history_diverged);
 	RUN(not_a_record);
 	RUN(owner);
 	RUN(judge);
