@@ -63,6 +63,7 @@ fi
 
 DSN="host=$T,$T port=$PGPORT,5434 user=postgres dbname=postgres target_session_attrs=read-write"
 relay_start --pg-dsn "$DSN" --retry-max 1s --status-interval 1s
+wait_for "slot_active outbox_relay" 30 || fail "the relay did not start streaming"
 emit_on "$PGPORT" 20 1
 wait_entries 20 30 outbox:order || fail "the relay did not publish the first 20 rows"
 if [ "$MODE" != copy ]; then
