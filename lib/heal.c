@@ -52,9 +52,9 @@
 
 struct heal {
 	const struct relay_config *cf;
-	PGconn *repl;       /* replication=database: IDENTIFY_SYSTEM, the slot */
-	char system_id[32]; /* IDENTIFY_SYSTEM's */
-	char dbname[128];
+	PGconn *repl;                         /* replication=database: IDENTIFY_SYSTEM, the slot */
+	char system_id[PGREPL_SYSTEM_ID_LEN]; /* IDENTIFY_SYSTEM's */
+	char dbname[PGREPL_DBNAME_LEN];
 	struct slot_history hist; /* its timeline and WAL end, and TIMELINE_HISTORY */
 	struct {
 		bool exists, invalidated, active;
@@ -94,19 +94,11 @@ static int repl_connect(struct heal *h)
 	res = run(h, "IDENTIFY_SYSTEM", "IDENTIFY_SYSTEM", PGRES_TUPLES_OK);
 	if (!res)
 		return EXIT_PG_SETUP;
-	if (PQntuples(res) != 1 || PQnfields(res) < 4 || PQgetisnull(res, 0, 3)) {
+	if (!pgrepl_identity(res, h->system_id, h->dbname, &h->hist)) {
 		PQclear(res);
 		snprintf(h->err, sizeof(h->err), "IDENTIFY_SYSTEM: no database in its answer");
 		return EXIT_PG_SETUP;
 	}
-	snprintf(h->system_id, sizeof(h->system_id), "%s", PQgetvalue(res, 0, 0));
-	snprintf(h->dbname, sizeof(h->dbname), "%s", PQgetvalue(res, 0, 3));
-	h->hist = (struct slot_history){0};
-	if (!PQgetisnull(res, 0, 1))
-		h->hist.tli = (uint32_t)strtoul(PQgetvalue(res, 0, 1), NULL, 10);
-	if (PQgetisnull(res, 0, 2) ||
-	    !lsn_parse(PQgetvalue(res, 0, 2), strlen(PQgetvalue(res, 0, 2)), &h->hist.wal_end))
-		h->hist.wal_end = 0;
 	PQclear(res);
 	if (!pgrepl_read_history(h->repl, h->hist.tli, &h->hist, h->err, sizeof(h->err)))
 		return EXIT_PG_SETUP;

@@ -25,18 +25,18 @@ struct pgrepl {
 	PGconn *conn;
 	bool streaming;
 	bool created_slot;
-	bool altered_failover;    /* the last start switched FAILOVER on */
-	lsn_t slot_confirmed;     /* the slot's confirmed_flush_lsn when streaming started */
-	char system_id[32];       /* IDENTIFY_SYSTEM's systemid */
-	char dbname[128];         /* and dbname */
-	lsn_t xlogpos;            /* and xlogpos: the server's WAL end then */
-	struct slot_history hist; /* and its timeline and history (slot_record.h) */
-	bool diverged;            /* the last check found the history does not hold the guard's */
-	char *tbl_schema;         /* the outbox table's real schema and name, as */
-	char *tbl_name;           /* PostgreSQL resolved --table (case folded, quotes gone) */
-	struct pg_table cols;     /* its columns, as the last check_table read them */
-	bool warned_generated;    /* the warning that pgoutput leaves them out was logged */
-	struct slot_guard guard;  /* pgrepl_set_guard; guard.owner is copied to guard_owner */
+	bool altered_failover; /* the last start switched FAILOVER on */
+	lsn_t slot_confirmed;  /* the slot's confirmed_flush_lsn when streaming started */
+	char system_id[PGREPL_SYSTEM_ID_LEN]; /* IDENTIFY_SYSTEM's systemid */
+	char dbname[PGREPL_DBNAME_LEN];       /* and dbname */
+	lsn_t xlogpos;                        /* and xlogpos: the server's WAL end then */
+	struct slot_history hist;             /* and its timeline and history (slot_record.h) */
+	bool diverged;           /* the last check found the history does not hold the guard's */
+	char *tbl_schema;        /* the outbox table's real schema and name, as */
+	char *tbl_name;          /* PostgreSQL resolved --table (case folded, quotes gone) */
+	struct pg_table cols;    /* its columns, as the last check_table read them */
+	bool warned_generated;   /* the warning that pgoutput leaves them out was logged */
+	struct slot_guard guard; /* pgrepl_set_guard; guard.owner is copied to guard_owner */
 	char guard_owner[160];
 	char gap[256];     /* the gap the last start accepted ("" none) */
 	char plugin[16];   /* the slot's output plugin: wal2json or pgoutput */
@@ -457,6 +457,21 @@ void pgrepl_guard_published(struct pgrepl *p, lsn_t pos)
 uint32_t pgrepl_timeline(const struct pgrepl *p)
 {
 	return p->hist.tli;
+}
+
+bool pgrepl_identity(const PGresult *res, char *system_id, char *dbname, struct slot_history *h)
+{
+	*h = (struct slot_history){0};
+	if (PQntuples(res) != 1 || PQnfields(res) < 4 || PQgetisnull(res, 0, 3))
+		return false;
+	snprintf(system_id, PGREPL_SYSTEM_ID_LEN, "%s", PQgetvalue(res, 0, 0));
+	snprintf(dbname, PGREPL_DBNAME_LEN, "%s", PQgetvalue(res, 0, 3));
+	if (!PQgetisnull(res, 0, 1))
+		h->tli = (uint32_t)strtoul(PQgetvalue(res, 0, 1), NULL, 10);
+	if (PQgetisnull(res, 0, 2) ||
+	    !lsn_parse(PQgetvalue(res, 0, 2), strlen(PQgetvalue(res, 0, 2)), &h->wal_end))
+		h->wal_end = 0;
+	return true;
 }
 
 bool pgrepl_read_history(PGconn *conn, uint32_t tli, struct slot_history *h, char *err,
@@ -895,7 +910,7 @@ enum pg_status pgrepl_start(struct pgrepl *p)
 	res = run(p, "IDENTIFY_SYSTEM", PGRES_TUPLES_OK, &st);
 	if (!res)
 		goto fail;
-	if (PQntuples(res) != 1 || PQnfields(res) < 4 || PQgetisnull(res, 0, 3)) {
+	if (!pgrepl_identity(res, p->system_id, p->dbname, &p->hist)) {
 		PQclear(res);
 		set_err(p, "",
 		        "IDENTIFY_SYSTEM returned no database: the connection must use "
@@ -903,15 +918,8 @@ enum pg_status pgrepl_start(struct pgrepl *p)
 		st = PG_FATAL_SETUP;
 		goto fail;
 	}
-	snprintf(p->system_id, sizeof(p->system_id), "%s", PQgetvalue(res, 0, 0));
-	snprintf(p->dbname, sizeof(p->dbname), "%s", PQgetvalue(res, 0, 3));
-	if (PQgetisnull(res, 0, 2) ||
-	    !lsn_parse(PQgetvalue(res, 0, 2), strlen(PQgetvalue(res, 0, 2)), &p->xlogpos))
-		p->xlogpos = 0;
-	p->hist = (struct slot_history){.wal_end = p->xlogpos};
-	if (!PQgetisnull(res, 0, 1))
-		p->hist.tli = (uint32_t)strtoul(PQgetvalue(res, 0, 1), NULL, 10);
 	PQclear(res);
+	p->xlogpos = p->hist.wal_end;
 	if (p->hist.tli > 1) {
 		char herr[256];
 

@@ -124,7 +124,17 @@ uint32_t pgrepl_timeline(const struct pgrepl *p);
  * (TIMELINE_HISTORY) into h; tli 1 has none. False with one line in err.
  */
 struct pg_conn;
+struct pg_result;
+#define PGREPL_SYSTEM_ID_LEN 32 /* IDENTIFY_SYSTEM's systemid, with its NUL */
+#define PGREPL_DBNAME_LEN 128   /* and its dbname */
 struct slot_history;
+/*
+ * IDENTIFY_SYSTEM's answer res: its system id and database into system_id
+ * and dbname (PGREPL_*_LEN bytes), its timeline and WAL end into h (the rest of h
+ * emptied). False when it names no database (not replication=database).
+ */
+bool pgrepl_identity(const struct pg_result *res, char *system_id, char *dbname,
+                     struct slot_history *h);
 bool pgrepl_read_history(struct pg_conn *conn, uint32_t tli, struct slot_history *h, char *err,
                          size_t errlen);
 /* The gap the last pgrepl_start (or pgrepl_recheck) accepted, one line; "" when none. */
