@@ -73,6 +73,19 @@ dedup field's first three bytes mod K):
            time in its own bytes, so that every writer finds it with one HMGET, record or
            not. The ids here are random; their generations are their places in the order
            written, which is what time-ordered ids would give. A prototype.
+  genbit   gen, with an index of where each id went beside the generations: a string
+           of GENBIT_BITS (64) bits per slot, a slot per id of the bucket, and one
+           SETBIT per id in the write (the bit of its generation, mod GENBIT_BITS, in
+           the slot its random bytes pick). Writes only, for a relay with the record;
+           what it adds to gen is the price of the index. GENBIT_WRITE=bitfield: one
+           BITFIELD (SET u1 per id) per batch instead.
+  genbitlook  genbit, with every id looked up through the index: one BITFIELD_RO per
+           batch reads each id's slot (GET i64), then an HMGET per (generation, hash) for
+           the generations its slot names (its own, if there, and any other id's that
+           share the slot). What a writer without the record would pay in that layout:
+           the function, a second writer, a restarted relay before its seed. The index
+           is a hint (the hashes decide), so a stale or shared bit costs a lookup, never
+           a wrong answer; GENBIT_BITS / 8 bytes more per id. A prototype.
 
 With PREFILL_GROWN=1 too, the prefill of native, known and the gen designs is written
 as those designs write a backlog, DESIGN_BATCH ids at a time, one HSET per hash the
@@ -106,7 +119,9 @@ LOAD = int(os.environ.get("DESIGN_LOAD", "24"))  # ids per dedup shard
 FILTER_BITS = int(os.environ.get("FILTER_BITS", "16"))  # filter bits per id of the bucket
 FILTER_PROBES = int(os.environ.get("FILTER_PROBES", "2"))  # 1 to 4
 GEN = int(os.environ.get("DESIGN_GEN", "65536"))  # gen, genlook, genid: ids per generation
-GENS = ("gen", "genlook", "genid")  # the designs that keep ids in generations
+GENBIT_BITS = int(os.environ.get("GENBIT_BITS", "64"))  # genbit: index bits per slot
+GENBIT_WRITE = os.environ.get("GENBIT_WRITE", "setbit")  # or bitfield: one per batch
+GENS = ("gen", "genlook", "genid", "genbit", "genbitlook")  # the designs that keep ids in generations
 
 LUA = r"""#!lua name=cand
 local function shard(f, k)
@@ -269,10 +284,37 @@ def gen(design, sock, stream, out):
                 args += [d, b"1"]
             resp(f, "HSET", key_, *args)
 
+    ikey = base + ":gi"  # genbit: the index
+    islots = prefill + len(entries)  # a slot per id of the bucket
+    imask = {}  # genbit: slot -> generations set (as Redis holds them), to know the lookups
+
+    def islot(d):
+        return int.from_bytes(d[11:15], "big") % islots
+
+    def ibits(ids, first):
+        """genbit: the index bit of each id written from position first on (and noted)."""
+        offs = []
+        for i, d in enumerate(ids):
+            g = ((first + i) // GEN) % GENBIT_BITS
+            imask[islot(d)] = imask.get(islot(d), 0) | (1 << g)
+            offs.append(islot(d) * GENBIT_BITS + g)
+        return offs
+
+    def index_prefill(f, ids, first):
+        ops = []
+        for o in ibits(ids, first):
+            ops += ["SET", "u1", o, 1]
+        resp(f, "BITFIELD", ikey, *ops)
+
+    def index_presize(f):
+        resp(f, "SETBIT", ikey, islots * GENBIT_BITS - 1, 0)
+
     if prefill and stream_too and design in ("bare", "native", "known") + GENS:
         # the window written as a drain writes it: a batch's entries, then its ids
         rng = uuid.UUID(int=0x5EED).int
         with open(out + ".pre", "wb") as f:
+            if design in ("genbit", "genbitlook"):
+                index_presize(f)
             for c in range(0, prefill, BATCH):
                 olds = []
                 for i in range(c, min(prefill, c + BATCH)):
@@ -283,6 +325,8 @@ def gen(design, sock, stream, out):
                     hset_shards(f, base, by_shard(olds, k))
                 elif design != "bare":
                     hset_keys(f, gen_shards(olds, c))
+                    if design in ("genbit", "genbitlook"):
+                        index_prefill(f, olds, c)
             resp(f, "XTRIM", key, "MAXLEN", 0)
     elif prefill and design in ("watch", "native", "known", "guard", "filter", "strings") + GENS:
         rng = uuid.UUID(int=0x5EED).int
@@ -292,6 +336,10 @@ def gen(design, sock, stream, out):
                 rng = (rng * 6364136223846793005 + 1442695040888963407) % (1 << 128)
                 olds.append(dedup_field(str(uuid.UUID(int=rng, version=4))))
             shards = by_shard(olds, k)
+            if design in ("genbit", "genbitlook"):
+                index_presize(f)
+                for c in range(0, len(olds), 1000):
+                    index_prefill(f, olds[c:c + 1000], c)
             if grown and design in ("native", "known"):
                 for c in range(0, len(olds), BATCH):
                     hset_shards(f, base, by_shard(olds[c:c + BATCH], k))
@@ -347,8 +395,24 @@ def gen(design, sock, stream, out):
                 if design == "genid":
                     for key_, fs in placed.items():
                         resp(f, "HMGET", key_, *fs)
+                if design == "genbitlook":
+                    ops, looks = [], {}
+                    for d in ids:
+                        ops += ["GET", "i64", islot(d) * GENBIT_BITS]
+                        m_ = imask.get(islot(d), 0)
+                        for g in range(GENBIT_BITS):
+                            if m_ >> g & 1:
+                                looks.setdefault("%s:g:%d:%d" % (base, g, shard_of(d, kg)), []).append(d)
+                    resp(f, "BITFIELD_RO", ikey, *ops)
+                    for key_, fs in looks.items():
+                        resp(f, "HMGET", key_, *fs)
                 multi_xadds(f, key, batch)
                 hset_keys(f, placed)
+                if design in ("genbit", "genbitlook") and GENBIT_WRITE == "bitfield":
+                    index_prefill(f, ids, first)  # one BITFIELD for the batch
+                elif design in ("genbit", "genbitlook"):
+                    for o in ibits(ids, first):
+                        resp(f, "SETBIT", ikey, o, 1)
                 resp(f, "SET", wm, top + " " + owner)
                 resp(f, "EXEC")
             elif design == "strings":
