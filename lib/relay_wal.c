@@ -286,9 +286,8 @@ static void begin_txn(struct relay *r, const struct w2j_change *ch, lsn_t data_s
 	char lsnbuf[LSN_STRLEN];
 
 	if (r->in_txn)
-		log_warn("BEGIN at %s while a transaction was open (no COMMIT came for it): the "
-		         "rows of it read so far are published as they are, confirmed with the next "
-		         "COMMIT",
+		log_warn("BEGIN at %s while a transaction was open; the earlier one will be "
+		         "delivered again on reconnect",
 		         lsn_format(data_start, lsnbuf));
 	r->in_txn = true;
 	r->next_index = 0;
